@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // End-to-end suites start real sshd, Redis queues and HTTP servers; two cores only.
+    fileParallelism: true,
+    maxWorkers: 2,
+  },
+});
