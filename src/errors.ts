@@ -1,0 +1,53 @@
+/**
+ * One list of error codes shared by workers (job failure reasons, incident events) and the
+ * Slack renderer (what the user reads). Every user-facing error says what happened, what was
+ * not done, and what to try.
+ */
+export const ErrorCode = {
+  TargetUnknown: 'target_unknown',
+  BadCommand: 'bad_command',
+  NotAuthorized: 'not_authorized',
+  HostKeyMismatch: 'host_key_mismatch',
+  HostKeyUnpinned: 'host_key_unpinned',
+  ConnectTimeout: 'connect_timeout',
+  ConnectFailed: 'connect_failed',
+  AuthFailed: 'auth_failed',
+  ConnectionLost: 'connection_lost',
+  CommandTimeout: 'command_timeout',
+  CommandFailed: 'command_failed',
+  OutputTooLarge: 'output_too_large',
+  ParseFailed: 'parse_failed',
+  QueueUnavailable: 'queue_unavailable',
+  TargetLocked: 'target_locked',
+  ApprovalExpired: 'approval_expired',
+  SelfApproval: 'self_approval',
+  NotApprover: 'not_approver',
+  ApprovalDecided: 'approval_decided',
+  ConfigInvalid: 'config_invalid',
+  Internal: 'internal',
+} as const;
+
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+export class CodedError extends Error {
+  readonly code: ErrorCode;
+  /** Plain-words detail safe to show in Slack (never secrets). */
+  readonly detail: Record<string, string | number | null>;
+  constructor(code: ErrorCode, message: string, detail: Record<string, string | number | null> = {}) {
+    super(message);
+    this.name = 'CodedError';
+    this.code = code;
+    this.detail = detail;
+  }
+}
+
+export function isCodedError(e: unknown): e is CodedError {
+  return e instanceof CodedError;
+}
+
+/** Wrap an unknown throw so callers always deal in codes. */
+export function asCodedError(e: unknown): CodedError {
+  if (e instanceof CodedError) return e;
+  const message = e instanceof Error ? e.message : String(e);
+  return new CodedError(ErrorCode.Internal, message);
+}

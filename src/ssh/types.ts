@@ -1,0 +1,54 @@
+import type { ErrorCode } from '../errors.ts';
+
+/** One SSH endpoint. The host key is pinned: unknown or changed keys are refused. */
+export interface SshEndpoint {
+  /** Inventory id of the machine this endpoint belongs to (for logs and errors). */
+  machineId: string;
+  host: string;
+  port: number;
+  username: string;
+  /** Path to the private key file; read by the worker only, never logged. */
+  privateKeyPath: string;
+  /** Pinned host key fingerprints, `SHA256:...` as `ssh-keygen -l` prints them. */
+  hostKeyFingerprints: string[];
+}
+
+/** How to reach the machine a command is for. */
+export type Route =
+  | { kind: 'direct'; endpoint: SshEndpoint }
+  /** A container with no address of its own: `pct exec <vmid> -- argv` on its Proxmox host. */
+  | { kind: 'pct'; host: SshEndpoint; vmid: number };
+
+/** A command from a fixed template: argv words are quoted by the executor, never interpolated. */
+export interface CommandSpec {
+  argv: string[];
+  /** Per-command timeout; the remote side is wrapped in `timeout -k` and the client signals too. */
+  timeoutMs: number;
+  /** Output cap per stream; past it the command is ended and `truncated` is set. Default 1 MiB. */
+  maxOutputBytes?: number;
+}
+
+export interface ExecResult {
+  /** The literal command line sent to the SSH server (for the incident log). */
+  command: string;
+  machineId: string;
+  code: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+  timedOut: boolean;
+  truncated: boolean;
+}
+
+export interface Executor {
+  /** Runs one command; rejects with a CodedError (connect/auth/host-key/connection-lost) when it could not run. */
+  exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
+  /** Closes every pooled connection. */
+  close(): Promise<void>;
+}
+
+export type SshErrorCode = Extract<
+  ErrorCode,
+  'host_key_mismatch' | 'host_key_unpinned' | 'connect_timeout' | 'connect_failed' | 'auth_failed' | 'connection_lost'
+>;
