@@ -1,0 +1,319 @@
+/**
+ * A real OpenSSH sshd on 127.0.0.1 for tests. Every remote command goes through a
+ * ForceCommand wrapper that sets PATH/env (a client-sent PATH is overwritten by sshd, and
+ * `SetEnv PATH` loses to root's .bashrc), appends `{ts, cmd}` to the command log, then
+ * `exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"`.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { chmod, mkdir, open, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { publicKeyLineFingerprint } from '../../src/ssh/host-key.ts';
+import { shellQuote } from '../../src/ssh/quote.ts';
+
+const execFileP = promisify(execFile);
+
+export interface SshdOptions {
+  /** Work dir for config, keys, logs (created if missing). */
+  dir: string;
+  /** Public key lines accepted for login (any user, root included). */
+  authorizedKeys: string[];
+  /** Dir put FIRST on PATH for remote commands (fake tools). */
+  pathPrefix?: string;
+  /** Extra env for remote commands. */
+  env?: Record<string, string>;
+  /** Reuse a host key (default: generate ed25519 in `dir`). Its mode is set to 0600. */
+  hostKeyPath?: string;
+  /** Default: a free port. */
+  port?: number;
+  /** File each remote command line is appended to, one JSON line `{ts, cmd}` (ts: ISO time). Default `<dir>/commands.jsonl`. */
+  commandLog?: string;
+}
+
+export interface Sshd {
+  port: number;
+  pid: number;
+  hostKeyPath: string;
+  /** `SHA256:...` as `ssh-keygen -l` prints it. */
+  hostKeyFingerprint: string;
+  /** The command log in use (see SshdOptions.commandLog). */
+  commandLog: string;
+  /** sshd's own log (`-e` output, LogLevel VERBOSE): one `Accepted publickey` line per login. */
+  logPath: string;
+  /** Parsed command log, oldest first; [] when nothing ran. */
+  commands(): Promise<Array<{ ts: string; cmd: string }>>;
+  /** Number of successful logins so far (from the sshd log). */
+  loginCount(): Promise<number>;
+  /** Pids of processes under the listener (per-connection sshd and what they run). */
+  descendants(): Promise<number[]>;
+  /** Kills the listener and everything under it by PID, and waits for them to be gone. */
+  stop(): Promise<void>;
+}
+
+const BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+const SSHD = '/usr/sbin/sshd';
+
+// Last-resort cleanup if a test process dies without running its afterAll.
+const live = new Set<number>();
+let exitHookInstalled = false;
+function track(pid: number): void {
+  live.add(pid);
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.once('exit', () => {
+    for (const p of live) {
+      try {
+        process.kill(p, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  });
+}
+
+export async function generateKeyPair(
+  dir: string,
+  name: string,
+): Promise<{ privateKeyPath: string; publicKey: string; fingerprint: string }> {
+  await mkdir(dir, { recursive: true });
+  const privateKeyPath = resolve(dir, name);
+  await rm(privateKeyPath, { force: true });
+  await rm(`${privateKeyPath}.pub`, { force: true });
+  await execFileP('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', privateKeyPath]);
+  const publicKey = (await readFile(`${privateKeyPath}.pub`, 'utf8')).trim();
+  return { privateKeyPath, publicKey, fingerprint: publicKeyLineFingerprint(publicKey) };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.once('error', rej);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr !== null ? addr.port : 0;
+      srv.close(() => res(port));
+    });
+  });
+}
+
+/** awk, not node, per command: fast, and byte-exact JSON escaping of the command line. */
+const JSON_LOG_AWK = String.raw`BEGIN {
+  for (i = 1; i < 32; i++) esc[sprintf("%c", i)] = sprintf("\\u%04x", i)
+  esc["\n"] = "\\n"; esc["\t"] = "\\t"; esc["\r"] = "\\r"; esc["\""] = "\\\""; esc["\\"] = "\\\\"
+  s = ENVIRON["SSH_ORIGINAL_COMMAND"]; out = ""; n = length(s)
+  for (i = 1; i <= n; i++) { c = substr(s, i, 1); out = out ((c in esc) ? esc[c] : c) }
+  printf "{\"ts\":\"%s\",\"cmd\":\"%s\"}\n", ts, out
+}`;
+
+function wrapperScript(o: { pathPrefix?: string; env?: Record<string, string>; commandLog: string }): string {
+  const path = o.pathPrefix ? `${resolve(o.pathPrefix)}:${BASE_PATH}` : BASE_PATH;
+  const lines = ['#!/bin/sh', `PATH=${shellQuote(path)}; export PATH`];
+  for (const [k, v] of Object.entries(o.env ?? {})) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new Error(`bad env name ${k}`);
+    lines.push(`${k}=${shellQuote(v)}; export ${k}`);
+  }
+  lines.push(
+    'if [ -n "${SSH_ORIGINAL_COMMAND+set}" ]; then',
+    `  LC_ALL=C awk -v ts="$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" ${shellQuote(JSON_LOG_AWK)} </dev/null >> ${shellQuote(o.commandLog)}`,
+    '  exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"',
+    'fi',
+    'exec /bin/sh',
+    '',
+  );
+  return lines.join('\n');
+}
+
+function sshdConfig(o: { port: number; dir: string; hostKeyPath: string; wrapper: string }): string {
+  return [
+    `Port ${o.port}`,
+    'ListenAddress 127.0.0.1',
+    `HostKey ${o.hostKeyPath}`,
+    `PidFile ${join(o.dir, 'sshd.pid')}`,
+    `AuthorizedKeysFile ${join(o.dir, 'authorized_keys')}`,
+    'StrictModes no',
+    'UsePAM no',
+    'PermitRootLogin prohibit-password',
+    'PubkeyAuthentication yes',
+    'PasswordAuthentication no',
+    'KbdInteractiveAuthentication no',
+    'MaxSessions 10',
+    // Tests open many connections at once; don't let sshd drop them as a startup flood.
+    'MaxStartups 200',
+    'UseDNS no',
+    'PrintMotd no',
+    'PrintLastLog no',
+    'PermitUserEnvironment no',
+    'X11Forwarding no',
+    'AllowTcpForwarding no',
+    'LogLevel VERBOSE',
+    // ForceCommand is run through the user's shell with -c: quote the path for it.
+    `ForceCommand ${shellQuote(o.wrapper)}`,
+    '',
+  ].join('\n');
+}
+
+async function childrenMap(): Promise<Map<number, number[]>> {
+  const byParent = new Map<number, number[]>();
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat: string;
+    try {
+      stat = await readFile(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    // comm may hold spaces and parens: fields after the last ')' are fixed.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const list = byParent.get(ppid) ?? [];
+    list.push(Number(name));
+    byParent.set(ppid, list);
+  }
+  return byParent;
+}
+
+async function descendantsOf(pid: number): Promise<number[]> {
+  const byParent = await childrenMap();
+  const out: number[] = [];
+  const stack = [...(byParent.get(pid) ?? [])];
+  while (stack.length > 0) {
+    const p = stack.pop() as number;
+    out.push(p);
+    stack.push(...(byParent.get(p) ?? []));
+  }
+  return out;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+async function waitGone(pids: number[], ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  for (;;) {
+    if (pids.every((p) => !alive(p) || isZombie(p))) return true;
+    if (Date.now() > until) return false;
+    await sleep(20);
+  }
+}
+
+function isZombie(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return false;
+  }
+}
+
+export async function startSshd(o: SshdOptions): Promise<Sshd> {
+  const dir = resolve(o.dir);
+  await mkdir(dir, { recursive: true });
+  // sshd's compiled-in privilege separation dir; must exist, root-owned, not group/world-writable.
+  await mkdir('/run/sshd', { recursive: true, mode: 0o755 });
+
+  let hostKeyPath: string;
+  if (o.hostKeyPath) {
+    hostKeyPath = resolve(o.hostKeyPath);
+    await chmod(hostKeyPath, 0o600); // sshd refuses a readable host key
+  } else {
+    hostKeyPath = join(dir, 'ssh_host_ed25519_key');
+    await rm(hostKeyPath, { force: true });
+    await rm(`${hostKeyPath}.pub`, { force: true });
+    await execFileP('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'test-host', '-f', hostKeyPath]);
+  }
+  const { stdout: hostPub } = await execFileP('ssh-keygen', ['-y', '-f', hostKeyPath]);
+  const hostKeyFingerprint = publicKeyLineFingerprint(hostPub);
+
+  await writeFile(join(dir, 'authorized_keys'), o.authorizedKeys.map((k) => k.trim()).join('\n') + '\n', { mode: 0o600 });
+  const commandLog = resolve(o.commandLog ?? join(dir, 'commands.jsonl'));
+  await writeFile(commandLog, '', { flag: 'a' });
+  const wrapper = join(dir, 'force-command.sh');
+  await writeFile(wrapper, wrapperScript({ ...o, commandLog }), { mode: 0o755 });
+  await chmod(wrapper, 0o755);
+
+  const logPath = join(dir, 'sshd.log');
+  const configPath = join(dir, 'sshd_config');
+
+  for (let attempt = 0; ; attempt++) {
+    const port = o.port ?? (await freePort());
+    await writeFile(configPath, sshdConfig({ port, dir, hostKeyPath, wrapper }));
+    await writeFile(logPath, '');
+    const logFd = await open(logPath, 'a');
+    const child = spawn(SSHD, ['-D', '-e', '-f', configPath], { stdio: ['ignore', logFd.fd, logFd.fd] });
+    await logFd.close();
+    const pid = child.pid;
+    if (pid === undefined) throw new Error('sshd did not start');
+    track(pid);
+    let exited = false;
+    child.once('exit', () => {
+      exited = true;
+      live.delete(pid);
+    });
+
+    const listening = `Server listening on 127.0.0.1 port ${port}.`;
+    const until = Date.now() + 10_000;
+    let ready = false;
+    while (!exited && Date.now() < until) {
+      if ((await readFile(logPath, 'utf8')).includes(listening)) {
+        ready = true;
+        break;
+      }
+      await sleep(20);
+    }
+    if (!ready) {
+      const log = await readFile(logPath, 'utf8');
+      if (!exited) {
+        process.kill(pid, 'SIGKILL');
+        await waitGone([pid], 2000);
+      }
+      // A free port can be taken between probing and binding; pick another.
+      if (o.port === undefined && attempt < 4 && /Address already in use|Bind to port/i.test(log)) continue;
+      throw new Error(`sshd on port ${port} did not start:\n${log}`);
+    }
+
+    const sshd: Sshd = {
+      port,
+      pid,
+      hostKeyPath,
+      hostKeyFingerprint,
+      commandLog,
+      logPath,
+      async commands() {
+        const text = await readFile(commandLog, 'utf8');
+        return text
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => JSON.parse(l) as { ts: string; cmd: string });
+      },
+      async loginCount() {
+        return ((await readFile(logPath, 'utf8')).match(/Accepted publickey for /g) ?? []).length;
+      },
+      descendants: () => descendantsOf(pid),
+      async stop() {
+        if (exited) return;
+        const under = await descendantsOf(pid);
+        for (const p of [pid, ...under]) {
+          try {
+            process.kill(p, 'SIGKILL');
+          } catch {
+            // already gone
+          }
+        }
+        const exitedNow = new Promise<void>((r) => (exited ? r() : child.once('exit', () => r())));
+        await Promise.race([exitedNow, sleep(5000)]);
+        await waitGone(under, 5000);
+        live.delete(pid);
+      },
+    };
+    return sshd;
+  }
+}
