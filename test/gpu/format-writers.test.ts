@@ -97,7 +97,7 @@ describe('formatTable reproduces real 590.x tables byte for byte', () => {
     };
     const out = formatTable(s, { timestamp: new Date(0) });
     expect(out).toContain('|   0  NVIDIA GeForce RTX 4080 ...    On  |');
-    expect(out).toContain('   ...NVIDIA App\\CEF\\NVIDIA Share.exe      N/A      |');
+    expect(out).toContain('   ...IDIA App\\CEF\\NVIDIA Share.exe      N/A      |');
   });
 });
 
