@@ -1,0 +1,63 @@
+import { z } from 'zod';
+
+const list = z
+  .string()
+  .optional()
+  .transform((s) => (s ?? '').split(',').map((x) => x.trim()).filter((x) => x.length > 0));
+
+const slackUserId = /^[UW][A-Z0-9]{2,}$/;
+
+/** Everything read from the environment. Tokens never leave this object except into the Slack client. */
+export const EnvSchema = z.object({
+  GPU_MEDIC_MODE: z.enum(['socket', 'http']).default('socket'),
+  SLACK_BOT_TOKEN: z.string().regex(/^xoxb-/, 'must be a bot token (xoxb-...)').optional(),
+  SLACK_APP_TOKEN: z.string().regex(/^xapp-/, 'must be an app-level token (xapp-...) for Socket Mode').optional(),
+  SLACK_SIGNING_SECRET: z.string().min(8, 'is too short to be a Slack signing secret').optional(),
+  /** Web API base URL (ends with /api/); only tests and the demo point it elsewhere. */
+  SLACK_API_URL: z.string().url().optional(),
+  PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  GPU_MEDIC_INVENTORY: z.string().default('./inventory.yaml'),
+  /** Key prefix in Redis for queues and incidents (tests use a random one). */
+  GPU_MEDIC_PREFIX: z.string().regex(/^[a-zA-Z0-9:_-]+$/).default('gpu-medic'),
+  /** Sites this worker serves (comma list); empty = every site in the inventory. */
+  GPU_MEDIC_SITES: list,
+  /** Channels where /gpu may be used (comma list of IDs); empty = any. */
+  GPU_MEDIC_ALLOWED_CHANNELS: list,
+  /** Users who may request (comma list of IDs); empty = any member of an allowed channel. */
+  GPU_MEDIC_ALLOWED_USERS: list,
+  /** Users who may approve host-level steps (Slack user IDs, never names). */
+  GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF'))),
+  GPU_MEDIC_APPROVAL_TTL_SEC: z.coerce.number().int().min(30).max(86_400).default(900),
+  GPU_MEDIC_TERM_GRACE_SEC: z.coerce.number().int().min(1).max(300).default(10),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export type Env = z.output<typeof EnvSchema>;
+export type Role = 'bot' | 'worker' | 'start';
+
+export interface EnvProblem {
+  variable: string;
+  message: string;
+}
+
+/** Parses the environment and lists every problem at once, for the role that will run. */
+export function parseEnv(source: Record<string, string | undefined>, role: Role): { env: Env | null; problems: EnvProblem[] } {
+  const parsed = EnvSchema.safeParse(source);
+  if (!parsed.success) {
+    return {
+      env: null,
+      problems: parsed.error.issues.map((i) => ({ variable: String(i.path[0] ?? '?'), message: i.message })),
+    };
+  }
+  const env = parsed.data;
+  const problems: EnvProblem[] = [];
+  if (role !== 'worker') {
+    if (!env.SLACK_BOT_TOKEN) problems.push({ variable: 'SLACK_BOT_TOKEN', message: 'is required to post to Slack (xoxb-...)' });
+    if (env.GPU_MEDIC_MODE === 'socket' && !env.SLACK_APP_TOKEN)
+      problems.push({ variable: 'SLACK_APP_TOKEN', message: 'is required in socket mode (xapp-... with connections:write)' });
+    if (env.GPU_MEDIC_MODE === 'http' && !env.SLACK_SIGNING_SECRET)
+      problems.push({ variable: 'SLACK_SIGNING_SECRET', message: 'is required in http mode to verify requests' });
+  }
+  return { env: problems.length === 0 ? env : null, problems };
+}

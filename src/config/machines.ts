@@ -1,0 +1,69 @@
+import type { Route, SshEndpoint } from '../ssh/types.ts';
+import type { ContainerEntry, HostEntry, Inventory } from './inventory.ts';
+
+export type Machine =
+  | { kind: 'host'; id: string; site: string }
+  | { kind: 'container'; id: string; site: string; vmid: number; hostId: string; ownAddress: boolean };
+
+/** Every machine in inventory order: hosts first, then containers (which take their host's site). */
+export function listMachines(inv: Inventory): Machine[] {
+  const out: Machine[] = inv.hosts.map((h) => ({ kind: 'host', id: h.id, site: h.site }));
+  for (const c of inv.containers) {
+    const host = inv.hosts.find((h) => h.id === c.host);
+    out.push({ kind: 'container', id: c.id, site: host?.site ?? 'default', vmid: c.vmid, hostId: c.host, ownAddress: Boolean(c.address) });
+  }
+  return out;
+}
+
+export function findMachine(inv: Inventory, id: string): Machine | null {
+  return listMachines(inv).find((m) => m.id === id) ?? null;
+}
+
+export function sitesOf(inv: Inventory): string[] {
+  return [...new Set(inv.hosts.map((h) => h.site))].sort();
+}
+
+function hostEndpoint(inv: Inventory, h: HostEntry): SshEndpoint {
+  return {
+    machineId: h.id,
+    host: h.address,
+    port: h.port,
+    username: h.user ?? inv.defaults.user,
+    privateKeyPath: h.keyFile ?? inv.defaults.keyFile ?? '',
+    hostKeyFingerprints: h.hostKeys,
+  };
+}
+
+function containerEndpoint(inv: Inventory, c: ContainerEntry & { address: string }): SshEndpoint {
+  return {
+    machineId: c.id,
+    host: c.address,
+    port: c.port,
+    username: c.user ?? inv.defaults.user,
+    privateKeyPath: c.keyFile ?? inv.defaults.keyFile ?? '',
+    hostKeyFingerprints: c.hostKeys ?? [],
+  };
+}
+
+/** The machine's own view: a host directly; a container by its own address, else `pct exec` on its host. */
+export function routeFor(inv: Inventory, id: string): Route | null {
+  const h = inv.hosts.find((x) => x.id === id);
+  if (h) return { kind: 'direct', endpoint: hostEndpoint(inv, h) };
+  const c = inv.containers.find((x) => x.id === id);
+  if (!c) return null;
+  if (c.address) return { kind: 'direct', endpoint: containerEndpoint(inv, { ...c, address: c.address }) };
+  return hostRouteForContainer(inv, id);
+}
+
+/** The host-level route into a container: always `pct exec` on its Proxmox host. */
+export function hostRouteForContainer(inv: Inventory, id: string): Route | null {
+  const c = inv.containers.find((x) => x.id === id);
+  const h = c && inv.hosts.find((x) => x.id === c.host);
+  if (!c || !h) return null;
+  return { kind: 'pct', host: hostEndpoint(inv, h), vmid: c.vmid };
+}
+
+export function hostRouteFor(inv: Inventory, hostId: string): Route | null {
+  const h = inv.hosts.find((x) => x.id === hostId);
+  return h ? { kind: 'direct', endpoint: hostEndpoint(inv, h) } : null;
+}
