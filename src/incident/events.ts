@@ -1,0 +1,57 @@
+import { z } from 'zod';
+import type { MachineSnapshot } from '../gpu/snapshot.ts';
+
+export type IncidentKind = 'status' | 'status_all' | 'unstick';
+
+export const IncidentMetaSchema = z.object({
+  id: z.string().regex(/^inc_[a-z0-9_]+$/),
+  kind: z.enum(['status', 'status_all', 'unstick']),
+  requester: z.string(),
+  channel: z.string(),
+  /** Machine ids the incident is about, resolved against the inventory. */
+  targets: z.array(z.string()),
+  /** What the user typed, kept for the record only: never reaches a shell. */
+  text: z.string(),
+  reason: z.string().nullable(),
+  createdAt: z.string(),
+});
+export type IncidentMeta = z.infer<typeof IncidentMetaSchema>;
+
+/** The literal command a step ran, as the incident log keeps it. */
+export interface CommandRecord {
+  machineId: string;
+  command: string;
+  code: number | null;
+  signal: string | null;
+  durationMs: number;
+  timedOut: boolean;
+}
+
+export type IncidentEvent =
+  | { type: 'requested'; at: string }
+  | { type: 'started'; at: string; worker: string }
+  | { type: 'snapshot'; at: string; label: 'status' | 'before' | 'after'; snapshot: MachineSnapshot; commands: CommandRecord[] }
+  | { type: 'machine_error'; at: string; machineId: string; code: string; message: string; commands: CommandRecord[] }
+  | { type: 'finished'; at: string; outcome: 'ok' | 'partial' | 'failed'; durationMs: number }
+  | { type: 'error'; at: string; code: string; message: string };
+
+export type EventType = IncidentEvent['type'];
+
+/** An event as read back from the log, with its stream id (ordered, unique). */
+export type LoggedEvent = IncidentEvent & { id: string };
+
+const EventEnvelope = z.object({ type: z.string(), at: z.string() }).passthrough();
+
+/** Parses one stored event; unknown shapes are kept out rather than trusted. */
+export function decodeEvent(id: string, json: string): LoggedEvent | null {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(json);
+  } catch {
+    return null;
+  }
+  const env = EventEnvelope.safeParse(raw);
+  if (!env.success) return null;
+  // Events are written only by our own workers through `appendEvent`, typed at compile time.
+  return { ...(env.data as unknown as IncidentEvent), id };
+}

@@ -1,0 +1,107 @@
+import type { Redis } from 'ioredis';
+import { decodeEvent, IncidentMetaSchema, type IncidentEvent, type IncidentMeta, type LoggedEvent } from './events.ts';
+
+/** Marks an incident rendered up to `cursor` only if no newer event arrived meanwhile (no lost wake-ups). */
+const MARK_RENDERED = `
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local lastId = last[1] and last[1][1] or '0-0'
+redis.call('SET', KEYS[2], ARGV[1])
+if lastId == ARGV[1] then redis.call('SREM', KEYS[3], ARGV[2]) return 1 end
+return 0
+`;
+
+/**
+ * The durable incident log: a Redis stream per incident plus an index. Workers and the bot
+ * append; the bot's outbox renders. Requires Redis persistence (appendonly) in production.
+ */
+export class IncidentLog {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  private k(...parts: string[]): string {
+    return [this.prefix, ...parts].join(':');
+  }
+
+  async create(meta: IncidentMeta): Promise<void> {
+    const created = Date.parse(meta.createdAt);
+    await this.redis
+      .multi()
+      .set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX')
+      .zadd(this.k('incidents'), created, meta.id)
+      .exec();
+  }
+
+  async meta(id: string): Promise<IncidentMeta | null> {
+    const raw = await this.redis.get(this.k('inc', id, 'meta'));
+    if (raw === null) return null;
+    const parsed = IncidentMetaSchema.safeParse(JSON.parse(raw));
+    return parsed.success ? parsed.data : null;
+  }
+
+  /** Appends an event and marks the incident for rendering, atomically. Returns the event id. */
+  async append(id: string, event: IncidentEvent): Promise<string> {
+    const res = await this.redis
+      .multi()
+      .xadd(this.k('inc', id, 'events'), '*', 'e', JSON.stringify(event))
+      .sadd(this.k('dirty'), id)
+      .exec();
+    const first = res?.[0];
+    if (!first || first[0]) throw first?.[0] ?? new Error('append failed');
+    return String(first[1]);
+  }
+
+  async events(id: string): Promise<LoggedEvent[]> {
+    const rows = await this.redis.xrange(this.k('inc', id, 'events'), '-', '+');
+    const out: LoggedEvent[] = [];
+    for (const [eid, fields] of rows) {
+      const i = fields.indexOf('e');
+      const json = i >= 0 ? fields[i + 1] : undefined;
+      const ev = json === undefined ? null : decodeEvent(eid, json);
+      if (ev) out.push(ev);
+    }
+    return out;
+  }
+
+  async dirty(): Promise<string[]> {
+    return this.redis.smembers(this.k('dirty'));
+  }
+
+  /** True when nothing newer than `cursor` exists (the incident left the dirty set). */
+  async markRendered(id: string, cursor: string): Promise<boolean> {
+    const r = await this.redis.eval(
+      MARK_RENDERED,
+      3,
+      this.k('inc', id, 'events'),
+      this.k('inc', id, 'rendered'),
+      this.k('dirty'),
+      cursor,
+      id,
+    );
+    return r === 1;
+  }
+
+  /** Slack message refs of an incident: view key → { ts, hash } of what was last posted. */
+  async slackRefs(id: string): Promise<Map<string, { ts: string; hash: string }>> {
+    const raw = await this.redis.hgetall(this.k('inc', id, 'slack'));
+    const out = new Map<string, { ts: string; hash: string }>();
+    for (const [key, v] of Object.entries(raw)) {
+      try {
+        const o = JSON.parse(v) as { ts?: unknown; hash?: unknown };
+        if (typeof o.ts === 'string' && typeof o.hash === 'string') out.set(key, { ts: o.ts, hash: o.hash });
+      } catch {
+        /* a damaged ref is re-posted rather than trusted */
+      }
+    }
+    return out;
+  }
+
+  async setSlackRef(id: string, key: string, ref: { ts: string; hash: string }): Promise<void> {
+    await this.redis.hset(this.k('inc', id, 'slack'), key, JSON.stringify(ref));
+  }
+
+  async recent(limit: number): Promise<string[]> {
+    return this.redis.zrevrange(this.k('incidents'), 0, limit - 1);
+  }
+}

@@ -1,0 +1,145 @@
+import type { types } from '@slack/bolt';
+import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
+import { buildTableBlock, monospaceTable } from '../slack/table-block.ts';
+import type { IncidentMeta, LoggedEvent } from './events.ts';
+import { explainMachineError } from './explain.ts';
+
+type KnownBlock = types.KnownBlock;
+
+/** One Slack message the thread should contain. `key` is stable: the outbox maps it to a `ts`. */
+export interface MessageView {
+  key: string;
+  placement: 'parent' | 'reply';
+  text: string;
+  blocks: KnownBlock[];
+}
+
+const fmt = (n: number): string => n.toLocaleString('en-US');
+
+function mibCell(used: number | null, total: number | null): string {
+  if (used === null && total === null) return 'N/A';
+  const pct = usedPct(used, total);
+  return `${used === null ? '?' : fmt(used)} / ${total === null ? '?' : fmt(total)} MiB${pct === null ? '' : ` (${pct}%)`}`;
+}
+
+function stamp(iso: string): string {
+  return `${iso.slice(0, 19).replace('T', ' ')} UTC`;
+}
+
+export function ramLine(s: MachineSnapshot): string {
+  if (!s.ram) return 'RAM: not read';
+  const pct = s.ram.totalBytes > 0 ? Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100) : 0;
+  return `RAM: ${fmt(Math.round(s.ram.usedBytes / GIB))} / ${fmt(Math.round(s.ram.totalBytes / GIB))} GiB (${pct}%)`;
+}
+
+export function flagText(f: Flag, s: MachineSnapshot): string {
+  switch (f.kind) {
+    case 'memory_without_process':
+      return s.view === 'container'
+        ? `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; see holders below)`
+        : `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use with no process holding it (leaked context: may need a host-level reset)`;
+    case 'ram_pressure':
+      return `RAM pressure: ${f.usedPct}% used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
+    case 'gpu_error':
+      return `nvidia-smi reported an error: ${f.error.message}${f.error.busId ? ` (GPU ${f.error.busId})` : ''}`;
+    case 'gpu_unreadable':
+      return `GPU ${f.gpuIndex ?? '?'}: memory could not be read`;
+  }
+}
+
+/** The GPU table of one snapshot: native table block plus a monospace fallback in `text`. */
+export function snapshotMessage(key: string, s: MachineSnapshot, title: string): MessageView {
+  const header = ['GPU', 'Name', 'Memory used / total', 'Util', 'Processes (PID name MiB)'];
+  const rows = s.gpus.map((g) => {
+    const procs = processesOn(s, g)
+      .map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`)
+      .join(', ');
+    return [String(g.index ?? '?'), g.name ?? '?', mibCell(g.memoryUsedMiB, g.memoryTotalMiB), g.utilizationPct === null ? 'N/A' : `${g.utilizationPct}%`, procs === '' ? '-' : procs];
+  });
+  const flags = flagsOf(s).map((f) => `:warning: ${flagText(f, s)}`);
+  const holders = s.holders.map((h) => `${h.device}: PID ${h.pid} ${h.command ?? '?'} (${h.user ?? '?'}, ${h.access ?? '?'})`);
+  const heading = `*${title}* · ${s.view} view · snapshot ${stamp(s.takenAt)}`;
+  const extra = [
+    ramLine(s),
+    ...(holders.length > 0 ? [`Device holders (fuser, container PIDs):\n${holders.join('\n')}`] : []),
+    ...(s.view === 'container' && s.holders.length === 0 && s.kernelMounts.length > 0
+      ? [`fuser shows only \`kernel mount\` rows (bind mounts, not processes)`]
+      : []),
+    ...flags,
+  ];
+  const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }];
+  if (rows.length > 0) blocks.push(buildTableBlock(header, rows).block);
+  else blocks.push({ type: 'section', text: { type: 'mrkdwn', text: s.gpuError ? 'No GPU numbers: see the error below.' : 'No GPUs found.' } });
+  blocks.push({ type: 'context', elements: [{ type: 'mrkdwn', text: extra.join('\n').slice(0, 2900) }] });
+  const text = [heading, rows.length > 0 ? monospaceTable(header, rows) : '', ...extra].filter((x) => x !== '').join('\n');
+  return { key, placement: 'reply', text, blocks };
+}
+
+interface MachineResult {
+  machineId: string;
+  snapshot: MachineSnapshot | null;
+  error: { code: string; message: string } | null;
+}
+
+function resultsOf(events: LoggedEvent[]): Map<string, MachineResult> {
+  const out = new Map<string, MachineResult>();
+  for (const e of events) {
+    if (e.type === 'snapshot' && e.label === 'status') out.set(e.snapshot.machineId, { machineId: e.snapshot.machineId, snapshot: e.snapshot, error: null });
+    if (e.type === 'machine_error') out.set(e.machineId, { machineId: e.machineId, snapshot: null, error: { code: e.code, message: e.message } });
+  }
+  return out;
+}
+
+function summaryRow(r: MachineResult): string[] {
+  const s = r.snapshot;
+  if (!s) return [r.machineId, 'unreachable', '-', '-', r.error?.code ?? '?'];
+  const busy = s.gpus.filter((g) => (g.memoryUsedMiB ?? 0) > 64).length;
+  const held = s.gpus.reduce((a, g) => a + (g.memoryUsedMiB ?? 0), 0);
+  const total = s.gpus.reduce((a, g) => a + (g.memoryTotalMiB ?? 0), 0);
+  const flags = flagsOf(s).map((f) => (f.kind === 'memory_without_process' ? `no-process GPU ${f.gpuIndex}` : f.kind === 'ram_pressure' ? `RAM ${f.usedPct}%` : f.kind.replace('_', ' ')));
+  return [r.machineId, `${busy} busy / ${s.gpus.length - busy} idle`, mibCell(held, total), ramLine(s).replace('RAM: ', ''), flags.length ? flags.join(', ') : '-'];
+}
+
+/** The whole thread as it should look given the log so far. Pure and deterministic. */
+export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): MessageView[] {
+  const results = resultsOf(events);
+  const done = meta.targets.every((t) => results.has(t));
+  const failed = [...results.values()].filter((r) => r.error).length;
+  const what = meta.kind === 'status_all' ? `all machines (${meta.targets.length})` : `\`${meta.targets.join(', ')}\``;
+  const state = !done
+    ? `:hourglass_flowing_right: reading… (${results.size}/${meta.targets.length})`
+    : failed === 0
+      ? ':white_check_mark: done'
+      : `:warning: done; ${failed} of ${meta.targets.length} could not be read`;
+  const parentText = `:mag: GPU status of ${what}, requested by <@${meta.requester}> · ${state}`;
+  const views: MessageView[] = [
+    {
+      key: 'parent',
+      placement: 'parent',
+      text: parentText,
+      blocks: [
+        { type: 'section', text: { type: 'mrkdwn', text: parentText } },
+        { type: 'context', elements: [{ type: 'mrkdwn', text: `incident \`${meta.id}\` · ${stamp(meta.createdAt)}` }] },
+      ],
+    },
+  ];
+  if (meta.kind === 'status') {
+    for (const e of events) {
+      if (e.type === 'snapshot') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, `\`${e.snapshot.machineId}\``));
+      if (e.type === 'machine_error') {
+        const text = explainMachineError(e.machineId, e.code, e.message);
+        views.push({ key: `ev:${e.id}`, placement: 'reply', text, blocks: [{ type: 'section', text: { type: 'mrkdwn', text: text.slice(0, 3000) } }] });
+      }
+    }
+  } else if (meta.kind === 'status_all' && done) {
+    const ordered = meta.targets.map((t) => results.get(t)).filter((r): r is MachineResult => r !== undefined);
+    const header = ['Machine', 'GPUs', 'Memory held', 'RAM', 'Flags'];
+    const rows = ordered.map(summaryRow);
+    const errors = ordered.filter((r) => r.error).map((r) => explainMachineError(r.machineId, r.error?.code ?? '', r.error?.message ?? '').split('\n')[0] ?? '');
+    const heading = `*Summary of ${ordered.length} machines*`;
+    const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, buildTableBlock(header, rows).block];
+    if (errors.length > 0) blocks.push({ type: 'section', text: { type: 'mrkdwn', text: errors.join('\n').slice(0, 3000) } });
+    views.push({ key: 'summary', placement: 'reply', text: [heading, monospaceTable(header, rows), ...errors].join('\n'), blocks });
+  }
+  return views;
+}
