@@ -3,7 +3,50 @@
  * Entry point: `bot`, `worker`, `start` (both in one process), `config check`, `parse`.
  * Each subcommand is loaded lazily so that `parse` never loads Slack or SSH code.
  */
+import type { Role } from './config/env.ts';
+
 const [sub, ...rest] = process.argv.slice(2);
+
+async function run(role: Role): Promise<number> {
+  const { parseEnv } = await import('./config/env.ts');
+  const { loadInventoryFile } = await import('./config/load-inventory.ts');
+  const { createLogger } = await import('./logger.ts');
+  const e = parseEnv(process.env, role);
+  const env = e.env;
+  if (!env) {
+    process.stderr.write(`gpu-medic ${role}: cannot start:\n${e.problems.map((p) => `  - ${p.variable} ${p.message}`).join('\n')}\n`);
+    return 2;
+  }
+  const inv = await loadInventoryFile(env.GPU_MEDIC_INVENTORY);
+  if (!inv.inventory) {
+    process.stderr.write(
+      `gpu-medic ${role}: inventory ${env.GPU_MEDIC_INVENTORY} has problems:\n${inv.problems.map((p) => `  - ${p.at}: ${p.message}`).join('\n')}\n`,
+    );
+    return 2;
+  }
+  const logger = createLogger({ name: `gpu-medic-${role}`, level: env.LOG_LEVEL });
+  const stops: Array<() => Promise<void>> = [];
+  if (role === 'bot' || role === 'start') {
+    const { startBot } = await import('./bot.ts');
+    // The bot never gets SSH key paths it could open; it only needs machine ids and sites.
+    const bot = await startBot(env, inv.inventory, logger);
+    stops.push(() => bot.stop());
+  }
+  if (role === 'worker' || role === 'start') {
+    const { startWorkerProcess } = await import('./worker-process.ts');
+    const workerEnv = { ...env, SLACK_BOT_TOKEN: undefined, SLACK_APP_TOKEN: undefined, SLACK_SIGNING_SECRET: undefined };
+    const w = await startWorkerProcess(workerEnv, inv.inventory, logger);
+    stops.push(() => w.close());
+  }
+  await new Promise<void>((resolve) => {
+    const stop = (): void => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  logger.info('shutting down');
+  for (const s of stops) await s();
+  return 0;
+}
 
 async function main(): Promise<number> {
   switch (sub) {
@@ -11,10 +54,18 @@ async function main(): Promise<number> {
       const { runParseCommand } = await import('./cli/parse-command.ts');
       return runParseCommand(rest, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr });
     }
-    default:
-      process.stderr.write(`usage: gpu-medic <bot|worker|start|config check|parse> ...\n`);
-      return 2;
+    case 'config': {
+      if (rest[0] !== 'check') break;
+      const { runConfigCheck } = await import('./cli/config-check.ts');
+      return runConfigCheck(rest.slice(1), process.env, process.stdout);
+    }
+    case 'bot':
+    case 'worker':
+    case 'start':
+      return run(sub);
   }
+  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|->\n`);
+  return 2;
 }
 
 main().then(

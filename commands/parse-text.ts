@@ -1,0 +1,59 @@
+import { closest } from '../src/config/suggest.ts';
+
+export type ParsedCommand =
+  | { kind: 'help' }
+  | { kind: 'status'; target: string | 'all' }
+  | { kind: 'unstick'; target: string; reason: string | null }
+  | { kind: 'invalid'; message: string };
+
+export const SUBCOMMANDS = ['status', 'unstick', 'help'] as const;
+export const MAX_TEXT = 500;
+const TARGET = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+/** Turns the slash-command text into a command. Pure; never touches the inventory or a shell. */
+export function parseCommandText(raw: string): ParsedCommand {
+  if (raw.length > MAX_TEXT) return { kind: 'invalid', message: `that text is ${raw.length} characters long; commands are short, e.g. \`/gpu status kpro5\`` };
+  const text = raw.trim();
+  if (text === '' || text === 'help' || text === '-h' || text === '--help') return { kind: 'help' };
+  const words = text.split(/\s+/);
+  const sub = (words[0] ?? '').toLowerCase();
+  const rest = words.slice(1);
+  switch (sub) {
+    case 'status': {
+      if (rest.length === 0) return { kind: 'status', target: 'all' };
+      if (rest.length > 1) return { kind: 'invalid', message: '`status` takes one target, e.g. `/gpu status kpro5` or `/gpu status all`' };
+      const t = (rest[0] ?? '').toLowerCase();
+      if (t === 'all') return { kind: 'status', target: 'all' };
+      if (!TARGET.test(t)) return { kind: 'invalid', message: `"${printable(rest[0] ?? '')}" is not a machine name` };
+      return { kind: 'status', target: t };
+    }
+    case 'unstick': {
+      if (rest.length === 0) return { kind: 'invalid', message: '`unstick` needs a target, e.g. `/gpu unstick ct129 hung TP ranks`' };
+      const t = (rest[0] ?? '').toLowerCase();
+      if (!TARGET.test(t) || t === 'all') return { kind: 'invalid', message: `"${printable(rest[0] ?? '')}" is not a machine name (unstick works on one machine)` };
+      const reason = rest.slice(1).join(' ').slice(0, 300);
+      return { kind: 'unstick', target: t, reason: reason === '' ? null : reason };
+    }
+    default: {
+      const guess = closest(sub, SUBCOMMANDS);
+      return {
+        kind: 'invalid',
+        message: `"${printable(words[0] ?? '')}" is not a gpu-medic command${guess ? `; did you mean \`${guess}\`?` : ''}`,
+      };
+    }
+  }
+}
+
+/** Echoes user text back safely: no mentions, no formatting, bounded. */
+export function printable(s: string): string {
+  const clean = s.replace(/[\u0000-\u001f\u007f<>&`*_~|]/g, '?');
+  return clean.length > 40 ? `${clean.slice(0, 40)}…` : clean;
+}
+
+export const HELP_TEXT = [
+  '*gpu-medic*: see and recover stuck NVIDIA GPUs.',
+  '• `/gpu status <machine>`: GPU table (memory, util, holders) and RAM of a host or container',
+  '• `/gpu status` or `/gpu status all`: one summary row per machine',
+  '• `/gpu unstick <container> [reason]`: stop the processes holding its GPUs; host-level kills need a second approver',
+  '• `/gpu help`: this text',
+].join('\n');

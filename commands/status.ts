@@ -1,0 +1,48 @@
+import { findMachine, listMachines, type Machine } from '../src/config/machines.ts';
+import { closest } from '../src/config/suggest.ts';
+import { isCodedError } from '../src/errors.ts';
+import type { IncidentMeta } from '../src/incident/events.ts';
+import type { CommandDeps, SlashInput } from './deps.ts';
+
+export const QUEUE_DOWN =
+  ':warning: The work queue (Redis) is not answering, so nothing was done and nothing was queued. Try again in a minute; if it persists, check the Redis behind gpu-medic.';
+
+/** `/gpu status <target|all>`: validate, open an incident, enqueue one read-only job per site. */
+export async function statusCommand(target: string, input: SlashInput, deps: CommandDeps): Promise<string> {
+  let machines: Machine[];
+  if (target === 'all') {
+    machines = listMachines(deps.inventory);
+    if (machines.length === 0) return 'The inventory has no machines yet, so there is nothing to read. Nothing was queued.';
+  } else {
+    const m = findMachine(deps.inventory, target);
+    if (!m) {
+      const guess = closest(target, listMachines(deps.inventory).map((x) => x.id));
+      return `:question: I don't know a machine called \`${target}\`${guess ? `; did you mean \`${guess}\`?` : '.'} Nothing was queued. \`/gpu status all\` lists every machine.`;
+    }
+    machines = [m];
+  }
+  const id = deps.newIncidentId();
+  const meta: IncidentMeta = {
+    id,
+    kind: target === 'all' ? 'status_all' : 'status',
+    requester: input.userId,
+    channel: input.channelId,
+    targets: machines.map((m) => m.id),
+    text: input.text.slice(0, 500),
+    reason: null,
+    createdAt: deps.now().toISOString(),
+  };
+  const bySite = new Map<string, string[]>();
+  for (const m of machines) bySite.set(m.site, [...(bySite.get(m.site) ?? []), m.id]);
+  try {
+    await deps.log.create(meta);
+    for (const [site, ids] of bySite) await deps.dispatcher.enqueue(site, { kind: 'status', incidentId: id, machines: ids }, `${id}-${site}`);
+    await deps.log.append(id, { type: 'requested', at: meta.createdAt });
+  } catch (e) {
+    deps.logger.error({ err: e, incident: id, code: isCodedError(e) ? e.code : 'internal' }, 'could not queue status');
+    return QUEUE_DOWN;
+  }
+  deps.logger.info({ incident: id, targets: meta.targets, user: input.userId }, 'status queued');
+  const what = target === 'all' ? `all ${machines.length} machines` : `\`${target}\``;
+  return `:mag: Reading ${what}; the table will appear in a thread in this channel (incident \`${id}\`).`;
+}

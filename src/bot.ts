@@ -1,0 +1,59 @@
+import { Redis } from 'ioredis';
+import { registerCommands } from '../commands/index.ts';
+import type { Env } from './config/env.ts';
+import type { Inventory } from './config/inventory.ts';
+import { newIncidentId } from './incident/ids.ts';
+import { IncidentLog } from './incident/log.ts';
+import type { Logger } from './logger.ts';
+import { createDispatcher } from './queue/dispatcher.ts';
+import { createSlackApp } from './slack/app.ts';
+import { Outbox } from './slack/outbox.ts';
+
+export interface Bot {
+  port: number | null;
+  outbox: Outbox;
+  stop(): Promise<void>;
+}
+
+/** The Slack-facing process: Bolt, commands, the outbox. Holds Slack tokens and no SSH key. */
+export async function startBot(env: Env, inventory: Inventory, logger: Logger): Promise<Bot> {
+  // Commands must fail fast when Redis is down (the ack is due within 3 s): no offline queue.
+  const fast = new Redis(env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+  const steady = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+  fast.on('error', (err) => logger.debug({ err }, 'redis (commands) error'));
+  steady.on('error', (err) => logger.debug({ err }, 'redis (outbox) error'));
+  const slack = createSlackApp({
+    mode: env.GPU_MEDIC_MODE,
+    botToken: env.SLACK_BOT_TOKEN ?? '',
+    ...(env.SLACK_APP_TOKEN ? { appToken: env.SLACK_APP_TOKEN } : {}),
+    ...(env.SLACK_SIGNING_SECRET ? { signingSecret: env.SLACK_SIGNING_SECRET } : {}),
+    ...(env.SLACK_API_URL ? { apiUrl: env.SLACK_API_URL } : {}),
+    port: env.PORT,
+    logger,
+  });
+  const dispatcher = createDispatcher({ connection: fast, prefix: env.GPU_MEDIC_PREFIX });
+  registerCommands(slack.app, {
+    inventory,
+    log: new IncidentLog(fast, env.GPU_MEDIC_PREFIX),
+    dispatcher,
+    policy: { allowedChannels: env.GPU_MEDIC_ALLOWED_CHANNELS, allowedUsers: env.GPU_MEDIC_ALLOWED_USERS, approvers: env.GPU_MEDIC_APPROVERS },
+    now: () => new Date(),
+    newIncidentId: () => newIncidentId(new Date()),
+    logger: logger.child({ component: 'commands' }),
+  });
+  const outbox = new Outbox({ log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX), poster: slack.poster, logger: logger.child({ component: 'outbox' }) });
+  const { port } = await slack.start();
+  outbox.start();
+  logger.info({ mode: env.GPU_MEDIC_MODE, port }, 'bot started');
+  return {
+    port,
+    outbox,
+    async stop() {
+      await outbox.stop();
+      await slack.stop();
+      await dispatcher.close();
+      fast.disconnect();
+      steady.disconnect();
+    },
+  };
+}

@@ -1,0 +1,72 @@
+import type { Server } from 'node:http';
+import { App, LogLevel } from '@slack/bolt';
+import type { Logger } from '../logger.ts';
+import { boltLogger } from './bolt-logger.ts';
+import type { SlackPoster } from './outbox.ts';
+
+export interface SlackAppOptions {
+  mode: 'socket' | 'http';
+  botToken: string;
+  /** Socket Mode only (xapp-...). */
+  appToken?: string;
+  /** HTTP mode only: requests without a valid v0 signature or older than 5 minutes are refused by Bolt. */
+  signingSecret?: string;
+  /** Web API base (must end with /api/); default Slack's. */
+  apiUrl?: string;
+  /** HTTP mode listening port; 0 picks a free one. */
+  port: number;
+  logger: Logger;
+}
+
+export interface SlackApp {
+  app: App;
+  poster: SlackPoster;
+  start(): Promise<{ port: number | null }>;
+  stop(): Promise<void>;
+}
+
+export function createSlackApp(o: SlackAppOptions): SlackApp {
+  const clientOptions = {
+    ...(o.apiUrl ? { slackApiUrl: o.apiUrl } : {}),
+    // A few quick retries per call; the outbox retries the rest later, so one outage never blocks other incidents for long.
+    retryConfig: { retries: 4, factor: 2, minTimeout: 300, maxTimeout: 5_000 },
+  };
+  const logger = boltLogger(o.logger);
+  const app =
+    o.mode === 'socket'
+      ? new App({ token: o.botToken, appToken: o.appToken ?? '', socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
+      : new App({ token: o.botToken, signingSecret: o.signingSecret ?? '', clientOptions, logger, logLevel: LogLevel.INFO });
+  const poster: SlackPoster = {
+    async post(m) {
+      const r = await app.client.chat.postMessage({
+        channel: m.channel,
+        text: m.text,
+        ...(m.threadTs ? { thread_ts: m.threadTs } : {}),
+        ...(m.blocks ? { blocks: m.blocks } : {}),
+        unfurl_links: false,
+        unfurl_media: false,
+      });
+      if (typeof r.ts !== 'string') throw new Error('chat.postMessage returned no ts');
+      return { ts: r.ts };
+    },
+    async update(m) {
+      await app.client.chat.update({ channel: m.channel, ts: m.ts, text: m.text, ...(m.blocks ? { blocks: m.blocks } : {}) });
+    },
+  };
+  return {
+    app,
+    poster,
+    async start() {
+      if (o.mode === 'socket') {
+        await app.start();
+        return { port: null };
+      }
+      const server = (await app.start(o.port)) as Server;
+      const addr = server.address();
+      return { port: typeof addr === 'object' && addr ? addr.port : o.port };
+    },
+    async stop() {
+      await app.stop();
+    },
+  };
+}

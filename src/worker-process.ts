@@ -1,0 +1,21 @@
+import { startWorkers, type WorkerGroup } from '../workers/index.ts';
+import type { Env } from './config/env.ts';
+import type { Inventory } from './config/inventory.ts';
+import type { Logger } from './logger.ts';
+import { createSshExecutor } from './ssh/executor.ts';
+
+/** The SSH-holding process: BullMQ workers for this worker's sites. Holds no Slack token. */
+export async function startWorkerProcess(env: Env, inventory: Inventory, logger: Logger): Promise<WorkerGroup> {
+  const executor = createSshExecutor({
+    connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
+    logger: logger.child({ component: 'ssh' }),
+  });
+  return startWorkers({
+    redisUrl: env.REDIS_URL,
+    prefix: env.GPU_MEDIC_PREFIX,
+    inventory,
+    executor,
+    logger: logger.child({ component: 'worker' }),
+    sites: env.GPU_MEDIC_SITES,
+  });
+}

@@ -1,0 +1,57 @@
+import type { Inventory } from '../src/config/inventory.ts';
+import { findMachine, routeFor } from '../src/config/machines.ts';
+import type { IncidentLog } from '../src/incident/log.ts';
+import type { Logger } from '../src/logger.ts';
+import { takeSnapshot } from '../src/playbooks/snapshot.ts';
+import type { StatusJob } from '../src/queue/jobs.ts';
+import type { Executor } from '../src/ssh/types.ts';
+
+export interface StatusWorkerDeps {
+  inventory: Inventory;
+  executor: Executor;
+  log: IncidentLog;
+  now(): Date;
+  commandTimeoutMs: number;
+  logger: Logger;
+}
+
+/** Reads every machine of the job in parallel; each result becomes one event. Read-only, so safe to retry. */
+export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Promise<void> {
+  const logger = deps.logger.child({ incident: job.incidentId });
+  await Promise.all(
+    job.machines.map(async (id) => {
+      const machine = findMachine(deps.inventory, id);
+      const route = routeFor(deps.inventory, id);
+      if (!machine || !route) {
+        await deps.log.append(job.incidentId, {
+          type: 'machine_error',
+          at: deps.now().toISOString(),
+          machineId: id,
+          code: 'target_unknown',
+          message: `this worker's inventory has no machine "${id}"`,
+          commands: [],
+        });
+        return;
+      }
+      const outcome = await takeSnapshot(machine, route, {
+        exec: (r, s) => deps.executor.exec(r, s),
+        now: deps.now,
+        commandTimeoutMs: deps.commandTimeoutMs,
+      });
+      const at = deps.now().toISOString();
+      if (outcome.ok) {
+        await deps.log.append(job.incidentId, { type: 'snapshot', at, label: 'status', snapshot: outcome.snapshot, commands: outcome.commands });
+      } else {
+        logger.warn({ machine: id, code: outcome.code }, 'snapshot failed');
+        await deps.log.append(job.incidentId, {
+          type: 'machine_error',
+          at,
+          machineId: id,
+          code: outcome.code,
+          message: outcome.message,
+          commands: outcome.commands,
+        });
+      }
+    }),
+  );
+}
