@@ -1,0 +1,68 @@
+import { describe, expect, it } from 'vitest';
+import { parseEnv } from '../../src/config/env.ts';
+import { validateInventory } from '../../src/config/load-inventory.ts';
+import { findMachine, routeFor } from '../../src/config/machines.ts';
+
+const FP = 'SHA256:' + 'A'.repeat(43);
+
+describe('inventory', () => {
+  const good = {
+    defaults: { keyFile: '/keys/id' },
+    hosts: [{ id: 'kpro5', address: '10.1.2.6', hostKeys: [FP] }],
+    containers: [
+      { id: 'ct129', vmid: 129, host: 'kpro5', address: '10.1.230.172', hostKeys: [FP] },
+      { id: 'ct130', vmid: 130, host: 'kpro5' },
+    ],
+  };
+  it('accepts a good inventory and routes containers', () => {
+    const r = validateInventory(good);
+    expect(r.problems).toEqual([]);
+    const inv = r.inventory;
+    if (!inv) throw new Error('no inventory');
+    expect(findMachine(inv, 'ct129')).toMatchObject({ kind: 'container', vmid: 129, site: 'default' });
+    expect(routeFor(inv, 'ct129')).toMatchObject({ kind: 'direct', endpoint: { host: '10.1.230.172', port: 22, username: 'root' } });
+    expect(routeFor(inv, 'ct130')).toMatchObject({ kind: 'pct', vmid: 130, host: { host: '10.1.2.6' } });
+    expect(routeFor(inv, 'nope')).toBeNull();
+  });
+  it('lists every problem at once, with where', () => {
+    const r = validateInventory({
+      hosts: [
+        { id: 'kpro5', address: '10.1.2.6', hostKeys: ['MD5:aa'] },
+        { id: 'Bad Id', address: 'x;y', hostKeys: [] },
+      ],
+    });
+    expect(r.inventory).toBeNull();
+    const at = r.problems.map((p) => p.at);
+    expect(at).toContain('hosts[0].hostKeys[0]');
+    expect(at).toContain('hosts[1].id');
+    expect(at).toContain('hosts[1].address');
+    expect(at).toContain('hosts[1].hostKeys');
+  });
+  it('catches cross-reference mistakes', () => {
+    const r = validateInventory({
+      hosts: [{ id: 'kpro5', address: 'h', hostKeys: [FP] }],
+      containers: [
+        { id: 'kpro5', vmid: 129, host: 'nohost' },
+        { id: 'ct1', vmid: 131, host: 'kpro5', address: '10.0.0.1' },
+      ],
+    });
+    const msgs = r.problems.map((p) => `${p.at}: ${p.message}`).join('\n');
+    expect(msgs).toContain('hosts[0].keyFile');
+    expect(msgs).toContain('containers[0].id: "kpro5" is already used');
+    expect(msgs).toContain('containers[0].host: no host "nohost"');
+    expect(msgs).toContain('containers[1].hostKeys');
+  });
+});
+
+describe('env', () => {
+  it('requires the tokens of the mode, per role', () => {
+    expect(parseEnv({}, 'bot').problems.map((p) => p.variable).sort()).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
+    expect(parseEnv({ GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: 'xoxb-1' }, 'bot').problems.map((p) => p.variable)).toEqual(['SLACK_SIGNING_SECRET']);
+    expect(parseEnv({}, 'worker').problems).toEqual([]);
+  });
+  it('refuses approvers given by name', () => {
+    const r = parseEnv({ GPU_MEDIC_APPROVERS: 'U012AB,@alice' }, 'worker');
+    expect(r.env).toBeNull();
+    expect(r.problems[0]?.variable).toBe('GPU_MEDIC_APPROVERS');
+  });
+});

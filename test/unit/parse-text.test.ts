@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { parseCommandText, printable } from '../../commands/parse-text.ts';
+import { closest, editDistance } from '../../src/config/suggest.ts';
+
+describe('parseCommandText', () => {
+  it('reads status with and without a target', () => {
+    expect(parseCommandText('status kpro5')).toEqual({ kind: 'status', target: 'kpro5' });
+    expect(parseCommandText('  STATUS   CT129 ')).toEqual({ kind: 'status', target: 'ct129' });
+    expect(parseCommandText('status')).toEqual({ kind: 'status', target: 'all' });
+    expect(parseCommandText('status all')).toEqual({ kind: 'status', target: 'all' });
+  });
+  it('treats empty text and help words as help', () => {
+    for (const t of ['', '   ', 'help', '--help']) expect(parseCommandText(t)).toEqual({ kind: 'help' });
+  });
+  it('keeps the unstick reason as data', () => {
+    expect(parseCommandText('unstick ct129 hung TP ranks; rm -rf /')).toEqual({ kind: 'unstick', target: 'ct129', reason: 'hung TP ranks; rm -rf /' });
+    expect(parseCommandText('unstick ct129')).toEqual({ kind: 'unstick', target: 'ct129', reason: null });
+  });
+  it('refuses shell metacharacters and odd targets as names', () => {
+    for (const t of ['status $(reboot)', 'status kpro5;ls', 'status `id`', "status 'x'", 'status ../etc', 'unstick all']) {
+      const r = parseCommandText(t);
+      expect(r.kind, t).toBe('invalid');
+    }
+  });
+  it('suggests the closest subcommand', () => {
+    const r = parseCommandText('stauts kpro5');
+    expect(r.kind).toBe('invalid');
+    expect(r.kind === 'invalid' && r.message).toContain('did you mean `status`');
+  });
+  it('refuses over-long text without echoing it', () => {
+    const r = parseCommandText(`status ${'a'.repeat(4000)}`);
+    expect(r.kind).toBe('invalid');
+    expect(r.kind === 'invalid' && r.message.length).toBeLessThan(200);
+  });
+  it('echoes user text without mentions or formatting', () => {
+    expect(printable('<!channel>*bold*`x`')).not.toMatch(/[<>*`]/);
+  });
+});
+
+describe('closest', () => {
+  it('finds near misses and refuses far ones', () => {
+    const ids = ['kpro5', 'kpro6', 'ct129', 'ct130'];
+    expect(closest('kpro55', ids)).toBe('kpro5');
+    expect(closest('ct12', ids)).toBe('ct129');
+    expect(closest('zzzzzzzz', ids)).toBeNull();
+    expect(editDistance('kitten', 'sitting')).toBe(3);
+  });
+});
