@@ -11,3 +11,4 @@ export type { FormatXmlOptions } from './format-xml.ts';
 export { formatNvidiaError, formatGpuResetSuccess } from './format-nvidia-error.ts';
 export type { CommandOutput, FormatNvidiaErrorOptions } from './format-nvidia-error.ts';
 export { formatFreeBytes } from './format-free-bytes.ts';
+export { formatSnapshotText } from './format-snapshot-text.ts';
