@@ -1,0 +1,180 @@
+/*
+ * fleet-holder: the one real process the test fleet runs for simulated workloads.
+ *
+ *   FLEET_MODE=holder (default)  a GPU holder or a bystander: opens + mmaps the device files in
+ *                                FLEET_DEVS (colon-separated), logs every catchable signal it gets to
+ *                                FLEET_SIGLOG, prints "READY <pid> <host-pid>" and sleeps until killed.
+ *   FLEET_MODE=init              a container's PID 1: reaps orphans forever.
+ *
+ * The process title is FLEET_ARGV (e.g. "sglang::scheduler_TP0"): the program re-execs itself with it,
+ * and comm is set to basename(argv[0]) so `ps -o comm` and `fuser -v` show it too.
+ * Other env: FLEET_HOLDER_ID (tag for the signal log), FLEET_IGNORE_TERM=1, FLEET_UID/FLEET_GID
+ * (drop privileges after opening the signal log, before opening the devices), FLEET_HOSTPROC (the
+ * host's /proc, to print our host PID).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int siglog_fd = -1;
+static int ignore_term = 0;
+static char holder_id[64] = "?";
+
+static void fmt_u64(char *buf, size_t *len, unsigned long long v) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = (char)('0' + (v % 10));
+    v /= 10;
+  } while (v > 0 && n < 23);
+  while (n > 0) buf[(*len)++] = tmp[--n];
+}
+
+/* Async-signal-safe: one write() of "<ms> <id> <signo> <sender-pid>\n". */
+static void on_signal(int sig, siginfo_t *info, void *ctx) {
+  (void)ctx;
+  if (siglog_fd >= 0) {
+    char line[160];
+    size_t len = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fmt_u64(line, &len, (unsigned long long)ts.tv_sec * 1000ULL + (unsigned long long)(ts.tv_nsec / 1000000));
+    line[len++] = ' ';
+    for (const char *p = holder_id; *p != '\0' && len < 100; p++) line[len++] = *p;
+    line[len++] = ' ';
+    fmt_u64(line, &len, (unsigned long long)sig);
+    line[len++] = ' ';
+    fmt_u64(line, &len, (unsigned long long)(info != NULL && info->si_pid > 0 ? info->si_pid : 0));
+    line[len++] = '\n';
+    ssize_t w = write(siglog_fd, line, len);
+    (void)w;
+  }
+  if (sig == SIGTERM && ignore_term) return;
+  signal(sig, SIG_DFL);
+  raise(sig); /* delivered when the handler returns: the process dies by this very signal */
+}
+
+static void set_comm(const char *argv0) {
+  const char *base = strrchr(argv0, '/');
+  base = base != NULL ? base + 1 : argv0;
+  prctl(PR_SET_NAME, base, 0, 0, 0);
+}
+
+static int run_init(void) {
+  for (;;) {
+    pid_t pid = waitpid(-1, NULL, 0);
+    if (pid < 0) sleep(1);
+  }
+  return 0;
+}
+
+/* FLEET_ARGV ("\x1f"-separated) = the argv to show: re-exec ourselves under it (nsenter can't set argv[0]). */
+static void reexec_with_title(void) {
+  const char *spec = getenv("FLEET_ARGV");
+  if (spec == NULL || spec[0] == '\0') return;
+  char *copy = strdup(spec);
+  char *args[64];
+  int n = 0;
+  for (char *tok = strtok(copy, "\x1f"); tok != NULL && n < 63; tok = strtok(NULL, "\x1f")) args[n++] = tok;
+  args[n] = NULL;
+  unsetenv("FLEET_ARGV");
+  execv("/proc/self/exe", args);
+  perror("fleet-holder: re-exec");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  reexec_with_title();
+  const char *mode = getenv("FLEET_MODE");
+  if (argv[0] != NULL) set_comm(argv[0]);
+  if (mode != NULL && strcmp(mode, "init") == 0) return run_init();
+
+  struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+
+  const char *id = getenv("FLEET_HOLDER_ID");
+  if (id != NULL) snprintf(holder_id, sizeof holder_id, "%s", id);
+  const char *ign = getenv("FLEET_IGNORE_TERM");
+  ignore_term = ign != NULL && strcmp(ign, "1") == 0;
+
+  const char *siglog = getenv("FLEET_SIGLOG");
+  if (siglog != NULL && siglog[0] != '\0') {
+    siglog_fd = open(siglog, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (siglog_fd < 0) {
+      perror("fleet-holder: open signal log");
+      return 2;
+    }
+  }
+
+  const char *gid = getenv("FLEET_GID");
+  const char *uid = getenv("FLEET_UID");
+  if (uid != NULL && uid[0] != '\0' && setgroups(0, NULL) != 0) {
+    perror("fleet-holder: setgroups");
+    return 2;
+  }
+  if (gid != NULL && gid[0] != '\0' && setgid((gid_t)atoi(gid)) != 0) {
+    perror("fleet-holder: setgid");
+    return 2;
+  }
+  if (uid != NULL && uid[0] != '\0' && setuid((uid_t)atoi(uid)) != 0) {
+    perror("fleet-holder: setuid");
+    return 2;
+  }
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  const int caught[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGALRM, SIGABRT};
+  for (size_t i = 0; i < sizeof caught / sizeof caught[0]; i++) sigaction(caught[i], &sa, NULL);
+
+  /* Open every device the process "uses" (as CUDA does: read-write, mapped), after dropping privileges. */
+  const char *devs = getenv("FLEET_DEVS");
+  if (devs != NULL && devs[0] != '\0') {
+    char *copy = strdup(devs);
+    for (char *tok = strtok(copy, ":"); tok != NULL; tok = strtok(NULL, ":")) {
+      int fd = open(tok, O_RDWR);
+      if (fd < 0) {
+        fprintf(stderr, "fleet-holder: open %s: %s\n", tok, strerror(errno));
+        return 3;
+      }
+      void *map = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+      if (map == MAP_FAILED) {
+        fprintf(stderr, "fleet-holder: mmap %s: %s\n", tok, strerror(errno));
+        return 3;
+      }
+    }
+    free(copy);
+  }
+
+  /* Our PID in the host's namespace: FLEET_HOSTPROC is the host's /proc (bind-mounted in a container). */
+  long host_pid = (long)getpid();
+  const char *hostproc = getenv("FLEET_HOSTPROC");
+  if (hostproc != NULL && hostproc[0] != '\0') {
+    char path[512];
+    snprintf(path, sizeof path, "%s/self/stat", hostproc);
+    FILE *f = fopen(path, "r");
+    if (f == NULL || fscanf(f, "%ld", &host_pid) != 1) {
+      fprintf(stderr, "fleet-holder: cannot read %s\n", path);
+      return 3;
+    }
+    fclose(f);
+  }
+  printf("READY %d %ld\n", (int)getpid(), host_pid);
+  fflush(stdout);
+  for (;;) pause();
+}

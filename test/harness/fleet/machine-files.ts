@@ -1,0 +1,83 @@
+/** Creates a machine's dir: machine.json, bin/ tool wrappers, and for a host its state and device files. */
+import { createHash } from 'node:crypto';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { shellQuote } from '../../../src/ssh/quote.ts';
+import type { FleetTools } from './build-tools.ts';
+import { type GpuState, type HostState, type MachineInfo, writeJsonAtomic } from './state.ts';
+import type { GpuSpec, HostSpec } from './types.ts';
+
+const GiB = 1024 ** 3;
+
+function fakeUuid(seed: string): string {
+  const h = createHash('sha256').update(seed).digest('hex');
+  return `GPU-${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`;
+}
+
+export function defaultHostState(spec: HostSpec): HostState {
+  const list: GpuSpec[] = typeof spec.gpus === 'number' ? Array.from({ length: spec.gpus }, () => ({})) : spec.gpus;
+  const gpus: GpuState[] = list.map((g, index) => ({
+    index,
+    name: g.name ?? 'NVIDIA H200',
+    uuid: g.uuid ?? fakeUuid(`${spec.id}/${index}`),
+    busId: g.busId ?? `00000000:${(index + 1).toString(16).toUpperCase().padStart(2, '0')}:00.0`,
+    memoryTotalMiB: g.memoryTotalMiB ?? 143771,
+    leakMiB: 0,
+    persistence: g.persistence ?? false,
+    resetAt: null,
+    error: null,
+  }));
+  return {
+    driverVersion: '590.48.01',
+    cudaVersion: '13.1',
+    gpus,
+    error: null,
+    ram: { totalBytes: Math.round((spec.ramTotalGiB ?? 449) * GiB), usedBytes: Math.round((spec.ramUsedGiB ?? 12) * GiB) },
+  };
+}
+
+/** Device files a host's GPUs are reached through (plain files: holders open and mmap them; containers bind-mount them). */
+export function deviceNames(gpuCount: number): string[] {
+  return [...Array.from({ length: gpuCount }, (_, i) => `nvidia${i}`), 'nvidiactl', 'nvidia-uvm', 'nvidia-uvm-tools'];
+}
+
+async function writeWrapper(binDir: string, name: string, machineDir: string, script: string): Promise<void> {
+  const text = [
+    '#!/bin/sh',
+    `FLEET_MACHINE_DIR=${shellQuote(machineDir)}; export FLEET_MACHINE_DIR`,
+    `exec ${shellQuote(process.execPath)} ${shellQuote(script)} "$@"`,
+    '',
+  ].join('\n');
+  await writeFile(join(binDir, name), text, { mode: 0o755 });
+}
+
+export async function writeMachineFiles(o: {
+  dir: string;
+  info: MachineInfo;
+  tools: FleetTools;
+  hostState?: HostState;
+}): Promise<void> {
+  const bin = join(o.dir, 'bin');
+  await mkdir(bin, { recursive: true });
+  writeJsonAtomic(join(o.dir, 'machine.json'), o.info);
+  await writeFile(join(o.dir, 'tools.log'), '', { mode: 0o666 });
+  await writeWrapper(bin, 'nvidia-smi', o.dir, o.tools.nvidiaSmi);
+  await writeWrapper(bin, 'free', o.dir, o.tools.free);
+  if (o.info.kind === 'host') {
+    await writeWrapper(bin, 'pct', o.dir, o.tools.pct);
+    await mkdir(join(o.dir, 'holders'), { recursive: true });
+    await mkdir(join(o.dir, 'containers'), { recursive: true });
+    const devDir = join(o.dir, 'dev');
+    await mkdir(devDir, { recursive: true });
+    const state = o.hostState;
+    if (state === undefined) throw new Error(`host ${o.info.id}: no state`);
+    writeJsonAtomic(join(o.dir, 'state.json'), state);
+    for (const name of deviceNames(state.gpus.length)) {
+      await writeFile(join(devDir, name), Buffer.alloc(4096));
+      await chmod(join(devDir, name), 0o666); // holders may run as another user
+    }
+  } else {
+    await mkdir(join(o.dir, 'hostproc'), { recursive: true });
+    await mkdir(join(o.dir, 'hostdev'), { recursive: true });
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * The fleet's simulated workloads: GPU holders and bystanders, each a real process (holder.c).
+ *
+ * - A holder "allocates" memory by being registered in its host's holders/ dir (host PID, start
+ *   time, gpu→MiB); the fake nvidia-smi counts it while that PID still has that start time.
+ *   It also opens and maps the device files it uses, so real `fuser` sees it.
+ * - In a container, the process is started through nsenter into the container's namespaces:
+ *   it has a container PID and a host PID (NSpid), and its parent is outside the container
+ *   (PPID 0 inside, as for anything started by `pct exec`).
+ * - Signals: the process logs every catchable signal it receives (with the sender's PID) to
+ *   <fleet>/signals.log; an uncatchable SIGKILL is seen as its death by that signal.
+ * - dieDelayMs: when the fleet sees the process exit it stamps exitedAt; the memory stays in use
+ *   until exitedAt + dieDelayMs (and also between the death and the stamp).
+ */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { constants } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { FleetTools } from './build-tools.ts';
+import { nsenterArgs } from './container.ts';
+import { recordPid } from './registry.ts';
+import { type HolderRecord, procStartTime, readJson, writeJsonAtomic } from './state.ts';
+import { spawnReady } from './spawn-ready.ts';
+import type { FleetProcess, HolderOptions, SignalRecord, SpawnOptions } from './types.ts';
+
+const execFileP = promisify(execFile);
+
+export interface ProcessTarget {
+  machineId: string;
+  hostDir: string;
+  kind: 'host' | 'container';
+  /** The container's PID 1 (host PID); null on a host. */
+  initHostPid: number | null;
+  /** The host's /proc as seen where the process runs. */
+  hostProc: string;
+  machineDir: string;
+}
+
+interface Entry {
+  proc: FleetProcess;
+  kind: 'holder' | 'bystander';
+  recordPath: string | null;
+}
+
+const DEFAULT_HOLDER_TITLE = 'python3 -m sglang.launch_server --tp-size 8';
+const SIGNAL_NAMES = new Map<number, string>(Object.entries(constants.signals).map(([name, num]) => [num, name]));
+
+async function userIds(user: string): Promise<{ uid: number; gid: number }> {
+  if (!/^[a-z_][a-z0-9_-]{0,31}$/.test(user)) throw new Error(`bad user name ${user}`);
+  const lookup = async () => {
+    try {
+      const { stdout } = await execFileP('getent', ['passwd', user]);
+      const f = stdout.trim().split(':');
+      return { uid: Number(f[2]), gid: Number(f[3]) };
+    } catch {
+      return null;
+    }
+  };
+  const found = await lookup();
+  if (found !== null) return found;
+  try {
+    await execFileP('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', user]);
+  } catch {
+    // a concurrent test file may have created it first
+  }
+  const created = await lookup();
+  if (created === null) throw new Error(`could not create user ${user}`);
+  return created;
+}
+
+function readCmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s !== '').join(' ');
+  } catch {
+    return '';
+  }
+}
+
+export class ProcessTable {
+  private readonly entries = new Map<string, Entry>();
+  private readonly kills: SignalRecord[] = [];
+  private seq = 0;
+  /** Machines being stopped by the fleet: their processes' deaths are not signals to report. */
+  private readonly quiet = new Set<string>();
+  private stopping = false;
+
+  constructor(
+    private readonly fleetDir: string,
+    private readonly tools: FleetTools,
+  ) {}
+
+  get signalLogPath(): string {
+    return join(this.fleetDir, 'signals.log');
+  }
+
+  quietMachine(machineId: string): void {
+    this.quiet.add(machineId);
+  }
+
+  stopAll(): void {
+    this.stopping = true;
+  }
+
+  list(): FleetProcess[] {
+    return [...this.entries.values()].map((e) => e.proc);
+  }
+
+  async spawn(target: ProcessTarget, kind: 'holder' | 'bystander', o: SpawnOptions & Partial<HolderOptions>): Promise<FleetProcess> {
+    const id = `${kind === 'holder' ? 'h' : 'b'}${++this.seq}`;
+    const title = o.title ?? (kind === 'holder' ? DEFAULT_HOLDER_TITLE : 'python3');
+    const argv = title.split(' ').filter((s) => s !== '');
+    const gpus = kind === 'holder' ? (o.gpus ?? []) : [];
+    // As CUDA does: the GPUs it uses plus the control and UVM devices.
+    const devNames: string[] = gpus.length === 0 ? [] : [...gpus.map((g) => `nvidia${g.index}`), 'nvidiactl', 'nvidia-uvm'];
+    const devDir = target.kind === 'host' ? join(target.hostDir, 'dev') : '/dev';
+    const env: NodeJS.ProcessEnv = {
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      FLEET_ARGV: argv.join('\x1f'),
+      FLEET_DEVS: devNames.map((n) => join(devDir, n)).join(':'),
+      FLEET_SIGLOG: this.signalLogPath,
+      FLEET_HOLDER_ID: id,
+      FLEET_HOSTPROC: target.hostProc,
+      FLEET_MACHINE: target.machineId,
+    };
+    if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
+    const user = o.user ?? 'root';
+    if (user !== 'root') {
+      const ids = await userIds(user);
+      env['FLEET_UID'] = String(ids.uid);
+      env['FLEET_GID'] = String(ids.gid);
+    }
+    const [file, args] =
+      target.kind === 'host' || target.initHostPid === null
+        ? [this.tools.holder, []]
+        : ['nsenter', [...nsenterArgs(target.initHostPid), this.tools.holder]];
+    const r = await spawnReady(file, args, { env, stderrPath: join(target.machineDir, 'processes.log') });
+    const m = /^READY (\d+) (\d+)$/.exec(r.line);
+    if (m === null) throw new Error(`${id}: bad ready line ${JSON.stringify(r.line)}`);
+    const hostPid = Number(m[2]);
+    const containerPid = target.kind === 'container' ? Number(m[1]) : null;
+    const startTime = procStartTime('/proc', hostPid);
+    if (startTime === null) throw new Error(`${id}: process ${hostPid} vanished right after start`);
+    recordPid(this.fleetDir, hostPid, `${kind} ${id}`);
+    if (r.child.pid !== undefined && r.child.pid !== hostPid) recordPid(this.fleetDir, r.child.pid, `nsenter for ${id}`);
+
+    const proc: FleetProcess = {
+      id,
+      machine: target.machineId,
+      hostPid,
+      containerPid,
+      startTime,
+      cmdline: readCmdline(hostPid),
+      exited: r.exited,
+    };
+    let recordPath: string | null = null;
+    if (kind === 'holder') {
+      recordPath = join(target.hostDir, 'holders', `${id}.json`);
+      const rec: HolderRecord = {
+        id,
+        machine: target.machineId,
+        hostPid,
+        containerPid,
+        startTime,
+        cmdline: proc.cmdline,
+        user,
+        gpus,
+        dieDelayMs: o.dieDelayMs ?? 0,
+        registeredAt: Date.now(),
+        exitedAt: null,
+      };
+      writeJsonAtomic(recordPath, rec);
+    }
+    const entry: Entry = { proc, kind, recordPath };
+    this.entries.set(id, entry);
+    void r.exited.then(({ signal }) => this.onExit(entry, signal));
+    return proc;
+  }
+
+  private onExit(e: Entry, signal: string | null): void {
+    if (e.recordPath !== null) {
+      try {
+        const rec = readJson<HolderRecord>(e.recordPath);
+        writeJsonAtomic(e.recordPath, { ...rec, exitedAt: Date.now() });
+      } catch {
+        // fleet dir already removed
+      }
+    }
+    if (signal !== 'SIGKILL' || this.stopping || this.quiet.has(e.proc.machine)) return;
+    const p = e.proc;
+    this.kills.push({ ts: Date.now(), machine: p.machine, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, signal, by: null, kind: e.kind });
+  }
+
+  signals(): SignalRecord[] {
+    const out = [...this.kills];
+    let text = '';
+    try {
+      text = readFileSync(this.signalLogPath, 'utf8');
+    } catch {
+      // nothing signalled yet
+    }
+    for (const line of text.split('\n')) {
+      const f = line.split(' ');
+      const e = this.entries.get(f[1] ?? '');
+      if (f.length !== 4 || e === undefined) continue;
+      const p = e.proc;
+      out.push({
+        ts: Number(f[0]),
+        machine: p.machine,
+        hostPid: p.hostPid,
+        containerPid: p.containerPid,
+        cmdline: p.cmdline,
+        signal: SIGNAL_NAMES.get(Number(f[2])) ?? `SIG${f[2] ?? '?'}`,
+        by: Number(f[3]),
+        kind: e.kind,
+      });
+    }
+    return out.sort((a, b) => a.ts - b.ts);
+  }
+}

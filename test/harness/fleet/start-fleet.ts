@@ -1,0 +1,380 @@
+/**
+ * startFleet: simulated Proxmox hosts (a real sshd each, fake nvidia-smi/free/pct on PATH) and
+ * LXC containers (real PID + mount namespaces, optionally with their own sshd), with GPU holders
+ * as real processes. See docs in types.ts and the module comments of container.ts and
+ * process-table.ts.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { InventoryInput } from '../../../src/config/inventory.ts';
+import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
+import { buildFleetTools, type FleetTools } from './build-tools.ts';
+import { nsenterArgs, type RunningContainer, startContainer } from './container.ts';
+import { defaultHostState, writeMachineFiles } from './machine-files.ts';
+import { ProcessTable } from './process-table.ts';
+import { hostPidOf } from './proc-ns.ts';
+import {
+  FLEET_DIR_PREFIX,
+  isSame,
+  killFleetProcesses,
+  killQuietly,
+  recordedPids,
+  recordPid,
+  sweepStaleFleets,
+  waitGone,
+  writeOwner,
+} from './registry.ts';
+import { spawnReady } from './spawn-ready.ts';
+import { gpuUsage, type HostState, machineDir, readHolders, readJson, type ToolLogEntry, writeJsonAtomic } from './state.ts';
+import type { CommandLogEntry, ContainerSpec, Fleet, FleetOptions, FleetSpec, HostSpec, MachineView } from './types.ts';
+
+const GiB = 1024 ** 3;
+const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+interface HostRt {
+  spec: HostSpec;
+  dir: string;
+  sshd: Sshd | null;
+  port: number;
+  pinned: string;
+  current: string;
+}
+
+interface CtRt {
+  spec: ContainerSpec;
+  dir: string;
+  host: HostRt;
+  running: RunningContainer | null;
+  port: number | null;
+  pinned: string | null;
+  current: string | null;
+  /** Host PID of its sshd listener. */
+  sshdHostPid: number | null;
+}
+
+function validate(spec: FleetSpec): void {
+  const ids = new Set<string>();
+  const vmids = new Set<number>();
+  for (const m of [...spec.hosts, ...(spec.containers ?? [])]) {
+    if (!ID.test(m.id)) throw new Error(`fleet: bad machine id ${JSON.stringify(m.id)}`);
+    if (ids.has(m.id)) throw new Error(`fleet: duplicate machine id ${m.id}`);
+    ids.add(m.id);
+  }
+  for (const c of spec.containers ?? []) {
+    if (!spec.hosts.some((h) => h.id === c.host)) throw new Error(`fleet: container ${c.id} on unknown host ${c.host}`);
+    if (vmids.has(c.vmid)) throw new Error(`fleet: duplicate vmid ${c.vmid}`);
+    vmids.add(c.vmid);
+  }
+}
+
+const BASE_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root' };
+
+export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Promise<Fleet> {
+  validate(spec);
+  const [, tools] = await Promise.all([sweepStaleFleets(), buildFleetTools()]);
+  let dir: string;
+  if (opts.dir !== undefined) {
+    dir = opts.dir;
+    await mkdir(dir, { recursive: true });
+  } else {
+    dir = await mkdtemp(join('/tmp', FLEET_DIR_PREFIX));
+  }
+  await chmod(dir, 0o755); // holders may run as another user and open the device files inside
+  await mkdir(join(dir, 'pids'), { recursive: true });
+  await writeOwner(dir);
+  await writeFile(join(dir, 'signals.log'), '', { mode: 0o666 });
+
+  // Last resort when the test process exits without stop(): kill what we started, by PID.
+  const onExit = () => {
+    for (const p of recordedPids(dir)) if (isSame(p)) killQuietly(p.pid);
+  };
+  process.on('exit', onExit);
+
+  try {
+    return await build(spec, opts, dir, tools, onExit);
+  } catch (e) {
+    await killFleetProcesses(dir);
+    process.off('exit', onExit);
+    if (opts.keepDir !== true) await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: FleetTools, onExit: () => void): Promise<Fleet> {
+  const client = await generateKeyPair(join(dir, 'keys'), 'client');
+  const procs = new ProcessTable(dir, tools);
+
+  const hostSshdOptions = (h: { dir: string }, port?: number): SshdOptions => ({
+    dir: join(h.dir, 'sshd'),
+    authorizedKeys: [client.publicKey],
+    pathPrefix: join(h.dir, 'bin'),
+    commandLog: join(h.dir, 'commands.jsonl'),
+    ...(port === undefined ? {} : { port }),
+  });
+
+  const startHostSshd = async (h: { dir: string }, port?: number): Promise<Sshd> => {
+    const sshd = await startSshd(hostSshdOptions(h, port));
+    recordPid(dir, sshd.pid, 'sshd');
+    return sshd;
+  };
+
+  const hosts = new Map<string, HostRt>();
+  await Promise.all(
+    spec.hosts.map(async (hs) => {
+      const mdir = machineDir(dir, hs.id);
+      await writeMachineFiles({
+        dir: mdir,
+        tools,
+        hostState: defaultHostState(hs),
+        info: { id: hs.id, kind: 'host', hostId: hs.id, hostDir: mdir, vmid: null, hostProc: '/proc' },
+      });
+      const sshd = await startHostSshd({ dir: mdir });
+      hosts.set(hs.id, { spec: hs, dir: mdir, sshd, port: sshd.port, pinned: sshd.hostKeyFingerprint, current: sshd.hostKeyFingerprint });
+    }),
+  );
+  const hostOf = (id: string): HostRt => {
+    const h = hosts.get(id);
+    if (h === undefined) throw new Error(`fleet: no host ${id}`);
+    return h;
+  };
+
+  /** Starts the shared test sshd inside the container (see tools/container-sshd.ts). */
+  const startContainerSshd = async (c: CtRt, port?: number): Promise<void> => {
+    if (c.running === null) throw new Error(`fleet: container ${c.spec.id} is stopped`);
+    const o: SshdOptions = {
+      dir: join(c.dir, 'sshd'),
+      authorizedKeys: [client.publicKey],
+      pathPrefix: join(c.dir, 'bin'),
+      commandLog: join(c.dir, 'commands.jsonl'),
+      ...(port === undefined ? {} : { port }),
+    };
+    const r = await spawnReady('nsenter', [...nsenterArgs(c.running.initHostPid), process.execPath, tools.containerSshd, JSON.stringify(o)], {
+      env: BASE_ENV,
+      stderrPath: join(c.dir, 'sshd-start.log'),
+    });
+    const info = JSON.parse(r.line) as { port: number; pid: number; hostKeyFingerprint: string };
+    c.port = info.port;
+    c.current = info.hostKeyFingerprint;
+    c.pinned ??= info.hostKeyFingerprint;
+    c.sshdHostPid = hostPidOf(c.running.initHostPid, info.pid);
+    if (c.sshdHostPid !== null) recordPid(dir, c.sshdHostPid, `sshd in ${c.spec.id}`);
+  };
+
+  const cts = new Map<string, CtRt>();
+  await Promise.all(
+    (spec.containers ?? []).map(async (cs) => {
+      const host = hostOf(cs.host);
+      const cdir = machineDir(dir, cs.id);
+      await writeMachineFiles({
+        dir: cdir,
+        tools,
+        info: { id: cs.id, kind: 'container', hostId: cs.host, hostDir: host.dir, vmid: cs.vmid, hostProc: join(cdir, 'hostproc') },
+      });
+      const running = await startContainer({ ctDir: cdir, hostDir: host.dir, hostname: cs.id, tools });
+      recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
+      recordPid(dir, running.initHostPid, `init of ${cs.id}`);
+      writeJsonAtomic(join(cdir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });
+      writeJsonAtomic(join(host.dir, 'containers', `${cs.vmid}.json`), { id: cs.id, vmid: cs.vmid, dir: cdir });
+      const c: CtRt = { spec: cs, dir: cdir, host, running, port: null, pinned: null, current: null, sshdHostPid: null };
+      cts.set(cs.id, c);
+      if (cs.ownAddress === true) await startContainerSshd(c);
+    }),
+  );
+
+  const knownHostsPath = join(dir, 'known_hosts');
+  const knownLines: string[] = [];
+  for (const h of hosts.values()) knownLines.push(`[127.0.0.1]:${h.port} ${(await readFile(join(h.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`);
+  for (const c of cts.values()) {
+    if (c.port === null) continue;
+    knownLines.push(`[127.0.0.1]:${c.port} ${(await readFile(join(c.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`);
+  }
+  await writeFile(knownHostsPath, knownLines.join('\n') + '\n');
+
+  const ctOf = (id: string): CtRt => {
+    const c = cts.get(id);
+    if (c === undefined) throw new Error(`fleet: no container ${id}`);
+    return c;
+  };
+  const isHost = (id: string) => hosts.has(id);
+  const hostStatePath = (hostId: string) => join(hostOf(hostId).dir, 'state.json');
+  const updateState = async (hostId: string, f: (s: HostState) => void) => {
+    const s = readJson<HostState>(hostStatePath(hostId));
+    f(s);
+    writeJsonAtomic(hostStatePath(hostId), s);
+  };
+  const gpuOf = (s: HostState, hostId: string, index: number) => {
+    const g = s.gpus.find((x) => x.index === index);
+    if (g === undefined) throw new Error(`fleet: host ${hostId} has no GPU ${index}`);
+    return g;
+  };
+
+  const stopContainer = async (c: CtRt) => {
+    if (c.running === null) return;
+    procs.quietMachine(c.spec.id);
+    killQuietly(c.running.initHostPid);
+    await c.running.exited;
+    c.running = null;
+    c.port = null;
+    c.sshdHostPid = null;
+  };
+
+  const target = (machineId: string) => {
+    if (isHost(machineId)) {
+      const h = hostOf(machineId);
+      return { machineId, hostDir: h.dir, kind: 'host' as const, initHostPid: null, hostProc: '/proc', machineDir: h.dir };
+    }
+    const c = ctOf(machineId);
+    if (c.running === null) throw new Error(`fleet: container ${machineId} is stopped`);
+    return { machineId, hostDir: c.host.dir, kind: 'container' as const, initHostPid: c.running.initHostPid, hostProc: join(c.dir, 'hostproc'), machineDir: c.dir };
+  };
+
+  const fleet: Fleet = {
+    dir,
+    clientKeyPath: client.privateKeyPath,
+    knownHostsPath,
+
+    inventory(): InventoryInput {
+      return {
+        defaults: { user: 'root', keyFile: client.privateKeyPath },
+        hosts: [...hosts.values()].map((h) => ({
+          id: h.spec.id,
+          ...(h.spec.site === undefined ? {} : { site: h.spec.site }),
+          address: '127.0.0.1',
+          port: h.port,
+          user: 'root',
+          keyFile: client.privateKeyPath,
+          hostKeys: [h.pinned],
+        })),
+        containers: [...cts.values()].map((c) =>
+          c.spec.ownAddress === true && c.pinned !== null
+            ? { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host, address: '127.0.0.1', port: c.port ?? 22, user: 'root', keyFile: client.privateKeyPath, hostKeys: [c.pinned] }
+            : { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host },
+        ),
+      };
+    },
+
+    machine(id: string): MachineView {
+      if (isHost(id)) {
+        const h = hostOf(id);
+        return { id, kind: 'host', hostId: id, vmid: null, dir: h.dir, sshPort: h.sshd === null ? null : h.port, hostKeyFingerprint: h.current, initHostPid: null };
+      }
+      const c = ctOf(id);
+      return {
+        id,
+        kind: 'container',
+        hostId: c.spec.host,
+        vmid: c.spec.vmid,
+        dir: c.dir,
+        sshPort: c.port,
+        hostKeyFingerprint: c.current,
+        initHostPid: c.running?.initHostPid ?? null,
+      };
+    },
+
+    async spawnHolder(machineId, o) {
+      const t = target(machineId);
+      const s = readJson<HostState>(join(t.hostDir, 'state.json'));
+      for (const g of o.gpus) gpuOf(s, machineId, g.index);
+      return procs.spawn(t, 'holder', o);
+    },
+
+    async spawnBystander(machineId, o) {
+      return procs.spawn(target(machineId), 'bystander', o);
+    },
+
+    async setLeak(hostId, gpuIndex, mib) {
+      await updateState(hostId, (s) => {
+        gpuOf(s, hostId, gpuIndex).leakMiB = mib;
+      });
+    },
+
+    async setGpuError(hostId, kind, gpuIndex) {
+      await updateState(hostId, (s) => {
+        if (kind === 'nvml_version_mismatch') s.error = kind;
+        else if (kind === 'gpu_lost') gpuOf(s, hostId, gpuIndex ?? 0).error = 'gpu_lost';
+        else if (gpuIndex !== undefined) gpuOf(s, hostId, gpuIndex).error = null;
+        else {
+          s.error = null;
+          for (const g of s.gpus) g.error = null;
+        }
+      });
+    },
+
+    async setHang(machineId, on) {
+      const path = join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'hang');
+      if (on) await writeFile(path, '');
+      else await rm(path, { force: true });
+    },
+
+    async setRam(hostId, ram) {
+      await updateState(hostId, (s) => {
+        s.ram = { totalBytes: Math.round(ram.totalGiB * GiB), usedBytes: Math.round(ram.usedGiB * GiB) };
+      });
+    },
+
+    async replaceHostKey(machineId) {
+      if (isHost(machineId)) {
+        const h = hostOf(machineId);
+        if (h.sshd !== null) await h.sshd.stop();
+        h.sshd = await startHostSshd(h, h.port); // no hostKeyPath: a new key is generated
+        h.current = h.sshd.hostKeyFingerprint;
+        return;
+      }
+      const c = ctOf(machineId);
+      if (c.port === null || c.running === null) throw new Error(`fleet: container ${machineId} has no running sshd`);
+      if (c.sshdHostPid !== null) {
+        killQuietly(c.sshdHostPid);
+        await waitGone([c.sshdHostPid], 5000);
+      }
+      await startContainerSshd(c, c.port);
+    },
+
+    async stopMachine(machineId) {
+      if (isHost(machineId)) {
+        const h = hostOf(machineId);
+        await h.sshd?.stop();
+        h.sshd = null;
+        return;
+      }
+      await stopContainer(ctOf(machineId));
+    },
+
+    commandLog(machineId) {
+      const mdir = isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir;
+      const out: CommandLogEntry[] = [];
+      const lines = (p: string) => (existsSync(p) ? readFileSync(p, 'utf8').split('\n').filter((l) => l !== '') : []);
+      for (const l of lines(join(mdir, 'commands.jsonl'))) {
+        const e = JSON.parse(l) as { ts: string; cmd: string };
+        out.push({ ts: Date.parse(e.ts), cmd: e.cmd, via: 'ssh' });
+      }
+      for (const l of lines(join(mdir, 'tools.log'))) {
+        const e = JSON.parse(l) as ToolLogEntry;
+        out.push({ ts: e.ts, cmd: [e.tool, ...e.argv].join(' '), via: 'tool' });
+      }
+      return out.sort((a, b) => a.ts - b.ts);
+    },
+
+    signals: () => procs.signals(),
+
+    gpuMemory(hostId) {
+      const h = hostOf(hostId);
+      const s = readJson<HostState>(join(h.dir, 'state.json'));
+      return gpuUsage(s, readHolders(h.dir), '/proc', Date.now()).map((u) => ({ index: u.gpu.index, usedMiB: u.usedMiB, totalMiB: u.gpu.memoryTotalMiB }));
+    },
+
+    processes: () => procs.list(),
+
+    async stop() {
+      procs.stopAll();
+      await Promise.all([...cts.values()].map(stopContainer));
+      for (const p of procs.list()) killQuietly(p.hostPid);
+      await Promise.all([...hosts.values()].map(async (h) => h.sshd?.stop()));
+      const left = await killFleetProcesses(dir);
+      process.off('exit', onExit);
+      if (left.length > 0) throw new Error(`fleet: processes still alive after stop: ${left.join(' ')}`);
+      if (opts.keepDir !== true) await rm(dir, { recursive: true, force: true });
+    },
+  };
+  return fleet;
+}

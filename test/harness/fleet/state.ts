@@ -1,0 +1,185 @@
+/**
+ * On-disk state of a simulated machine, shared by the fleet (test process) and the fake tools
+ * (bundled, run by `node` over SSH). Node built-ins only: this file is bundled into the tools.
+ *
+ * Layout under the fleet dir:
+ *   m/<id>/machine.json       MachineInfo (both kinds)
+ *   m/<id>/bin/               fake tools first on that machine's PATH
+ *   m/<id>/tools.log          JSON lines: every fake-tool invocation (ToolLogEntry)
+ *   m/<id>/hang               present = nvidia-smi hangs on this machine (a host's flag hangs its containers too)
+ *   m/<host>/state.json       HostState (GPUs, leaks, errors, RAM)
+ *   m/<host>/holders/*.json   HolderRecord, one per GPU holder ever spawned on that host
+ *   m/<host>/dev/             device files (nvidia0..N, nvidiactl, nvidia-uvm, nvidia-uvm-tools)
+ *   m/<host>/containers/<vmid>.json  ContainerRecord (for the fake pct)
+ */
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+
+export interface GpuState {
+  index: number;
+  name: string;
+  uuid: string;
+  /** `00000000:18:00.0` form. */
+  busId: string;
+  memoryTotalMiB: number;
+  /** Memory held with no process (only a host-level reset frees it). */
+  leakMiB: number;
+  persistence: boolean;
+  /** Last successful `nvidia-smi -r` (ms): frees what dead holders were still releasing. */
+  resetAt: number | null;
+  /** Per-GPU failure; nvidia-smi reports it for this GPU. */
+  error: 'gpu_lost' | null;
+}
+
+export interface HostState {
+  driverVersion: string;
+  cudaVersion: string;
+  gpus: GpuState[];
+  /** Driver-wide failure: every nvidia-smi call fails with it. */
+  error: 'nvml_version_mismatch' | null;
+  ram: { totalBytes: number; usedBytes: number };
+}
+
+export interface MachineInfo {
+  id: string;
+  kind: 'host' | 'container';
+  /** The host machine's id (itself for a host). */
+  hostId: string;
+  /** Absolute dir of the host machine (holds state.json, holders/, dev/). */
+  hostDir: string;
+  vmid: number | null;
+  /** Where this machine's tools read the host's /proc (liveness of holders by host PID). */
+  hostProc: string;
+}
+
+export interface HolderRecord {
+  id: string;
+  /** Machine the process runs on (a host or one of its containers). */
+  machine: string;
+  hostPid: number;
+  containerPid: number | null;
+  /** /proc/<pid>/stat field 22 (clock ticks since boot), read in the host's PID namespace. */
+  startTime: number;
+  cmdline: string;
+  user: string;
+  gpus: Array<{ index: number; mib: number }>;
+  /** After the process dies its memory stays allocated this long (driver teardown). */
+  dieDelayMs: number;
+  registeredAt: number;
+  /** Set by the fleet when it sees the process exit. */
+  exitedAt: number | null;
+}
+
+export interface ContainerRecord {
+  id: string;
+  vmid: number;
+  dir: string;
+}
+
+export interface ToolLogEntry {
+  ts: number;
+  tool: string;
+  argv: string[];
+}
+
+export function machineDir(fleetDir: string, id: string): string {
+  return join(fleetDir, 'm', id);
+}
+
+export function readJson<T>(path: string): T {
+  return JSON.parse(readFileSync(path, 'utf8')) as T;
+}
+
+/** Atomic replace (write temp + rename), so a concurrent nvidia-smi never reads half a file. */
+export function writeJsonAtomic(path: string, value: unknown): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.${process.pid}.${Date.now()}.tmp`;
+  const fd = openSync(tmp, 'w', 0o644);
+  try {
+    writeSync(fd, JSON.stringify(value, null, 2) + '\n');
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path);
+}
+
+export function readHolders(hostDir: string): HolderRecord[] {
+  const dir = join(hostDir, 'holders');
+  if (!existsSync(dir)) return [];
+  const out: HolderRecord[] = [];
+  for (const name of readdirSync(dir)) {
+    if (!name.endsWith('.json')) continue;
+    try {
+      out.push(readJson<HolderRecord>(join(dir, name)));
+    } catch {
+      // a record being replaced right now: the rename makes the next read whole
+    }
+  }
+  return out;
+}
+
+/** Start time (field 22 of /proc/<pid>/stat) or null when the process is gone or a zombie. */
+export function procStartTime(procRoot: string, pid: number): number | null {
+  let stat: string;
+  try {
+    stat = readFileSync(join(procRoot, String(pid), 'stat'), 'utf8');
+  } catch {
+    return null;
+  }
+  const close = stat.lastIndexOf(')');
+  if (close < 0) return null;
+  // fields after the comm: [0]=state (field 3) ... [19]=starttime (field 22)
+  const rest = stat.slice(close + 2).split(' ');
+  if (rest[0] === 'Z' || rest[0] === 'X') return null;
+  const start = Number(rest[19]);
+  return Number.isFinite(start) ? start : null;
+}
+
+export function holderAlive(procRoot: string, h: HolderRecord): boolean {
+  return procStartTime(procRoot, h.hostPid) === h.startTime;
+}
+
+/** Memory a holder still pins: while alive, and for dieDelayMs after it died. */
+export function holderPinsMemory(procRoot: string, h: HolderRecord, now: number): boolean {
+  if (holderAlive(procRoot, h)) return true;
+  if (h.dieDelayMs <= 0) return false;
+  // Died but the fleet has not noticed yet: still releasing.
+  if (h.exitedAt === null) return true;
+  return now < h.exitedAt + h.dieDelayMs;
+}
+
+export interface GpuUsage {
+  gpu: GpuState;
+  usedMiB: number;
+  /** Live holders on this GPU (host PIDs), with their MiB on it. */
+  processes: Array<{ holder: HolderRecord; mib: number }>;
+}
+
+/** What the driver would report now: per GPU, memory in use (holders + releasing + leak) and live processes. */
+export function gpuUsage(state: HostState, holders: HolderRecord[], procRoot: string, now: number): GpuUsage[] {
+  return state.gpus.map((gpu) => {
+    let used = gpu.leakMiB;
+    const processes: GpuUsage['processes'] = [];
+    for (const h of holders) {
+      for (const g of h.gpus) {
+        if (g.index !== gpu.index) continue;
+        const alive = holderAlive(procRoot, h);
+        if (alive) processes.push({ holder: h, mib: g.mib });
+        // A reset is refused while the holder lives, so a reset after it registered came after its death.
+        const resetSince = gpu.resetAt !== null && gpu.resetAt >= h.registeredAt;
+        if (alive || (!resetSince && holderPinsMemory(procRoot, h, now))) used += g.mib;
+      }
+    }
+    return { gpu, usedMiB: Math.min(used, gpu.memoryTotalMiB), processes };
+  });
+}
+
+export function appendToolLog(machineDirPath: string, tool: string, argv: string[]): void {
+  const fd = openSync(join(machineDirPath, 'tools.log'), 'a', 0o666);
+  try {
+    writeSync(fd, JSON.stringify({ ts: Date.now(), tool, argv } satisfies ToolLogEntry) + '\n');
+  } finally {
+    closeSync(fd);
+  }
+}

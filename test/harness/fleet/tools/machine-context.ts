@@ -1,0 +1,39 @@
+/** What a fake tool knows about the machine it runs on (from FLEET_MACHINE_DIR, set by its bin/ wrapper). */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { type HostState, type MachineInfo, readJson, writeJsonAtomic } from '../state.ts';
+
+export interface MachineContext {
+  dir: string;
+  info: MachineInfo;
+  hostStatePath: string;
+  readHostState(): HostState;
+  writeHostState(s: HostState): void;
+  /** This machine's hang flag, or its host's (a hung driver hangs every container on it). */
+  hung(): boolean;
+}
+
+export function machineContext(): MachineContext {
+  const dir = process.env['FLEET_MACHINE_DIR'];
+  if (dir === undefined || dir === '') {
+    process.stderr.write('fleet tool: FLEET_MACHINE_DIR is not set (run through the machine bin/ wrapper)\n');
+    process.exit(255);
+  }
+  const info = readJson<MachineInfo>(join(dir, 'machine.json'));
+  const hostStatePath = join(info.hostDir, 'state.json');
+  return {
+    dir,
+    info,
+    hostStatePath,
+    readHostState: () => readJson<HostState>(hostStatePath),
+    writeHostState: (s) => writeJsonAtomic(hostStatePath, s),
+    hung: () => existsSync(join(dir, 'hang')) || existsSync(join(info.hostDir, 'hang')),
+  };
+}
+
+/** Never returns: what a wedged driver call looks like from the outside. */
+export function hangForever(): Promise<never> {
+  return new Promise<never>(() => {
+    setInterval(() => undefined, 1 << 30);
+  });
+}

@@ -1,0 +1,258 @@
+/**
+ * Fake `nvidia-smi`, bundled to plain .mjs at fleet start and run by node through the machine's
+ * bin/ wrapper. Output is computed from the host state (GPUs, leaks, errors) and the live GPU
+ * holders, and printed with the shared writers in src/gpu/format (the exact real formats).
+ *
+ * Host view lists host PIDs; container view shows the same (global) memory but no processes, as
+ * the real driver does. Supported: no args (table), --query-gpu, --query-compute-apps,
+ * --format=csv[,noheader][,nounits], -q -x, -r/--gpu-reset, -pm 0|1, -i <list>.
+ */
+import {
+  formatComputeAppsCsv,
+  formatGpuResetSuccess,
+  formatNvidiaError,
+  formatQueryGpuCsv,
+  formatTable,
+  formatXml,
+  InvalidQueryFieldError,
+} from '../../../../src/gpu/format/index.ts';
+import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
+import type { Gpu, GpuProcess, ParsedOutput } from '../../../../src/gpu/types.ts';
+import { appendToolLog, gpuUsage, type GpuUsage, type HostState, readHolders } from '../state.ts';
+import { hangForever, type MachineContext, machineContext } from './machine-context.ts';
+
+interface Args {
+  queryGpu: string[] | null;
+  queryApps: string[] | null;
+  format: string[] | null;
+  ids: number[] | null;
+  query: boolean;
+  xml: boolean;
+  reset: boolean;
+  persistence: '0' | '1' | null;
+}
+
+class UsageError extends Error {}
+
+const INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n";
+
+function parseArgs(argv: string[]): Args {
+  const a: Args = { queryGpu: null, queryApps: null, format: null, ids: null, query: false, xml: false, reset: false, persistence: null };
+  const list = (v: string) => v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  for (let i = 0; i < argv.length; i++) {
+    const tok = argv[i] ?? '';
+    const eq = tok.indexOf('=');
+    const name = tok.startsWith('--') && eq > 0 ? tok.slice(0, eq) : tok;
+    const inline = tok.startsWith('--') && eq > 0 ? tok.slice(eq + 1) : null;
+    const value = (): string => {
+      if (inline !== null) return inline;
+      const v = argv[++i];
+      if (v === undefined) throw new UsageError(`missing value for ${tok}`);
+      return v;
+    };
+    switch (name) {
+      case '--query-gpu':
+        a.queryGpu = list(value());
+        break;
+      case '--query-compute-apps':
+        a.queryApps = list(value());
+        break;
+      case '--format':
+        a.format = list(value());
+        break;
+      case '-i':
+      case '--id':
+        a.ids = list(value()).map((s) => {
+          const n = Number(s);
+          if (!Number.isInteger(n) || n < 0) throw new UsageError(`bad GPU id ${s}`);
+          return n;
+        });
+        break;
+      case '-q':
+      case '--query':
+        a.query = true;
+        break;
+      case '-x':
+      case '--xml-format':
+        a.xml = true;
+        break;
+      case '-r':
+      case '--gpu-reset':
+        a.reset = true;
+        break;
+      case '-pm':
+      case '--persistence-mode': {
+        const v = value();
+        if (v !== '0' && v !== '1' && v !== 'ENABLED' && v !== 'DISABLED') throw new UsageError(`bad persistence mode ${v}`);
+        a.persistence = v === '1' || v === 'ENABLED' ? '1' : '0';
+        break;
+      }
+      default:
+        throw new UsageError(`unsupported argument ${tok}`);
+    }
+  }
+  return a;
+}
+
+function emit(o: CommandOutput): never {
+  process.stdout.write(o.stdout);
+  process.stderr.write(o.stderr);
+  process.exit(o.exitCode);
+}
+
+function targetIndices(state: HostState, ids: number[] | null): number[] {
+  const all = state.gpus.map((g) => g.index);
+  if (ids === null) return all;
+  for (const id of ids) {
+    if (!all.includes(id)) {
+      emit({ stdout: `No devices were found\n`, stderr: '', exitCode: 6 });
+    }
+  }
+  return ids;
+}
+
+function snapshot(ctx: MachineContext, state: HostState, indices: number[], now: number): { parsed: ParsedOutput; usage: GpuUsage[] } {
+  const usage = gpuUsage(state, readHolders(ctx.info.hostDir), ctx.info.hostProc, now).filter((u) => indices.includes(u.gpu.index));
+  const gpus: Gpu[] = usage.map((u) => ({
+    index: u.gpu.index,
+    name: u.gpu.name,
+    busId: u.gpu.busId,
+    uuid: u.gpu.uuid,
+    memoryUsedMiB: u.usedMiB,
+    memoryTotalMiB: u.gpu.memoryTotalMiB,
+    utilizationPct: u.processes.length > 0 ? 100 : 0,
+  }));
+  // The driver reports host PIDs; in a container they can't be resolved and the panel is empty.
+  const processes: GpuProcess[] =
+    ctx.info.kind === 'container'
+      ? []
+      : usage
+          .flatMap((u) =>
+            u.processes.map((p) => ({
+              gpuIndex: u.gpu.index,
+              gpuUuid: u.gpu.uuid,
+              pid: p.holder.hostPid,
+              type: 'C',
+              name: p.holder.cmdline.split(' ')[0] ?? p.holder.cmdline,
+              usedMiB: p.mib,
+            })),
+          )
+          .sort((x, y) => (x.gpuIndex ?? 0) - (y.gpuIndex ?? 0) || x.pid - y.pid);
+  return {
+    usage,
+    parsed: {
+      source: 'table',
+      driverVersion: state.driverVersion,
+      cudaVersion: state.cudaVersion,
+      gpus,
+      migDevices: [],
+      processes,
+      holders: [],
+      kernelMounts: [],
+      error: null,
+    },
+  };
+}
+
+function reset(ctx: MachineContext, state: HostState, indices: number[], now: number): never {
+  const targets = state.gpus.filter((g) => indices.includes(g.index));
+  const first = targets[0]?.busId ?? null;
+  // Needs CAP_SYS_ADMIN in the initial user namespace: a container is always refused.
+  if (ctx.info.kind === 'container') emit(formatNvidiaError('reset_not_supported', first));
+  const { usage } = snapshot(ctx, state, indices, now);
+  const busy = usage.find((u) => u.processes.length > 0 || u.gpu.persistence);
+  if (busy !== undefined) emit(formatNvidiaError('reset_in_use', busy.gpu.busId));
+  for (const g of targets) {
+    g.leakMiB = 0;
+    g.resetAt = now;
+  }
+  ctx.writeHostState(state);
+  emit(formatGpuResetSuccess(targets.map((g) => g.busId)));
+}
+
+function persistence(ctx: MachineContext, state: HostState, indices: number[], on: boolean): never {
+  const targets = state.gpus.filter((g) => indices.includes(g.index));
+  if (ctx.info.kind === 'container') {
+    const bus = targets[0]?.busId ?? '';
+    emit({
+      stdout: `Unable to set persistence mode for GPU ${bus}: Insufficient Permissions\nTerminating early due to previous errors.\n`,
+      stderr: '',
+      exitCode: 4,
+    });
+  }
+  for (const g of targets) g.persistence = on;
+  ctx.writeHostState(state);
+  const verb = on ? 'Enabled' : 'Disabled';
+  emit({ stdout: `${targets.map((g) => `${verb} persistence mode for GPU ${g.busId}.\n`).join('')}All done.\n`, stderr: '', exitCode: 0 });
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const ctx = machineContext();
+  appendToolLog(ctx.dir, 'nvidia-smi', argv);
+  if (ctx.hung()) await hangForever();
+
+  let args: Args;
+  try {
+    args = parseArgs(argv);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    process.stderr.write(`fake nvidia-smi: ${e.message}\n`);
+    emit({ stdout: INVALID_ARGS, stderr: '', exitCode: 2 });
+  }
+
+  const state = ctx.readHostState();
+  if (state.error !== null) emit(formatNvidiaError(state.error));
+  const indices = targetIndices(state, args.ids);
+  const lost = state.gpus.filter((g) => g.error === 'gpu_lost' && indices.includes(g.index));
+  if (lost.length > 0) {
+    const outs = lost.map((g) => formatNvidiaError('gpu_lost', g.busId));
+    emit({ stdout: outs.map((o) => o.stdout).join(''), stderr: '', exitCode: outs[0]?.exitCode ?? 15 });
+  }
+  const now = Date.now();
+
+  if (args.reset) reset(ctx, state, indices, now);
+  if (args.persistence !== null) persistence(ctx, state, indices, args.persistence === '1');
+
+  const { parsed } = snapshot(ctx, state, indices, now);
+  const timestamp = new Date(now);
+  if (args.queryGpu !== null || args.queryApps !== null) {
+    if (args.format === null || !args.format.includes('csv')) {
+      emit({ stdout: '"--format=" switch is missing. Please run \'nvidia-smi -h\' for help.\n', stderr: '', exitCode: 2 });
+    }
+    const opts = {
+      header: !args.format.includes('noheader'),
+      units: !args.format.includes('nounits'),
+      timestamp,
+      driverVersion: state.driverVersion,
+    };
+    try {
+      const text =
+        args.queryGpu !== null
+          ? formatQueryGpuCsv(parsed.gpus, args.queryGpu, opts)
+          : formatComputeAppsCsv(parsed.processes, parsed.gpus, args.queryApps ?? [], opts);
+      emit({ stdout: text, stderr: '', exitCode: 0 });
+    } catch (e) {
+      if (!(e instanceof InvalidQueryFieldError)) throw e;
+      emit({ stdout: `${e.message}\n\n`, stderr: '', exitCode: e.exitCode });
+    }
+  }
+  if (args.query) {
+    if (!args.xml) {
+      process.stderr.write('fake nvidia-smi: -q without -x is not simulated\n');
+      emit({ stdout: INVALID_ARGS, stderr: '', exitCode: 2 });
+    }
+    emit({ stdout: formatXml(parsed, { timestamp }), stderr: '', exitCode: 0 });
+  }
+  if (args.xml) emit({ stdout: INVALID_ARGS, stderr: '', exitCode: 2 });
+  const gpuDetails = parsed.gpus.map((g) => ({
+    persistence: state.gpus.find((s) => s.index === g.index)?.persistence === true ? 'On' : 'Off',
+  }));
+  emit({
+    stdout: formatTable(parsed, { timestamp, containerView: ctx.info.kind === 'container', gpuDetails }),
+    stderr: '',
+    exitCode: 0,
+  });
+}
+
+await main();

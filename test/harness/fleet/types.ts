@@ -1,0 +1,149 @@
+import type { InventoryInput } from '../../../src/config/inventory.ts';
+
+export interface GpuSpec {
+  name?: string;
+  memoryTotalMiB?: number;
+  /** `00000000:01:00.0` form. */
+  busId?: string;
+  uuid?: string;
+  /** Persistence mode (default false). While on, `nvidia-smi -r` is refused as "In use by another client". */
+  persistence?: boolean;
+}
+
+export interface HostSpec {
+  id: string;
+  site?: string;
+  /** GPU list, or a count of default GPUs (NVIDIA H200, 143771 MiB, bus 00000000:0N:00.0). */
+  gpus: GpuSpec[] | number;
+  /** Default 449 GiB total, 12 GiB used. */
+  ramTotalGiB?: number;
+  ramUsedGiB?: number;
+}
+
+export interface ContainerSpec {
+  id: string;
+  vmid: number;
+  /** Id of its host. */
+  host: string;
+  /** Own sshd inside the container (own port, own host key); else reached only via `pct exec`. */
+  ownAddress?: boolean;
+}
+
+export interface FleetSpec {
+  hosts: HostSpec[];
+  containers?: ContainerSpec[];
+}
+
+export interface FleetOptions {
+  /** Default: a new /tmp/gpu-medic-fleet-XXXXXX (removed by stop()). */
+  dir?: string;
+  /** Keep the dir after stop() (for debugging). Default false. */
+  keepDir?: boolean;
+}
+
+export interface MachineView {
+  id: string;
+  kind: 'host' | 'container';
+  /** The host's id (itself for a host). */
+  hostId: string;
+  vmid: number | null;
+  dir: string;
+  /** null for a container without its own address, or a stopped machine. */
+  sshPort: number | null;
+  /** Current host key (after replaceHostKey it differs from the inventory pin). */
+  hostKeyFingerprint: string | null;
+  /** A container's PID 1, as the host sees it (null for a host or a stopped container). */
+  initHostPid: number | null;
+}
+
+export interface SpawnOptions {
+  /**
+   * Command line the process shows in `ps`/cmdline (split on spaces into argv); comm becomes
+   * basename(argv[0]). Default for holders: `python3 -m sglang.launch_server --tp-size 8`.
+   */
+  title?: string;
+  /** Ignore SIGTERM (still logged). */
+  ignoreTerm?: boolean;
+  /** Run as this user (created with useradd when missing). Default root. */
+  user?: string;
+}
+
+export interface HolderOptions extends SpawnOptions {
+  gpus: Array<{ index: number; mib: number }>;
+  /** After the process dies its memory stays in use this long (driver teardown of a big context). */
+  dieDelayMs?: number;
+}
+
+export interface FleetProcess {
+  /** Fleet-wide id (also the tag in the signal log). */
+  id: string;
+  machine: string;
+  hostPid: number;
+  /** PID inside the container (null on a host). */
+  containerPid: number | null;
+  /** /proc/<hostPid>/stat field 22. */
+  startTime: number;
+  cmdline: string;
+  /** Resolves when the process is gone. */
+  exited: Promise<{ code: number | null; signal: string | null }>;
+}
+
+export interface SignalRecord {
+  ts: number;
+  machine: string;
+  hostPid: number;
+  containerPid: number | null;
+  cmdline: string;
+  /** `SIGTERM`, `SIGKILL`, ... */
+  signal: string;
+  /** Sender PID as the receiver's namespace sees it (0 = from outside it; null for SIGKILL, which can't be observed). */
+  by: number | null;
+  kind: 'holder' | 'bystander';
+}
+
+export interface CommandLogEntry {
+  ts: number;
+  /** SSH command line as received, or a fake tool's argv joined with spaces. */
+  cmd: string;
+  via: 'ssh' | 'tool';
+}
+
+export interface GpuMemoryReading {
+  index: number;
+  usedMiB: number;
+  totalMiB: number;
+}
+
+export interface Fleet {
+  dir: string;
+  /** Private key the worker uses (ed25519, no passphrase). */
+  clientKeyPath: string;
+  /** OpenSSH known_hosts with every machine's key as pinned at start (`[127.0.0.1]:port key`). */
+  knownHostsPath: string;
+  /** Matches src/config/inventory.ts InventoryInput; pins the host keys the fleet started with. */
+  inventory(): InventoryInput;
+  machine(id: string): MachineView;
+  spawnHolder(machineId: string, o: HolderOptions): Promise<FleetProcess>;
+  /** A process holding no GPU (e.g. a monitoring `python3 monitor.py`): must never be signalled. */
+  spawnBystander(machineId: string, o: SpawnOptions & { title: string }): Promise<FleetProcess>;
+  /** Memory held with no process (only a host-level `nvidia-smi -r` frees it). */
+  setLeak(hostId: string, gpuIndex: number, mib: number): Promise<void>;
+  /** `gpu_lost` marks one GPU (default 0); `nvml_version_mismatch` breaks the whole driver; null clears (one GPU or all). */
+  setGpuError(hostId: string, kind: 'gpu_lost' | 'nvml_version_mismatch' | null, gpuIndex?: number): Promise<void>;
+  /** nvidia-smi hangs on that machine (a host's flag hangs its containers too). */
+  setHang(machineId: string, on: boolean): Promise<void>;
+  setRam(hostId: string, ram: { totalGiB: number; usedGiB: number }): Promise<void>;
+  /** Restarts the machine's sshd on the same port with a NEW host key (inventory keeps the old pin). */
+  replaceHostKey(machineId: string): Promise<void>;
+  /** Host: its sshd stops (unreachable). Container: the container stops (pct says stopped). */
+  stopMachine(machineId: string): Promise<void>;
+  /** SSH command lines the machine received plus fake-tool invocations on it, oldest first. */
+  commandLog(machineId: string): CommandLogEntry[];
+  /** Every signal a holder or bystander received (catchable ones logged by the process, SIGKILL from its death). */
+  signals(): SignalRecord[];
+  gpuMemory(hostId: string): GpuMemoryReading[];
+  /** Every process the fleet started, live or not. */
+  processes(): FleetProcess[];
+  /** Stops everything it started, by PID, and removes the dir. */
+  stop(): Promise<void>;
+}
