@@ -111,7 +111,11 @@ function gpuRows(gpu: Gpu, position: number, d: TableGpuDetails): string[] {
   const seg1b =
     `${right(d.fan, 4)}${right(`${d.temperatureC}C`, 6)}${right(d.perf, 6)}` +
     `${right(`${d.powerW}W`, 16)} / ${right(`${d.powerCapW}W`, 5)} `;
-  const seg2b = `${right(mib(gpu.memoryUsedMiB), 11)} / ${right(mib(gpu.memoryTotalMiB), 9)} `;
+  // MIG-enabled GPUs print one right-aligned N/A for the whole cell (535.x MIG table).
+  const seg2b =
+    gpu.memoryUsedMiB === null && gpu.memoryTotalMiB === null
+      ? `${right('N/A', 23)} `
+      : `${right(mib(gpu.memoryUsedMiB), 11)} / ${right(mib(gpu.memoryTotalMiB), 9)} `;
   const util = gpu.utilizationPct === null ? 'N/A' : `${gpu.utilizationPct}%`;
   const seg3b = `${right(util, 8)}${right(d.computeMode, 13)} `;
   return [
