@@ -9,6 +9,17 @@ import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
 import { Outbox } from './slack/outbox.ts';
 
+function waitReady(r: Redis, ms: number): Promise<void> {
+  if (r.status === 'ready') return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('redis not ready')), ms);
+    r.once('ready', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}
+
 export interface Bot {
   port: number | null;
   outbox: Outbox;
@@ -22,6 +33,8 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger): 
   const steady = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
   fast.on('error', (err) => logger.debug({ err }, 'redis (commands) error'));
   steady.on('error', (err) => logger.debug({ err }, 'redis (outbox) error'));
+  // Without an offline queue, commands sent before the first connect would fail: wait for it (bounded).
+  await waitReady(fast, 5000).catch(() => logger.warn('Redis not reachable at start; commands will answer "queue unavailable" until it is'));
   const slack = createSlackApp({
     mode: env.GPU_MEDIC_MODE,
     botToken: env.SLACK_BOT_TOKEN ?? '',

@@ -101,7 +101,9 @@ export class Outbox {
     const views = renderIncident(meta, events);
     const refs = await this.o.log.slackRefs(id);
     let parentTs = refs.get('parent')?.ts;
-    for (const v of views) {
+    // Replies first, then the parent's state line: a reader who sees "done" finds the whole thread.
+    const ordered = [...views.filter((v) => !(v.placement === 'parent' && refs.has(v.key))), ...views.filter((v) => v.placement === 'parent' && refs.has(v.key))];
+    for (const v of ordered) {
       const hash = hashOf(v);
       const ref = refs.get(v.key);
       if (ref && ref.hash === hash) continue;

@@ -1,0 +1,100 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listMachines } from '../../src/config/machines.ts';
+import { keysOf, startStack, type Stack } from '../harness/stack.ts';
+
+const OPS = 'C0ONCALL01';
+
+function cellTexts(blocks: unknown): string[][] {
+  const table = (blocks as Array<{ type: string; rows?: Array<Array<{ text: string }>> }>).find((b) => b.type === 'table');
+  return (table?.rows ?? []).map((r) => r.map((c) => c.text));
+}
+
+describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
+  let s: Stack;
+  beforeAll(async () => {
+    s = await startStack({
+      fleet: {
+        hosts: [
+          { id: 'kpro5', gpus: 8, ramTotalGiB: 449, ramUsedGiB: 40 },
+          { id: 'kpro6', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 439 },
+        ],
+        containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+      },
+    });
+  });
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it('acks at once, opens a thread and posts a table equal to the fleet state', async () => {
+    const holder = await s.fleet.spawnHolder('kpro5', { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 96417 }], title: 'sglang::scheduler_TP0' });
+    const r = await s.slash('status kpro5');
+    expect(r.status).toBe(200);
+    expect(r.elapsedMs).toBeLessThan(3000);
+    expect(r.json).toMatchObject({ response_type: 'ephemeral' });
+    expect(String((r.json as { text?: string }).text)).toContain('kpro5');
+    const parent = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('kpro5') && m.text.includes('done')), 15000);
+    const thread = s.slack.thread(OPS, parent.ts);
+    expect(thread).toHaveLength(2);
+    const reply = thread[1];
+    if (!reply) throw new Error('no reply');
+    const rows = cellTexts(reply.blocks);
+    const mem = s.fleet.gpuMemory('kpro5');
+    expect(rows).toHaveLength(1 + mem.length);
+    for (const g of mem) {
+      const row = rows[1 + g.index];
+      expect(row?.[0]).toBe(String(g.index));
+      expect(row?.[2]).toContain(`${g.usedMiB.toLocaleString('en-US')} / ${g.totalMiB.toLocaleString('en-US')} MiB`);
+    }
+    expect(rows[1]?.[4]).toContain(`${holder.hostPid} `);
+    expect(rows[3]?.[4]).toContain(`${holder.hostPid} `);
+    expect(rows[2]?.[4]).toBe('-');
+    expect(reply.text).toContain('RAM: 40 / 449 GiB');
+    expect(reply.text).toContain('host view');
+  });
+
+  it('flags host RAM pressure and container memory with no process listed', async () => {
+    await s.slash('status kpro6');
+    const p6 = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('`kpro6`') && m.text.includes('done')), 15000);
+    const r6 = s.slack.thread(OPS, p6.ts)[1];
+    expect(r6?.text).toMatch(/RAM pressure: 98% used \(439 of 449 GiB\)/);
+
+    await s.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 5000 }], title: 'python3' });
+    await s.slash('status ct129');
+    const p = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('`ct129`') && m.text.includes('done')), 15000);
+    const reply = s.slack.thread(OPS, p.ts)[1];
+    expect(reply?.text).toContain('container view');
+    expect(reply?.text).toMatch(/GPU 1: 5,000 MiB in use and no process listed/);
+    expect(reply?.text).toMatch(/Device holders \(fuser, container PIDs\)/);
+  });
+
+  it('status all: one summary row per machine and a clear line for the one that is down', async () => {
+    await s.fleet.stopMachine('kpro6');
+    const r = await s.slash('status all');
+    expect(r.status).toBe(200);
+    const parent = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('all machines') && m.text.includes('done')), 30000);
+    const summary = s.slack.thread(OPS, parent.ts)[1];
+    const rows = cellTexts(summary?.blocks);
+    expect(rows.map((x) => x[0])).toEqual(['Machine', ...listMachines(s.inventory).map((m) => m.id)]);
+    expect(rows.map((x) => x[0]).sort()).toEqual(['Machine', 'ct129', 'kpro5', 'kpro6']);
+    expect(rows.find((x) => x[0] === 'kpro6')?.[1]).toBe('unreachable');
+    expect(rows.find((x) => x[0] === 'kpro5')?.[1]).toMatch(/^\d+ busy \/ \d+ idle$/);
+    expect(summary?.text).toMatch(/could not reach `kpro6`/);
+    expect(parent.text).toContain('1 of 3 could not be read');
+  });
+
+  it('unknown target and malformed text: ephemeral answer, nothing queued', async () => {
+    const before = await keysOf(s.redis, s.prefix);
+    const a = await s.slash('status kpro55');
+    expect((a.json as { text: string }).text).toMatch(/don't know a machine called `kpro55`; did you mean `kpro5`\?.*Nothing was queued/);
+    const b = await s.slash('status $(reboot)');
+    expect((b.json as { text: string }).text).toMatch(/not a machine name.*Nothing was queued/);
+    const c = await s.slash('reboot kpro5');
+    expect((c.json as { text: string }).text).toMatch(/not a gpu-medic command/);
+    const h = await s.slash('help');
+    expect((h.json as { text: string; response_type: string }).response_type).toBe('ephemeral');
+    expect((h.json as { text: string }).text).toContain('/gpu status');
+    expect(await keysOf(s.redis, s.prefix)).toEqual(before);
+    expect(before.some((k) => k.includes(':inc:'))).toBe(true);
+  });
+});

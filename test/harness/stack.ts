@@ -1,0 +1,128 @@
+import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { Redis } from 'ioredis';
+import { startBot, type Bot } from '../../src/bot.ts';
+import { parseEnv, type Env } from '../../src/config/env.ts';
+import { validateInventory } from '../../src/config/load-inventory.ts';
+import type { Inventory } from '../../src/config/inventory.ts';
+import { createLogger, type Logger } from '../../src/logger.ts';
+import { startWorkerProcess } from '../../src/worker-process.ts';
+import type { WorkerGroup } from '../../workers/index.ts';
+import { startFleet } from './fleet/index.ts';
+import type { Fleet, FleetSpec } from './fleet/types.ts';
+import { startFakeSlack, type FakeSlack } from './slack/fake-slack-api.ts';
+import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
+
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+export interface Stack {
+  fleet: Fleet;
+  slack: FakeSlack;
+  bot: Bot;
+  workers: WorkerGroup;
+  env: Env;
+  inventory: Inventory;
+  eventsUrl: string;
+  signingSecret: string;
+  prefix: string;
+  redis: Redis;
+  /** Every log line the bot and workers wrote (for secret checks). */
+  logText(): string;
+  slash(text: string, o?: { user?: string; channel?: string }): Promise<SignedResponse & { responseUrl: string }>;
+  stop(): Promise<void>;
+}
+
+export interface StackOptions {
+  fleet: FleetSpec;
+  env?: Record<string, string>;
+  /** Mutate the inventory the bot and worker load (e.g. shorter timeouts). */
+  tweakInventory?: (inv: Inventory) => void;
+}
+
+/** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
+export async function startStack(o: StackOptions): Promise<Stack> {
+  const prefix = `t${randomBytes(4).toString('hex')}`;
+  const signingSecret = randomBytes(16).toString('hex');
+  const fleet = await startFleet(o.fleet);
+  const slack = await startFakeSlack();
+  const chunks: string[] = [];
+  const sink = new Writable({
+    write(c: Buffer, _e, cb) {
+      chunks.push(c.toString());
+      cb();
+    },
+  });
+  const logger: Logger = createLogger({ name: 'stack', level: 'debug', destination: sink });
+  const v = validateInventory(fleet.inventory());
+  if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
+  const inventory = v.inventory;
+  o.tweakInventory?.(inventory);
+  const e = parseEnv(
+    {
+      GPU_MEDIC_MODE: 'http',
+      SLACK_BOT_TOKEN: slack.botToken,
+      SLACK_SIGNING_SECRET: signingSecret,
+      SLACK_API_URL: slack.apiUrl,
+      PORT: '0',
+      REDIS_URL,
+      GPU_MEDIC_PREFIX: prefix,
+      ...o.env,
+    },
+    'start',
+  );
+  if (!e.env) throw new Error(`env invalid: ${JSON.stringify(e.problems)}`);
+  const env = e.env;
+  const bot = await startBot(env, inventory, logger.child({ role: 'bot' }));
+  const workers = await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));
+  const redis = new Redis(REDIS_URL);
+  const eventsUrl = `http://127.0.0.1:${bot.port}/slack/events`;
+  return {
+    fleet,
+    slack,
+    bot,
+    workers,
+    env,
+    inventory,
+    eventsUrl,
+    signingSecret,
+    prefix,
+    redis,
+    logText: () => chunks.join(''),
+    async slash(text, so = {}) {
+      const responseUrl = slack.newResponseUrl();
+      const r = await sendSlashCommand(eventsUrl, signingSecret, {
+        text,
+        user_id: so.user ?? 'U0REQUEST1',
+        channel_id: so.channel ?? 'C0ONCALL01',
+        response_url: responseUrl,
+      });
+      return { ...r, responseUrl };
+    },
+    async stop() {
+      await bot.stop().catch(() => undefined);
+      await workers.close(true).catch(() => undefined);
+      await slack.close().catch(() => undefined);
+      await fleet.stop();
+      // Leave Redis as we found it: delete only this stack's keys.
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
+        cursor = next;
+        if (keys.length > 0) await redis.del(...keys);
+      } while (cursor !== '0');
+      redis.disconnect();
+    },
+  };
+}
+
+/** Job and incident keys under this stack's prefix (to prove "nothing was queued"); bookkeeping sets left out. */
+export async function keysOf(redis: Redis, prefix: string): Promise<string[]> {
+  const out: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
+    cursor = next;
+    out.push(...keys.filter((k) => k.includes(':inc:') || k.includes(':site-')));
+  } while (cursor !== '0');
+  return out.sort();
+}
