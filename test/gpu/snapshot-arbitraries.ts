@@ -62,7 +62,7 @@ function migArb(gpus: readonly Gpu[]): fc.Arbitrary<MigDevice[]> {
 
 export function snapshotArb(opts: { withMig?: boolean; nameSep?: fc.Arbitrary<string> } = {}): fc.Arbitrary<ParsedOutput> {
   return gpusArb({ nameSep: opts.nameSep }).chain((gpus) =>
-    fc.tuple(processesArb(gpus), opts.withMig === true ? migArb(gpus) : fc.constant([]), fc.stringMatching(/^\d{3}\.\d{2,3}(\.\d{2})?$/)).map(
+    fc.tuple(processesArb(gpus), opts.withMig === true ? migArb(gpus) : fc.constant<MigDevice[]>([]), fc.stringMatching(/^\d{3}\.\d{2,3}(\.\d{2})?$/)).map(
       ([processes, migDevices, driver]): ParsedOutput => ({
         source: 'table',
         driverVersion: driver,

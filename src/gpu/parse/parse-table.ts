@@ -108,8 +108,8 @@ function parseMigBlock(block: ReadonlyArray<{ line: string; no: number }>): MigD
 }
 
 const ID = '(\\d+|N/A)';
-const PROCESS_WITH_MIG = new RegExp(`^\\s*${ID}\\s+${ID}\\s+${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s*(\\d+MiB|N/A)\\s*$`);
-const PROCESS_OLD = new RegExp(`^\\s*${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s*(\\d+MiB|N/A)\\s*$`);
+const PROCESS_WITH_MIG = new RegExp(`^\\s*${ID}\\s+${ID}\\s+${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s+(\\d+MiB|N/A)\\s*$`);
+const PROCESS_OLD = new RegExp(`^\\s*${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s+(\\d+MiB|N/A)\\s*$`);
 
 function processRow(inner: string, withMig: boolean, lineNo: number): GpuProcess {
   const m = (withMig ? PROCESS_WITH_MIG : PROCESS_OLD).exec(inner);
