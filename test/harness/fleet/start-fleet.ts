@@ -237,7 +237,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     inventory(): InventoryInput {
       return {
         defaults: { user: 'root', keyFile: client.privateKeyPath },
-        hosts: [...hosts.values()].map((h) => ({
+        hosts: spec.hosts.map((hs) => hostOf(hs.id)).map((h) => ({
           id: h.spec.id,
           ...(h.spec.site === undefined ? {} : { site: h.spec.site }),
           address: '127.0.0.1',
@@ -246,7 +246,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
           keyFile: client.privateKeyPath,
           hostKeys: [h.pinned],
         })),
-        containers: [...cts.values()].map((c) =>
+        containers: (spec.containers ?? []).map((cs) => ctOf(cs.id)).map((c) =>
           c.spec.ownAddress === true && c.pinned !== null
             ? { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host, address: '127.0.0.1', port: c.port ?? 22, user: 'root', keyFile: client.privateKeyPath, hostKeys: [c.pinned] }
             : { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host },
