@@ -387,8 +387,14 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         }
       };
 
+      if (conn.state === 'closed') {
+        // Dropped between getting a slot and here: onLost would never be called.
+        cleanup();
+        reject(lostError(endpoint, 'connection closed before the command was sent; nothing was run'));
+        return;
+      }
       conn.onLost.add(onLost);
-      conn.client.exec(command, (err, ch) => {
+      const onChannel = (err: Error | undefined, ch: ClientChannel): void => {
         if (finished) {
           ch?.close();
           return;
@@ -415,7 +421,15 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           log.warn({ machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs }, 'ssh command outlived its remote timeout; closing the channel');
           endCommand();
         }, deadlineMs);
-      });
+      };
+      try {
+        conn.client.exec(command, onChannel);
+      } catch (e) {
+        // ssh2 throws when the socket is no longer writable: the command was not sent.
+        if (finished) return;
+        cleanup();
+        reject(lostError(endpoint, `${e instanceof Error ? e.message : String(e)}; nothing was run`));
+      }
     });
   }
 

@@ -48,10 +48,16 @@ export interface Sshd {
   loginCount(): Promise<number>;
   /** Pids of processes under the listener (per-connection sshd and what they run). */
   descendants(): Promise<number[]>;
-  /** Kills the listener and everything under it by PID, and waits for them to be gone. */
-  stop(): Promise<void>;
+  /**
+   * Kills (SIGKILL, by PID) the listener, everything under it, and processes its sessions left
+   * behind (found by the wrapper's env tag / cmdline), and waits for them to be gone.
+   * `treeOnly: true` spares processes no longer under the listener (e.g. deliberately detached).
+   */
+  stop(options?: { treeOnly?: boolean }): Promise<void>;
 }
 
+/** Exported by the wrapper to every remote command, so stop() can find orphans too. */
+const TAG_VAR = 'GPU_MEDIC_TEST_SSHD';
 const BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const SSHD = '/usr/sbin/sshd';
 
@@ -107,9 +113,9 @@ const JSON_LOG_AWK = String.raw`BEGIN {
   printf "{\"ts\":\"%s\",\"cmd\":\"%s\"}\n", ts, out
 }`;
 
-function wrapperScript(o: { pathPrefix?: string; env?: Record<string, string>; commandLog: string }): string {
+function wrapperScript(o: { pathPrefix?: string; env?: Record<string, string>; commandLog: string; tag: string }): string {
   const path = o.pathPrefix ? `${resolve(o.pathPrefix)}:${BASE_PATH}` : BASE_PATH;
-  const lines = ['#!/bin/sh', `PATH=${shellQuote(path)}; export PATH`];
+  const lines = ['#!/bin/sh', `PATH=${shellQuote(path)}; export PATH`, `${TAG_VAR}=${shellQuote(o.tag)}; export ${TAG_VAR}`];
   for (const [k, v] of Object.entries(o.env ?? {})) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new Error(`bad env name ${k}`);
     lines.push(`${k}=${shellQuote(v)}; export ${k}`);
@@ -185,6 +191,55 @@ async function descendantsOf(pid: number): Promise<number[]> {
   return out;
 }
 
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // already gone
+  }
+}
+
+/**
+ * SIGSTOPs the listener and everything under it, rescanning until nothing new appears, so
+ * no session forks a child after the scan that would outlive the kill as an orphan.
+ */
+async function freezeTree(pid: number, tag: string | null): Promise<number[]> {
+  signal(pid, 'SIGSTOP');
+  const frozen = new Set<number>();
+  for (let round = 0; round < 50; round++) {
+    const found = [...(await descendantsOf(pid)), ...(tag === null ? [] : await taggedProcesses(tag))];
+    const fresh = found.filter((p) => p !== pid && !frozen.has(p));
+    if (fresh.length === 0) break;
+    for (const p of fresh) {
+      signal(p, 'SIGSTOP');
+      frozen.add(p);
+    }
+  }
+  return [...frozen];
+}
+
+/**
+ * Processes carrying this sshd's tag in their environment: also session processes orphaned
+ * when their connection closed mid-command (sshd sends no SIGHUP without a pty).
+ */
+async function taggedProcesses(tag: string): Promise<number[]> {
+  const wrapperPath = join(tag, 'force-command.sh');
+  const needle = `${TAG_VAR}=${tag}\0`;
+  const out: number[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const environ = await readFile(`/proc/${name}/environ`, 'latin1');
+      // Before the wrapper runs, the login shell (still in .bashrc) only names it on its cmdline.
+      const cmdline = environ.includes(needle) ? '' : await readFile(`/proc/${name}/cmdline`, 'latin1');
+      if (environ.includes(needle) || cmdline.includes(wrapperPath)) out.push(Number(name));
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return out;
+}
+
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -218,7 +273,12 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
   const dir = resolve(o.dir);
   await mkdir(dir, { recursive: true });
   // sshd's compiled-in privilege separation dir; must exist, root-owned, not group/world-writable.
-  await mkdir('/run/sshd', { recursive: true, mode: 0o755 });
+  try {
+    await mkdir('/run/sshd', { recursive: true, mode: 0o755 });
+  } catch (e) {
+    // Not root: sshd then runs without privilege separation and does not need it.
+    if (process.getuid?.() === 0) throw e;
+  }
 
   let hostKeyPath: string;
   if (o.hostKeyPath) {
@@ -236,8 +296,8 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
   await writeFile(join(dir, 'authorized_keys'), o.authorizedKeys.map((k) => k.trim()).join('\n') + '\n', { mode: 0o600 });
   const commandLog = resolve(o.commandLog ?? join(dir, 'commands.jsonl'));
   await writeFile(commandLog, '', { flag: 'a' });
-  const wrapper = join(dir, 'force-command.sh');
-  await writeFile(wrapper, wrapperScript({ ...o, commandLog }), { mode: 0o755 });
+  const wrapper = join(dir, 'force-command.sh'); // taggedProcesses() relies on this name
+  await writeFile(wrapper, wrapperScript({ ...o, commandLog, tag: dir }), { mode: 0o755 });
   await chmod(wrapper, 0o755);
 
   const logPath = join(dir, 'sshd.log');
@@ -298,16 +358,10 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
         return ((await readFile(logPath, 'utf8')).match(/Accepted publickey for /g) ?? []).length;
       },
       descendants: () => descendantsOf(pid),
-      async stop() {
+      async stop(options) {
         if (exited) return;
-        const under = await descendantsOf(pid);
-        for (const p of [pid, ...under]) {
-          try {
-            process.kill(p, 'SIGKILL');
-          } catch {
-            // already gone
-          }
-        }
+        const under = await freezeTree(pid, options?.treeOnly ? null : dir);
+        for (const p of [pid, ...under]) signal(p, 'SIGKILL');
         const exitedNow = new Promise<void>((r) => (exited ? r() : child.once('exit', () => r())));
         await Promise.race([exitedNow, sleep(5000)]);
         await waitGone(under, 5000);
