@@ -1,0 +1,459 @@
+/**
+ * The deployment files keep the architecture's promises: the bot holds the Slack tokens and no SSH
+ * key, the worker the reverse; Redis keeps BullMQ's data; the examples pass the app's own checks;
+ * the Slack manifest creates what the code registers. No Docker engine is needed: the compose file
+ * is parsed, and validated with docker-compose v1 when it is installed.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { runConfigCheck } from '../../src/cli/config-check.ts';
+import { EnvSchema, parseEnv } from '../../src/config/env.ts';
+import { validateInventory } from '../../src/config/load-inventory.ts';
+import { routeFor } from '../../src/config/machines.ts';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const read = (p: string): string => readFileSync(join(ROOT, p), 'utf8');
+
+// ------------------------------------------------------------------ compose model ------------
+
+interface Healthcheck {
+  test: string[] | string;
+}
+interface Service {
+  image?: string;
+  build?: unknown;
+  command?: string[] | string;
+  env_file?: string | string[];
+  environment?: Record<string, string | null> | string[];
+  volumes?: Array<string | { type?: string; source?: string; target?: string; read_only?: boolean }>;
+  ports?: unknown[];
+  depends_on?: Record<string, { condition?: string }> | string[];
+  healthcheck?: Healthcheck;
+  user?: string;
+}
+interface ComposeFile {
+  services: Record<string, Service>;
+  volumes?: Record<string, unknown>;
+}
+
+const compose = parseYaml(read('docker-compose.yml'), { merge: true }) as ComposeFile;
+const svc = (name: string): Service => {
+  const s = compose.services[name];
+  if (!s) throw new Error(`docker-compose.yml has no service "${name}"`);
+  return s;
+};
+
+interface Mount {
+  source: string;
+  target: string;
+  readOnly: boolean;
+}
+function mounts(s: Service): Mount[] {
+  return (s.volumes ?? []).map((v) => {
+    if (typeof v === 'string') {
+      const parts = v.split(':');
+      // source:target[:mode]; sources may contain ${VAR:-default}, which has a ':' of its own.
+      const mode = parts.length >= 3 && /^(ro|rw)(,.*)?$/.test(parts[parts.length - 1] ?? '') ? parts.pop() : undefined;
+      const target = parts.pop() ?? '';
+      return { source: parts.join(':'), target, readOnly: (mode ?? '').split(',').includes('ro') };
+    }
+    return { source: v.source ?? '', target: v.target ?? '', readOnly: v.read_only === true };
+  });
+}
+function envMap(s: Service): Record<string, string | null> {
+  const e = s.environment ?? {};
+  if (!Array.isArray(e)) return e;
+  return Object.fromEntries(e.map((kv) => {
+    const i = kv.indexOf('=');
+    return i < 0 ? [kv, null] : [kv.slice(0, i), kv.slice(i + 1)];
+  }));
+}
+const envFiles = (s: Service): string[] => (s.env_file === undefined ? [] : Array.isArray(s.env_file) ? s.env_file : [s.env_file]);
+const commandOf = (s: Service): string[] => (Array.isArray(s.command) ? s.command : (s.command ?? '').split(/\s+/).filter(Boolean));
+/** `${VAR:-default}` → default (what the container gets when .env leaves VAR unset). */
+const interpolateDefault = (v: string): string => v.replace(/\$\{[A-Z0-9_]+(?::?-([^}]*))?\}/g, (_m, d: string | undefined) => d ?? '');
+
+const ENV_KEYS = Object.keys(EnvSchema.shape);
+/** Settings only the Slack-facing process may have. */
+const BOT_ONLY = ENV_KEYS.filter((k) => k.startsWith('SLACK_') || k === 'GPU_MEDIC_MODE' || k === 'PORT');
+const SSH_DIR = '/etc/gpu-medic/ssh';
+const INVENTORY_TARGET = '/etc/gpu-medic/inventory.yaml';
+
+describe('docker-compose.yml', () => {
+  it('has redis, bot and worker, the last two from the same image', () => {
+    expect(Object.keys(compose.services).sort()).toEqual(['bot', 'redis', 'worker']);
+    expect(svc('bot').build).toBeDefined();
+    expect(svc('worker').build).toEqual(svc('bot').build);
+    expect(svc('worker').image).toEqual(svc('bot').image);
+    expect(commandOf(svc('bot'))).toEqual(['bot']);
+    expect(commandOf(svc('worker'))).toEqual(['worker']);
+  });
+
+  it('redis persists with AOF every second, never evicts (BullMQ needs noeviction) and is health-checked', () => {
+    const r = svc('redis');
+    expect(r.image).toMatch(/^redis:7/);
+    const cmd = commandOf(r).join(' ');
+    expect(cmd).toMatch(/--appendonly yes\b/);
+    expect(cmd).toMatch(/--appendfsync everysec\b/);
+    expect(cmd).toMatch(/--maxmemory-policy noeviction\b/);
+    const data = mounts(r).find((m) => m.target === '/data');
+    expect(data, 'redis /data must be a named volume').toBeDefined();
+    expect(Object.keys(compose.volumes ?? {})).toContain(data?.source);
+    expect([r.healthcheck?.test].flat().join(' ')).toContain('redis-cli ping');
+    expect(r.ports, 'redis stays on the compose network').toBeUndefined();
+  });
+
+  it('bot and worker start only once redis is healthy, and both have a healthcheck', () => {
+    for (const name of ['bot', 'worker']) {
+      const s = svc(name);
+      expect(s.depends_on, name).toEqual({ redis: { condition: 'service_healthy' } });
+      expect(s.healthcheck?.test, name).toBeDefined();
+    }
+  });
+
+  it('the worker mounts the SSH keys read-only; the bot mounts nothing of the kind', () => {
+    const key = mounts(svc('worker')).find((m) => m.target === SSH_DIR);
+    expect(key).toMatchObject({ readOnly: true });
+    for (const m of mounts(svc('bot'))) {
+      expect(m.target.startsWith(SSH_DIR) || /ssh|\.pem$|id_(rsa|ecdsa|ed25519)/.test(m.source), `bot mount ${m.source}:${m.target}`).toBe(false);
+    }
+    // Secrets in a bind mount are secrets; nothing else than the inventory and the keys goes in.
+    expect(mounts(svc('worker')).map((m) => m.target).sort()).toEqual([INVENTORY_TARGET, SSH_DIR]);
+    expect(mounts(svc('bot')).map((m) => m.target)).toEqual([INVENTORY_TARGET]);
+  });
+
+  it('both read the same inventory, read-only, and are pointed at it', () => {
+    const src = (n: string): Mount | undefined => mounts(svc(n)).find((m) => m.target === INVENTORY_TARGET);
+    expect(src('bot')).toMatchObject({ readOnly: true });
+    expect(src('worker')).toEqual(src('bot'));
+    expect(envMap(svc('bot')).GPU_MEDIC_INVENTORY).toBe(INVENTORY_TARGET);
+    expect(envMap(svc('worker')).GPU_MEDIC_INVENTORY).toBe(INVENTORY_TARGET);
+  });
+
+  it('the example inventory names keys inside the worker-only mount', () => {
+    const inv = parseYaml(read('inventory.example.yaml')) as { defaults?: { keyFile?: string }; hosts?: Array<{ keyFile?: string }>; containers?: Array<{ keyFile?: string }> };
+    const keyFiles = [inv.defaults?.keyFile, ...(inv.hosts ?? []).map((h) => h.keyFile), ...(inv.containers ?? []).map((c) => c.keyFile)].filter(
+      (k): k is string => typeof k === 'string',
+    );
+    expect(keyFiles.length).toBeGreaterThan(0);
+    for (const k of keyFiles) expect(k.startsWith(`${SSH_DIR}/`), k).toBe(true);
+  });
+
+  it('the bot environment names no SSH key and the bot publishes no port (socket mode)', () => {
+    const bot = svc('bot');
+    for (const [k, v] of Object.entries(envMap(bot))) {
+      expect(/SSH|KEY_?FILE|PRIVATE_KEY/i.test(k), k).toBe(false);
+      expect(String(v ?? '').includes(SSH_DIR), k).toBe(false);
+    }
+    expect(bot.ports).toBeUndefined();
+  });
+
+  // The simple setup keeps one .env: the bot reads it whole (env_file); the worker does NOT read it
+  // as an env_file, it names each setting it needs and compose fills them in from .env by
+  // interpolation. So the Slack tokens in .env never reach the container holding the SSH keys.
+  it('the worker gets no env_file and no Slack setting, but every other setting the app reads', () => {
+    const worker = svc('worker');
+    expect(envFiles(worker)).toEqual([]);
+    const keys = Object.keys(envMap(worker));
+    expect(keys.filter((k) => k.startsWith('SLACK_'))).toEqual([]);
+    expect(keys.sort()).toEqual(ENV_KEYS.filter((k) => !BOT_ONLY.includes(k)).sort());
+    expect(envFiles(svc('bot'))).toEqual(['.env']);
+  });
+
+  it("the worker's fallbacks equal the app's own defaults, so an unset .env line means the same thing", () => {
+    const env = Object.fromEntries(Object.entries(envMap(svc('worker'))).map(([k, v]) => [k, interpolateDefault(v ?? '')]));
+    const parsed = parseEnv(env, 'worker');
+    expect(parsed.problems).toEqual([]);
+    const defaults = EnvSchema.parse({});
+    const { REDIS_URL, GPU_MEDIC_INVENTORY, ...rest } = parsed.env ?? defaults;
+    expect(REDIS_URL).toBe('redis://redis:6379'); // the compose service, not the app's 127.0.0.1
+    expect(GPU_MEDIC_INVENTORY).toBe(INVENTORY_TARGET);
+    const { REDIS_URL: _r, GPU_MEDIC_INVENTORY: _i, ...restDefaults } = defaults;
+    expect(rest).toEqual(restDefaults);
+  });
+});
+
+// ------------------------------------------------------------------ healthcheck script --------
+
+/** The healthcheck is `node -e <script> <role>`; run exactly that script here. */
+function healthScript(service: string): { script: string; role: string } {
+  const t = svc(service).healthcheck?.test;
+  if (!Array.isArray(t) || t[0] !== 'CMD' || t[1] !== 'node' || t[2] !== '-e') throw new Error(`${service}: healthcheck is not [CMD, node, -e, script, role]`);
+  return { script: t[3] ?? '', role: t[4] ?? '' };
+}
+async function runHealth(service: string, env: Record<string, string>): Promise<{ code: number; out: string }> {
+  const { script, role } = healthScript(service);
+  try {
+    const r = await run(process.execPath, ['-e', script, role], { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 10_000 });
+    return { code: 0, out: r.stdout + r.stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof err.code === 'number' ? err.code : -1, out: (err.stdout ?? '') + (err.stderr ?? '') };
+  }
+}
+/** Ports this network namespace has ESTABLISHED connections to, read like the script reads them. */
+function establishedRemotePorts(): Set<number> {
+  const ports = new Set<number>();
+  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    if (!existsSync(f)) continue;
+    for (const line of readFileSync(f, 'utf8').split('\n').slice(1)) {
+      const c = line.trim().split(/\s+/);
+      if (c[3] === '01') ports.add(parseInt((c[2] ?? '').split(':')[1] ?? '', 16));
+    }
+  }
+  return ports;
+}
+
+describe.skipIf(!existsSync('/proc/net/tcp'))('bot and worker healthcheck script (reads /proc/net/tcp, Linux only)', () => {
+  let server: Server;
+  let port: number;
+  const clients: Socket[] = [];
+  beforeAll(async () => {
+    server = createServer((s) => s.on('error', () => {}));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    for (const c of clients) c.destroy();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  const connectToServer = async (): Promise<void> => {
+    const c = connect(port, '127.0.0.1');
+    clients.push(c);
+    await new Promise<void>((r, j) => c.once('connect', r).once('error', j));
+  };
+
+  it('worker: unhealthy while nothing is connected to the Redis port, healthy once something is', async () => {
+    const before = await runHealth('worker', { REDIS_URL: `redis://127.0.0.1:${port}` });
+    expect(before.code).toBe(1);
+    expect(before.out).toContain(`no connection to Redis port ${port}`);
+    await connectToServer();
+    const after = await runHealth('worker', { REDIS_URL: `redis://127.0.0.1:${port}` });
+    expect(after).toEqual({ code: 0, out: 'worker ok\n' });
+  });
+
+  it('bot in http mode: needs the Redis connection and a listening PORT', async () => {
+    await connectToServer();
+    const ok = await runHealth('bot', { REDIS_URL: `redis://127.0.0.1:${port}`, GPU_MEDIC_MODE: 'http', PORT: String(port) });
+    expect(ok).toEqual({ code: 0, out: 'bot ok\n' });
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+    const freePort = (probe.address() as AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    const notListening = await runHealth('bot', { REDIS_URL: `redis://127.0.0.1:${port}`, GPU_MEDIC_MODE: 'http', PORT: String(freePort) });
+    expect(notListening.code).toBe(1);
+    expect(notListening.out).toContain(`not listening on port ${freePort}`);
+  });
+
+  it('bot in socket mode: unhealthy without a connection to Slack on 443', async (ctx) => {
+    await connectToServer();
+    if (establishedRemotePorts().has(443)) ctx.skip(); // something else in this namespace talks to a :443; can't prove the negative here
+    const r = await runHealth('bot', { REDIS_URL: `redis://127.0.0.1:${port}` });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain('no connection to Slack (port 443)');
+  });
+});
+
+// ------------------------------------------------------------------ Dockerfile -----------------
+
+describe('Dockerfile and .dockerignore', () => {
+  const lines = read('Dockerfile')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
+  const instr = (name: string): string[] => lines.filter((l) => l.toUpperCase().startsWith(`${name} `));
+
+  it('node 20 slim, production deps from the lockfile, only the code that runs', () => {
+    expect(instr('FROM')).toEqual(['FROM node:20-slim']);
+    expect(instr('RUN').join(' ')).toMatch(/npm ci --omit=dev/);
+    const copied = instr('COPY').join(' ');
+    for (const p of ['package.json', 'package-lock.json', 'tsconfig.json', 'src/', 'commands/', 'workers/']) expect(copied).toContain(p);
+    expect(copied).not.toMatch(/COPY \. /);
+    // tsx is the runtime, so it must be a production dependency.
+    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
+    expect(pkg.dependencies.tsx).toBeDefined();
+  });
+
+  it('runs as a non-root user, node --import tsx src/main.ts, start by default', () => {
+    const users = instr('USER');
+    expect(users.length).toBeGreaterThan(0);
+    expect(users[users.length - 1]).not.toMatch(/^USER (root|0)(:|$)/);
+    expect(instr('ENTRYPOINT')).toEqual(['ENTRYPOINT ["node", "--import", "tsx", "src/main.ts"]']);
+    expect(instr('CMD')).toEqual(['CMD ["start"]']);
+  });
+
+  it('keeps secrets and local state out of the build context', () => {
+    const ignored = read('.dockerignore').split('\n').map((l) => l.trim());
+    for (const p of ['.env', 'ssh/', 'inventory.yaml', 'node_modules/', '.git/']) expect(ignored, p).toContain(p);
+  });
+});
+
+// ------------------------------------------------------------------ .env.example --------------
+
+describe('.env.example', () => {
+  const text = read('.env.example');
+  const lines = text.split('\n');
+  /** KEY -> { value, commented, line index } for `KEY=v` and `# KEY=v` lines. */
+  const entries = new Map<string, { value: string; commented: boolean; at: number }>();
+  lines.forEach((l, at) => {
+    const m = /^(#\s*)?([A-Z][A-Z0-9_]*)=(.*)$/.exec(l);
+    if (m?.[2]) entries.set(m[2], { value: m[3] ?? '', commented: Boolean(m[1]), at });
+  });
+
+  it('lists every setting the app reads, and nothing it does not', () => {
+    expect([...entries.keys()].sort()).toEqual([...ENV_KEYS].sort());
+  });
+
+  it('explains every setting in a comment just above it', () => {
+    for (const [k, e] of entries) {
+      const above = lines[e.at - 1] ?? '';
+      expect(above.startsWith('#') && !/^#\s*[A-Z][A-Z0-9_]*=/.test(above), `comment above ${k}`).toBe(true);
+    }
+  });
+
+  it('holds no token, secret or real-looking credential', () => {
+    for (const k of ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET']) expect(entries.get(k)?.value ?? '', k).toBe('');
+    expect(text).not.toMatch(/xox[abposr]-[A-Za-z0-9]|xapp-\d|-----BEGIN/);
+  });
+
+  it('as shipped, config check refuses it until the two Slack tokens are filled in, and then accepts it', () => {
+    const active = Object.fromEntries([...entries].filter(([, e]) => !e.commented).map(([k, e]) => [k, e.value]));
+    expect(parseEnv(active, 'bot').problems.map((p) => p.variable).sort()).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
+    expect(parseEnv({ ...active, SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test' }, 'bot').problems).toEqual([]);
+  });
+
+  it('commented-out examples are valid values, and those with a default show the default', () => {
+    const defaults = EnvSchema.parse({}) as Record<string, unknown>;
+    for (const [k, e] of entries) {
+      if (!e.commented || e.value === '') continue; // blank secret placeholders: see the test above
+      const r = EnvSchema.safeParse({ [k]: e.value });
+      expect(r.success, `${k}=${e.value}`).toBe(true);
+      const d = defaults[k];
+      if (d !== undefined && !Array.isArray(d) && r.success) expect((r.data as Record<string, unknown>)[k], k).toEqual(d);
+    }
+  });
+});
+
+// ------------------------------------------------------------------ inventory.example.yaml ----
+
+describe('inventory.example.yaml', () => {
+  const doc: unknown = parseYaml(read('inventory.example.yaml'));
+
+  it('passes validateInventory: kpro5 with ct129 through pct exec and ct131 at its own address', () => {
+    const r = validateInventory(doc);
+    expect(r.problems).toEqual([]);
+    const inv = r.inventory;
+    if (!inv) throw new Error('no inventory');
+    expect(inv.hosts.map((h) => h.id)).toEqual(['kpro5']);
+    expect(routeFor(inv, 'ct129')).toMatchObject({ kind: 'pct', vmid: 129, host: { machineId: 'kpro5' } });
+    expect(routeFor(inv, 'ct131')).toMatchObject({ kind: 'direct', endpoint: { machineId: 'ct131' } });
+  });
+
+  it('passes `config check worker` when GPU_MEDIC_INVENTORY points at it', async () => {
+    let out = '';
+    const sink = new Writable({ write: (c: Buffer, _e, cb) => ((out += c.toString()), cb()) });
+    const code = await runConfigCheck(['worker'], { GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml') }, sink);
+    expect(out).toContain('ok. 3 machines (1 hosts, 2 containers)');
+    expect(code).toBe(0);
+  });
+});
+
+// ------------------------------------------------------------------ Slack manifest ------------
+
+describe('slack/manifest.yaml', () => {
+  const raw = read('slack/manifest.yaml');
+  const m = parseYaml(raw) as {
+    display_information: { name: string; description?: string; long_description?: string };
+    features: { bot_user?: { display_name: string }; slash_commands: Array<{ command: string; description: string; usage_hint?: string; url?: string }> };
+    oauth_config: { scopes: { bot: string[]; user?: string[] } };
+    settings: { interactivity?: { is_enabled: boolean; request_url?: string }; socket_mode_enabled?: boolean; event_subscriptions?: unknown };
+  };
+
+  it('creates /gpu, the command the bot registers, with a usage hint', () => {
+    const gpu = m.features.slash_commands.find((c) => c.command === '/gpu');
+    expect(gpu?.description).toBeTruthy();
+    expect(gpu?.usage_hint).toMatch(/status/);
+    expect(gpu?.usage_hint).toMatch(/unstick/);
+    expect(read('commands/index.ts')).toContain("app.command('/gpu'");
+  });
+
+  it('socket mode with interactivity on (approval buttons), and no URLs that socket mode would not use', () => {
+    expect(m.settings.socket_mode_enabled).toBe(true);
+    expect(m.settings.interactivity?.is_enabled).toBe(true);
+    expect(m.settings.interactivity?.request_url).toBeUndefined();
+    for (const c of m.features.slash_commands) expect(c.url).toBeUndefined();
+    expect(m.settings.event_subscriptions).toBeUndefined();
+  });
+
+  it('asks for exactly the bot scopes the code uses, each justified in a comment, and no user scopes', () => {
+    expect([...m.oauth_config.scopes.bot].sort()).toEqual(['chat:write', 'chat:write.public', 'commands']);
+    expect(m.oauth_config.scopes.user).toBeUndefined();
+    const lines = raw.split('\n');
+    for (const s of m.oauth_config.scopes.bot) {
+      const at = lines.findIndex((l) => l.trim() === `- ${s}`);
+      expect(lines[at - 1]?.trim().startsWith('#'), `comment above scope ${s}`).toBe(true);
+    }
+  });
+
+  // Limits from Slack's published manifest JSON schema (github.com/slackapi/manifest-schema, v1).
+  it("fits the manifest schema's limits", () => {
+    expect(m.display_information.name.length).toBeLessThanOrEqual(35);
+    expect((m.display_information.description ?? '').length).toBeLessThanOrEqual(140);
+    if (m.display_information.long_description !== undefined) expect(m.display_information.long_description.length).toBeGreaterThanOrEqual(175);
+    expect(m.features.bot_user?.display_name.length ?? 0).toBeGreaterThan(0);
+    for (const c of m.features.slash_commands) {
+      expect(c.command).toMatch(/^\/.{1,31}$/);
+      expect(c.description.length).toBeLessThanOrEqual(2000);
+      expect((c.usage_hint ?? '').length).toBeLessThanOrEqual(1000);
+    }
+  });
+});
+
+// ------------------------------------------------------------------ docker-compose v1 ----------
+
+const COMPOSE_BIN = '/usr/bin/docker-compose';
+const hasCompose = existsSync(COMPOSE_BIN);
+if (!hasCompose) console.warn(`deploy-files: ${COMPOSE_BIN} not found, skipping the docker-compose config checks (run \`docker compose config -q\` by hand)`);
+
+describe.skipIf(!hasCompose)(`docker-compose config (${hasCompose ? COMPOSE_BIN : `skipped: ${COMPOSE_BIN} not installed`})`, () => {
+  let dir: string;
+  beforeAll(() => {
+    // A scratch project: the compose file plus a .env, as an operator would have it.
+    dir = mkdtempSync(join(tmpdir(), 'gpu-medic-compose-'));
+    copyFileSync(join(ROOT, 'docker-compose.yml'), join(dir, 'docker-compose.yml'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  // Only PATH/HOME: a REDIS_URL or SLACK_* in the test runner's environment would override .env.
+  const compose = (...args: string[]) =>
+    run(COMPOSE_BIN, ['-f', 'docker-compose.yml', ...args], { cwd: dir, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir }, timeout: 30_000 });
+
+  it('validates (config -q) with the .env.example copied to .env', async () => {
+    copyFileSync(join(ROOT, '.env.example'), join(dir, '.env'));
+    await expect(compose('config', '-q')).resolves.toBeDefined();
+  });
+
+  it('as compose resolves it, the Slack tokens in .env reach the bot and never the worker', async () => {
+    const bot = 'xoxb-not-a-real-token-for-the-test';
+    const app = 'xapp-not-a-real-token-for-the-test';
+    writeFileSync(join(dir, '.env'), `${read('.env.example')}\nSLACK_BOT_TOKEN=${bot}\nSLACK_APP_TOKEN=${app}\nSLACK_SIGNING_SECRET=not-a-real-secret\nGPU_MEDIC_SITES=lab\n`);
+    const { stdout } = await compose('config');
+    const resolved = parseYaml(stdout) as ComposeFile;
+    const botEnv = envMap(resolved.services.bot ?? {});
+    const worker = resolved.services.worker ?? {};
+    expect(botEnv.SLACK_BOT_TOKEN).toBe(bot);
+    expect(botEnv.SLACK_APP_TOKEN).toBe(app);
+    expect(Object.keys(envMap(worker)).filter((k) => k.startsWith('SLACK_'))).toEqual([]);
+    const workerText = JSON.stringify(worker);
+    for (const secret of [bot, app, 'not-a-real-secret']) expect(workerText).not.toContain(secret);
+    expect(envMap(worker).GPU_MEDIC_SITES).toBe('lab'); // the worker still gets its settings from .env
+  });
+});
