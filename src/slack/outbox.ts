@@ -89,8 +89,21 @@ export class Outbox {
     }
   }
 
-  /** Brings one incident's thread up to date with its log. Safe to call any number of times. */
-  async sync(id: string): Promise<void> {
+  private readonly chains = new Map<string, Promise<void>>();
+
+  /** Brings one incident's thread up to date with its log. Safe to call any number of times, even concurrently. */
+  sync(id: string): Promise<void> {
+    // Two syncs of one incident at once would both see a view as unposted and post it twice.
+    const prev = this.chains.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(() => this.syncNow(id));
+    this.chains.set(id, next);
+    void next.catch(() => undefined).finally(() => {
+      if (this.chains.get(id) === next) this.chains.delete(id);
+    });
+    return next;
+  }
+
+  private async syncNow(id: string): Promise<void> {
     const meta = await this.o.log.meta(id);
     if (!meta) {
       await this.o.log.markRendered(id, '0-0');

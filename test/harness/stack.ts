@@ -10,7 +10,7 @@ import { startWorkerProcess } from '../../src/worker-process.ts';
 import type { WorkerGroup } from '../../workers/index.ts';
 import { startFleet } from './fleet/index.ts';
 import type { Fleet, FleetSpec } from './fleet/types.ts';
-import { startFakeSlack, type FakeSlack } from './slack/fake-slack-api.ts';
+import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake-slack-api.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -28,7 +28,9 @@ export interface Stack {
   redis: Redis;
   /** Every log line the bot and workers wrote (for secret checks). */
   logText(): string;
-  slash(text: string, o?: { user?: string; channel?: string }): Promise<SignedResponse & { responseUrl: string }>;
+  slash(text: string, o?: { user?: string; channel?: string }): Promise<SignedResponse & { responseUrl: string; ackText: string; incidentId: string | null }>;
+  /** Waits until the incident's thread satisfies `done` (default: parent says done), returns parent + replies. */
+  threadOf(incidentId: string, o?: { channel?: string; timeoutMs?: number; done?: (t: StoredMessage[]) => boolean }): Promise<StoredMessage[]>;
   stop(): Promise<void>;
 }
 
@@ -96,7 +98,19 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         channel_id: so.channel ?? 'C0ONCALL01',
         response_url: responseUrl,
       });
-      return { ...r, responseUrl };
+      const ackText = typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
+      const m = /incident `(inc_[a-z0-9_]+)`/.exec(ackText);
+      return { ...r, responseUrl, ackText, incidentId: m?.[1] ?? null };
+    },
+    threadOf(incidentId, to = {}) {
+      const channel = to.channel ?? 'C0ONCALL01';
+      const done = to.done ?? ((t: StoredMessage[]) => /done|Recovered|stuck|expired/i.test(t[0]?.text ?? ''));
+      return slack.waitFor(() => {
+        const parent = slack.messages(channel).find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId));
+        if (!parent) return null;
+        const t = slack.thread(channel, parent.ts);
+        return done(t) ? t : null;
+      }, to.timeoutMs ?? 20000);
     },
     async stop() {
       await bot.stop().catch(() => undefined);
