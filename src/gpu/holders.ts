@@ -1,0 +1,229 @@
+import type { ProcStat } from './parse/index.ts';
+import type { Gpu, GpuProcess, Holder } from './types.ts';
+
+/**
+ * Who a process is, safely enough to signal it: a PID alone can be reused between plan and
+ * kill, so every check compares the PID *and* its start time (`/proc/<pid>/stat` field 22).
+ */
+export interface ProcessIdentity {
+  /** PID in the host's (initial) PID namespace: what the host and nvidia-smi see. */
+  hostPid: number;
+  /** Last `NSpid` entry: the PID inside the process's own (innermost) PID namespace. */
+  containerPid: number;
+  /** Field 22 of `/proc/<pid>/stat`, clock ticks after boot. */
+  startTimeTicks: number;
+  /** `/proc/<pid>/cmdline` with NULs as spaces; `[comm]` when empty (zombie, kernel thread). */
+  cmdline: string;
+  /** Real uid as seen inside the target container (decides whether container-side kill may signal it). */
+  uid?: number;
+  /** `readlink /proc/<pid>/ns/pid`, e.g. `pid:[4026532845]`; the same text inside and outside a container. */
+  pidNs: string;
+  /** Process state letter from stat (`D` = uninterruptible sleep: a kill lands only when it wakes). */
+  state?: string;
+}
+
+/**
+ * One PID's readings as the reading template prints them (see `parseProcReadings` in
+ * src/playbooks/unstick-commands.ts). A null field could not be read: the process exited
+ * between reads, or we may not look.
+ */
+export interface ProcReading {
+  /** PID in the namespace where the reading ran (host PID on the host, container PID inside). */
+  pid: number;
+  stat: ProcStat | null;
+  /** `NSpid:` values, outermost namespace first. */
+  nsPids: number[] | null;
+  uid: number | null;
+  pidNs: string | null;
+  cmdline: string | null;
+}
+
+/** What the host tells: its GPUs, compute apps (host PIDs), /proc of those PIDs, and the container's PID namespace. */
+export interface HostReadings {
+  gpus: readonly Gpu[];
+  apps: readonly GpuProcess[];
+  procs: readonly ProcReading[];
+  /** `readlink /proc/<init host pid>/ns/pid` of the target container's init (`lxc-info -n <vmid> -p`). */
+  targetPidNs: string;
+}
+
+/** What the container tells: `fuser -v /dev/nvidia*` holders (container PIDs) and their /proc readings. */
+export interface ContainerReadings {
+  holders: readonly Holder[];
+  procs: readonly ProcReading[];
+}
+
+/** A process holding GPU memory, as host nvidia-smi lists it, placed relative to the target container. */
+export interface GpuHolder {
+  /** Host GPU index (host nvidia-smi numbering; a container may number its GPUs differently). */
+  gpuIndex: number | null;
+  gpuUuid: string | null;
+  usedMiB: number | null;
+  process: ProcessIdentity;
+  /** Same PID namespace as the target container's init. */
+  inTarget: boolean;
+  /** PID 1 of the target container: ignores signals sent from inside its own namespace. */
+  isContainerInit: boolean;
+  /** The container's own `fuser` listed this container PID on a device node. */
+  seenInContainer: boolean;
+}
+
+/** A compute app whose host PID could not be identified (exited while we read, or /proc unreadable). */
+export interface UnresolvedHolder {
+  gpuIndex: number | null;
+  gpuUuid: string | null;
+  usedMiB: number | null;
+  hostPid: number;
+  reason: 'gone' | 'unreadable';
+}
+
+/**
+ * A container process with a `/dev/nvidia*` node open that holds no GPU memory per host
+ * nvidia-smi: monitoring tools (NVML, nvidia-smi loops) look like this. Never a target.
+ */
+export interface DeviceOnlyHolder {
+  containerPid: number;
+  devices: string[];
+  user: string | null;
+  command: string | null;
+}
+
+export interface HolderReport {
+  holders: GpuHolder[];
+  unresolved: UnresolvedHolder[];
+  deviceOnly: DeviceOnlyHolder[];
+}
+
+const PID_NS = /^pid:\[\d+\]$/;
+
+/** `pid:[4026532845]` or null: anything else is not a PID-namespace link. */
+export function parsePidNsLink(text: string): string | null {
+  const t = text.trim();
+  return PID_NS.test(t) ? t : null;
+}
+
+/** Same process: same host PID and same start time (a reused PID has a later start time). */
+export function sameProcess(a: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>, b: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>): boolean {
+  return a.hostPid === b.hostPid && a.startTimeTicks === b.startTimeTicks;
+}
+
+/** A host-side reading made into an identity, or null when any identifying field is missing. */
+export function identityOf(r: ProcReading): ProcessIdentity | null {
+  if (r.stat === null || r.nsPids === null || r.nsPids.length === 0 || r.pidNs === null) return null;
+  const containerPid = r.nsPids[r.nsPids.length - 1];
+  if (containerPid === undefined || r.nsPids[0] !== r.pid) return null;
+  const cmdline = r.cmdline !== null && r.cmdline.trim() !== '' ? r.cmdline : `[${r.stat.comm}]`;
+  return {
+    hostPid: r.pid,
+    containerPid,
+    startTimeTicks: r.stat.startTimeTicks,
+    cmdline,
+    pidNs: r.pidNs,
+    state: r.stat.state,
+  };
+}
+
+/**
+ * GPU holders from both points of view. Host nvidia-smi decides *what holds memory* (it is the
+ * only view with every PID); the container's readings add what it can see (fuser) and the uid
+ * as the container knows it. A container process with a device open but no memory in use
+ * (a monitor) is reported apart and never becomes a holder.
+ */
+export function buildHolders(host: HostReadings, container: ContainerReadings): HolderReport {
+  const hostProcs = new Map(host.procs.map((r) => [r.pid, r]));
+  const ctProcs = new Map(container.procs.map((r) => [r.pid, r]));
+  const fuserPids = new Set(container.holders.map((h) => h.pid));
+  const uuidToIndex = new Map(host.gpus.filter((g) => g.uuid !== null).map((g) => [g.uuid, g.index]));
+
+  const holders: GpuHolder[] = [];
+  const unresolved: UnresolvedHolder[] = [];
+  for (const app of host.apps) {
+    const gpuIndex = app.gpuIndex ?? (app.gpuUuid !== null ? (uuidToIndex.get(app.gpuUuid) ?? null) : null);
+    const where = { gpuIndex, gpuUuid: app.gpuUuid, usedMiB: app.usedMiB };
+    const reading = hostProcs.get(app.pid);
+    if (reading === undefined || reading.stat === null) {
+      unresolved.push({ ...where, hostPid: app.pid, reason: 'gone' });
+      continue;
+    }
+    const id = identityOf(reading);
+    if (id === null) {
+      unresolved.push({ ...where, hostPid: app.pid, reason: 'unreadable' });
+      continue;
+    }
+    const inTarget = id.pidNs === host.targetPidNs;
+    // The container's own reading counts only if it is the same process (PID + start time):
+    // a container PID reused between the two reads must not lend its uid or visibility.
+    const ct = inTarget ? ctProcs.get(id.containerPid) : undefined;
+    const ctSame = ct !== undefined && ct.stat !== null && ct.stat.startTimeTicks === id.startTimeTicks && (ct.pidNs === null || ct.pidNs === id.pidNs);
+    const process: ProcessIdentity = ctSame && ct.uid !== null ? { ...id, uid: ct.uid } : id;
+    holders.push({
+      ...where,
+      process,
+      inTarget,
+      isContainerInit: inTarget && id.containerPid === 1,
+      seenInContainer: inTarget && fuserPids.has(id.containerPid) && (ct === undefined || ctSame),
+    });
+  }
+
+  const memoryPids = new Set(holders.filter((h) => h.inTarget).map((h) => h.process.containerPid));
+  const deviceOnly = new Map<number, DeviceOnlyHolder>();
+  for (const h of container.holders) {
+    if (memoryPids.has(h.pid)) continue;
+    const seen = deviceOnly.get(h.pid);
+    if (seen) {
+      if (!seen.devices.includes(h.device)) seen.devices.push(h.device);
+    } else {
+      deviceOnly.set(h.pid, { containerPid: h.pid, devices: [h.device], user: h.user, command: h.command });
+    }
+  }
+  return { holders, unresolved, deviceOnly: [...deviceOnly.values()] };
+}
+
+/** Why a planned target may no longer be signalled; null = still the same process, still a target. */
+export type StaleReason = 'gone' | 'pid_reused' | 'left_namespace' | 'no_gpu_memory' | 'unreadable';
+
+export interface RecheckInput {
+  /** Fresh reading of the PID in the namespace the signal will be sent from. */
+  reading: ProcReading | undefined;
+  /** Which PID the reading is keyed by: host PID (host-side kill) or container PID (container-side). */
+  view: 'host' | 'container';
+  targetPidNs: string;
+  /** Host PIDs host nvidia-smi lists right now; null when the step does not require it (tier-1 SIGKILL of survivors). */
+  gpuHostPids: ReadonlySet<number> | null;
+}
+
+/**
+ * Re-check one planned target just before signalling it: same PID and start time, still in the
+ * target's PID namespace, and (when asked) still holding GPU memory. Pure.
+ */
+export function recheckTarget(planned: ProcessIdentity, x: RecheckInput): StaleReason | null {
+  const r = x.reading;
+  if (r === undefined || r.stat === null) return 'gone';
+  const expectedPid = x.view === 'host' ? planned.hostPid : planned.containerPid;
+  if (r.pid !== expectedPid) return 'unreadable';
+  if (r.stat.startTimeTicks !== planned.startTimeTicks) return 'pid_reused';
+  if (r.pidNs === null) return 'unreadable';
+  if (r.pidNs !== x.targetPidNs) return 'left_namespace';
+  if (x.view === 'host') {
+    const last = r.nsPids?.[r.nsPids.length - 1];
+    if (last !== planned.containerPid) return 'left_namespace';
+  }
+  if (x.gpuHostPids !== null && !x.gpuHostPids.has(planned.hostPid)) return 'no_gpu_memory';
+  return null;
+}
+
+/** Plain words for a stale reason, for the thread. */
+export function staleReasonText(r: StaleReason): string {
+  switch (r) {
+    case 'gone':
+      return 'already exited';
+    case 'pid_reused':
+      return 'its PID now belongs to a different process (start time changed)';
+    case 'left_namespace':
+      return 'no longer in the container’s PID namespace';
+    case 'no_gpu_memory':
+      return 'no longer holds GPU memory';
+    case 'unreadable':
+      return 'its /proc entry could not be read';
+  }
+}
