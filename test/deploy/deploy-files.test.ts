@@ -457,3 +457,20 @@ describe.skipIf(!hasCompose)(`docker-compose config (${hasCompose ? COMPOSE_BIN 
     expect(envMap(worker).GPU_MEDIC_SITES).toBe('lab'); // the worker still gets its settings from .env
   });
 });
+
+// ------------------------------------------------------------------ docs/deploy.md -------------
+
+describe('docs/deploy.md', () => {
+  const doc = read('docs/deploy.md');
+  it('shows the same inventory as inventory.example.yaml (so the docs never drift from a file that passes the check)', () => {
+    const blocks = [...doc.matchAll(/```yaml\n([\s\S]*?)```/g)].map((b) => b[1] ?? '');
+    const inventoryBlock = blocks.find((b) => /^defaults:/m.test(b) && /^hosts:/m.test(b));
+    expect(inventoryBlock, 'a ```yaml block with the example inventory').toBeDefined();
+    expect(parseYaml(inventoryBlock ?? '')).toEqual(parseYaml(read('inventory.example.yaml')));
+  });
+  it('tells how to get fingerprints and how the secrets are split', () => {
+    expect(doc).toContain('ssh-keyscan');
+    expect(doc).toContain('ssh-keygen -lf -');
+    expect(doc).toMatch(/secrets split/i);
+  });
+});
