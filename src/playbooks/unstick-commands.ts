@@ -1,0 +1,232 @@
+import { CodedError, ErrorCode } from '../errors.ts';
+import type { ProcReading } from '../gpu/holders.ts';
+import { parsePidNsLink } from '../gpu/holders.ts';
+import { parseProcStat } from '../gpu/parse/index.ts';
+import type { CommandSpec } from '../ssh/types.ts';
+import { APP_FIELDS } from './commands.ts';
+
+/**
+ * Fixed command templates of `/gpu unstick`. Every argv word is a constant of this file or a
+ * decimal integer read from a machine (a PID, a vmid, a GPU index): nothing a user typed can
+ * reach a command, and `assertSafeArgv` proves it before anything runs.
+ */
+
+export interface TemplateOptions {
+  timeoutMs: number;
+}
+
+export type Signal = 'TERM' | 'KILL';
+
+/** Integers only, positive, safe: a PID of 0 or -1 would signal a process group or everything. */
+function pidWords(pids: readonly number[]): string[] {
+  if (pids.length === 0) throw new CodedError(ErrorCode.BadCommand, 'No PIDs to signal; nothing was run.');
+  return pids.map((p) => {
+    if (!Number.isSafeInteger(p) || p <= 0)
+      throw new CodedError(ErrorCode.BadCommand, `A PID must be a positive integer, got ${String(p)}; nothing was run.`);
+    return String(p);
+  });
+}
+
+function gpuIndexWord(i: number): string {
+  if (!Number.isSafeInteger(i) || i < 0) throw new CodedError(ErrorCode.BadCommand, `A GPU index must be a non-negative integer, got ${String(i)}; nothing was run.`);
+  return String(i);
+}
+
+/** Container side (runs in the container's namespace): `kill -s TERM|KILL <pids...>`. */
+export function signalPids(signal: Signal, pids: readonly number[], o: TemplateOptions): CommandSpec {
+  return { argv: ['kill', '-s', signal, ...pidWords(pids)], timeoutMs: o.timeoutMs };
+}
+
+/**
+ * Host side: `kill -s KILL <hostpid>`, run on the Proxmox host itself. Not through `pct exec`:
+ * that enters the container's PID namespace, where its init ignores signals.
+ */
+export function hostKill(hostPid: number, o: TemplateOptions): CommandSpec {
+  return { argv: ['kill', '-s', 'KILL', ...pidWords([hostPid])], timeoutMs: o.timeoutMs };
+}
+
+/**
+ * The one reading template, for a list of PIDs in the namespace it runs in (host or container).
+ * PIDs are positional parameters of a constant script, never spliced into it. stat and cmdline
+ * are hex-encoded because comm and cmdline may hold spaces, `)` or newlines. Identity fields
+ * for every PID come first and cmdline last: reading the cmdline of a hung process can block,
+ * and it must not hide the identities. `@done` proves the output is complete.
+ */
+export const READ_PROCS_SCRIPT = [
+  'for p in "$@"; do',
+  'echo "@pid $p"',
+  'echo "@stat $(od -An -v -tx1 "/proc/$p/stat" 2>/dev/null | tr -d " \\n")"',
+  'grep -E "^(NSpid|Uid):" "/proc/$p/status" 2>/dev/null | sed "s/^/@status /"',
+  'echo "@ns $(readlink "/proc/$p/ns/pid" 2>/dev/null)"',
+  'done',
+  'for p in "$@"; do',
+  'echo "@cmdline $p $(od -An -v -tx1 "/proc/$p/cmdline" 2>/dev/null | tr -d " \\n")"',
+  'done',
+  'echo @done',
+].join('\n');
+
+export function readProcs(pids: readonly number[], o: TemplateOptions): CommandSpec {
+  return { argv: ['sh', '-c', READ_PROCS_SCRIPT, 'sh', ...pidWords(pids)], timeoutMs: o.timeoutMs };
+}
+
+/** The container's init PID on the host: `lxc-info -n <vmid> -p` → `PID:  12345`. */
+export function containerInitPid(vmid: number, o: TemplateOptions): CommandSpec {
+  if (!Number.isSafeInteger(vmid) || vmid <= 0) throw new CodedError(ErrorCode.BadCommand, `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`);
+  return { argv: ['lxc-info', '-n', String(vmid), '-p'], timeoutMs: o.timeoutMs };
+}
+
+/** Compute apps of one host GPU, to prove nothing anywhere holds it before a reset. */
+export function hostGpuApps(hostIndex: number, o: TemplateOptions): CommandSpec {
+  return {
+    argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits', '-i', gpuIndexWord(hostIndex)],
+    timeoutMs: o.timeoutMs,
+  };
+}
+
+/** `0, Enabled`: whether persistence must be switched off for the reset and back on after. */
+export function persistenceMode(hostIndex: number, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', gpuIndexWord(hostIndex)], timeoutMs: o.timeoutMs };
+}
+
+export function setPersistence(hostIndex: number, on: boolean, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '-pm', on ? '1' : '0', '-i', gpuIndexWord(hostIndex)], timeoutMs: o.timeoutMs };
+}
+
+/** Host only: a container is refused (`Resetting GPU ... is not supported.`), and must never be asked. */
+export function gpuReset(hostIndex: number, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '--gpu-reset', '-i', gpuIndexWord(hostIndex)], timeoutMs: o.timeoutMs };
+}
+
+/** Every constant word the templates above may use. */
+export const CONSTANT_WORDS: ReadonlySet<string> = new Set([
+  'kill',
+  '-s',
+  'TERM',
+  'KILL',
+  'sh',
+  '-c',
+  READ_PROCS_SCRIPT,
+  'lxc-info',
+  '-n',
+  '-p',
+  'nvidia-smi',
+  `--query-compute-apps=${APP_FIELDS.join(',')}`,
+  '--format=csv,noheader,nounits',
+  '--format=csv,noheader',
+  '--query-gpu=index,persistence_mode',
+  '-i',
+  '-pm',
+  '--gpu-reset',
+]);
+
+/** Refuses any argv with a word that is neither a template constant nor a decimal integer. */
+export function assertSafeArgv(argv: readonly string[]): void {
+  for (const w of argv) {
+    if (CONSTANT_WORDS.has(w) || /^(0|[1-9]\d{0,14})$/.test(w)) continue;
+    throw new CodedError(ErrorCode.BadCommand, `A command word is not from a fixed template: ${JSON.stringify(w.slice(0, 40))}; nothing was run.`);
+  }
+}
+
+// ---- parsers of what these templates print ----
+
+function hexToBytes(hex: string): Buffer | null {
+  if (hex.length % 2 !== 0 || !/^[0-9a-f]*$/.test(hex)) return null;
+  return Buffer.from(hex, 'hex');
+}
+
+export interface ProcReadings {
+  readings: ProcReading[];
+  /** False when `@done` is missing: the read was cut short (timeout, output cap); missing fields are not "gone". */
+  complete: boolean;
+}
+
+/** Output of `readProcs`, one reading per PID asked for, in order. */
+export function parseProcReadings(text: string): ProcReadings {
+  const byPid = new Map<number, ProcReading>();
+  let complete = false;
+  let current: ProcReading | null = null;
+  const int = (t: string): number | null => (/^\d{1,15}$/.test(t) ? Number(t) : null);
+  for (const raw of text.split('\n')) {
+    const line = raw.replace(/\r$/, '');
+    const sp = line.indexOf(' ');
+    const tag = sp < 0 ? line : line.slice(0, sp);
+    const rest = sp < 0 ? '' : line.slice(sp + 1);
+    if (tag === '@done') complete = true;
+    else if (tag === '@pid') {
+      const pid = int(rest);
+      if (pid === null) continue;
+      current = byPid.get(pid) ?? { pid, stat: null, nsPids: null, uid: null, pidNs: null, cmdline: null };
+      byPid.set(pid, current);
+    } else if (tag === '@stat' && current) {
+      const bytes = hexToBytes(rest.trim());
+      if (bytes && bytes.length > 0) {
+        const st = parseProcStat(bytes.toString('latin1').replace(/\n$/, ''));
+        if (st.ok && st.value.pid === current.pid) current.stat = st.value;
+      }
+    } else if (tag === '@status' && current) {
+      const m = /^(NSpid|Uid):\s+(.*)$/.exec(rest);
+      const values = m?.[2]?.trim().split(/\s+/).map(int);
+      if (!m || !values || values.some((v) => v === null)) continue;
+      const nums = values.filter((v): v is number => v !== null);
+      if (m[1] === 'NSpid') current.nsPids = nums.length > 0 ? nums : null;
+      else current.uid = nums[0] ?? null;
+    } else if (tag === '@ns' && current) {
+      current.pidNs = parsePidNsLink(rest);
+    } else if (tag === '@cmdline') {
+      const [pidText, hex = ''] = rest.split(' ');
+      const r = byPid.get(int(pidText ?? '') ?? -1);
+      const bytes = hexToBytes(hex);
+      if (!r || bytes === null || hex === '') continue;
+      // NUL-separated argv; setproctitle() leaves trailing NULs or spaces.
+      r.cmdline = bytes.toString('utf8').replace(/\0+$/, '').replace(/\0/g, ' ').trimEnd();
+    }
+  }
+  return { readings: [...byPid.values()], complete };
+}
+
+/** `lxc-info -n <vmid> -p` → the init's host PID, or null (container not running prints nothing). */
+export function parseLxcInitPid(text: string): number | null {
+  const m = /^PID:\s+(\d{1,15})\s*$/m.exec(text);
+  return m?.[1] !== undefined && Number(m[1]) > 0 ? Number(m[1]) : null;
+}
+
+/** `0, Enabled` → true; `Disabled` → false; anything else → null (unknown: treat as on, restore after). */
+export function parsePersistenceMode(text: string): boolean | null {
+  const m = /^\s*\d+,\s*(Enabled|Disabled)\s*$/m.exec(text);
+  if (!m) return null;
+  return m[1] === 'Enabled';
+}
+
+export type KillOutcome = { pid: number; result: 'sent' } | { pid: number; result: 'failed'; reason: 'no_such_process' | 'not_permitted' | 'other'; message: string };
+
+/**
+ * Per-PID outcome of `kill -s SIG <pids...>` from its exit code and stderr. procps prints
+ * `kill: (123): No such process`; util-linux `kill: sending signal to 123 failed: No such process`;
+ * shells' builtins `kill: 123: No such process` / `kill: (123) - No such process`.
+ */
+export function parseKillOutcomes(pids: readonly number[], code: number | null, stderr: string): KillOutcome[] {
+  const asked = new Set(pids);
+  const failures = new Map<number, { reason: 'no_such_process' | 'not_permitted' | 'other'; message: string }>();
+  let unexplained = false;
+  for (const raw of stderr.split('\n')) {
+    const line = raw.trim();
+    if (line === '') continue;
+    const m = /\(?(?:sending signal to )?\b(\d{1,15})\)?(?: failed)?\s*[:-]\s*(.+)$/.exec(line);
+    const pid = m ? Number(m[1]) : null;
+    if (m === null || pid === null || !asked.has(pid)) {
+      unexplained = true;
+      continue;
+    }
+    const msg = (m[2] ?? '').trim();
+    const reason = /no such process/i.test(msg) ? 'no_such_process' : /not permitted/i.test(msg) ? 'not_permitted' : 'other';
+    failures.set(pid, { reason, message: msg });
+  }
+  return pids.map((pid): KillOutcome => {
+    const f = failures.get(pid);
+    if (f) return { pid, result: 'failed', ...f };
+    // A failure we cannot pin on a PID: no PID of this call may be reported as signalled.
+    if (code !== 0 && (unexplained || failures.size === 0))
+      return { pid, result: 'failed', reason: 'other', message: `kill exited with ${code ?? 'a signal'}: ${stderr.trim().split('\n')[0] ?? ''}`.trim() };
+    return { pid, result: 'sent' };
+  });
+}

@@ -1,0 +1,156 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, readlinkSync } from 'node:fs';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseProcStat } from '../../src/gpu/parse/index.ts';
+import { shellJoin } from '../../src/ssh/quote.ts';
+import {
+  CONSTANT_WORDS,
+  READ_PROCS_SCRIPT,
+  assertSafeArgv,
+  containerInitPid,
+  gpuReset,
+  hostGpuApps,
+  hostKill,
+  parseKillOutcomes,
+  parseLxcInitPid,
+  parsePersistenceMode,
+  parseProcReadings,
+  persistenceMode,
+  readProcs,
+  setPersistence,
+  signalPids,
+} from '../../src/playbooks/unstick-commands.ts';
+import { TP0, readProcsOutput } from './seed-fleet.ts';
+
+const t = { timeoutMs: 15_000 };
+
+describe('command templates', () => {
+  it('are the literal commands of the runbook', () => {
+    expect(shellJoin(signalPids('TERM', [57, 63], t).argv)).toBe('kill -s TERM 57 63');
+    expect(shellJoin(signalPids('KILL', [63], t).argv)).toBe('kill -s KILL 63');
+    expect(shellJoin(hostKill(812_345, t).argv)).toBe('kill -s KILL 812345');
+    expect(shellJoin(containerInitPid(129, t).argv)).toBe('lxc-info -n 129 -p');
+    expect(shellJoin(hostGpuApps(2, t).argv)).toBe("nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i 2");
+    expect(shellJoin(persistenceMode(2, t).argv)).toBe("nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i 2");
+    expect(shellJoin(setPersistence(2, false, t).argv)).toBe('nvidia-smi -pm 0 -i 2');
+    expect(shellJoin(gpuReset(2, t).argv)).toBe('nvidia-smi --gpu-reset -i 2');
+    expect(shellJoin(setPersistence(2, true, t).argv)).toBe('nvidia-smi -pm 1 -i 2');
+    expect(readProcs([57, 63], t).argv).toEqual(['sh', '-c', READ_PROCS_SCRIPT, 'sh', '57', '63']);
+  });
+
+  it('refuse PIDs that would signal a group or everything, and non-integers', () => {
+    for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 60])
+      expect(() => signalPids('KILL', [57, bad], t)).toThrow(/positive integer/);
+    expect(() => signalPids('TERM', [], t)).toThrow(/No PIDs/);
+    expect(() => gpuReset(-1, t)).toThrow(/GPU index/);
+    expect(() => containerInitPid(0, t)).toThrow(/container id/);
+  });
+
+  it('every argv word is a template constant or an integer (property)', () => {
+    const pid = fc.integer({ min: 1, max: 4_194_304 });
+    fc.assert(
+      fc.property(fc.array(pid, { minLength: 1, maxLength: 16 }), fc.integer({ min: 0, max: 15 }), fc.boolean(), (pids, gpu, on) => {
+        const specs = [
+          signalPids('TERM', pids, t),
+          signalPids('KILL', pids, t),
+          readProcs(pids, t),
+          hostKill(pids[0] ?? 1, t),
+          containerInitPid(pids[0] ?? 1, t),
+          hostGpuApps(gpu, t),
+          persistenceMode(gpu, t),
+          setPersistence(gpu, on, t),
+          gpuReset(gpu, t),
+        ];
+        for (const s of specs) {
+          for (const w of s.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w)).toBe(true);
+          expect(() => assertSafeArgv(s.argv)).not.toThrow();
+        }
+      }),
+    );
+  });
+
+  it('assertSafeArgv refuses anything else', () => {
+    fc.assert(
+      fc.property(fc.string({ minLength: 1 }), (w) => {
+        fc.pre(!CONSTANT_WORDS.has(w) && !/^(0|[1-9]\d{0,14})$/.test(w));
+        expect(() => assertSafeArgv(['kill', '-s', 'KILL', w])).toThrow(/not from a fixed template/);
+      }),
+    );
+    expect(() => assertSafeArgv(['kill', '-s', 'KILL', '57;reboot'])).toThrow();
+    expect(() => assertSafeArgv(['nvidia-smi', '-r'])).toThrow();
+  });
+});
+
+describe('readProcs on this machine (real /proc, real sh, od, grep, readlink)', () => {
+  let child: ReturnType<typeof spawn>;
+  beforeAll(async () => {
+    // A process whose argv has spaces, a `)` and a newline: what a hex encoding is for.
+    child = spawn('sleep', ['30'], { argv0: 'sglang::scheduler_TP0 (rank 0)\nx' } as Parameters<typeof spawn>[2]);
+    await new Promise((r) => setTimeout(r, 100));
+  });
+  afterAll(() => child.kill('SIGKILL'));
+
+  it('prints identity, namespace and cmdline for live PIDs and nothing for a gone one', () => {
+    const pid = child.pid ?? 0;
+    const out = spawnSync('sh', readProcs([pid, 4_000_000], t).argv.slice(1), { encoding: 'utf8' }).stdout;
+    const r = parseProcReadings(out);
+    expect(r.complete).toBe(true);
+    const [live, gone] = r.readings;
+    const stat = parseProcStat(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+    expect(stat.ok && live?.stat?.startTimeTicks === stat.value.startTimeTicks).toBe(true);
+    expect(live?.pid).toBe(pid);
+    expect(live?.nsPids?.[0]).toBe(pid);
+    expect(live?.uid).toBe(process.getuid?.());
+    expect(live?.pidNs).toBe(readlinkSync(`/proc/${pid}/ns/pid`));
+    expect(live?.cmdline).toBe('sglang::scheduler_TP0 (rank 0)\nx 30');
+    expect(gone).toEqual({ pid: 4_000_000, stat: null, nsPids: null, uid: null, pidNs: null, cmdline: null });
+  });
+
+  it('says when the output was cut short', () => {
+    const out = readProcsOutput([TP0.pid], [TP0], { done: false });
+    const r = parseProcReadings(out);
+    expect(r.complete).toBe(false);
+    expect(r.readings[0]?.stat?.startTimeTicks).toBe(TP0.start);
+  });
+
+  it('ignores a stat line that belongs to another PID', () => {
+    const out = readProcsOutput([TP0.pid], [TP0]).replace(`@pid ${TP0.pid}`, '@pid 57');
+    expect(parseProcReadings(out).readings[0]?.stat).toBeNull();
+  });
+});
+
+describe('kill outcomes', () => {
+  it('reads the real kill binary: one PID gone, one signalled', () => {
+    const live = spawn('sleep', ['30']);
+    const pids = [4_000_001, live.pid ?? 0];
+    const r = spawnSync('kill', ['-s', 'TERM', ...pids.map(String)], { encoding: 'utf8' });
+    const out = parseKillOutcomes(pids, r.status, r.stderr);
+    expect(out[0]).toMatchObject({ pid: 4_000_001, result: 'failed', reason: 'no_such_process' });
+    expect(out[1]).toEqual({ pid: live.pid, result: 'sent' });
+    live.kill('SIGKILL');
+  });
+
+  it('reads procps, util-linux and shell builtin messages', () => {
+    expect(parseKillOutcomes([57, 63], 1, 'kill: (63): No such process\n')).toEqual([
+      { pid: 57, result: 'sent' },
+      { pid: 63, result: 'failed', reason: 'no_such_process', message: 'No such process' },
+    ]);
+    expect(parseKillOutcomes([1], 1, 'kill: sending signal to 1 failed: Operation not permitted\n')[0]).toMatchObject({ reason: 'not_permitted' });
+    expect(parseKillOutcomes([812345], 1, 'bash: kill: (812345) - Operation not permitted\n')[0]).toMatchObject({ reason: 'not_permitted' });
+    expect(parseKillOutcomes([57], 126, 'sh: 1: kill: Permission denied\n')[0]).toMatchObject({ result: 'failed', reason: 'other' });
+  });
+});
+
+describe('small parsers', () => {
+  it('lxc-info -p', () => {
+    expect(parseLxcInitPid('PID:            811900\n')).toBe(811_900);
+    expect(parseLxcInitPid('State:          STOPPED\n')).toBeNull();
+    expect(parseLxcInitPid('')).toBeNull();
+  });
+  it('persistence mode', () => {
+    expect(parsePersistenceMode('2, Enabled\n')).toBe(true);
+    expect(parsePersistenceMode('2, Disabled\n')).toBe(false);
+    expect(parsePersistenceMode('2, [N/A]\n')).toBeNull();
+  });
+});
