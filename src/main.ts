@@ -5,7 +5,11 @@
  */
 import type { Role } from './config/env.ts';
 
+import { existsSync } from 'node:fs';
+
 const [sub, ...rest] = process.argv.slice(2);
+// A local .env fills in what the environment does not already set (docker-compose passes env directly).
+if (existsSync('.env') && sub !== 'parse') process.loadEnvFile('.env');
 
 async function run(role: Role): Promise<number> {
   const { parseEnv } = await import('./config/env.ts');
