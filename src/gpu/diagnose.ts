@@ -1,0 +1,191 @@
+import { sameProcess, type DeviceOnlyHolder, type GpuHolder, type HolderReport, type ProcessIdentity, type UnresolvedHolder } from './holders.ts';
+import { IDLE_MIB } from './snapshot.ts';
+import type { Gpu, NvidiaError } from './types.ts';
+
+/**
+ * What is wrong with one GPU, in the terms the plan acts on.
+ * - `held_in_container`: every holder in the target can be stopped from inside it (tier 1).
+ * - `held_host_only`: at least one holder in the target only the host can stop (tier 2).
+ * - `orphaned_memory`: memory in use and no process anywhere on the host lists it (host reset, tier 2).
+ * - `held_outside`: only processes of other containers or of the host hold it: never touched.
+ * - `unidentified`: the only holders exited or could not be read while we looked: look again.
+ */
+export type DiagnosisKind = 'idle' | 'held_in_container' | 'held_host_only' | 'orphaned_memory' | 'gpu_error' | 'held_outside' | 'unidentified';
+
+export interface DiagnosedHolder extends GpuHolder {
+  /** Who can stop it: the container itself, or only the host. */
+  reach: 'container' | 'host';
+  /** Why only the host can stop it (null when the container can). */
+  hostOnlyWhy: string | null;
+}
+
+export interface GpuDiagnosis {
+  /** Index as the target container numbers it (what its user sees in nvidia-smi). */
+  index: number | null;
+  /** Index on the Proxmox host: what host-side commands (`-i N`) must use. */
+  hostIndex: number | null;
+  uuid: string | null;
+  name: string | null;
+  usedMiB: number | null;
+  totalMiB: number | null;
+  kind: DiagnosisKind;
+  /** Holders inside the target container. */
+  holders: DiagnosedHolder[];
+  /** Holders outside the target (other containers, the host): reported, never signalled. */
+  outside: GpuHolder[];
+  unresolved: UnresolvedHolder[];
+  error: NvidiaError | null;
+  /** One plain-words sentence for the thread. */
+  sentence: string;
+}
+
+export interface Diagnosis {
+  /** Inventory id of the target container, e.g. `ct129`. */
+  target: string;
+  /** Inventory id of its Proxmox host, e.g. `kpro5`. */
+  host: string;
+  gpus: GpuDiagnosis[];
+  /** Container processes with a GPU device open but no memory: shown so nobody wonders, never signalled. */
+  deviceOnly: DeviceOnlyHolder[];
+  /** nvidia-smi failed as a whole (no per-GPU numbers). */
+  error: NvidiaError | null;
+}
+
+/** A holder the container-side step tried and failed to stop, and why (from its results). */
+export interface ContainerFailure {
+  process: ProcessIdentity;
+  reason: string;
+}
+
+export interface DiagnoseInput {
+  target: string;
+  host: string;
+  /** GPUs the container sees (its numbering). */
+  containerGpus: readonly Gpu[];
+  /** GPUs the host sees (host numbering); matched to the container's by UUID, else by index. */
+  hostGpus: readonly Gpu[];
+  holders: HolderReport;
+  /** nvidia-smi errors from either view; matched to a GPU by bus id, else machine-wide. */
+  errors: ReadonlyArray<NvidiaError | null>;
+  /** Uid the container-side commands run as (0 for `pct exec`); null = root assumed. */
+  containerExecUid?: number | null;
+  /** Holders a container-side step already failed to stop: only the host can now. */
+  containerFailed?: readonly ContainerFailure[];
+}
+
+const fmt = (n: number): string => n.toLocaleString('en-US');
+const mib = (n: number | null): string => (n === null ? '? MiB' : `${fmt(n)} MiB`);
+
+function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'reach' | 'hostOnlyWhy'> {
+  if (h.isContainerInit)
+    return { reach: 'host', hostOnlyWhy: `it is the container’s init (PID 1), and a PID namespace’s init ignores signals sent from inside its namespace` };
+  const failed = input.containerFailed?.find((f) => sameProcess(f.process, h.process));
+  if (failed) return { reach: 'host', hostOnlyWhy: `the container could not stop it (${failed.reason})` };
+  const execUid = input.containerExecUid ?? 0;
+  if (execUid !== 0 && h.process.uid !== undefined && h.process.uid !== execUid)
+    return { reach: 'host', hostOnlyWhy: `it runs as uid ${h.process.uid} and container commands run as uid ${execUid}` };
+  return { reach: 'container', hostOnlyWhy: null };
+}
+
+function who(p: ProcessIdentity): string {
+  return `PID ${p.containerPid} (host PID ${p.hostPid}) \`${p.cmdline.slice(0, 80)}\``;
+}
+
+function plural(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+/** Distinct processes (a process can hold several GPUs; here one GPU, but rows may repeat). */
+function distinct<T extends { process: ProcessIdentity }>(hs: readonly T[]): T[] {
+  const out: T[] = [];
+  for (const h of hs) if (!out.some((o) => sameProcess(o.process, h.process))) out.push(h);
+  return out;
+}
+
+function sentenceOf(d: Omit<GpuDiagnosis, 'sentence'>, input: DiagnoseInput): string {
+  const gpu = `GPU ${d.index ?? d.hostIndex ?? '?'}`;
+  const used = mib(d.usedMiB);
+  const outsideNote =
+    d.outside.length > 0
+      ? ` Also used by something outside ${input.target} (${distinct(d.outside).map((h) => `host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\``).join(', ')}): left alone.`
+      : '';
+  const dNote = d.holders.some((h) => h.process.state === 'D')
+    ? ' A holder is in uninterruptible sleep (D): a kill takes effect when it wakes, and memory can take tens of seconds to come back.'
+    : '';
+  switch (d.kind) {
+    case 'idle':
+      return `${gpu} is idle (${used} used, no process).`;
+    case 'gpu_error':
+      return `${gpu} is in error: ${d.error?.message ?? 'its memory could not be read'}. Nothing will be signalled; this needs a look on ${input.host} (reset or reboot).`;
+    case 'held_in_container': {
+      const hs = distinct(d.holders);
+      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${hs.map((h) => who(h.process)).join(', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${outsideNote}`;
+    }
+    case 'held_host_only': {
+      const hs = distinct(d.holders);
+      const hostOnly = hs.filter((h) => h.reach === 'host');
+      const ct = hs.filter((h) => h.reach === 'container');
+      const hostPart = hostOnly.map((h) => `${who(h.process)}: only the host can stop it, because ${h.hostOnlyWhy ?? 'the container cannot'}`).join('; ');
+      const ctPart = ct.length > 0 ? ` The container can stop ${ct.map((h) => who(h.process)).join(', ')} itself.` : '';
+      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${outsideNote}`;
+    }
+    case 'orphaned_memory':
+      return `${gpu}: ${used} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
+    case 'held_outside':
+      return `${gpu}: ${used} held by something outside ${input.target} (${distinct(d.outside).map((h) => `host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\``).join(', ')}, another container or the host itself): left alone.`;
+    case 'unidentified':
+      return `${gpu}: ${used} held by host PID ${d.unresolved.map((u) => u.hostPid).join(', ')}, which exited or could not be read while we looked. Nothing will be signalled; take a new snapshot.`;
+  }
+}
+
+function kindOf(d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'usedMiB' | 'error'>, unreadable: boolean): DiagnosisKind {
+  if (d.error !== null || unreadable) return 'gpu_error';
+  if (d.holders.length > 0) return d.holders.some((h) => h.reach === 'host') ? 'held_host_only' : 'held_in_container';
+  if (d.unresolved.length > 0) return 'unidentified';
+  if (d.outside.length > 0) return 'held_outside';
+  if (d.usedMiB !== null && d.usedMiB > IDLE_MIB) return 'orphaned_memory';
+  return 'idle';
+}
+
+/** Per-GPU diagnosis of the target container, from both views. Pure. */
+export function diagnose(input: DiagnoseInput): Diagnosis {
+  const errors = input.errors.filter((e): e is NvidiaError => e !== null);
+  const machineError = errors.find((e) => e.busId === null) ?? null;
+  const gpus = input.containerGpus.map((cg): GpuDiagnosis => {
+    const hg =
+      (cg.uuid !== null ? input.hostGpus.find((g) => g.uuid === cg.uuid) : undefined) ??
+      (cg.uuid === null ? input.hostGpus.find((g) => g.index === cg.index) : undefined) ??
+      null;
+    const hostIndex = hg?.index ?? null;
+    const uuid = cg.uuid ?? hg?.uuid ?? null;
+    const onThis = (x: { gpuIndex: number | null; gpuUuid: string | null }): boolean =>
+      (uuid !== null && x.gpuUuid === uuid) || (x.gpuUuid === null && hostIndex !== null && x.gpuIndex === hostIndex);
+    const mine = input.holders.holders.filter(onThis);
+    const holders = mine.filter((h) => h.inTarget).map((h): DiagnosedHolder => ({ ...h, ...reachOf(h, input) }));
+    const busId = cg.busId ?? hg?.busId ?? null;
+    const error = errors.find((e) => e.busId !== null && e.busId === busId) ?? null;
+    const usedMiB = hg?.memoryUsedMiB ?? cg.memoryUsedMiB;
+    const totalMiB = hg?.memoryTotalMiB ?? cg.memoryTotalMiB;
+    const base = {
+      index: cg.index,
+      hostIndex,
+      uuid,
+      name: cg.name ?? hg?.name ?? null,
+      usedMiB,
+      totalMiB,
+      holders,
+      outside: mine.filter((h) => !h.inTarget),
+      unresolved: input.holders.unresolved.filter(onThis),
+      error,
+    };
+    const kind = kindOf(base, usedMiB === null);
+    const d = { ...base, kind };
+    return { ...d, sentence: sentenceOf(d, input) };
+  });
+  return { target: input.target, host: input.host, gpus, deviceOnly: input.holders.deviceOnly, error: machineError };
+}
+
+/** GPUs the unstick flow would act on (or must report as stuck). */
+export function isStuck(d: Pick<GpuDiagnosis, 'kind'>): boolean {
+  return d.kind === 'held_in_container' || d.kind === 'held_host_only' || d.kind === 'orphaned_memory' || d.kind === 'gpu_error' || d.kind === 'unidentified';
+}
