@@ -187,6 +187,10 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
 
       client.on('ready', () => {
         if (settled) return;
+        if (conn.state === 'closed') {
+          fail(lostError(endpoint, 'executor closed while connecting; nothing was run'));
+          return;
+        }
         settled = true;
         clearTimeout(timer);
         conn.state = 'ready';
@@ -198,12 +202,16 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           dropConnection(conn, lostError(endpoint, err.message));
           return;
         }
-        fail(hostKeyError ?? connectError(endpoint, err));
+        fail(hostKeyError ?? (conn.state === 'closed' ? lostError(endpoint, 'executor closed while connecting; nothing was run') : connectError(endpoint, err)));
       });
       client.on('close', () => {
         resolveClosed();
         if (!settled) {
-          fail(hostKeyError ?? new CodedError(ErrorCode.ConnectFailed, `SSH to ${where(endpoint)} was closed during the handshake; nothing was run.`, detail));
+          const why =
+            conn.state === 'closed'
+              ? lostError(endpoint, 'executor closed while connecting; nothing was run')
+              : new CodedError(ErrorCode.ConnectFailed, `SSH to ${where(endpoint)} was closed during the handshake; nothing was run.`, detail);
+          fail(hostKeyError ?? why);
           return;
         }
         dropConnection(conn, lostError(endpoint, 'connection closed'));
@@ -458,8 +466,11 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
     shutDown = true;
     const conns = [...pool.values()];
     for (const conn of conns) {
+      const connecting = conn.state === 'connecting';
       dropConnection(conn, lostError(conn.endpoint, 'executor closed'));
-      conn.client.end();
+      // end() is a no-op before the socket is writable; a pending connect must be cut.
+      if (connecting) conn.client.destroy();
+      else conn.client.end();
     }
     await Promise.all(
       conns.map(async (conn) => {

@@ -185,6 +185,22 @@ describe('host keys and connecting', () => {
     }
   });
 
+  it('close() during a pending connect rejects it at once, not at the connect timeout', async () => {
+    const srv = await silentServer();
+    try {
+      const ex = createSshExecutor({ connectTimeoutMs: 10_000 });
+      const pending = rejection(ex.exec(direct({ port: srv.port }), { argv: ['true'], timeoutMs: 5000 }));
+      await waitFor(() => srv.connections() === 1, 2000);
+      const t0 = Date.now();
+      await ex.close();
+      const err = await pending;
+      expect(Date.now() - t0).toBeLessThan(1000);
+      expect(err.code).toBe('connection_lost');
+    } finally {
+      await srv.close();
+    }
+  });
+
   it('unreadable private key → config_invalid, and the path, not the key, is named', async () => {
     const ex = executor();
     const err = await rejection(ex.exec(direct({ privateKeyPath: join(root, 'missing-key') }), { argv: ['true'], timeoutMs: 5000 }));

@@ -1,0 +1,257 @@
+import { createHash } from 'node:crypto';
+import type { Diagnosis, DiagnosedHolder, GpuDiagnosis } from '../gpu/diagnose.ts';
+import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
+import { shellJoin } from '../ssh/quote.ts';
+import type { CommandSpec } from '../ssh/types.ts';
+import { queryComputeApps } from './commands.ts';
+import { assertSafeArgv, gpuReset, hostGpuApps, hostKill, persistenceMode, readProcs, setPersistence, signalPids } from './unstick-commands.ts';
+
+export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
+export type Tier = 1 | 2;
+
+/** What a command is for, so the runner knows what to do with its output. */
+export type CommandRole = 'read_procs' | 'term' | 'kill' | 'check_apps' | 'read_persistence' | 'persistence_off' | 'reset' | 'persistence_on';
+
+export interface PlannedCommand {
+  role: CommandRole;
+  /** Where it runs: inside the target container (its route) or on its Proxmox host. */
+  on: 'container' | 'host';
+  argv: string[];
+  /** `shellJoin(argv)`: exactly what a person reads on the card and in the log. */
+  display: string;
+  /**
+   * `always`; `survivors`: only for the listed PIDs still alive and unchanged after the grace
+   * period; `still_matching`: only for targets that pass the re-check; `persistence_was_on`:
+   * only when persistence mode read as Enabled (or unreadable: then restored to be safe).
+   */
+  when: 'always' | 'survivors' | 'still_matching' | 'persistence_was_on';
+  timeoutMs: number;
+  /** Host GPU index the command is about (reset sequence). */
+  gpuHostIndex?: number;
+}
+
+export interface TargetGpu {
+  index: number | null;
+  hostIndex: number | null;
+  uuid: string | null;
+  usedMiB: number | null;
+}
+
+/** A process a step will signal, with the GPUs it holds (for the card: GPU and MiB). */
+export interface StepTarget extends ProcessIdentity {
+  gpus: TargetGpu[];
+  /** Why only the host can stop it (host_kill steps). */
+  hostOnlyWhy: string | null;
+}
+
+export interface Step {
+  /** Deterministic from incident + kind + targets: a re-planned identical step has the same id (step guard key). */
+  id: string;
+  tier: Tier;
+  kind: StepKind;
+  /** Inventory id of the machine the commands run on (`ct129` or `kpro5`). */
+  machineId: string;
+  targets: StepTarget[];
+  /** GPUs a reset step is about (empty for signal steps). */
+  gpus: TargetGpu[];
+  commands: PlannedCommand[];
+  /** Plain words: what will happen and why this tier. */
+  explanation: string;
+  /** Wait between SIGTERM and SIGKILL (container_signal). */
+  graceMs: number;
+  /** Longest wait for GPU memory to come back after the signals (a dying rank can take tens of seconds). */
+  releaseTimeoutMs: number;
+  pollIntervalMs: number;
+}
+
+export interface Plan {
+  incidentId: string;
+  target: string;
+  host: string;
+  vmid: number;
+  steps: Step[];
+  /** What will not be touched, and why (outside holders, monitors, GPUs in error). */
+  leftAlone: string[];
+}
+
+export interface PlanOptions {
+  incidentId: string;
+  /** Proxmox container id of the target. */
+  vmid: number;
+  /** Wait between SIGTERM and SIGKILL. Default 10 s. */
+  graceMs?: number;
+  /** Longest wait for memory release after signalling. Default 90 s. */
+  releaseTimeoutMs?: number;
+  /** Poll interval while waiting for memory release. Default 3 s. */
+  pollIntervalMs?: number;
+  /** Per-command timeout. Default 15 s. */
+  commandTimeoutMs?: number;
+}
+
+export const DEFAULT_GRACE_MS = 10_000;
+export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
+export const DEFAULT_POLL_INTERVAL_MS = 3_000;
+export const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
+
+function planned(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec, when: PlannedCommand['when'], gpuHostIndex?: number): PlannedCommand {
+  assertSafeArgv(spec.argv);
+  return { role, on, argv: spec.argv, display: shellJoin(spec.argv), when, timeoutMs: spec.timeoutMs, ...(gpuHostIndex !== undefined ? { gpuHostIndex } : {}) };
+}
+
+/** `container_signal-3f9a0c1b2d4e`: same incident, kind and targets → same id, whatever the order. */
+export function stepId(incidentId: string, kind: StepKind, keys: readonly string[]): string {
+  const h = createHash('sha256')
+    .update([incidentId, kind, ...[...keys].sort()].join('\n'))
+    .digest('hex');
+  return `${kind}-${h.slice(0, 12)}`;
+}
+
+const processKey = (p: ProcessIdentity): string => `${p.hostPid}@${p.startTimeTicks}`;
+const gpuKey = (g: TargetGpu): string => `gpu:${g.uuid ?? `host${g.hostIndex ?? '?'}`}`;
+
+/**
+ * Fingerprint of what an approval approves: targets and literal commands. Stored with the
+ * approval, so a click on a card whose plan has since changed is refused.
+ */
+export function stepHash(step: Step): string {
+  const canonical = JSON.stringify({
+    id: step.id,
+    kind: step.kind,
+    tier: step.tier,
+    machineId: step.machineId,
+    targets: step.targets.map((t) => [t.hostPid, t.containerPid, t.startTimeTicks, t.pidNs]),
+    gpus: step.gpus.map((g) => [g.hostIndex, g.uuid]),
+    commands: step.commands.map((c) => [c.on, c.when, c.argv]),
+  });
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+function targetsOf(gpus: readonly GpuDiagnosis[], reach: DiagnosedHolder['reach']): StepTarget[] {
+  const out: StepTarget[] = [];
+  for (const g of gpus) {
+    for (const h of g.holders) {
+      if (h.reach !== reach) continue;
+      const gpu: TargetGpu = { index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: h.usedMiB };
+      const seen = out.find((t) => sameProcess(t, h.process));
+      if (seen) seen.gpus.push(gpu);
+      else out.push({ ...h.process, gpus: [gpu], hostOnlyWhy: h.hostOnlyWhy });
+    }
+  }
+  return out.sort((a, b) => a.hostPid - b.hostPid);
+}
+
+const secs = (ms: number): string => `${Math.round(ms / 1000)} s`;
+const fmt = (n: number): string => n.toLocaleString('en-US');
+
+/**
+ * From a diagnosis to the ordered steps: container-side signals (tier 1) first, then the
+ * host-level kill of what only the host can stop (tier 2), then a host-level reset of GPUs
+ * whose memory no process holds (tier 2). Pure; the runner re-plans after each step from a
+ * fresh diagnosis, passing what the container failed to stop.
+ */
+export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
+  const t = { timeoutMs: o.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS };
+  const timing = {
+    graceMs: o.graceMs ?? DEFAULT_GRACE_MS,
+    releaseTimeoutMs: o.releaseTimeoutMs ?? DEFAULT_RELEASE_TIMEOUT_MS,
+    pollIntervalMs: o.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS,
+  };
+  const steps: Step[] = [];
+
+  const ct = targetsOf(d.gpus, 'container');
+  if (ct.length > 0) {
+    const pids = ct.map((x) => x.containerPid);
+    steps.push({
+      id: stepId(o.incidentId, 'container_signal', ct.map(processKey)),
+      tier: 1,
+      kind: 'container_signal',
+      machineId: d.target,
+      targets: ct,
+      gpus: [],
+      commands: [
+        planned('read_procs', 'container', readProcs(pids, t), 'always'),
+        planned('term', 'container', signalPids('TERM', pids, t), 'always'),
+        planned('read_procs', 'container', readProcs(pids, t), 'always'),
+        planned('kill', 'container', signalPids('KILL', pids, t), 'survivors'),
+      ],
+      explanation:
+        `Inside ${d.target}: SIGTERM exactly ${ct.length === 1 ? 'this process' : `these ${ct.length} processes`} (container PID ${pids.join(', ')}), ` +
+        `wait ${secs(timing.graceMs)}, then SIGKILL only those still running as the same process (same PID and start time). ` +
+        `Then wait up to ${secs(timing.releaseTimeoutMs)} for GPU memory to come back and take a new snapshot. ` +
+        `Nothing else in ${d.target} is signalled. The requester's own request is enough for this step.`,
+      ...timing,
+    });
+  }
+
+  const host = targetsOf(d.gpus, 'host');
+  if (host.length > 0) {
+    steps.push({
+      id: stepId(o.incidentId, 'host_kill', host.map(processKey)),
+      tier: 2,
+      kind: 'host_kill',
+      machineId: d.host,
+      targets: host,
+      gpus: [],
+      commands: [
+        planned('read_procs', 'host', readProcs(host.map((x) => x.hostPid), t), 'always'),
+        planned('check_apps', 'host', queryComputeApps(t), 'always'),
+        ...host.map((x) => planned('kill', 'host', hostKill(x.hostPid, t), 'still_matching')),
+      ],
+      explanation:
+        `On ${d.host} itself, SIGKILL ${host.length === 1 ? 'this process' : `these ${host.length} processes`} of ${d.target} by host PID ` +
+        `(not through \`pct exec\`: that enters the container's PID namespace, where its init ignores signals). ` +
+        `Just before, each one is re-checked: same PID and start time, still in ${d.target}'s PID namespace, still holding GPU memory; ` +
+        `any that changed is skipped and reported. Needs a second person's approval.`,
+      ...timing,
+    });
+  }
+
+  const orphaned = d.gpus.filter((g) => g.kind === 'orphaned_memory' && g.hostIndex !== null);
+  if (orphaned.length > 0) {
+    const gpus: TargetGpu[] = orphaned.map((g) => ({ index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: g.usedMiB }));
+    const commands = orphaned.flatMap((g) => {
+      const i = g.hostIndex ?? -1;
+      return [
+        planned('check_apps', 'host', hostGpuApps(i, t), 'always', i),
+        planned('read_persistence', 'host', persistenceMode(i, t), 'always', i),
+        planned('persistence_off', 'host', setPersistence(i, false, t), 'persistence_was_on', i),
+        planned('reset', 'host', gpuReset(i, t), 'always', i),
+        planned('persistence_on', 'host', setPersistence(i, true, t), 'persistence_was_on', i),
+      ];
+    });
+    const which = orphaned.map((g) => `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}, ${g.usedMiB === null ? '?' : fmt(g.usedMiB)} MiB)`).join(', ');
+    steps.push({
+      id: stepId(o.incidentId, 'host_reset', gpus.map(gpuKey)),
+      tier: 2,
+      kind: 'host_reset',
+      machineId: d.host,
+      targets: [],
+      gpus,
+      commands,
+      explanation:
+        `${which}: memory in use and no process anywhere on ${d.host} holds it, so no kill can free it. ` +
+        `Reset on ${d.host} (never inside ${d.target}: a container cannot reset a GPU). For each GPU: check that no process anywhere on ${d.host} holds it ` +
+        `(if one does, that GPU is skipped), switch persistence mode off if it is on, \`nvidia-smi --gpu-reset\`, then switch persistence back on. ` +
+        `Needs a second person's approval.`,
+      ...timing,
+    });
+  }
+
+  const leftAlone: string[] = [];
+  for (const g of d.gpus) {
+    if (g.outside.length > 0 || g.kind === 'gpu_error' || g.kind === 'unidentified') leftAlone.push(g.sentence);
+    else if (g.kind === 'orphaned_memory' && g.hostIndex === null)
+      leftAlone.push(`GPU ${g.index ?? '?'}: no matching host GPU was found, so no reset can be offered. ${g.sentence}`);
+  }
+  for (const m of d.deviceOnly)
+    leftAlone.push(`PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
+  return { incidentId: o.incidentId, target: d.target, host: d.host, vmid: o.vmid, steps, leftAlone };
+}
+
+/** The commands a step runs for the targets/survivors chosen at run time, built from the same templates. */
+export function survivorKill(step: Step, survivors: readonly ProcessIdentity[], timeoutMs: number): PlannedCommand | null {
+  if (survivors.length === 0) return null;
+  const t = { timeoutMs };
+  if (step.kind === 'container_signal') return planned('kill', 'container', signalPids('KILL', survivors.map((s) => s.containerPid), t), 'survivors');
+  return null;
+}

@@ -1,0 +1,152 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { buildHolders } from '../../src/gpu/holders.ts';
+import { diagnose } from '../../src/gpu/diagnose.ts';
+import type { FakeProc } from './seed-fleet.ts';
+import { CONSTANT_WORDS } from '../../src/playbooks/unstick-commands.ts';
+import { planUnstick, stepHash, stepId } from '../../src/playbooks/unstick-plan.ts';
+import { CT129_NS, CT131_NS, HOST_NS, app, gpus, readings } from './seed-fleet.ts';
+import { s2, s3, s5 } from './scenarios.ts';
+
+const INC = 'inc_20261130_091447_k3x9q2';
+const opts = { incidentId: INC, vmid: 129 };
+const displays = (p: ReturnType<typeof planUnstick>, i: number): string[] => p.steps[i]?.commands.map((c) => `${c.on}: ${c.display}`) ?? [];
+
+describe('planUnstick', () => {
+  it('S2: one tier-1 step signalling exactly the two ranks from inside ct129', () => {
+    const p = planUnstick(s2(), opts);
+    expect(p.steps.map((s) => [s.kind, s.tier, s.machineId])).toEqual([['container_signal', 1, 'ct129']]);
+    const step = p.steps[0];
+    expect(step?.targets.map((t) => [t.hostPid, t.containerPid, t.startTimeTicks, t.cmdline])).toEqual([
+      [812_345, 57, 48_113_902, 'sglang::scheduler_TP0'],
+      [812_351, 63, 48_113_955, 'sglang::scheduler_TP2'],
+    ]);
+    expect(displays(p, 0)).toEqual([
+      expect.stringMatching(/^container: sh -c '.*' sh 57 63$/s),
+      'container: kill -s TERM 57 63',
+      expect.stringMatching(/^container: sh -c '.*' sh 57 63$/s),
+      'container: kill -s KILL 57 63',
+    ]);
+    expect(step?.commands[3]?.when).toBe('survivors');
+    expect(step?.graceMs).toBe(10_000);
+    expect(step?.explanation).toContain('wait 10 s');
+  });
+
+  it('S7: bystanders are never targets and are listed as left alone', () => {
+    const p = planUnstick(s2(), opts);
+    const pids = p.steps.flatMap((s) => s.targets.map((t) => t.hostPid));
+    expect(pids).not.toContain(823_001);
+    const words = p.steps.flatMap((s) => s.commands.flatMap((c) => c.argv));
+    expect(words).not.toContain('90');
+    expect(words).not.toContain('44');
+    expect(p.leftAlone).toEqual([
+      expect.stringContaining('GPU 5: 40,211 MiB held by something outside ct129'),
+      expect.stringContaining('PID 90 `python3` in ct129 has /dev/nvidiactl, /dev/nvidia0 open but holds no GPU memory'),
+    ]);
+  });
+
+  it('S3: the init goes to a tier-2 host kill by host PID, the rank to tier 1', () => {
+    const p = planUnstick(s3(), opts);
+    expect(p.steps.map((s) => [s.kind, s.tier, s.machineId])).toEqual([
+      ['container_signal', 1, 'ct129'],
+      ['host_kill', 2, 'kpro5'],
+    ]);
+    expect(displays(p, 1)).toEqual([
+      expect.stringMatching(/^host: sh -c '.*' sh 811900$/s),
+      "host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits'",
+      'host: kill -s KILL 811900',
+    ]);
+    expect(p.steps[1]?.commands[2]?.when).toBe('still_matching');
+    expect(p.steps[1]?.targets[0]).toMatchObject({ hostPid: 811_900, containerPid: 1, gpus: [{ index: 0, hostIndex: 0, usedMiB: 96_413 }] });
+    expect(p.steps[1]?.explanation).toContain('not through `pct exec`');
+  });
+
+  it('S5: a host-level reset per GPU, persistence handled, never `nvidia-smi -r`, never in the container', () => {
+    const p = planUnstick(s5(), opts);
+    expect(p.steps.map((s) => [s.kind, s.tier, s.machineId])).toEqual([['host_reset', 2, 'kpro5']]);
+    expect(displays(p, 0)).toEqual([
+      "host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i 0",
+      "host: nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i 0",
+      'host: nvidia-smi -pm 0 -i 0',
+      'host: nvidia-smi --gpu-reset -i 0',
+      'host: nvidia-smi -pm 1 -i 0',
+      "host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i 2",
+      "host: nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i 2",
+      'host: nvidia-smi -pm 0 -i 2',
+      'host: nvidia-smi --gpu-reset -i 2',
+      'host: nvidia-smi -pm 1 -i 2',
+    ]);
+    expect(p.steps[0]?.commands.map((c) => c.when)).toEqual(['always', 'always', 'persistence_was_on', 'always', 'persistence_was_on', 'always', 'always', 'persistence_was_on', 'always', 'persistence_was_on']);
+    expect(p.steps[0]?.commands.some((c) => c.argv.includes('-r'))).toBe(false);
+    expect(p.steps[0]?.explanation).toContain('never inside ct129');
+  });
+
+  it('step ids are deterministic from incident, kind and targets, whatever the order', () => {
+    expect(planUnstick(s2(), opts).steps[0]?.id).toBe(planUnstick(s2(), opts).steps[0]?.id);
+    expect(stepId(INC, 'host_kill', ['1@2', '3@4'])).toBe(stepId(INC, 'host_kill', ['3@4', '1@2']));
+    expect(stepId(INC, 'host_kill', ['1@2'])).not.toBe(stepId(INC, 'container_signal', ['1@2']));
+    expect(stepId(INC, 'host_kill', ['1@2'])).not.toBe(stepId('inc_other', 'host_kill', ['1@2']));
+    expect(stepId(INC, 'host_kill', ['1@2'])).toMatch(/^host_kill-[0-9a-f]{12}$/);
+  });
+
+  it('stepHash changes when a target or a command changes', () => {
+    const step = planUnstick(s3(), opts).steps[1];
+    if (!step) throw new Error('fixture');
+    const h = stepHash(step);
+    expect(stepHash(structuredClone(step))).toBe(h);
+    expect(stepHash({ ...step, targets: step.targets.map((t) => ({ ...t, startTimeTicks: t.startTimeTicks + 1 })) })).not.toBe(h);
+    expect(stepHash({ ...step, commands: step.commands.slice(0, 2) })).not.toBe(h);
+  });
+});
+
+describe('planUnstick property: only constants and integers reach a command, only target holders are signalled', () => {
+  const ns = fc.constantFrom(CT129_NS, CT131_NS, HOST_NS);
+  // Hostile process titles: the only machine text that could reach a command if anything leaked.
+  const title = fc.oneof(fc.string(), fc.constantFrom('sglang::scheduler_TP0', '$(reboot)', '`id`; rm -rf /', "'; kill -9 1; '", 'a\nb'));
+  const proc = fc.record({
+    ctPid: fc.integer({ min: 1, max: 5000 }),
+    hostPid: fc.integer({ min: 2, max: 4_000_000 }),
+    ns,
+    start: fc.integer({ min: 1, max: 2 ** 40 }),
+    title,
+    gpu: fc.integer({ min: 0, max: 7 }),
+    mib: fc.integer({ min: 1, max: 97_000 }),
+    uid: fc.constantFrom(0, 1000, 1001),
+  });
+
+  it('holds for random fleets', () => {
+    fc.assert(
+      fc.property(fc.uniqueArray(proc, { selector: (p) => p.hostPid, maxLength: 12 }), fc.integer({ min: 0, max: 97_000 }), fc.constantFrom(0, 1000), (ps, leaked, execUid) => {
+        const fakes: FakeProc[] = ps.map((p) => ({ pid: p.hostPid, nsPids: [p.hostPid, p.ctPid], uid: p.uid, ns: p.ns, comm: 'python3', start: p.start, cmdline: [p.title] }));
+        const used: Record<number, number> = { 3: leaked };
+        const host = {
+          gpus: gpus(used),
+          apps: ps.map((p, i) => app(fakes[i] as FakeProc, p.gpu, p.mib)),
+          procs: readings(
+            fakes.map((f) => f.pid),
+            fakes,
+          ),
+          targetPidNs: CT129_NS,
+        };
+        const ctProcs = fakes.filter((f) => f.ns === CT129_NS).map((f) => ({ ...f, pid: f.nsPids[1] ?? 0, nsPids: [f.nsPids[1] ?? 0] }));
+        const d = diagnose({
+          target: 'ct129',
+          host: 'kpro5',
+          containerGpus: host.gpus,
+          hostGpus: host.gpus,
+          holders: buildHolders(host, { holders: [], procs: readings([...new Set(ctProcs.map((c) => c.pid))], ctProcs) }),
+          errors: [],
+          containerExecUid: execUid,
+        });
+        const plan = planUnstick(d, opts);
+        for (const s of plan.steps) {
+          for (const c of s.commands) for (const w of c.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w)).toBe(true);
+          for (const t of s.targets) expect(t.pidNs).toBe(CT129_NS);
+          const outsidePids = ps.filter((p) => p.ns !== CT129_NS).map((p) => String(p.hostPid));
+          if (s.kind === 'host_kill') for (const c of s.commands.filter((c) => c.role === 'kill')) expect(outsidePids).not.toContain(c.argv[3]);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
