@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import { verdictOf } from '../../src/gpu/verdict.ts';
+import { CT129_INIT, CT131_JOB, app, gpus, readings, seedS2 } from './seed-fleet.ts';
+import { allClean, diagnoseWith, s2, s3, s5 } from './scenarios.ts';
+
+describe('verdictOf', () => {
+  it('S2 → Recovered: 96,413 → 0 and 96,417 → 0 MiB, ct131’s job untouched', () => {
+    const v = verdictOf(s2(), allClean());
+    expect(v.kind).toBe('recovered');
+    expect(v.title).toBe('Recovered');
+    expect(v.totalFreedMiB).toBe(96_413 + 96_417);
+    expect(v.gpus.filter((g) => g.index === 0 || g.index === 2 || g.index === 5).map((g) => [g.index, g.beforeMiB, g.afterMiB, g.freedMiB, g.recovered, g.after])).toEqual([
+      [0, 96_413, 0, 96_413, true, 'idle'],
+      [2, 96_417, 0, 96_417, true, 'idle'],
+      [5, 40_211, 40_211, 0, false, 'held_outside'],
+    ]);
+    expect(v.nextStep).toBeNull();
+  });
+
+  it('S3 after tier 1 only → Partially recovered, next step is the approved host-level kill', () => {
+    const afterTier1 = diagnoseWith(
+      { ...seedS2().host, gpus: gpus({ 0: 96_413, 5: 40_211 }), apps: [app(CT129_INIT, 0, 96_413), app(CT131_JOB, 5, 40_211)], procs: readings([CT129_INIT.pid, CT131_JOB.pid], [CT129_INIT, CT131_JOB]) },
+      { holders: [], procs: [] },
+    );
+    const v = verdictOf(s3(), afterTier1);
+    expect(v.kind).toBe('partially_recovered');
+    expect(v.totalFreedMiB).toBe(96_417);
+    expect(v.nextStep).toBe('GPU 0: needs the host-level kill on kpro5, approved by a second person.');
+  });
+
+  it('kill done but memory still leaked → Still stuck, next step is a host reset', () => {
+    const v = verdictOf(s5(), s5());
+    expect(v.kind).toBe('still_stuck');
+    expect(v.totalFreedMiB).toBe(0);
+    expect(v.nextStep).toBe(
+      'GPU 0: memory with no process; a host-level GPU reset on kpro5, approved by a second person. GPU 2: memory with no process; a host-level GPU reset on kpro5, approved by a second person.',
+    );
+  });
+
+  it('nothing stuck before or after', () => {
+    expect(verdictOf(allClean(), allClean()).kind).toBe('nothing_stuck');
+  });
+
+  it('a GPU missing after (unreadable) is not counted as freed', () => {
+    const after = { ...allClean(), gpus: allClean().gpus.filter((g) => g.index !== 2) };
+    const v = verdictOf(s2(), after);
+    expect(v.gpus.find((g) => g.index === 2)).toMatchObject({ afterMiB: null, freedMiB: null, recovered: false });
+  });
+});
