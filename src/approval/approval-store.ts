@@ -1,0 +1,192 @@
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import type { ApprovalDecision, ApprovalState, DecideRefusalCode } from './approval-policy.ts';
+
+/** A tier-2 step waiting for (or past) a second person's decision. Times are ms since epoch. */
+export interface Approval {
+  /** Unguessable: the only thing an Approve/Deny button carries. */
+  id: string;
+  incidentId: string;
+  stepId: string;
+  /** `stepHash` of the step as shown on the card; a changed plan refuses the click. */
+  planHash: string;
+  requester: string;
+  /** Slack user IDs allowed to decide, frozen when the card was posted. */
+  approvers: string[];
+  createdAt: number;
+  expiresAt: number;
+  state: ApprovalState;
+  decidedBy: string | null;
+  decidedAt: number | null;
+}
+
+export interface CreateApproval {
+  incidentId: string;
+  stepId: string;
+  planHash: string;
+  requester: string;
+  approvers: readonly string[];
+  now: number;
+  expiresAt: number;
+}
+
+export type StoreRefusalCode = DecideRefusalCode | 'plan_changed' | 'approval_not_found';
+
+export type DecideResult = { ok: true; approval: Approval } | { ok: false; code: StoreRefusalCode; approval: Approval | null };
+
+export type ExpireResult =
+  | { expired: true; approval: Approval }
+  | { expired: false; reason: 'not_due' | 'decided' | 'already_expired' | 'approval_not_found'; approval: Approval | null };
+
+export interface ApprovalStoreOptions {
+  /** How long an approval record is kept after it expires, for the incident record. Default 7 days. */
+  retentionMs?: number;
+}
+
+const ID = /^apr_[A-Za-z0-9_-]{22}$/;
+const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
+
+/**
+ * pending → approved|denied, atomically, with the same rules as `canDecide` (approval-policy.ts):
+ * decided and expired are final, then the requester ban, then the approvers stored with the
+ * approval, then the plan hash. First decision wins; later clicks read who decided.
+ * ARGV: user, decision, now (ms), expected plan hash ('' = not checked).
+ */
+const DECIDE = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'approval_not_found' end
+local f = redis.call('HMGET', KEYS[1], 'state', 'requester', 'approvers', 'expiresAt', 'planHash')
+local state = f[1]
+if state == 'approved' or state == 'denied' then return 'approval_decided' end
+if state == 'expired' or tonumber(ARGV[3]) >= tonumber(f[4]) then return 'approval_expired' end
+if ARGV[1] == f[2] then return 'self_approval' end
+local allowed = false
+for _, a in ipairs(cjson.decode(f[3])) do if a == ARGV[1] then allowed = true end end
+if not allowed then return 'not_approver' end
+if ARGV[4] ~= '' and ARGV[4] ~= f[5] then return 'plan_changed' end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decidedBy', ARGV[1], 'decidedAt', ARGV[3])
+return 'ok'
+`;
+
+/** pending → expired once its time has come; idempotent. ARGV: now (ms). */
+const EXPIRE = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'approval_not_found' end
+local f = redis.call('HMGET', KEYS[1], 'state', 'expiresAt')
+if f[1] == 'expired' then return 'already_expired' end
+if f[1] ~= 'pending' then return 'decided' end
+if tonumber(ARGV[1]) < tonumber(f[2]) then return 'not_due' end
+redis.call('HSET', KEYS[1], 'state', 'expired', 'decidedAt', ARGV[1])
+return 'ok'
+`;
+
+const Stored = z.object({
+  id: z.string(),
+  incidentId: z.string(),
+  stepId: z.string(),
+  planHash: z.string(),
+  requester: z.string(),
+  approvers: z.string(),
+  createdAt: z.coerce.number().int(),
+  expiresAt: z.coerce.number().int(),
+  state: z.enum(['pending', 'approved', 'denied', 'expired']),
+  decidedBy: z.string().optional(),
+  decidedAt: z.coerce.number().int().optional(),
+});
+
+const Approvers = z.array(z.string());
+const RefusalCode = z.enum(['self_approval', 'not_approver', 'approval_expired', 'approval_decided', 'plan_changed', 'approval_not_found']);
+const ExpireReason = z.enum(['not_due', 'decided', 'already_expired', 'approval_not_found']);
+
+/** Approvals on Redis, one hash per approval, every transition a Lua script. */
+export class ApprovalStore {
+  private readonly retentionMs: number;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    opts: ApprovalStoreOptions = {},
+  ) {
+    this.retentionMs = opts.retentionMs ?? DEFAULT_RETENTION_MS;
+  }
+
+  private key(id: string): string {
+    return `${this.prefix}:approval:${id}`;
+  }
+
+  static newId(): string {
+    return `apr_${randomBytes(16).toString('base64url')}`;
+  }
+
+  static isId(text: string): boolean {
+    return ID.test(text);
+  }
+
+  async create(input: CreateApproval): Promise<Approval> {
+    const approval: Approval = {
+      id: ApprovalStore.newId(),
+      incidentId: input.incidentId,
+      stepId: input.stepId,
+      planHash: input.planHash,
+      requester: input.requester,
+      approvers: [...input.approvers],
+      createdAt: input.now,
+      expiresAt: input.expiresAt,
+      state: 'pending',
+      decidedBy: null,
+      decidedAt: null,
+    };
+    const key = this.key(approval.id);
+    await this.redis
+      .multi()
+      .hset(key, {
+        id: approval.id,
+        incidentId: approval.incidentId,
+        stepId: approval.stepId,
+        planHash: approval.planHash,
+        requester: approval.requester,
+        approvers: JSON.stringify(approval.approvers),
+        createdAt: String(approval.createdAt),
+        expiresAt: String(approval.expiresAt),
+        state: approval.state,
+      })
+      .pexpireat(key, approval.expiresAt + this.retentionMs)
+      .exec();
+    return approval;
+  }
+
+  async get(id: string): Promise<Approval | null> {
+    if (!ApprovalStore.isId(id)) return null;
+    const raw = await this.redis.hgetall(this.key(id));
+    if (Object.keys(raw).length === 0) return null;
+    const s = Stored.safeParse(raw);
+    if (!s.success) return null;
+    const approvers = Approvers.safeParse(JSON.parse(s.data.approvers));
+    if (!approvers.success) return null;
+    return {
+      ...s.data,
+      approvers: approvers.data,
+      decidedBy: s.data.decidedBy ?? null,
+      decidedAt: s.data.decidedAt ?? null,
+    };
+  }
+
+  /** One atomic transition; a double click or a race returns `approval_decided` with who decided. */
+  async decide(id: string, d: { user: string; decision: ApprovalDecision; now: number; planHash?: string }): Promise<DecideResult> {
+    if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
+    const res = String(await this.redis.eval(DECIDE, 1, this.key(id), d.user, d.decision, String(d.now), d.planHash ?? ''));
+    const approval = await this.get(id);
+    if (res === 'ok' && approval !== null) return { ok: true, approval };
+    const code = RefusalCode.safeParse(res);
+    return { ok: false, code: code.success ? code.data : 'approval_not_found', approval };
+  }
+
+  /** Marks a pending approval expired once `now` has reached its expiry; true only for the call that did it. */
+  async expire(id: string, now: number): Promise<ExpireResult> {
+    if (!ApprovalStore.isId(id)) return { expired: false, reason: 'approval_not_found', approval: null };
+    const res = String(await this.redis.eval(EXPIRE, 1, this.key(id), String(now)));
+    const approval = await this.get(id);
+    if (res === 'ok' && approval !== null) return { expired: true, approval };
+    const reason = ExpireReason.safeParse(res);
+    return { expired: false, reason: reason.success ? reason.data : 'approval_not_found', approval };
+  }
+}

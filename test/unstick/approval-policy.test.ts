@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_APPROVAL_TTL_MS, approvalExpiresAt, canDecide } from '../../src/approval/approval-policy.ts';
+
+const policy = { approvers: ['U0APPROV1', 'U0APPROV2', 'U0REQUEST'] };
+const now = Date.parse('2026-11-30T09:20:00Z');
+const base = { requester: 'U0REQUEST', clicker: 'U0APPROV1', now, expiresAt: now + 60_000, state: 'pending' as const };
+
+describe('canDecide', () => {
+  it('lets a configured approver other than the requester decide a pending, unexpired request', () => {
+    expect(canDecide(policy, base)).toEqual({ ok: true });
+  });
+  it('refuses the requester even when they are an approver', () => {
+    expect(canDecide(policy, { ...base, clicker: 'U0REQUEST' })).toMatchObject({ ok: false, code: 'self_approval' });
+  });
+  it('refuses someone not on the approvers list (by user ID)', () => {
+    expect(canDecide(policy, { ...base, clicker: 'U0BYSTAND' })).toMatchObject({ ok: false, code: 'not_approver' });
+  });
+  it('refuses at and after the expiry instant, and an expired state', () => {
+    expect(canDecide(policy, { ...base, now: base.expiresAt - 1 })).toEqual({ ok: true });
+    expect(canDecide(policy, { ...base, now: base.expiresAt })).toMatchObject({ ok: false, code: 'approval_expired' });
+    expect(canDecide(policy, { ...base, state: 'expired' })).toMatchObject({ ok: false, code: 'approval_expired' });
+  });
+  it('refuses a decided request first, whoever clicks', () => {
+    expect(canDecide(policy, { ...base, state: 'approved' })).toMatchObject({ ok: false, code: 'approval_decided' });
+    expect(canDecide(policy, { ...base, state: 'denied', clicker: 'U0REQUEST', now: base.expiresAt + 1 })).toMatchObject({ ok: false, code: 'approval_decided' });
+  });
+  it('messages say nothing was run', () => {
+    const r = canDecide(policy, { ...base, clicker: 'U0REQUEST' });
+    expect(r.ok === false && r.message).toMatch(/Nothing was run/);
+  });
+  it('expiry defaults to 15 minutes', () => {
+    expect(approvalExpiresAt(policy, now)).toBe(now + 15 * 60 * 1000);
+    expect(DEFAULT_APPROVAL_TTL_MS).toBe(900_000);
+    expect(approvalExpiresAt({ ...policy, ttlMs: 1000 }, now)).toBe(now + 1000);
+  });
+});
