@@ -288,6 +288,37 @@ describe('signals and processes', () => {
   });
 });
 
+describe('container membership and permissions', () => {
+  it('lxc-info gives the init PID; /proc/<pid>/cgroup and ns/pid tie a holder to its container', async () => {
+    const h = await fleet.spawnHolder('ct130', { gpus: [{ index: 6, mib: 64 }] });
+    const init = fleet.machine('ct130').initHostPid;
+    const info = await onMachine(fleet, 'kpro5', 'lxc-info -n 130 -p; lxc-info -n 130 -p -H');
+    expect(info.stdout).toBe(`PID:            ${init}\n${init}\n`);
+    const ns = await onMachine(fleet, 'kpro5', `readlink /proc/${h.hostPid}/ns/pid /proc/${init}/ns/pid /proc/1/ns/pid`);
+    const [holderNs, initNs, hostNs] = ns.stdout.trim().split('\n');
+    expect(holderNs).toBe(initNs);
+    expect(holderNs).not.toBe(hostNs);
+    const cg = await onMachine(fleet, 'kpro5', `cat /proc/${h.hostPid}/cgroup /proc/${init}/cgroup`);
+    if (fleet.machine('ct130').cgroup !== null) {
+      expect(cg.stdout.match(/\/lxc\/130\//g)).toHaveLength(2);
+      // Whatever pct exec runs lands there too.
+      const viaPct = await onMachine(fleet, 'kpro5', 'pct exec 130 -- cat /proc/self/cgroup');
+      expect(viaPct.stdout).toContain('/lxc/130/');
+    }
+    expect(cg.stdout).not.toContain('/lxc/129/');
+  });
+
+  it('a non-root user in the container cannot kill root holders (the S3 container step)', async () => {
+    const h = await fleet.spawnHolder('ct129', { gpus: [{ index: 4, mib: 4096 }], title: 'sglang::scheduler_TP4' });
+    const r = await onMachine(fleet, 'ct129', `id -un; kill -9 ${h.containerPid}`, 'fleetuser');
+    expect(r.stdout).toBe('fleetuser\n');
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/Operation not permitted/);
+    expect(procStartTime('/proc', h.hostPid)).toBe(h.startTime);
+    expect(fleet.gpuMemory('kpro5')[4]?.usedMiB).toBe(4096);
+  });
+});
+
 describe('host keys', () => {
   it('replaceHostKey: the pinned known_hosts now fails, the inventory keeps the old pin', async () => {
     const before = fleet.machine('ct129').hostKeyFingerprint;

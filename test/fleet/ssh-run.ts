@@ -8,7 +8,7 @@ export interface SshResult {
   stderr: string;
 }
 
-export function sshRun(fleet: Fleet, port: number, command: string, knownHosts = fleet.knownHostsPath): Promise<SshResult> {
+export function sshRun(fleet: Fleet, port: number, command: string, knownHosts = fleet.knownHostsPath, user = 'root'): Promise<SshResult> {
   const args = [
     '-T',
     '-p',
@@ -29,7 +29,7 @@ export function sshRun(fleet: Fleet, port: number, command: string, knownHosts =
     'ConnectTimeout=5',
     '-o',
     'LogLevel=ERROR',
-    'root@127.0.0.1',
+    `${user}@127.0.0.1`,
     command,
   ];
   return new Promise((resolve) => {
@@ -41,10 +41,10 @@ export function sshRun(fleet: Fleet, port: number, command: string, knownHosts =
 }
 
 /** On the machine `id` (its own sshd). */
-export function onMachine(fleet: Fleet, id: string, command: string): Promise<SshResult> {
+export function onMachine(fleet: Fleet, id: string, command: string, user = 'root'): Promise<SshResult> {
   const port = fleet.machine(id).sshPort;
   if (port === null) throw new Error(`${id} has no sshd`);
-  return sshRun(fleet, port, command);
+  return sshRun(fleet, port, command, fleet.knownHostsPath, user);
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

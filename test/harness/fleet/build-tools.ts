@@ -24,10 +24,17 @@ export interface FleetTools {
   nvidiaSmi: string;
   free: string;
   pct: string;
+  lxcInfo: string;
   containerSshd: string;
 }
 
-const ENTRIES = { 'nvidia-smi': 'tools/nvidia-smi.ts', free: 'tools/free.ts', pct: 'tools/pct.ts', 'container-sshd': 'tools/container-sshd.ts' };
+const ENTRIES = {
+  'nvidia-smi': 'tools/nvidia-smi.ts',
+  free: 'tools/free.ts',
+  pct: 'tools/pct.ts',
+  'lxc-info': 'tools/lxc-info.ts',
+  'container-sshd': 'tools/container-sshd.ts',
+};
 
 async function sourceFiles(): Promise<string[]> {
   const out: string[] = [];
@@ -68,6 +75,7 @@ async function doBuild(): Promise<FleetTools> {
     nvidiaSmi: join(dir, 'nvidia-smi.mjs'),
     free: join(dir, 'free.mjs'),
     pct: join(dir, 'pct.mjs'),
+    lxcInfo: join(dir, 'lxc-info.mjs'),
     containerSshd: join(dir, 'container-sshd.mjs'),
   };
   if (existsSync(join(dir, 'complete'))) return tools;

@@ -8,7 +8,7 @@
  *     onto /dev/nvidia*, so real `fuser -v /dev/nvidia*` prints `kernel mount` rows, as in LXC;
  *   - bind-mounts its own bin/ over the host's bin/ path: `pct exec` keeps the host's PATH, and
  *     finds the container's tools there, as it finds the container rootfs' binaries on Proxmox;
- *   - sets the hostname and execs the fleet program as `/sbin/init` (reaps orphans).
+ *   - joins the container's cgroup (`/lxc/<vmid>/...`, see cgroup.ts), sets the hostname and execs the fleet program as `/sbin/init` (reaps orphans).
  * All mounts live in the container's private mount namespace: they vanish with its last process.
  */
 import { writeFile } from 'node:fs/promises';
@@ -24,10 +24,11 @@ export interface RunningContainer {
   exited: Promise<{ code: number | null; signal: string | null }>;
 }
 
-function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string }): string {
+function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null }): string {
   const q = shellQuote;
   return `#!/bin/bash
 set -euo pipefail
+${o.cgroup === null ? '' : `echo 0 > ${q(join(o.cgroup, 'cgroup.procs'))} || true`}
 CT=${q(o.ctDir)}
 HOSTDIR=${q(o.hostDir)}
 mount --bind /proc "$CT/hostproc"
@@ -54,7 +55,13 @@ exec env FLEET_MODE=init FLEET_ARGV=/sbin/init ${q(o.holder)}
 `;
 }
 
-export async function startContainer(o: { ctDir: string; hostDir: string; hostname: string; tools: FleetTools }): Promise<RunningContainer> {
+export async function startContainer(o: {
+  ctDir: string;
+  hostDir: string;
+  hostname: string;
+  tools: FleetTools;
+  cgroup: string | null;
+}): Promise<RunningContainer> {
   const script = join(o.ctDir, 'setup.sh');
   await writeFile(script, setupScript({ ...o, holder: o.tools.holder }), { mode: 0o755 });
   const r = await spawnReady(

@@ -102,6 +102,19 @@ int main(int argc, char **argv) {
   if (argv[0] != NULL) set_comm(argv[0]);
   if (mode != NULL && strcmp(mode, "init") == 0) return run_init();
 
+  /* Join the container's cgroup (as lxc-attach moves attached processes), best effort. */
+  const char *cgroup = getenv("FLEET_CGROUP");
+  if (cgroup != NULL && cgroup[0] != '\0') {
+    char path[512];
+    snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t w = write(fd, "0", 1);
+      (void)w;
+      close(fd);
+    }
+  }
+
   struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
 

@@ -60,11 +60,13 @@ export async function writeMachineFiles(o: {
   const bin = join(o.dir, 'bin');
   await mkdir(bin, { recursive: true });
   writeJsonAtomic(join(o.dir, 'machine.json'), o.info);
-  await writeFile(join(o.dir, 'tools.log'), '', { mode: 0o666 });
+  await writeFile(join(o.dir, 'tools.log'), '');
+  await chmod(join(o.dir, 'tools.log'), 0o666); // tools may run as a non-root user
   await writeWrapper(bin, 'nvidia-smi', o.dir, o.tools.nvidiaSmi);
   await writeWrapper(bin, 'free', o.dir, o.tools.free);
   if (o.info.kind === 'host') {
     await writeWrapper(bin, 'pct', o.dir, o.tools.pct);
+    await writeWrapper(bin, 'lxc-info', o.dir, o.tools.lxcInfo);
     await mkdir(join(o.dir, 'holders'), { recursive: true });
     await mkdir(join(o.dir, 'containers'), { recursive: true });
     const devDir = join(o.dir, 'dev');

@@ -35,6 +35,8 @@ export interface ProcessTarget {
   /** The host's /proc as seen where the process runs. */
   hostProc: string;
   machineDir: string;
+  /** The container's cgroup, joined by the process; null on a host. */
+  cgroup: string | null;
 }
 
 interface Entry {
@@ -60,7 +62,9 @@ async function userIds(user: string): Promise<{ uid: number; gid: number }> {
   const found = await lookup();
   if (found !== null) return found;
   try {
-    await execFileP('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', user]);
+    // A login shell and a home: tests may also SSH in as this user (a container user who can't kill root's processes).
+    // Password '*': no password login, but not 'locked' (sshd refuses locked accounts even with a key).
+    await execFileP('useradd', ['--create-home', '--shell', '/bin/sh', '--password', '*', user]);
   } catch {
     // a concurrent test file may have created it first
   }
@@ -123,6 +127,7 @@ export class ProcessTable {
       FLEET_HOSTPROC: target.hostProc,
       FLEET_MACHINE: target.machineId,
     };
+    if (target.cgroup !== null) env['FLEET_CGROUP'] = target.cgroup;
     if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
     const user = o.user ?? 'root';
     if (user !== 'root') {

@@ -9,6 +9,7 @@
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { removeContainerCgroup } from './cgroup.ts';
 import { procStartTime } from './state.ts';
 
 export const FLEET_DIR_PREFIX = 'gpu-medic-fleet-';
@@ -109,6 +110,17 @@ export async function killFleetProcesses(dir: string, needle = `${dir}/m/`): Pro
   return waitGone([...recorded.map((p) => p.pid), ...stray], 5000);
 }
 
+/** Removes the container cgroups a fleet recorded in <dir>/cgroups (after its processes are gone). */
+export async function removeRecordedCgroups(dir: string): Promise<void> {
+  let text = '';
+  try {
+    text = await readFile(join(dir, 'cgroups'), 'utf8');
+  } catch {
+    return;
+  }
+  for (const path of text.split('\n').filter((l) => l !== '')) removeContainerCgroup(path);
+}
+
 /** Sweeps fleets under /tmp whose owner process is gone. */
 export async function sweepStaleFleets(root = '/tmp'): Promise<string[]> {
   const swept: string[] = [];
@@ -123,6 +135,7 @@ export async function sweepStaleFleets(root = '/tmp'): Promise<string[]> {
     }
     if (isSame(owner)) continue;
     await killFleetProcesses(dir, `${dir}/`);
+    await removeRecordedCgroups(dir);
     await rm(dir, { recursive: true, force: true });
     swept.push(dir);
   }

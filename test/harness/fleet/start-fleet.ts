@@ -5,11 +5,12 @@
  * process-table.ts.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
 import { buildFleetTools, type FleetTools } from './build-tools.ts';
+import { createContainerCgroup, removeContainerCgroup } from './cgroup.ts';
 import { nsenterArgs, type RunningContainer, startContainer } from './container.ts';
 import { defaultHostState, writeMachineFiles } from './machine-files.ts';
 import { ProcessTable } from './process-table.ts';
@@ -21,6 +22,7 @@ import {
   killQuietly,
   recordedPids,
   recordPid,
+  removeRecordedCgroups,
   sweepStaleFleets,
   waitGone,
   writeOwner,
@@ -46,6 +48,7 @@ interface CtRt {
   dir: string;
   host: HostRt;
   running: RunningContainer | null;
+  cgroup: string | null;
   port: number | null;
   pinned: string | null;
   current: string | null;
@@ -95,6 +98,7 @@ export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Prom
     return await build(spec, opts, dir, tools, onExit);
   } catch (e) {
     await killFleetProcesses(dir);
+    await removeRecordedCgroups(dir);
     process.off('exit', onExit);
     if (opts.keepDir !== true) await rm(dir, { recursive: true, force: true });
     throw e;
@@ -116,6 +120,9 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   const startHostSshd = async (h: { dir: string }, port?: number): Promise<Sshd> => {
     const sshd = await startSshd(hostSshdOptions(h, port));
     recordPid(dir, sshd.pid, 'sshd');
+    // sshd reads authorized_keys as the user logging in: let non-root users (e.g. fleetuser) log in too.
+    await chmod(join(h.dir, 'sshd', 'authorized_keys'), 0o644);
+    await chmod(join(h.dir, 'commands.jsonl'), 0o666); // ...and have their commands logged
     return sshd;
   };
 
@@ -127,7 +134,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         dir: mdir,
         tools,
         hostState: defaultHostState(hs),
-        info: { id: hs.id, kind: 'host', hostId: hs.id, hostDir: mdir, vmid: null, hostProc: '/proc' },
+        info: { id: hs.id, kind: 'host', hostId: hs.id, hostDir: mdir, vmid: null, hostProc: '/proc', cgroup: null },
       });
       const sshd = await startHostSshd({ dir: mdir });
       hosts.set(hs.id, { spec: hs, dir: mdir, sshd, port: sshd.port, pinned: sshd.hostKeyFingerprint, current: sshd.hostKeyFingerprint });
@@ -150,7 +157,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       ...(port === undefined ? {} : { port }),
     };
     const r = await spawnReady('nsenter', [...nsenterArgs(c.running.initHostPid), process.execPath, tools.containerSshd, JSON.stringify(o)], {
-      env: BASE_ENV,
+      env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
       stderrPath: join(c.dir, 'sshd-start.log'),
     });
     const info = JSON.parse(r.line) as { port: number; pid: number; hostKeyFingerprint: string };
@@ -166,17 +173,19 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     (spec.containers ?? []).map(async (cs) => {
       const host = hostOf(cs.host);
       const cdir = machineDir(dir, cs.id);
+      const cgroup = createContainerCgroup(dir, cs.vmid);
+      if (cgroup !== null) await appendFile(join(dir, 'cgroups'), `${cgroup}\n`);
       await writeMachineFiles({
         dir: cdir,
         tools,
-        info: { id: cs.id, kind: 'container', hostId: cs.host, hostDir: host.dir, vmid: cs.vmid, hostProc: join(cdir, 'hostproc') },
+        info: { id: cs.id, kind: 'container', hostId: cs.host, hostDir: host.dir, vmid: cs.vmid, hostProc: join(cdir, 'hostproc'), cgroup },
       });
-      const running = await startContainer({ ctDir: cdir, hostDir: host.dir, hostname: cs.id, tools });
+      const running = await startContainer({ ctDir: cdir, hostDir: host.dir, hostname: cs.id, tools, cgroup });
       recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
       recordPid(dir, running.initHostPid, `init of ${cs.id}`);
       writeJsonAtomic(join(cdir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });
       writeJsonAtomic(join(host.dir, 'containers', `${cs.vmid}.json`), { id: cs.id, vmid: cs.vmid, dir: cdir });
-      const c: CtRt = { spec: cs, dir: cdir, host, running, port: null, pinned: null, current: null, sshdHostPid: null };
+      const c: CtRt = { spec: cs, dir: cdir, host, running, cgroup, port: null, pinned: null, current: null, sshdHostPid: null };
       cts.set(cs.id, c);
       if (cs.ownAddress === true) await startContainerSshd(c);
     }),
@@ -214,6 +223,8 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     procs.quietMachine(c.spec.id);
     killQuietly(c.running.initHostPid);
     await c.running.exited;
+    await waitGone([c.running.initHostPid], 5000);
+    removeContainerCgroup(c.cgroup);
     c.running = null;
     c.port = null;
     c.sshdHostPid = null;
@@ -222,11 +233,19 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   const target = (machineId: string) => {
     if (isHost(machineId)) {
       const h = hostOf(machineId);
-      return { machineId, hostDir: h.dir, kind: 'host' as const, initHostPid: null, hostProc: '/proc', machineDir: h.dir };
+      return { machineId, hostDir: h.dir, kind: 'host' as const, initHostPid: null, hostProc: '/proc', machineDir: h.dir, cgroup: null };
     }
     const c = ctOf(machineId);
     if (c.running === null) throw new Error(`fleet: container ${machineId} is stopped`);
-    return { machineId, hostDir: c.host.dir, kind: 'container' as const, initHostPid: c.running.initHostPid, hostProc: join(c.dir, 'hostproc'), machineDir: c.dir };
+    return {
+      machineId,
+      hostDir: c.host.dir,
+      kind: 'container' as const,
+      initHostPid: c.running.initHostPid,
+      hostProc: join(c.dir, 'hostproc'),
+      machineDir: c.dir,
+      cgroup: c.cgroup,
+    };
   };
 
   const fleet: Fleet = {
@@ -257,7 +276,17 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     machine(id: string): MachineView {
       if (isHost(id)) {
         const h = hostOf(id);
-        return { id, kind: 'host', hostId: id, vmid: null, dir: h.dir, sshPort: h.sshd === null ? null : h.port, hostKeyFingerprint: h.current, initHostPid: null };
+        return {
+          id,
+          kind: 'host',
+          hostId: id,
+          vmid: null,
+          dir: h.dir,
+          sshPort: h.sshd === null ? null : h.port,
+          hostKeyFingerprint: h.current,
+          initHostPid: null,
+          cgroup: null,
+        };
       }
       const c = ctOf(id);
       return {
@@ -269,6 +298,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         sshPort: c.port,
         hostKeyFingerprint: c.current,
         initHostPid: c.running?.initHostPid ?? null,
+        cgroup: c.cgroup,
       };
     },
 
@@ -371,6 +401,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       for (const p of procs.list()) killQuietly(p.hostPid);
       await Promise.all([...hosts.values()].map(async (h) => h.sshd?.stop()));
       const left = await killFleetProcesses(dir);
+      await removeRecordedCgroups(dir);
       process.off('exit', onExit);
       if (left.length > 0) throw new Error(`fleet: processes still alive after stop: ${left.join(' ')}`);
       if (opts.keepDir !== true) await rm(dir, { recursive: true, force: true });

@@ -50,6 +50,8 @@ export interface MachineInfo {
   vmid: number | null;
   /** Where this machine's tools read the host's /proc (liveness of holders by host PID). */
   hostProc: string;
+  /** A container's cgroup (path under the v2 hierarchy containing `/lxc/<vmid>/`); null when none. */
+  cgroup: string | null;
 }
 
 export interface HolderRecord {

@@ -54,6 +54,8 @@ export interface MachineView {
   hostKeyFingerprint: string | null;
   /** A container's PID 1, as the host sees it (null for a host or a stopped container). */
   initHostPid: number | null;
+  /** A container's cgroup (v2 path containing `/lxc/<vmid>/`), null for a host or where cgroups are unavailable. */
+  cgroup: string | null;
 }
 
 export interface SpawnOptions {

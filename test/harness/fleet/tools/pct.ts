@@ -8,7 +8,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { constants } from 'node:os';
 import { join } from 'node:path';
-import { appendToolLog, type ContainerRecord, procStartTime, readJson } from '../state.ts';
+import { joinCgroup } from '../cgroup.ts';
+import { appendToolLog, type ContainerRecord, type MachineInfo, procStartTime, readJson } from '../state.ts';
 import { machineContext } from './machine-context.ts';
 
 interface InitRecord {
@@ -80,6 +81,8 @@ switch (sub) {
       process.stderr.write(`container '${c.vmid}' not running!\n`);
       process.exit(255);
     }
+    // As lxc-attach does, what runs in the container joins its cgroup (our children follow us).
+    joinCgroup(readJson<MachineInfo>(join(c.dir, 'machine.json')).cgroup);
     const r = spawnSync('nsenter', ['--target', String(init.hostPid), '--pid', '--mount', '--uts', '--', ...cmd], { stdio: 'inherit' });
     if (r.error !== undefined) {
       process.stderr.write(`pct: ${r.error.message}\n`);
