@@ -1,0 +1,52 @@
+import type { DecideRefusalCode } from '../approval/approval-policy.ts';
+import type { StoreRefusalCode } from '../approval/approval-store.ts';
+import type { Diagnosis } from '../gpu/diagnose.ts';
+import type { Verdict } from '../gpu/verdict.ts';
+import type { CommandRole, Step, StepKind, Tier } from '../playbooks/unstick-plan.ts';
+import type { StepOutcome } from '../playbooks/step-guard.ts';
+import type { CommandRecord, IncidentEvent } from './events.ts';
+
+/**
+ * Events the unstick flow appends to the incident log, beside those of events.ts (`requested`,
+ * `started`, `snapshot` with label before/after, `machine_error`, `error`, `finished`), which
+ * it reuses as they are. Every payload is plain JSON: the log is the record, the thread a view.
+ */
+export type UnstickEvent =
+  | { type: 'diagnosis'; at: string; label: 'before' | 'after'; diagnosis: Diagnosis }
+  | { type: 'step_started'; at: string; stepId: string; kind: StepKind; tier: Tier; machineId: string; explanation: string }
+  /** One command a step ran; `record.command` is the literal line sent over SSH. */
+  | { type: 'command'; at: string; stepId: string; role: CommandRole; on: 'container' | 'host'; record: CommandRecord }
+  | {
+      type: 'signalled';
+      at: string;
+      stepId: string;
+      hostPid: number;
+      containerPid: number;
+      signal: 'TERM' | 'KILL';
+      cmdline: string;
+      /** `sent`: signal delivered; `gone`: exited before it; `skipped`: re-check failed, not signalled. */
+      result: 'sent' | 'gone' | 'skipped';
+      reason: string | null;
+    }
+  | {
+      type: 'step_finished';
+      at: string;
+      stepId: string;
+      /** `interrupted`: a previous attempt claimed the step and never finished it; nothing was re-run. */
+      outcome: StepOutcome | 'interrupted';
+      durationMs: number;
+      message: string;
+    }
+  | { type: 'approval_requested'; at: string; approvalId: string; stepId: string; expiresAt: string; planHash: string; step: Step; host: string; vmid: number }
+  | { type: 'approval_decided'; at: string; approvalId: string; stepId: string; decision: 'approved' | 'denied'; by: string }
+  | { type: 'approval_expired'; at: string; approvalId: string; stepId: string }
+  | { type: 'approval_refused'; at: string; approvalId: string; by: string; reason: DecideRefusalCode | StoreRefusalCode }
+  | { type: 'verdict'; at: string; verdict: Verdict };
+
+/** The run's end, as events.ts already defines it (merged union stays one shape per `type`). */
+export type UnstickFinished = Extract<IncidentEvent, { type: 'finished' }>;
+
+export type UnstickEventType = UnstickEvent['type'];
+
+/** What an unstick thread is rendered from, before the unions are merged in events.ts. */
+export type UnstickLoggedEvent = (IncidentEvent | UnstickEvent) & { id: string };
