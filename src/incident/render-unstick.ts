@@ -1,0 +1,273 @@
+import type { types } from '@slack/bolt';
+import type { Diagnosis } from '../gpu/diagnose.ts';
+import type { Verdict } from '../gpu/verdict.ts';
+import { READ_PROCS_SCRIPT } from '../playbooks/unstick-commands.ts';
+import type { Step } from '../playbooks/unstick-plan.ts';
+import { shellQuote } from '../ssh/quote.ts';
+import { buildTableBlock, monospaceTable } from '../slack/table-block.ts';
+import type { IncidentMeta } from './events.ts';
+import { snapshotMessage, type MessageView } from './render.ts';
+import type { UnstickLoggedEvent } from './unstick-events.ts';
+
+type KnownBlock = types.KnownBlock;
+type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;
+
+/** Button ids the bot's action handlers listen to; the value is only the approval id. */
+export const APPROVE_ACTION_ID = 'gpu_approve';
+export const DENY_ACTION_ID = 'gpu_deny';
+
+const SECTION_MAX = 3000;
+const fmt = (n: number): string => n.toLocaleString('en-US');
+const mib = (n: number | null): string => (n === null ? '?' : `${fmt(n)} MiB`);
+const stamp = (iso: string): string => `${iso.slice(0, 19).replace('T', ' ')} UTC`;
+const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+
+/**
+ * Machine text (cmdlines, process names) and the requester's reason go into mrkdwn: `<`, `>`
+ * and `&` would become mentions or links (`<!channel>`), a backtick would end a code span.
+ */
+export function esc(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/`/g, "'");
+}
+
+const READ_SCRIPT_WORD = shellQuote(READ_PROCS_SCRIPT);
+
+/** The read-only /proc script is long and fixed; the thread names it, the incident log keeps it verbatim. */
+export function shortCommand(command: string): string {
+  return command.split(READ_SCRIPT_WORD).join('<read-procs script: stat, NSpid, ns/pid, cmdline>');
+}
+
+function clip(text: string, max = SECTION_MAX): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+function section(text: string): KnownBlock {
+  return { type: 'section', text: { type: 'mrkdwn', text: clip(text) } };
+}
+
+function context(text: string): KnownBlock {
+  return { type: 'context', elements: [{ type: 'mrkdwn', text: clip(text) }] };
+}
+
+const KIND_TITLE: Record<Step['kind'], string> = {
+  container_signal: 'Stop the holders from inside the container',
+  host_kill: 'Host-level kill',
+  host_reset: 'Host-level GPU reset',
+};
+
+const REFUSAL_TEXT: Record<string, string> = {
+  self_approval: 'the requester cannot approve their own request',
+  not_approver: 'not a configured approver',
+  approval_expired: 'the request had expired',
+  approval_decided: 'already decided',
+  plan_changed: 'the plan changed since this card was posted',
+  approval_not_found: 'no such approval',
+};
+
+function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
+  const d: Diagnosis = e.diagnosis;
+  const idle = d.gpus.filter((g) => g.kind === 'idle').map((g) => g.index ?? '?');
+  const lines = d.gpus.filter((g) => g.kind !== 'idle').map((g) => `• ${esc(g.sentence)}`);
+  if (idle.length > 0) lines.push(`• ${idle.length === 1 ? 'GPU' : 'GPUs'} ${idle.join(', ')}: idle.`);
+  if (d.error) lines.push(`• nvidia-smi failed: ${esc(d.error.message)}`);
+  for (const m of d.deviceOnly)
+    lines.push(`• PID ${m.containerPid} ${esc(m.command ?? '?')} has ${esc(m.devices.join(', '))} open but holds no GPU memory (a monitor?): left alone.`);
+  const heading = `*Diagnosis (${e.label})* of \`${esc(d.target)}\` on \`${esc(d.host)}\``;
+  const text = [heading, ...lines].join('\n');
+  return { key: `ev:${e.id}`, placement: 'reply', text: clip(text, 4000), blocks: [section(text)] };
+}
+
+function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEvent[]): MessageView {
+  const mine = events.filter((e) => 'stepId' in e && e.stepId === start.stepId);
+  const finished = mine.find((e): e is Ev<'step_finished'> => e.type === 'step_finished');
+  const state = finished
+    ? `${finished.outcome === 'done' ? ':white_check_mark:' : finished.outcome === 'skipped' ? ':fast_forward:' : ':warning:'} ${finished.outcome} in ${secs(finished.durationMs)}`
+    : ':gear: running…';
+  const heading = `*${KIND_TITLE[start.kind]}* (tier ${start.tier}, on \`${esc(start.machineId)}\`) · ${state}`;
+  const commands = mine
+    .filter((e): e is Ev<'command'> => e.type === 'command')
+    .map((c) => {
+      const r = c.record;
+      const end = r.timedOut ? 'timed out' : r.code !== null ? `exit ${r.code}` : `signal ${r.signal ?? '?'}`;
+      return `${esc(shortCommand(r.command))}\n    → ${end} · ${secs(r.durationMs)}`;
+    });
+  const signalled = mine
+    .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
+    .map((s) => `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) \`${esc(s.cmdline.slice(0, 80))}\`: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`);
+  const blocks: KnownBlock[] = [section(heading), context(esc(start.explanation))];
+  if (commands.length > 0) blocks.push(section('```\n' + clip(commands.join('\n'), SECTION_MAX - 8) + '\n```'));
+  if (signalled.length > 0) blocks.push(section(signalled.join('\n')));
+  if (finished?.message) blocks.push(context(esc(finished.message)));
+  const text = [heading, ...commands, ...signalled, finished?.message ?? ''].filter((x) => x !== '').join('\n');
+  return { key: `step:${start.stepId}`, placement: 'reply', text: clip(text, 4000), blocks };
+}
+
+function cardTargets(step: Step): string[] {
+  const lines = step.targets.map((t) => {
+    const gpus = t.gpus.map((g) => `GPU ${g.index ?? '?'} ${mib(g.usedMiB)}`).join(', ');
+    const why = t.hostOnlyWhy ? `\n    _why the host: ${esc(t.hostOnlyWhy)}_` : '';
+    return `• host PID *${t.hostPid}* · container PID *${t.containerPid}* · start ${t.startTimeTicks} ticks after boot · \`${esc(t.cmdline.slice(0, 120))}\` · ${gpus}${why}`;
+  });
+  for (const g of step.gpus) lines.push(`• GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}${g.uuid ? `, ${esc(g.uuid)}` : ''}) · ${mib(g.usedMiB)} held, no process`);
+  return lines;
+}
+
+const WHEN_NOTE: Record<Step['commands'][number]['when'], string> = {
+  always: '',
+  survivors: '   # only PIDs still alive and unchanged',
+  still_matching: '   # only if the re-check still matches',
+  persistence_was_on: '   # only if persistence mode was on',
+};
+
+function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[], requester: string): MessageView {
+  const decided = events.find((e): e is Ev<'approval_decided'> => e.type === 'approval_decided' && e.approvalId === req.approvalId);
+  const expired = events.find((e): e is Ev<'approval_expired'> => e.type === 'approval_expired' && e.approvalId === req.approvalId);
+  const refusals = events.filter((e): e is Ev<'approval_refused'> => e.type === 'approval_refused' && e.approvalId === req.approvalId);
+  const step = req.step;
+  const heading = `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host \`${esc(req.host)}\` · container vmid ${req.vmid}`;
+  const cmds = step.commands.map((c) => `[${c.on}] ${esc(shortCommand(c.display))}${WHEN_NOTE[c.when]}`);
+  const blocks: KnownBlock[] = [
+    section(heading),
+    section(esc(step.explanation)),
+    section(cardTargets(step).join('\n') || '_no targets_'),
+    section(`Commands that will run${step.kind === 'container_signal' ? '' : ` on \`${esc(req.host)}\``}:\n\`\`\`\n${clip(cmds.join('\n'), SECTION_MAX - 60)}\n\`\`\``),
+  ];
+  let status: string;
+  // A decision is final; an expiry only counts if nobody decided first.
+  if (decided) {
+    status =
+      decided.decision === 'approved'
+        ? `:white_check_mark: *Approved* by <@${decided.by}> at ${stamp(decided.at)}`
+        : `:no_entry: *Denied* by <@${decided.by}> at ${stamp(decided.at)}. Nothing from this card will run.`;
+    blocks.push(section(status));
+  } else if (expired) {
+    status = `:hourglass: *Expired* at ${stamp(expired.at)} without a decision. Nothing from this card was run.`;
+    blocks.push(section(status));
+  } else {
+    status = `Requested by <@${requester}> · expires ${stamp(req.expiresAt)} · a configured approver other than the requester may decide`;
+    blocks.push(context(status));
+    blocks.push({
+      type: 'actions',
+      block_id: 'gpu_approval',
+      elements: [
+        {
+          type: 'button',
+          action_id: APPROVE_ACTION_ID,
+          text: { type: 'plain_text', text: 'Approve' },
+          style: 'primary',
+          value: req.approvalId,
+          confirm: {
+            title: { type: 'plain_text', text: 'Run on the host?' },
+            text: { type: 'mrkdwn', text: clip(`The commands above will run on \`${esc(req.host)}\` as root.`, 300) },
+            confirm: { type: 'plain_text', text: 'Approve' },
+            deny: { type: 'plain_text', text: 'Cancel' },
+          },
+        },
+        { type: 'button', action_id: DENY_ACTION_ID, text: { type: 'plain_text', text: 'Deny' }, style: 'danger', value: req.approvalId },
+      ],
+    });
+  }
+  if (refusals.length > 0)
+    blocks.push(context(refusals.map((r) => `Refused: <@${r.by}>, ${REFUSAL_TEXT[r.reason] ?? r.reason} (${stamp(r.at)})`).join('\n')));
+  const text = [heading, esc(step.explanation), ...cardTargets(step), ...cmds, status].join('\n');
+  return { key: `approval:${req.approvalId}`, placement: 'reply', text: clip(text, 4000), blocks };
+}
+
+/** The before → after table: its own message, since Slack allows one table block per message. */
+function verdictMessage(e: Ev<'verdict'>): MessageView {
+  const v: Verdict = e.verdict;
+  const icon = v.kind === 'recovered' || v.kind === 'nothing_stuck' ? ':white_check_mark:' : v.kind === 'partially_recovered' ? ':large_yellow_circle:' : ':red_circle:';
+  const heading = `${icon} *${v.title}* · ${fmt(v.totalFreedMiB)} MiB freed`;
+  const header = ['GPU', 'Before', 'After', 'Freed', 'Now'];
+  const rows = v.gpus.map((g) => [
+    String(g.index ?? '?'),
+    mib(g.beforeMiB),
+    mib(g.afterMiB),
+    g.freedMiB === null ? '?' : mib(g.freedMiB),
+    (g.after ?? 'not read').replace(/_/g, ' '),
+  ]);
+  const blocks: KnownBlock[] = [section(heading), buildTableBlock(header, rows).block];
+  if (v.nextStep) blocks.push(section(`*Next step:* ${esc(v.nextStep)}`));
+  const text = [heading, monospaceTable(header, rows), v.nextStep ? `Next step: ${v.nextStep}` : ''].filter((x) => x !== '').join('\n');
+  return { key: `ev:${e.id}`, placement: 'reply', text, blocks };
+}
+
+function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[], fin: Ev<'finished'>): MessageView {
+  const approvals = events.filter((e): e is Ev<'approval_decided'> => e.type === 'approval_decided');
+  const sent = events.filter((e): e is Ev<'signalled'> => e.type === 'signalled' && e.result === 'sent');
+  const skipped = events.filter((e): e is Ev<'signalled'> => e.type === 'signalled' && e.result !== 'sent');
+  const verdict = [...events].reverse().find((e): e is Ev<'verdict'> => e.type === 'verdict');
+  const lines = [
+    `*Summary* · ${verdict ? verdict.verdict.title : fin.outcome} · took ${secs(fin.durationMs)}`,
+    `Asked by <@${meta.requester}>${meta.reason ? ` (reason: ${esc(meta.reason)})` : ''}`,
+    approvals.length > 0
+      ? approvals.map((a) => `${a.decision === 'approved' ? 'Approved' : 'Denied'} by <@${a.by}> at ${stamp(a.at)}`).join('\n')
+      : 'No host-level step was approved.',
+    sent.length > 0
+      ? `Signalled:\n${sent.map((s) => `• SIG${s.signal} → PID ${s.containerPid} (host PID ${s.hostPid}) \`${esc(s.cmdline.slice(0, 80))}\``).join('\n')}`
+      : 'Nothing was signalled.',
+    ...(skipped.length > 0 ? [`Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`] : []),
+  ];
+  const text = lines.join('\n');
+  return { key: 'summary', placement: 'reply', text: clip(text, 4000), blocks: [section(text)] };
+}
+
+function parentState(events: readonly UnstickLoggedEvent[]): string {
+  const verdict = [...events].reverse().find((e): e is Ev<'verdict'> => e.type === 'verdict');
+  const fin = events.find((e) => e.type === 'finished');
+  if (fin && verdict) return `${verdict.verdict.title}`;
+  if (fin) return fin.type === 'finished' ? `finished (${fin.outcome})` : 'finished';
+  const open = events.filter((e): e is Ev<'approval_requested'> => e.type === 'approval_requested').find(
+    (r) => !events.some((e) => (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId === r.approvalId),
+  );
+  if (open) return `:raised_hand: waiting for a second person's approval (expires ${stamp(open.expiresAt)})`;
+  const running = events.filter((e): e is Ev<'step_started'> => e.type === 'step_started').find((s) => !events.some((e) => e.type === 'step_finished' && e.stepId === s.stepId));
+  if (running) return `:gear: ${KIND_TITLE[running.kind].toLowerCase()}…`;
+  if (events.some((e) => e.type === 'diagnosis')) return ':mag: diagnosed, planning…';
+  return ':hourglass_flowing_right: taking the before snapshot…';
+}
+
+/** The whole unstick thread as it should look given the log so far. Pure and deterministic. */
+export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLoggedEvent[]): MessageView[] {
+  const target = meta.targets.join(', ');
+  const parentText = `:wrench: Unstick \`${esc(target)}\`, requested by <@${meta.requester}>${meta.reason ? ` · reason: ${esc(meta.reason)}` : ''} · ${parentState(events)}`;
+  const views: MessageView[] = [
+    {
+      key: 'parent',
+      placement: 'parent',
+      text: parentText,
+      blocks: [section(parentText), context(`incident \`${meta.id}\` · ${stamp(meta.createdAt)}`)],
+    },
+  ];
+  for (const e of events) {
+    switch (e.type) {
+      case 'snapshot':
+        if (e.label !== 'status') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, `${e.label === 'before' ? 'Before' : 'After'} · \`${esc(e.snapshot.machineId)}\``));
+        break;
+      case 'diagnosis':
+        views.push(diagnosisMessage(e));
+        break;
+      case 'step_started':
+        views.push(stepMessage(e, events));
+        break;
+      case 'approval_requested':
+        views.push(approvalCard(e, events, meta.requester));
+        break;
+      case 'verdict':
+        views.push(verdictMessage(e));
+        break;
+      case 'finished':
+        views.push(summaryMessage(meta, events, e));
+        break;
+      case 'error':
+      case 'machine_error': {
+        const text = `:warning: ${e.type === 'machine_error' ? `\`${esc(e.machineId)}\`: ` : ''}${esc(e.message)} (${e.code})`;
+        views.push({ key: `ev:${e.id}`, placement: 'reply', text, blocks: [section(text)] });
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return views;
+}

@@ -1,0 +1,183 @@
+import type { types } from '@slack/bolt';
+import { describe, expect, it } from 'vitest';
+import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
+import { verdictOf } from '../../src/gpu/verdict.ts';
+import type { IncidentMeta } from '../../src/incident/events.ts';
+import { APPROVE_ACTION_ID, DENY_ACTION_ID, renderUnstick } from '../../src/incident/render-unstick.ts';
+import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
+import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
+import { GIB } from '../../src/gpu/snapshot.ts';
+import { gpus } from './seed-fleet.ts';
+import { allClean, s3 } from './scenarios.ts';
+
+const INC = 'inc_20261130_092000_k3x9q2';
+const APR = 'apr_Qm9vYmFyYmF6cXV4MTIzNA';
+const meta: IncidentMeta = {
+  id: INC,
+  kind: 'unstick',
+  requester: 'U0REQUEST',
+  channel: 'C0GPUOPS',
+  targets: ['ct129'],
+  text: 'ct129 hicache OOM, TP ranks hung',
+  reason: 'hicache OOM, TP ranks hung',
+  createdAt: '2026-11-30T09:20:00.000Z',
+};
+
+function snap(label: 'before' | 'after', used: Record<number, number>, at: string): MachineSnapshot {
+  return {
+    machineId: 'ct129',
+    view: 'container',
+    takenAt: at,
+    gpus: gpus(used),
+    processes: [],
+    holders: [],
+    kernelMounts: ['/dev/nvidia0', '/dev/nvidiactl'],
+    ram: { totalBytes: 449 * GIB, usedBytes: (label === 'before' ? 439 : 31) * GIB, availableBytes: null },
+    gpuError: null,
+  };
+}
+
+type NoId<T> = T extends unknown ? Omit<T, 'id'> : never;
+
+/** S3 end to end, as the worker and bot would append it. */
+function s3Events(): UnstickLoggedEvent[] {
+  const before = s3();
+  const plan = planUnstick(before, { incidentId: INC, vmid: 129 });
+  const [tier1, hostKill] = plan.steps;
+  if (!tier1 || !hostKill) throw new Error('fixture');
+  const rec = (command: string, code: number, durationMs: number) => ({ machineId: 'ct129', command, code, signal: null, durationMs, timedOut: false });
+  const list: Array<NoId<UnstickLoggedEvent>> = [
+    { type: 'requested', at: '2026-11-30T09:20:00.000Z' },
+    { type: 'started', at: '2026-11-30T09:20:01.000Z', worker: 'worker-kpro' },
+    { type: 'snapshot', at: '2026-11-30T09:20:02.000Z', label: 'before', snapshot: snap('before', { 0: 96_413, 2: 96_417, 5: 40_211 }, '2026-11-30T09:20:02.000Z'), commands: [] },
+    { type: 'diagnosis', at: '2026-11-30T09:20:03.000Z', label: 'before', diagnosis: before },
+    { type: 'step_started', at: '2026-11-30T09:20:03.100Z', stepId: tier1.id, kind: tier1.kind, tier: tier1.tier, machineId: tier1.machineId, explanation: tier1.explanation },
+    { type: 'command', at: '2026-11-30T09:20:03.400Z', stepId: tier1.id, role: 'term', on: 'container', record: rec('exec timeout -k 5 15 pct exec 129 -- timeout -k 5 15 kill -s TERM 63', 0, 310) },
+    { type: 'signalled', at: '2026-11-30T09:20:03.400Z', stepId: tier1.id, hostPid: 812_351, containerPid: 63, signal: 'TERM', cmdline: 'sglang::scheduler_TP2', result: 'sent', reason: null },
+    { type: 'step_finished', at: '2026-11-30T09:20:19.000Z', stepId: tier1.id, outcome: 'done', durationMs: 15_900, message: 'GPU 2 freed 96,417 MiB.' },
+    { type: 'approval_requested', at: '2026-11-30T09:20:20.000Z', approvalId: APR, stepId: hostKill.id, expiresAt: '2026-11-30T09:35:20.000Z', planHash: stepHash(hostKill), step: hostKill, host: 'kpro5', vmid: 129 },
+    { type: 'approval_refused', at: '2026-11-30T09:21:00.000Z', approvalId: APR, by: 'U0REQUEST', reason: 'self_approval' },
+    { type: 'approval_decided', at: '2026-11-30T09:24:10.000Z', approvalId: APR, stepId: hostKill.id, decision: 'approved', by: 'U0APPROV1' },
+    { type: 'step_started', at: '2026-11-30T09:24:11.000Z', stepId: hostKill.id, kind: hostKill.kind, tier: hostKill.tier, machineId: 'kpro5', explanation: hostKill.explanation },
+    { type: 'command', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, role: 'kill', on: 'host', record: { ...rec('exec timeout -k 5 15 kill -s KILL 811900', 0, 120), machineId: 'kpro5' } },
+    { type: 'signalled', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, hostPid: 811_900, containerPid: 1, signal: 'KILL', cmdline: '/sbin/init', result: 'sent', reason: null },
+    { type: 'step_finished', at: '2026-11-30T09:24:40.000Z', stepId: hostKill.id, outcome: 'done', durationMs: 29_000, message: 'GPU 0 freed 96,413 MiB.' },
+    { type: 'snapshot', at: '2026-11-30T09:24:41.000Z', label: 'after', snapshot: snap('after', { 5: 40_211 }, '2026-11-30T09:24:41.000Z'), commands: [] },
+    { type: 'diagnosis', at: '2026-11-30T09:24:41.500Z', label: 'after', diagnosis: allClean() },
+    { type: 'verdict', at: '2026-11-30T09:24:42.000Z', verdict: verdictOf(before, allClean()) },
+    { type: 'finished', at: '2026-11-30T09:24:42.000Z', outcome: 'ok', durationMs: 282_000 },
+  ];
+  return list.map((e, i): UnstickLoggedEvent => ({ ...e, id: `1764494400000-${i}` }));
+}
+
+const upTo = (events: UnstickLoggedEvent[], type: string, nth = 1): UnstickLoggedEvent[] => {
+  let seen = 0;
+  const i = events.findIndex((e) => e.type === type && ++seen === nth);
+  return events.slice(0, i + 1);
+};
+const blockText = (b: types.KnownBlock): string => JSON.stringify(b);
+const actionsOf = (blocks: types.KnownBlock[]) => blocks.filter((b): b is types.ActionsBlock => b.type === 'actions');
+
+describe('renderUnstick', () => {
+  it('renders the thread in event order with stable keys, deterministically', () => {
+    const events = s3Events();
+    const views = renderUnstick(meta, events);
+    const hk = events.find((e) => e.type === 'approval_requested');
+    expect(views.map((v) => v.key)).toEqual([
+      'parent',
+      'ev:1764494400000-2',
+      'ev:1764494400000-3',
+      `step:${events[4]?.type === 'step_started' ? events[4].stepId : ''}`,
+      `approval:${APR}`,
+      `step:${hk?.type === 'approval_requested' ? hk.stepId : ''}`,
+      'ev:1764494400000-15',
+      'ev:1764494400000-16',
+      'ev:1764494400000-17',
+      'summary',
+    ]);
+    expect(views[0]?.placement).toBe('parent');
+    expect(views.slice(1).every((v) => v.placement === 'reply')).toBe(true);
+    expect(renderUnstick(meta, events)).toEqual(views);
+  });
+
+  it('never puts two table blocks in one message (Slack refuses it)', () => {
+    for (const v of renderUnstick(meta, s3Events())) expect(v.blocks.filter((b) => b.type === 'table').length).toBeLessThanOrEqual(1);
+  });
+
+  it('a pending card shows host, vmid, each process and the literal host commands, with buttons carrying only the approval id', () => {
+    const events = upTo(s3Events(), 'approval_requested');
+    const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
+    if (!card) throw new Error('no card');
+    expect(card.text).toContain('host `kpro5` · container vmid 129');
+    expect(card.text).toContain('host PID *811900* · container PID *1* · start 40000001 ticks after boot · `/sbin/init` · GPU 0 96,413 MiB');
+    expect(card.text).toContain('[host] kill -s KILL 811900   # only if the re-check still matches');
+    expect(card.text).toContain('[host] sh -c &lt;read-procs script: stat, NSpid, ns/pid, cmdline&gt; sh 811900');
+    expect(card.text).not.toContain('od -An');
+    expect(card.text).toContain('a PID namespace’s init ignores signals');
+    const [actions] = actionsOf(card.blocks);
+    const buttons = (actions?.elements ?? []).filter((e): e is types.Button => e.type === 'button');
+    expect(buttons.map((b) => [b.action_id, b.text.text, b.style, b.value])).toEqual([
+      [APPROVE_ACTION_ID, 'Approve', 'primary', APR],
+      [DENY_ACTION_ID, 'Deny', 'danger', APR],
+    ]);
+    expect([APPROVE_ACTION_ID, DENY_ACTION_ID]).toEqual(['gpu_approve', 'gpu_deny']);
+    expect(renderUnstick(meta, events)[0]?.text).toContain("waiting for a second person's approval (expires 2026-11-30 09:35:20 UTC)");
+  });
+
+  it('after the decision the card is updated in place: no buttons, who decided and when, and the refused click', () => {
+    const events = upTo(s3Events(), 'approval_decided');
+    const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
+    expect(actionsOf(card?.blocks ?? [])).toEqual([]);
+    expect(card?.text).toContain(':white_check_mark: *Approved* by <@U0APPROV1> at 2026-11-30 09:24:10 UTC');
+    expect(card?.blocks.map(blockText).join('')).toContain('Refused: <@U0REQUEST>, the requester cannot approve their own request');
+  });
+
+  it('an expired card says so, has no buttons, and says nothing ran', () => {
+    const events = upTo(s3Events(), 'approval_refused');
+    const stepId = events.find((e) => e.type === 'approval_requested');
+    events.push({ type: 'approval_expired', at: '2026-11-30T09:35:20.000Z', approvalId: APR, stepId: stepId?.type === 'approval_requested' ? stepId.stepId : '', id: '1764494400000-99' });
+    const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
+    expect(actionsOf(card?.blocks ?? [])).toEqual([]);
+    expect(card?.text).toContain('*Expired* at 2026-11-30 09:35:20 UTC without a decision. Nothing from this card was run.');
+  });
+
+  it('each step shows its literal commands with exit codes and durations, and what was signalled', () => {
+    const views = renderUnstick(meta, s3Events());
+    const host = views.find((v) => v.key.startsWith('step:host_kill-'));
+    expect(host?.text).toContain('*Host-level kill* (tier 2, on `kpro5`) · :white_check_mark: done in 29.0 s');
+    expect(host?.text).toContain('exec timeout -k 5 15 kill -s KILL 811900\n    → exit 0 · 0.1 s');
+    expect(host?.text).toContain('• SIGKILL PID 1 (host PID 811900) `/sbin/init`: sent');
+  });
+
+  it('the verdict shows before → after per GPU in its own table, and the summary closes', () => {
+    const views = renderUnstick(meta, s3Events());
+    const verdict = views.find((v) => v.key === 'ev:1764494400000-17');
+    const table = verdict?.blocks.find((b) => b.type === 'table') as { rows: Array<Array<{ text: string }>> } | undefined;
+    const rows = table?.rows.map((r) => r.map((c) => c.text)) ?? [];
+    expect(rows[0]).toEqual(['GPU', 'Before', 'After', 'Freed', 'Now']);
+    expect(rows[1]).toEqual(['0', '96,413 MiB', '0 MiB', '96,413 MiB', 'idle']);
+    expect(rows[3]).toEqual(['2', '96,417 MiB', '0 MiB', '96,417 MiB', 'idle']);
+    expect(rows[6]).toEqual(['5', '40,211 MiB', '40,211 MiB', '0 MiB', 'held outside']);
+    expect(verdict?.text).toContain(':white_check_mark: *Recovered* · 192,830 MiB freed');
+    const summary = views.find((v) => v.key === 'summary')?.text ?? '';
+    expect(summary).toContain('*Summary* · Recovered · took 282.0 s');
+    expect(summary).toContain('Asked by <@U0REQUEST> (reason: hicache OOM, TP ranks hung)');
+    expect(summary).toContain('Approved by <@U0APPROV1> at 2026-11-30 09:24:10 UTC');
+    expect(summary).toContain('• SIGTERM → PID 63 (host PID 812351) `sglang::scheduler_TP2`');
+    expect(summary).toContain('• SIGKILL → PID 1 (host PID 811900) `/sbin/init`');
+    expect(views[0]?.text).toMatch(/· Recovered$/);
+  });
+
+  it('before and after tables reuse the status snapshot view', () => {
+    const views = renderUnstick(meta, s3Events());
+    expect(views[1]?.text).toMatch(/^\*Before · `ct129`\* · container view · snapshot 2026-11-30 09:20:02 UTC/);
+    expect(views[1]?.text).toContain('RAM: 439 / 449 GiB (98%)');
+    expect(views.find((v) => v.key === 'ev:1764494400000-15')?.text).toMatch(/^\*After · `ct129`\*/);
+  });
+
+  it('the reason and machine text cannot mention @channel or break code spans', () => {
+    const views = renderUnstick({ ...meta, reason: '<!channel> `rm -rf` & co' }, upTo(s3Events(), 'requested'));
+    expect(views[0]?.text).toContain('reason: &lt;!channel&gt; \'rm -rf\' &amp; co');
+    expect(views[0]?.text).not.toContain('<!channel>');
+  });
+});
