@@ -4,7 +4,7 @@ import { buildHolders } from '../../src/gpu/holders.ts';
 import { diagnose } from '../../src/gpu/diagnose.ts';
 import type { FakeProc } from './seed-fleet.ts';
 import { CONSTANT_WORDS } from '../../src/playbooks/unstick-commands.ts';
-import { planUnstick, stepHash, stepId } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, stepHash, stepId, survivorKill } from '../../src/playbooks/unstick-plan.ts';
 import { CT129_NS, CT131_NS, HOST_NS, app, gpus, readings } from './seed-fleet.ts';
 import { s2, s3, s5 } from './scenarios.ts';
 
@@ -79,6 +79,14 @@ describe('planUnstick', () => {
     expect(p.steps[0]?.commands.map((c) => c.when)).toEqual(['always', 'always', 'persistence_was_on', 'always', 'persistence_was_on', 'always', 'always', 'persistence_was_on', 'always', 'persistence_was_on']);
     expect(p.steps[0]?.commands.some((c) => c.argv.includes('-r'))).toBe(false);
     expect(p.steps[0]?.explanation).toContain('never inside ct129');
+  });
+
+  it('builds the SIGKILL for the survivors only, from the same template', () => {
+    const step = planUnstick(s2(), opts).steps[0];
+    if (!step) throw new Error('fixture');
+    const survivor = step.targets.filter((t) => t.containerPid === 63);
+    expect(survivorKill(step, survivor, 15_000)).toMatchObject({ role: 'kill', on: 'container', argv: ['kill', '-s', 'KILL', '63'], display: 'kill -s KILL 63', when: 'survivors' });
+    expect(survivorKill(step, [], 15_000)).toBeNull();
   });
 
   it('step ids are deterministic from incident, kind and targets, whatever the order', () => {
