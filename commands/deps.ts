@@ -1,6 +1,8 @@
+import type { ApprovalStore } from '../src/approval/approval-store.ts';
 import type { AccessPolicy } from '../src/approval/policy.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
+import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
 
@@ -12,6 +14,10 @@ export interface CommandDeps {
   now(): Date;
   newIncidentId(): string;
   logger: Logger;
+  lock: TargetLock;
+  approvals: ApprovalStore;
+  /** How long an unstick may hold its target: approval wait plus the steps. */
+  lockTtlMs: number;
 }
 
 export interface SlashInput {

@@ -1,8 +1,10 @@
 import type { App } from '@slack/bolt';
 import { canRequest } from '../src/approval/policy.ts';
+import { registerApprovalActions } from './approval-actions.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { HELP_TEXT, parseCommandText } from './parse-text.ts';
 import { statusCommand } from './status.ts';
+import { unstickCommand } from './unstick.ts';
 
 /** Every slash command ends here: one ephemeral answer, and at most one incident. */
 export async function handleSlash(input: SlashInput, deps: CommandDeps): Promise<string> {
@@ -18,7 +20,7 @@ export async function handleSlash(input: SlashInput, deps: CommandDeps): Promise
     case 'status':
       return statusCommand(cmd.target, input, deps);
     case 'unstick':
-      return `:construction: \`unstick\` is not available yet in this build. Nothing was done. \`/gpu status ${cmd.target}\` shows who holds the GPUs.`;
+      return unstickCommand(cmd.target, cmd.reason, input, deps);
   }
 }
 
@@ -33,4 +35,5 @@ export function registerCommands(app: App, deps: CommandDeps): void {
     }
     await ack({ response_type: 'ephemeral', text });
   });
+  registerApprovalActions(app, deps);
 }

@@ -2,8 +2,10 @@ import { Redis } from 'ioredis';
 import { registerCommands } from '../commands/index.ts';
 import type { Env } from './config/env.ts';
 import type { Inventory } from './config/inventory.ts';
+import { ApprovalStore } from './approval/approval-store.ts';
 import { newIncidentId } from './incident/ids.ts';
 import { IncidentLog } from './incident/log.ts';
+import { TargetLock } from './incident/target-lock.ts';
 import type { Logger } from './logger.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
@@ -53,6 +55,9 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger): 
     now: () => new Date(),
     newIncidentId: () => newIncidentId(new Date()),
     logger: logger.child({ component: 'commands' }),
+    lock: new TargetLock(fast, env.GPU_MEDIC_PREFIX),
+    approvals: new ApprovalStore(fast, env.GPU_MEDIC_PREFIX),
+    lockTtlMs: (env.GPU_MEDIC_APPROVAL_TTL_SEC + 30 * 60) * 1000,
   });
   const outbox = new Outbox({ log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX), poster: slack.poster, logger: logger.child({ component: 'outbox' }) });
   const { port } = await slack.start();

@@ -23,6 +23,8 @@ export const ErrorCode = {
   SelfApproval: 'self_approval',
   NotApprover: 'not_approver',
   ApprovalDecided: 'approval_decided',
+  PlanChanged: 'plan_changed',
+  ApprovalNotFound: 'approval_not_found',
   ConfigInvalid: 'config_invalid',
   Internal: 'internal',
 } as const;

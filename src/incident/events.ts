@@ -43,7 +43,7 @@ export type LoggedEvent = IncidentEvent & { id: string };
 const EventEnvelope = z.object({ type: z.string(), at: z.string() }).passthrough();
 
 /** Parses one stored event; unknown shapes are kept out rather than trusted. */
-export function decodeEvent(id: string, json: string): LoggedEvent | null {
+export function decodeEvent<E extends { type: string; at: string } = IncidentEvent>(id: string, json: string): (E & { id: string }) | null {
   let raw: unknown;
   try {
     raw = JSON.parse(json);
@@ -52,6 +52,6 @@ export function decodeEvent(id: string, json: string): LoggedEvent | null {
   }
   const env = EventEnvelope.safeParse(raw);
   if (!env.success) return null;
-  // Events are written only by our own workers through `appendEvent`, typed at compile time.
-  return { ...(env.data as unknown as IncidentEvent), id };
+  // Events are written only by our own processes through `IncidentLog.append`, typed at compile time.
+  return { ...(env.data as unknown as E), id };
 }

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import { decodeEvent, IncidentMetaSchema, type IncidentEvent, type IncidentMeta, type LoggedEvent } from './events.ts';
+import type { AnyEvent, AnyLoggedEvent } from './all-events.ts';
+import { decodeEvent, IncidentMetaSchema, type IncidentMeta } from './events.ts';
 
 /** Marks an incident rendered up to `cursor` only if no newer event arrived meanwhile (no lost wake-ups). */
 const MARK_RENDERED = `
@@ -41,7 +42,7 @@ export class IncidentLog {
   }
 
   /** Appends an event and marks the incident for rendering, atomically. Returns the event id. */
-  async append(id: string, event: IncidentEvent): Promise<string> {
+  async append(id: string, event: AnyEvent): Promise<string> {
     const res = await this.redis
       .multi()
       .xadd(this.k('inc', id, 'events'), '*', 'e', JSON.stringify(event))
@@ -52,13 +53,13 @@ export class IncidentLog {
     return String(first[1]);
   }
 
-  async events(id: string): Promise<LoggedEvent[]> {
+  async events(id: string): Promise<AnyLoggedEvent[]> {
     const rows = await this.redis.xrange(this.k('inc', id, 'events'), '-', '+');
-    const out: LoggedEvent[] = [];
+    const out: AnyLoggedEvent[] = [];
     for (const [eid, fields] of rows) {
       const i = fields.indexOf('e');
       const json = i >= 0 ? fields[i + 1] : undefined;
-      const ev = json === undefined ? null : decodeEvent(eid, json);
+      const ev = json === undefined ? null : decodeEvent<AnyEvent>(eid, json);
       if (ev) out.push(ev);
     }
     return out;

@@ -5,7 +5,7 @@ import { queueName, type JobData } from './jobs.ts';
 
 export interface Dispatcher {
   /** Enqueues a job on a site's queue; rejects with `queue_unavailable` fast when Redis is down. */
-  enqueue(site: string, data: JobData, jobId: string): Promise<void>;
+  enqueue(site: string, data: JobData, jobId: string, opts?: { delayMs?: number }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -32,15 +32,23 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
     return q;
   };
   return {
-    async enqueue(site, data, jobId) {
+    async enqueue(site, data, jobId, eo = {}) {
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no answer from Redis within ${timeoutMs} ms`)), timeoutMs);
       });
       try {
-        // Status is read-only: a retry after a worker crash is harmless. Mutating jobs must not retry.
+        // attempts: 1 for every kind: mutating jobs are never retried blindly; a stalled job that
+        // BullMQ re-runs finds its destructive steps already claimed in the step guard.
+        // A fixed jobId makes a double enqueue (double click, Slack retry) a no-op.
         await Promise.race([
-          queueFor(site).add(data.kind, data, { jobId, attempts: 1, removeOnComplete: 1000, removeOnFail: 1000 }),
+          queueFor(site).add(data.kind, data, {
+            jobId,
+            attempts: 1,
+            removeOnComplete: 1000,
+            removeOnFail: 1000,
+            ...(eo.delayMs ? { delay: eo.delayMs } : {}),
+          }),
           timeout,
         ]);
       } catch (e) {

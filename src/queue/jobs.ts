@@ -1,14 +1,30 @@
 import { z } from 'zod';
 
+const incidentId = z.string().regex(/^inc_[a-z0-9_]+$/);
+const machineId = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
+const approvalId = z.string().regex(/^apr_[A-Za-z0-9_-]{22}$/);
+
 /** Job data carries ids only: never tokens, keys or user text. */
 export const StatusJobSchema = z.object({
   kind: z.literal('status'),
-  incidentId: z.string().regex(/^inc_[a-z0-9_]+$/),
-  machines: z.array(z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/)).min(1).max(500),
+  incidentId,
+  machines: z.array(machineId).min(1).max(500),
 });
 export type StatusJob = z.infer<typeof StatusJobSchema>;
 
-export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema]);
+/** Before snapshot, diagnosis, tier 1, and the approval card for what is left. */
+export const UnstickJobSchema = z.object({ kind: z.literal('unstick'), incidentId, machineId });
+export type UnstickJob = z.infer<typeof UnstickJobSchema>;
+
+/** A second person decided a tier-2 step: run it (approved) or close the incident (denied). */
+export const DecisionJobSchema = z.object({ kind: z.literal('decision'), incidentId, approvalId });
+export type DecisionJob = z.infer<typeof DecisionJobSchema>;
+
+/** Delayed until an approval's expiry: expire it if still pending; nothing runs. */
+export const ExpireJobSchema = z.object({ kind: z.literal('expire'), incidentId, approvalId });
+export type ExpireJob = z.infer<typeof ExpireJobSchema>;
+
+export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema]);
 export type JobData = z.infer<typeof JobSchema>;
 
 export function queueName(site: string): string {

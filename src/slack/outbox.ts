@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { types } from '@slack/bolt';
 import type { IncidentLog } from '../incident/log.ts';
-import { renderIncident, type MessageView } from '../incident/render.ts';
+import type { MessageView } from '../incident/render.ts';
+import { renderThread } from '../incident/render-thread.ts';
 import type { Logger } from '../logger.ts';
 
 /** The two Slack calls the outbox needs; a thin adapter over WebClient in production. */
@@ -111,7 +112,7 @@ export class Outbox {
     }
     const events = await this.o.log.events(id);
     const cursor = events.length > 0 ? (events[events.length - 1]?.id ?? '0-0') : '0-0';
-    const views = renderIncident(meta, events);
+    const views = renderThread(meta, events);
     const refs = await this.o.log.slackRefs(id);
     let parentTs = refs.get('parent')?.ts;
     // Replies first, then the parent's state line: a reader who sees "done" finds the whole thread.

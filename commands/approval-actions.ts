@@ -1,0 +1,101 @@
+import type { App, BlockAction, ButtonAction } from '@slack/bolt';
+import { ApprovalStore, type StoreRefusalCode } from '../src/approval/approval-store.ts';
+import { findMachine } from '../src/config/machines.ts';
+import type { Approval } from '../src/approval/approval-store.ts';
+import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/incident/render-unstick.ts';
+import type { CommandDeps } from './deps.ts';
+
+export interface Click {
+  approvalId: string;
+  decision: 'approved' | 'denied';
+  user: string;
+  channel: string | null;
+  messageTs: string | null;
+}
+
+function hhmm(ms: number): string {
+  return `${new Date(ms).toISOString().slice(11, 16)} UTC`;
+}
+
+/** What the clicker reads when a click is refused: what happened, that nothing ran, what to do. */
+export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval | null): string {
+  switch (code) {
+    case 'self_approval':
+      return ':no_entry: You asked for this unstick, so you can\'t approve its host-level step: a second person must. Nothing was run.';
+    case 'not_approver':
+      return ':no_entry: You are not on the approvers list for host-level steps (by Slack user ID). Nothing was run. Ask an approver to look at the card.';
+    case 'approval_expired':
+      return `:hourglass: This approval expired${a ? ` at ${hhmm(a.expiresAt)}` : ''}. Nothing was run. Start again with \`/gpu unstick\` if the GPUs are still stuck.`;
+    case 'approval_decided':
+      return `:information_source: Already ${a?.state ?? 'decided'}${a?.decidedBy ? ` by <@${a.decidedBy}>` : ''}${a?.decidedAt ? ` at ${hhmm(a.decidedAt)}` : ''}. Nothing more was done.`;
+    case 'plan_changed':
+      return ':arrows_counterclockwise: The plan changed since this card was posted. Nothing was run. Use the newest card in the thread.';
+    case 'approval_not_found':
+      return ':question: This approval does not exist (any more). Nothing was run.';
+    case 'wrong_card':
+      return ':no_entry: This button does not belong to that approval\'s card. Nothing was run.';
+  }
+}
+
+/**
+ * One click on Approve or Deny. Every outcome is recorded in the incident log; only an accepted
+ * decision enqueues work, under a fixed job id so a double click or a Slack retry runs nothing twice.
+ */
+export async function handleApprovalClick(click: Click, deps: CommandDeps): Promise<string> {
+  if (!ApprovalStore.isId(click.approvalId)) return refusalText('approval_not_found', null);
+  const approval = await deps.approvals.get(click.approvalId);
+  if (!approval) return refusalText('approval_not_found', null);
+  const meta = await deps.log.meta(approval.incidentId);
+  const at = deps.now().toISOString();
+  const refuse = async (code: StoreRefusalCode | 'wrong_card', a: Approval | null): Promise<string> => {
+    await deps.log.append(approval.incidentId, {
+      type: 'approval_refused',
+      at,
+      approvalId: approval.id,
+      by: click.user,
+      reason: code === 'wrong_card' ? 'approval_not_found' : code,
+    });
+    deps.logger.warn({ incident: approval.incidentId, approval: approval.id, user: click.user, code }, 'approval click refused');
+    return refusalText(code, a);
+  };
+  // The id is unguessable, but a tampered payload could still carry one from another thread.
+  const refs = await deps.log.slackRefs(approval.incidentId);
+  const card = refs.get(`approval:${approval.id}`);
+  if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts) return refuse('wrong_card', approval);
+  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime() });
+  if (!r.ok) return refuse(r.code, r.approval);
+  await deps.log.append(approval.incidentId, { type: 'approval_decided', at, approvalId: approval.id, stepId: approval.stepId, decision: click.decision, by: click.user });
+  const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
+  await deps.dispatcher.enqueue(site, { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id }, `${approval.incidentId}-decision-${approval.id}`);
+  return click.decision === 'approved'
+    ? ':white_check_mark: Approved. The worker re-checks every process (PID and start time) before it signals anything; results follow in the thread.'
+    : ':x: Denied. Nothing will run on the host; the thread will show the final state.';
+}
+
+export function registerApprovalActions(app: App, deps: CommandDeps): void {
+  for (const [actionId, decision] of [
+    [APPROVE_ACTION_ID, 'approved'],
+    [DENY_ACTION_ID, 'denied'],
+  ] as const) {
+    app.action<BlockAction<ButtonAction>>({ type: 'block_actions', action_id: actionId }, async ({ ack, body, action, respond }) => {
+      await ack();
+      let text: string;
+      try {
+        text = await handleApprovalClick(
+          {
+            approvalId: String(action.value ?? ''),
+            decision,
+            user: body.user.id,
+            channel: body.channel?.id ?? body.container?.channel_id ?? null,
+            messageTs: body.message?.ts ?? body.container?.message_ts ?? null,
+          },
+          deps,
+        );
+      } catch (err) {
+        deps.logger.error({ err }, 'approval click failed');
+        text = ':warning: gpu-medic could not record this click (queue unavailable?). Nothing was run. Try again in a minute.';
+      }
+      await respond({ response_type: 'ephemeral', replace_original: false, text });
+    });
+  }
+}

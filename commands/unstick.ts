@@ -1,0 +1,53 @@
+import { findMachine, listMachines } from '../src/config/machines.ts';
+import { closest } from '../src/config/suggest.ts';
+import type { IncidentMeta } from '../src/incident/events.ts';
+import type { CommandDeps, SlashInput } from './deps.ts';
+import { QUEUE_DOWN } from './status.ts';
+
+function hhmm(iso: string): string {
+  return `${iso.slice(11, 16)} UTC`;
+}
+
+/** `/gpu unstick <container> [reason]`: lock the target, open an incident, enqueue the (non-retried) job. */
+export async function unstickCommand(target: string, reason: string | null, input: SlashInput, deps: CommandDeps): Promise<string> {
+  const m = findMachine(deps.inventory, target);
+  if (!m) {
+    const guess = closest(target, listMachines(deps.inventory).filter((x) => x.kind === 'container').map((x) => x.id));
+    return `:question: I don't know a container called \`${target}\`${guess ? `; did you mean \`${guess}\`?` : '.'} Nothing was done.`;
+  }
+  if (m.kind !== 'container')
+    return `:information_source: \`${target}\` is a Proxmox host. \`unstick\` works on a container (e.g. \`/gpu unstick ct129\`): it stops exactly the processes holding that container's GPUs. Nothing was done. \`/gpu status ${target}\` shows who holds its GPUs.`;
+  const id = deps.newIncidentId();
+  const now = deps.now().toISOString();
+  try {
+    const got = await deps.lock.acquire(m.id, { incidentId: id, requester: input.userId, since: now }, deps.lockTtlMs);
+    if (!got.ok) {
+      const h = got.holder;
+      return `:lock: \`${m.id}\` is already being worked on${h ? ` (incident \`${h.incidentId}\`, by <@${h.requester}> since ${hhmm(h.since)})` : ''}. Nothing was done. \`/gpu status ${m.id}\` still works; follow that incident's thread.`;
+    }
+  } catch (e) {
+    deps.logger.error({ err: e, incident: id }, 'could not take the target lock');
+    return QUEUE_DOWN;
+  }
+  const meta: IncidentMeta = {
+    id,
+    kind: 'unstick',
+    requester: input.userId,
+    channel: input.channelId,
+    targets: [m.id],
+    text: input.text.slice(0, 500),
+    reason,
+    createdAt: now,
+  };
+  try {
+    await deps.log.create(meta);
+    await deps.log.append(id, { type: 'requested', at: now });
+    await deps.dispatcher.enqueue(m.site, { kind: 'unstick', incidentId: id, machineId: m.id }, `${id}-unstick`);
+  } catch (e) {
+    deps.logger.error({ err: e, incident: id }, 'could not queue unstick');
+    await deps.lock.release(m.id, id).catch(() => undefined);
+    return QUEUE_DOWN;
+  }
+  deps.logger.info({ incident: id, target: m.id, user: input.userId }, 'unstick queued');
+  return `:ambulance: Unsticking \`${m.id}\`: before snapshot, diagnosis and container-level steps follow in a thread in this channel (incident \`${id}\`). Host-level kills will need a second approver.`;
+}

@@ -1,0 +1,12 @@
+import type { AnyLoggedEvent } from './all-events.ts';
+import type { IncidentEvent, IncidentMeta, LoggedEvent } from './events.ts';
+import { renderIncident, type MessageView } from './render.ts';
+import { renderUnstick } from './render-unstick.ts';
+
+const STATUS_TYPES: ReadonlySet<string> = new Set<IncidentEvent['type']>(['requested', 'started', 'snapshot', 'machine_error', 'finished', 'error']);
+
+/** The thread of any incident, by kind. Pure. */
+export function renderThread(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): MessageView[] {
+  if (meta.kind === 'unstick') return renderUnstick(meta, events);
+  return renderIncident(meta, events.filter((e): e is LoggedEvent => STATUS_TYPES.has(e.type)));
+}
