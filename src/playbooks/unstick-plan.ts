@@ -9,8 +9,22 @@ import { assertSafeArgv, gpuReset, hostGpuApps, hostKill, persistenceMode, readP
 export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
 export type Tier = 1 | 2;
 
-/** What a command is for, so the runner knows what to do with its output. */
-export type CommandRole = 'read_procs' | 'term' | 'kill' | 'check_apps' | 'read_persistence' | 'persistence_off' | 'reset' | 'persistence_on';
+/**
+ * What a command is for, so the runner knows what to do with its output. `read_gpus` (memory
+ * while waiting for release) and `read_init` (`lxc-info`, the container's PID namespace at run
+ * time) are runner reads that no plan lists.
+ */
+export type CommandRole =
+  | 'read_procs'
+  | 'read_gpus'
+  | 'read_init'
+  | 'term'
+  | 'kill'
+  | 'check_apps'
+  | 'read_persistence'
+  | 'persistence_off'
+  | 'reset'
+  | 'persistence_on';
 
 export interface PlannedCommand {
   role: CommandRole;
