@@ -9,8 +9,10 @@ WORKDIR /app
 # tsx (the runtime) is in "dependencies"; typescript, vitest and @types are only for checks.
 # Optional native add-ons (cpu-features for ssh2, msgpackr-extract for BullMQ) may not build on
 # slim without a compiler; both have pure-JS fallbacks.
+# `npm install` honours the lockfile; `npm ci` refuses it because vite (dev only) names an optional
+# Windows-only package the registry does not serve, so the lock cannot list it.
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund \
+RUN npm install --omit=dev --no-audit --no-fund \
  && npm cache clean --force
 
 # Only what runs. No .env, inventory or keys: those arrive at run time (see .dockerignore).
