@@ -1,0 +1,490 @@
+/**
+ * `npm run bench [-- --quick]`: the three latencies on-call feels, measured on this machine
+ * against the real stack (Redis, bot and worker processes, a real-sshd fleet, fake Slack), each
+ * next to a baseline measured in the same run, interleaved, so a ratio holds on a noisy machine.
+ * Prints one JSON object on stdout; progress goes to stderr. See bench/README.md.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { cpus, loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import type { InventoryInput } from '../src/config/inventory.ts';
+import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../src/playbooks/commands.ts';
+import { shellJoin } from '../src/ssh/quote.ts';
+import type { CommandSpec } from '../src/ssh/types.ts';
+import { startFleet } from '../test/harness/fleet/index.ts';
+import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
+import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
+import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
+import { freePort, startRole, type RoleProcess } from './procs.ts';
+import { percentile, ratio, round, summarize, type Summary } from './stats.ts';
+
+const HERE = resolve(fileURLToPath(new URL('.', import.meta.url)));
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const QUICK = process.argv.includes('--quick');
+
+const CFG = QUICK
+  ? { hosts: 50, firstTableRuns: 3, fanoutRuns: 2, ackRuns: 2, ackSerial: 10, unstickRuns: 1 }
+  : { hosts: 50, firstTableRuns: 9, fanoutRuns: 5, ackRuns: 5, ackSerial: 20, unstickRuns: 3 };
+const FANOUT = [1, 10, CFG.hosts];
+const ACK_LEVELS = [1, 50, 200];
+const ACK_LIMIT_MS = 3000;
+const GRACE_SEC = 1;
+const STATUS_TARGET = 'kpro1';
+const UNSTICK_HOST = 'kpro5';
+const UNSTICK_CT = 'ct129';
+
+const started = performance.now();
+function progress(msg: string): void {
+  process.stderr.write(`[bench ${((performance.now() - started) / 1000).toFixed(1)}s] ${msg}\n`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The system under test: one fleet, several bot/worker process pairs (each its own inventory
+// and Redis prefix), one fake Slack.
+
+interface Pair {
+  name: string;
+  prefix: string;
+  secret: string;
+  eventsUrl: string;
+  bot: RoleProcess;
+  worker: RoleProcess | null;
+}
+
+let channelSeq = 0;
+/** A fresh channel per measurement: the fake's lookups stay small and nothing is mixed up. */
+function newChannel(): string {
+  channelSeq += 1;
+  return `C0BENCH${String(channelSeq).padStart(5, '0')}`;
+}
+
+interface SlashResult {
+  ms: number;
+  status: number;
+  ackText: string;
+  incidentId: string | null;
+}
+
+async function slash(slack: FakeSlack, p: Pair, text: string, channel: string): Promise<SlashResult> {
+  const r = await sendSlashCommand(
+    p.eventsUrl,
+    p.secret,
+    { text, user_id: 'U0BENCH001', channel_id: channel, response_url: slack.newResponseUrl() },
+    { timeoutMs: 30_000 },
+  );
+  const ackText = typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
+  const m = /incident `(inc_[a-z0-9_]+)`/.exec(ackText);
+  return { ms: r.elapsedMs, status: r.status, ackText, incidentId: m?.[1] ?? null };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function poll<T>(what: string, f: () => T | null, timeoutMs: number, everyMs = 5): Promise<T> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const v = f();
+    if (v !== null) return v;
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+function hasTable(m: StoredMessage): boolean {
+  return (m.blocks ?? []).some((b) => typeof b === 'object' && b !== null && (b as { type?: unknown }).type === 'table');
+}
+
+/** The thread of an incident in a channel, once its parent is posted. */
+function threadIn(slack: FakeSlack, channel: string, incidentId: string): StoredMessage[] | null {
+  const parent = slack.messages(channel).find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId) || m.text.includes(incidentId));
+  return parent ? slack.thread(channel, parent.ts) : null;
+}
+
+/** Slash command → first reply in its thread that carries a table block. */
+async function commandToFirstTable(slack: FakeSlack, p: Pair, text: string, timeoutMs: number): Promise<number> {
+  const channel = newChannel();
+  const t0 = performance.now();
+  const r = await slash(slack, p, text, channel);
+  if (r.status !== 200 || r.incidentId === null) throw new Error(`${p.name}: "${text}" was not queued: ${r.status} ${r.ackText}`);
+  const id = r.incidentId;
+  await poll(`a table for ${text} on ${p.name}`, () => threadIn(slack, channel, id)?.slice(1).find(hasTable) ?? null, timeoutMs);
+  return performance.now() - t0;
+}
+
+function runScript(script: string, args: string[]): Promise<number> {
+  const t0 = performance.now();
+  return new Promise((res, rej) => {
+    execFile('bash', [join(HERE, script), ...args], { timeout: 120_000 }, (err, _out, stderr) => {
+      if (err) rej(new Error(`${script} failed: ${err.message} ${stderr.slice(0, 500)}`));
+      else res(performance.now() - t0);
+    });
+  });
+}
+
+const remote = (spec: CommandSpec): string => shellJoin(spec.argv);
+
+/**
+ * What every SSH session on this machine pays before its command starts: sshd runs it through
+ * root's login shell, and bash (built with SSH_SOURCE_BASHRC, as on Debian) sources ~/.bashrc
+ * when it sees SSH_CLIENT. Measured the same way, with and without SSH_CLIENT.
+ */
+async function shellRcProbe(): Promise<{ withRcMs: Summary; withoutRcMs: Summary }> {
+  const once = (ssh: boolean): Promise<number> =>
+    new Promise((res, rej) => {
+      const t0 = performance.now();
+      const env: Record<string, string> = { HOME: process.env.HOME ?? '/root', PATH: '/usr/bin:/bin', SHLVL: '0', ...(ssh ? { SSH_CLIENT: '127.0.0.1 40000 22' } : {}) };
+      execFile('bash', ['-c', 'true'], { env, timeout: 120_000 }, (err) => (err ? rej(err) : res(performance.now() - t0)));
+    });
+  const a: number[] = [];
+  const b: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    a.push(await once(true));
+    b.push(await once(false));
+  }
+  return { withRcMs: summarize(a), withoutRcMs: summarize(b) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Figures
+
+interface Failure {
+  error: string;
+}
+
+function failure(e: unknown): Failure {
+  return { error: e instanceof Error ? e.message.slice(0, 500) : String(e) };
+}
+
+async function benchFirstTable(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<object> {
+  const port = fleet.machine(STATUS_TARGET).sshPort;
+  if (port === null) throw new Error(`${STATUS_TARGET} has no ssh port`);
+  const t = { timeoutMs: 20_000 };
+  // A host: the worker runs these three in parallel over one pooled connection.
+  const cmds = [remote(queryGpus(t)), remote(queryComputeApps(t)), remote(hostMemory(t))];
+  const baseline = (): Promise<number> => runScript('baseline-ssh.sh', [fleet.clientKeyPath, fleet.knownHostsPath, String(port), ...cmds]);
+  const ours = (): Promise<number> => commandToFirstTable(slack, p, `status ${STATUS_TARGET}`, 120_000);
+  progress(`statusFirstTable: warm-up (cold pool) then ${CFG.firstTableRuns} interleaved runs`);
+  const coldOurs = await ours();
+  const coldBaseline = await baseline();
+  const o: number[] = [];
+  const b: number[] = [];
+  for (let i = 0; i < CFG.firstTableRuns; i++) {
+    if (i % 2 === 0) {
+      o.push(await ours());
+      b.push(await baseline());
+    } else {
+      b.push(await baseline());
+      o.push(await ours());
+    }
+  }
+  return {
+    target: STATUS_TARGET,
+    oursMs: summarize(o),
+    baselineMs: summarize(b),
+    ratio: ratio(o, b),
+    coldPoolOursMs: round(coldOurs),
+    firstBaselineMs: round(coldBaseline),
+    baseline: `bench/baseline-ssh.sh: ${cmds.length} sequential \`ssh\` runs (new connection each) of the worker's own queries`,
+  };
+}
+
+async function benchFanout(slack: FakeSlack, pairs: Map<number, Pair>): Promise<object> {
+  const byN = new Map<number, number[]>();
+  const cold = new Map<number, number>();
+  progress(`statusFanout: warm-up then ${CFG.fanoutRuns} interleaved runs over ${FANOUT.join('/')} machines`);
+  const one = async (n: number): Promise<number> => {
+    const p = pairs.get(n);
+    if (!p) throw new Error(`no pair for ${n}`);
+    return commandToFirstTable(slack, p, 'status all', 180_000);
+  };
+  for (const n of FANOUT) cold.set(n, await one(n));
+  for (let i = 0; i < CFG.fanoutRuns; i++) {
+    // Rotate the order so no size always runs right after the heavy one.
+    const order = FANOUT.map((_, k) => FANOUT[(k + i) % FANOUT.length] as number);
+    for (const n of order) {
+      const ms = await one(n);
+      byN.set(n, [...(byN.get(n) ?? []), ms]);
+    }
+  }
+  const max = FANOUT[FANOUT.length - 1] as number;
+  const machines: Record<string, Summary> = {};
+  for (const n of FANOUT) machines[String(n)] = summarize(byN.get(n) ?? []);
+  return {
+    machines,
+    [`ratio${max}to1`]: ratio(byN.get(max) ?? [], byN.get(1) ?? []),
+    serialWouldBe: max,
+    coldPoolMs: Object.fromEntries(FANOUT.map((n) => [String(n), round(cold.get(n) ?? 0)])),
+  };
+}
+
+async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
+  const hosts = CFG.hosts;
+  const burst = async (c: number, text: (i: number) => string): Promise<number[]> => {
+    const channel = newChannel();
+    if (c === 1) {
+      // One at a time: a sample of CFG.ackSerial sequential commands.
+      const out: number[] = [];
+      for (let i = 0; i < CFG.ackSerial; i++) {
+        const r = await slash(slack, p, text(i), channel);
+        if (r.status !== 200) throw new Error(`ack status ${r.status}`);
+        out.push(r.ms);
+      }
+      return out;
+    }
+    const rs = await Promise.all(Array.from({ length: c }, (_, i) => slash(slack, p, text(i), channel)));
+    const bad = rs.find((r) => r.status !== 200 || r.ackText === '');
+    if (bad) throw new Error(`ack failed at ${c} concurrent: HTTP ${bad.status} "${bad.ackText.slice(0, 120)}"`);
+    return rs.map((r) => r.ms);
+  };
+  const status = (i: number): string => `status kpro${(i % hosts) + 1}`;
+  const help = (): string => 'help';
+  const levels: Record<string, object> = {};
+  for (const c of ACK_LEVELS) {
+    progress(`ack: ${c} concurrent, warm-up then ${CFG.ackRuns} interleaved runs (status vs help)`);
+    await burst(c, status);
+    await burst(c, help);
+    const s: { p50: number[]; p99: number[]; max: number } = { p50: [], p99: [], max: 0 };
+    const h: { p50: number[]; p99: number[]; max: number } = { p50: [], p99: [], max: 0 };
+    const add = (into: typeof s, xs: number[]): void => {
+      into.p50.push(percentile(xs, 50));
+      into.p99.push(percentile(xs, 99));
+      into.max = Math.max(into.max, ...xs);
+    };
+    for (let i = 0; i < CFG.ackRuns; i++) {
+      if (i % 2 === 0) {
+        add(s, await burst(c, status));
+        add(h, await burst(c, help));
+      } else {
+        add(h, await burst(c, help));
+        add(s, await burst(c, status));
+      }
+      // Let the bot's outbox post this burst's thread parents before the next burst.
+      await sleep(c >= 50 ? 1500 : 200);
+    }
+    levels[String(c)] = {
+      status: { p50: summarize(s.p50), p99: summarize(s.p99), worstMs: round(s.max) },
+      help: { p50: summarize(h.p50), p99: summarize(h.p99), worstMs: round(h.max) },
+      p99OverLimit: round(Math.max(...s.p99) / ACK_LIMIT_MS, 3),
+    };
+  }
+  return { limitMs: ACK_LIMIT_MS, levels, sample: `per run: ${CFG.ackSerial} sequential commands at 1, one burst of c commands at 50 and 200` };
+}
+
+async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<object> {
+  const port = fleet.machine(UNSTICK_CT).sshPort;
+  if (port === null) throw new Error(`${UNSTICK_CT} has no ssh port`);
+  const t = { timeoutMs: 20_000 };
+  const snapshot = [remote(queryGpus(t)), remote(queryComputeApps(t)), remote(hostMemory(t)), remote(fuserDevices(t))];
+  const spawnS2 = async (): Promise<FleetProcess[]> =>
+    Promise.all([
+      fleet.spawnHolder(UNSTICK_CT, { gpus: [{ index: 0, mib: 96413 }], title: 'sglang::scheduler_TP0', ignoreTerm: true }),
+      fleet.spawnHolder(UNSTICK_CT, { gpus: [{ index: 2, mib: 96417 }], title: 'sglang::scheduler_TP1', ignoreTerm: true }),
+    ]);
+  const gone = async (hs: FleetProcess[]): Promise<void> => {
+    await Promise.race([Promise.all(hs.map((h) => h.exited)), sleep(30_000).then(() => Promise.reject(new Error('S2 holders still alive after 30 s')))]);
+  };
+  const baseline = async (): Promise<number> => {
+    const hs = await spawnS2();
+    const pids = hs.map((h) => String(h.containerPid)).join(' ');
+    const ms = await runScript('baseline-unstick.sh', [fleet.clientKeyPath, fleet.knownHostsPath, String(port), String(GRACE_SEC), '1024', pids, remote(queryGpus(t)), ...snapshot]);
+    await gone(hs);
+    return ms;
+  };
+  /** null: the bot answered that unstick is not available (nothing ran). */
+  const ours = async (): Promise<number | null> => {
+    const hs = await spawnS2();
+    const channel = newChannel();
+    const t0 = performance.now();
+    const r = await slash(slack, p, `unstick ${UNSTICK_CT} hung TP ranks`, channel);
+    if (/not available yet/i.test(r.ackText)) {
+      for (const h of hs) process.kill(h.hostPid, 'SIGKILL');
+      await gone(hs);
+      return null;
+    }
+    if (r.incidentId === null) throw new Error(`unstick was not queued: ${r.status} ${r.ackText.slice(0, 200)}`);
+    const id = r.incidentId;
+    await poll(
+      'the S2 verdict',
+      () => threadIn(slack, channel, id)?.slice(1).find((m) => /Recovered|Partially recovered|Still stuck/i.test(m.text)) ?? null,
+      120_000,
+      10,
+    );
+    const ms = performance.now() - t0;
+    await gone(hs);
+    return ms;
+  };
+  progress('unstickS2: probing /gpu unstick');
+  const probe = await ours();
+  const b: number[] = [];
+  if (probe === null) {
+    progress(`unstickS2: not available yet; measuring the ssh baseline alone (${CFG.unstickRuns} runs after a warm-up)`);
+    await baseline();
+    for (let i = 0; i < CFG.unstickRuns; i++) b.push(await baseline());
+    return { pending: 'unstick not available yet', baselineMs: summarize(b) };
+  }
+  progress(`unstickS2: warm-up then ${CFG.unstickRuns} interleaved runs`);
+  await baseline();
+  const o: number[] = [];
+  for (let i = 0; i < CFG.unstickRuns; i++) {
+    if (i % 2 === 0) {
+      const x = await ours();
+      if (x !== null) o.push(x);
+      b.push(await baseline());
+    } else {
+      b.push(await baseline());
+      const x = await ours();
+      if (x !== null) o.push(x);
+    }
+  }
+  return { oursMs: summarize(o), baselineMs: summarize(b), ratio: ratio(o, b), coldOursMs: round(probe) };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const MiB = (kib: number): number => round(kib / 1024, 1);
+
+async function main(): Promise<void> {
+  const work = await mkdtemp('/tmp/gpu-medic-bench-');
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  const roles: RoleProcess[] = [];
+  const prefixes: string[] = [];
+  let fleet: Fleet | null = null;
+  let slack: FakeSlack | null = null;
+  let failed = false;
+  const load0 = loadavg()[0] ?? 0;
+  const out: Record<string, unknown> = {};
+  try {
+    await redis.ping();
+    progress(`starting a fleet of ${CFG.hosts} hosts + ${UNSTICK_CT} (real sshd each)`);
+    const f0 = performance.now();
+    fleet = await startFleet({
+      hosts: Array.from({ length: CFG.hosts }, (_, i) => ({ id: `kpro${i + 1}`, gpus: 8, ramTotalGiB: 449, ramUsedGiB: 40 })),
+      containers: [{ id: UNSTICK_CT, vmid: 129, host: UNSTICK_HOST, ownAddress: true }],
+    });
+    const fleetStartMs = performance.now() - f0;
+    slack = await startFakeSlack();
+    // A holder on the status target, so the table has a process row as in real life.
+    await fleet.spawnHolder(STATUS_TARGET, { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 96417 }], title: 'sglang::scheduler_TP0' });
+
+    const inv: InventoryInput = fleet.inventory();
+    const hostsOf = (n: number): InventoryInput['hosts'] => (inv.hosts ?? []).slice(0, n);
+    const inventories: Array<{ name: string; inventory: InventoryInput; worker: boolean; extraEnv?: Record<string, string> }> = [
+      ...FANOUT.map((n) => ({ name: `status${n}`, inventory: { ...inv, hosts: hostsOf(n), containers: [] }, worker: true })),
+      // Acks only: its queue has no consumer (see README), so the next burst is not slowed by 600 reads.
+      { name: 'ack', inventory: { ...inv, hosts: hostsOf(CFG.hosts), containers: [] }, worker: false },
+      {
+        name: 'unstick',
+        inventory: { ...inv, hosts: (inv.hosts ?? []).filter((h) => h.id === UNSTICK_HOST), containers: (inv.containers ?? []).filter((c) => c.id === UNSTICK_CT) },
+        worker: true,
+        extraEnv: { GPU_MEDIC_TERM_GRACE_SEC: String(GRACE_SEC) },
+      },
+    ];
+    progress(`starting ${inventories.length} bots and ${inventories.filter((x) => x.worker).length} workers as child processes`);
+    const p0 = performance.now();
+    const pairs = new Map<string, Pair>();
+    const fakeSlack = slack;
+    await Promise.all(
+      inventories.map(async (x) => {
+        const invPath = join(work, `inventory-${x.name}.yaml`);
+        await writeFile(invPath, JSON.stringify(x.inventory, null, 2));
+        const prefix = `bench${randomBytes(4).toString('hex')}`;
+        prefixes.push(prefix);
+        const secret = randomBytes(16).toString('hex');
+        const port = await freePort();
+        const common = { REDIS_URL, GPU_MEDIC_PREFIX: prefix, GPU_MEDIC_INVENTORY: invPath, LOG_LEVEL: 'info', ...(x.extraEnv ?? {}) };
+        const [bot, worker] = await Promise.all([
+          startRole(
+            'bot',
+            { ...common, GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: fakeSlack.botToken, SLACK_SIGNING_SECRET: secret, SLACK_API_URL: fakeSlack.apiUrl, PORT: String(port) },
+            work,
+            `${x.name}-bot`,
+          ),
+          x.worker ? startRole('worker', common, work, `${x.name}-worker`) : Promise.resolve(null),
+        ]);
+        roles.push(bot);
+        if (worker) roles.push(worker);
+        pairs.set(x.name, { name: x.name, prefix, secret, eventsUrl: `http://127.0.0.1:${port}/slack/events`, bot, worker });
+      }),
+    );
+    const processesStartMs = performance.now() - p0;
+    const pair = (name: string): Pair => {
+      const p = pairs.get(name);
+      if (!p) throw new Error(`no pair ${name}`);
+      return p;
+    };
+    const big = pair(`status${CFG.hosts}`);
+    const ackPair = pair('ack');
+    const idle = { bot: big.bot.rssKiB(), worker: big.worker?.rssKiB() ?? 0, ackBot: ackPair.bot.rssKiB() };
+
+    out['machine'] = {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model ?? 'unknown',
+      node: process.version,
+      loadavg1AtStart: round(load0, 2),
+      sshSessionShellStartup: { ...(await shellRcProbe()), note: "bash -c true as sshd starts it for root (SSH_CLIENT set: ~/.bashrc is sourced) vs without; every SSH command, ours and the baseline's, pays the difference" },
+    };
+    out['mode'] = QUICK ? 'quick' : 'full';
+    out['setup'] = {
+      fleetHosts: CFG.hosts,
+      fleetStartMs: round(fleetStartMs),
+      processesStartMs: round(processesStartMs),
+      note: 'fleet and process start-up are excluded from every figure; times are wall-clock ms, each figure the median of its runs after a warm-up',
+    };
+
+    const attempt = async (name: string, f: () => Promise<object>, from: Pair): Promise<void> => {
+      try {
+        out[name] = await f();
+      } catch (e) {
+        failed = true;
+        const logs = [...from.bot.problems(), ...(from.worker?.problems() ?? [])];
+        progress(`${name} failed: ${failure(e).error}\n${logs.join('\n')}`);
+        out[name] = { ...failure(e), logs };
+      }
+    };
+    await attempt('statusFirstTable', () => benchFirstTable(fakeSlack, fleet as Fleet, big), big);
+    await attempt('statusFanout', () => benchFanout(fakeSlack, new Map(FANOUT.map((n) => [n, pair(`status${n}`)]))), big);
+    const workerAfterFanout = big.worker?.peakKiB() ?? 0;
+    await attempt('ack', () => benchAck(fakeSlack, ackPair), ackPair);
+    await attempt('unstickS2', () => benchUnstick(fakeSlack, fleet as Fleet, pair('unstick')), pair('unstick'));
+    out['memory'] = {
+      bot: { peakMiB: MiB(ackPair.bot.peakKiB()), idleMiB: MiB(idle.ackBot), during: `${ACK_LEVELS.join('/')} concurrent command bursts (the ack figure)` },
+      botServingStatus: { peakMiB: MiB(big.bot.peakKiB()), idleMiB: MiB(idle.bot), during: `status and status-all threads over ${CFG.hosts} machines` },
+      worker: {
+        peakMiB: MiB(workerAfterFanout),
+        idleMiB: MiB(idle.worker),
+        during: `status all over ${CFG.hosts} machines (${CFG.fanoutRuns + 1} times) and single-machine status, one pooled connection per machine`,
+      },
+      how: 'VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node --import tsx src/main.ts bot|worker` processes',
+    };
+  } catch (e) {
+    failed = true;
+    throw e;
+  } finally {
+    progress('stopping');
+    await Promise.all(roles.map((r) => r.stop().catch(() => undefined)));
+    await slack?.close().catch(() => undefined);
+    await fleet?.stop().catch((e: unknown) => progress(`fleet stop: ${failure(e).error}`));
+    for (const prefix of prefixes) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length > 0) await redis.del(...keys);
+      } while (cursor !== '0');
+    }
+    redis.disconnect();
+    if (failed) progress(`a figure failed: logs kept in ${work}`);
+    else await rm(work, { recursive: true, force: true });
+  }
+  out['loadavg1AtEnd'] = round(loadavg()[0] ?? 0, 2);
+  out['durationS'] = round((performance.now() - started) / 1000, 1);
+  process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exitCode = 1;
+});
