@@ -31,9 +31,12 @@ export function machineContext(): MachineContext {
   };
 }
 
-/** Never returns: what a wedged driver call looks like from the outside. */
+/**
+ * What a wedged driver call looks like from the outside: no output, no exit. Bounded at 10 min
+ * so a session the client abandoned does not keep a node process forever (fleet.stop() kills it anyway).
+ */
 export function hangForever(): Promise<never> {
   return new Promise<never>(() => {
-    setInterval(() => undefined, 1 << 30);
+    setTimeout(() => process.exit(10), 600_000);
   });
 }
