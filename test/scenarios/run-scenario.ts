@@ -1,0 +1,708 @@
+/**
+ * Plays a scenario end to end through the real system (startStack: real Redis, BullMQ workers,
+ * sshd fleet, the Bolt HTTP receiver and the fake Slack Web API) and returns one JSON report.
+ *
+ * A report with `broken` set means the run itself failed (bad file, fleet or stack did not start,
+ * the harness threw). Everything the bot did wrong (a wrong signal, a missing card, a timeout
+ * waiting for a thread) is recorded in the report and leaves `broken` null.
+ */
+import { readFileSync } from 'node:fs';
+import { IncidentLog } from '../../src/incident/log.ts';
+import type { Inventory } from '../../src/config/inventory.ts';
+import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fleet/types.ts';
+import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
+import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
+import { startStack, type Stack } from '../harness/stack.ts';
+import { loadScenario, userIds, type Condition, type MachineChange, type Scenario, type Step } from './schema.ts';
+
+// ---------------------------------------------------------------------------------------------
+// Report shape
+
+export interface SlackCallReport {
+  /** ms since the first step. */
+  t: number;
+  /** Web API method, or `response_url` for a POST to a slash command's / interaction's response URL. */
+  method: string;
+  channel: string | null;
+  /** thread_ts the call posted into (replies), else null. */
+  thread: string | null;
+  /** ts of the message posted (from the response) or updated (chat.update). */
+  ts: string | null;
+  /** Ephemeral recipient (chat.postEphemeral). */
+  user: string | null;
+  text: string | null;
+  blocks: unknown[] | null;
+  /** response_url posts: ephemeral / in_channel, replace_original. */
+  responseType: string | null;
+  status: number;
+  ok: boolean;
+  error: string | null;
+}
+
+export interface CommandReport {
+  t: number;
+  cmd: string;
+  via: 'ssh' | 'tool';
+}
+
+export interface SignalReport {
+  t: number;
+  machine: string;
+  /** Name of the holder/bystander in the scenario, null if the fleet did not start it. */
+  process: string | null;
+  kind: 'holder' | 'bystander';
+  hostPid: number;
+  containerPid: number | null;
+  cmdline: string;
+  signal: string;
+  /** Sender PID as the receiver's namespace sees it: 0 = from outside its namespace, null = not observable (SIGKILL). */
+  byPid: number | null;
+  by: string;
+}
+
+export interface StepReport {
+  index: number;
+  /** The step as written (after parsing: durations in ms). */
+  step: Step;
+  user: string | null;
+  userId: string | null;
+  t: number;
+  ms: number;
+  /** What happened; shape depends on the step. */
+  result: Record<string, unknown>;
+  /** The bot-side reason this step could not do what it says (no card to click, wait timed out). */
+  problem: string | null;
+}
+
+export interface IncidentReport {
+  id: string;
+  /** The `id:` of the command step that opened it, if any. */
+  label: string | null;
+  kind: string | null;
+  requester: string | null;
+  text: string | null;
+  channel: string | null;
+  /** Over: `finished`/`error` event, or (status) every target read or failed. */
+  finished: boolean;
+  /** Time of the event that completed it, and ms from `requested` to then. */
+  completedAt: string | null;
+  durationMs: number | null;
+  /** The thread as Slack shows it at the end (parent first). */
+  thread: Array<{ ts: string; text: string; blocks: unknown[] | null; edits: number }>;
+  events: Array<{ id: string; type: string; at: string; [k: string]: unknown }>;
+}
+
+export interface ExpectationResult {
+  check: string;
+  ok: boolean;
+  detail: string;
+}
+
+export interface Report {
+  scenario: { name: string; file: string | null; description: string | null; pending: string | null };
+  startedAt: string;
+  /** Fleet + stack start time. */
+  startupMs: number;
+  /** First step to end of settle. */
+  runMs: number;
+  broken: { stage: 'load' | 'start' | 'setup' | 'steps' | 'collect'; message: string } | null;
+  users: Record<string, string>;
+  approvers: string[];
+  steps: StepReport[];
+  slack: { calls: SlackCallReport[] };
+  /** Every command each machine received (ssh command lines and fake tool invocations), t < 0 = during setup. */
+  commands: Record<string, CommandReport[]>;
+  signals: SignalReport[];
+  /** Final GPU memory per host. */
+  gpuMemory: Record<string, GpuMemoryReading[]>;
+  /** Processes the scenario started: name → pids and whether each is still alive at the end. */
+  processes: Record<string, { machine: string; kind: 'holder' | 'bystander'; hostPid: number; containerPid: number | null; cmdline: string; alive: boolean }>;
+  incidents: IncidentReport[];
+  /** Incidents that had not finished rendering when the settle time ran out. */
+  unfinished: string[];
+  /** Error-level lines the bot and workers logged. */
+  errorLogs: string[];
+  expectations: ExpectationResult[];
+}
+
+export interface RunOptions {
+  /** Progress lines (the CLI prints them to stderr). */
+  log?: (line: string) => void;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The running scenario (shared with the demo)
+
+type LooseEvent = { id: string; type: string; at: string; [k: string]: unknown };
+
+export interface Card {
+  ts: string;
+  threadTs: string;
+  channel: string;
+  blocks: unknown[];
+  text: string;
+  buttons: Array<{ which: 'approve' | 'deny'; actionId: string; value: string; text: string }>;
+}
+
+interface TrackedIncident {
+  id: string;
+  label: string | null;
+  channel: string;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const strOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null);
+
+/** Buttons of a message: the approval card's approve/deny. */
+export function cardButtons(blocks: unknown): Card['buttons'] {
+  const out: Card['buttons'] = [];
+  if (!Array.isArray(blocks)) return out;
+  for (const b of blocks) {
+    if (!isRecord(b) || b.type !== 'actions' || !Array.isArray(b.elements)) continue;
+    for (const el of b.elements) {
+      if (!isRecord(el) || el.type !== 'button') continue;
+      const actionId = strOrNull(el.action_id) ?? '';
+      const value = strOrNull(el.value) ?? '';
+      const text = isRecord(el.text) ? (strOrNull(el.text.text) ?? '') : '';
+      if (actionId === 'gpu_approve') out.push({ which: 'approve', actionId, value, text });
+      else if (actionId === 'gpu_deny') out.push({ which: 'deny', actionId, value, text });
+    }
+  }
+  return out;
+}
+
+/**
+ * When an incident is over: unstick appends `finished`; status incidents have no such event and
+ * are over (as the renderer says "done") once every target has a snapshot or a machine_error.
+ * Returns the time of the event that completed it, or null while it is open.
+ */
+export function completedAt(meta: { kind: string; targets: string[] } | null, events: readonly LooseEvent[]): string | null {
+  const fin = events.find((e) => e.type === 'finished' || e.type === 'error');
+  if (fin) return fin.at;
+  if (!meta || (meta.kind !== 'status' && meta.kind !== 'status_all')) return null;
+  let last: string | null = null;
+  for (const t of meta.targets) {
+    const e = events.find((x) => (x.type === 'snapshot' || x.type === 'machine_error') && (x.type === 'machine_error' ? x.machineId === t : isRecord(x.snapshot) && x.snapshot.machineId === t));
+    if (!e) return null;
+    if (last === null || e.at > last) last = e.at;
+  }
+  return last;
+}
+
+export class ScenarioRuntime {
+  readonly users: Record<string, string>;
+  readonly approverIds: string[];
+  readonly processes = new Map<string, { kind: 'holder' | 'bystander'; p: FleetProcess }>();
+  readonly incidents: TrackedIncident[] = [];
+  readonly log: IncidentLog;
+  /** Date.now() when the first step started (set by play or by the demo). */
+  t0 = Date.now();
+
+  private constructor(
+    readonly scenario: Scenario,
+    readonly stack: Stack,
+  ) {
+    this.users = userIds(scenario);
+    this.approverIds = scenario.approvers.map((a) => this.users[a] ?? a);
+    this.log = new IncidentLog(stack.redis, stack.prefix);
+  }
+
+  /** Starts the fleet and the stack, the scenario's processes, leaks and faults. */
+  static async start(scenario: Scenario): Promise<ScenarioRuntime> {
+    const users = userIds(scenario);
+    const approvers = scenario.approvers.map((a) => users[a] ?? a);
+    const st = scenario.settings;
+    const env: Record<string, string> = { GPU_MEDIC_APPROVERS: approvers.join(',') };
+    if (st.approvalTtlSec !== undefined) env.GPU_MEDIC_APPROVAL_TTL_SEC = String(st.approvalTtlSec);
+    if (st.termGraceSec !== undefined) env.GPU_MEDIC_TERM_GRACE_SEC = String(st.termGraceSec);
+    const stack = await startStack({
+      fleet: {
+        hosts: scenario.fleet.hosts.map((h) => ({
+          id: h.id,
+          gpus: h.gpus,
+          ...(h.site !== undefined ? { site: h.site } : {}),
+          ...(h.ram ? { ramTotalGiB: h.ram.totalGiB, ramUsedGiB: h.ram.usedGiB } : {}),
+        })),
+        containers: scenario.fleet.containers.map((c) => ({ id: c.id, vmid: c.vmid, host: c.host, ownAddress: c.ownAddress })),
+      },
+      env,
+      tweakInventory: (inv: Inventory) => {
+        if (st.commandTimeoutSec !== undefined) inv.defaults.commandTimeoutSec = st.commandTimeoutSec;
+        if (st.connectTimeoutSec !== undefined) inv.defaults.connectTimeoutSec = st.connectTimeoutSec;
+        for (const c of scenario.fleet.containers) {
+          const entry = inv.containers.find((x) => x.id === c.id);
+          if (entry && c.sshUser !== undefined) entry.user = c.sshUser;
+        }
+      },
+    });
+    const rt = new ScenarioRuntime(scenario, stack);
+    try {
+      await rt.setup();
+    } catch (e) {
+      await stack.stop();
+      throw e;
+    }
+    return rt;
+  }
+
+  private async setup(): Promise<void> {
+    const { fleet } = this.stack;
+    const f = this.scenario.fleet;
+    await Promise.all([
+      ...f.holders.map(async (h) => {
+        const p = await fleet.spawnHolder(h.machine, {
+          gpus: h.gpus,
+          ...(h.title !== undefined ? { title: h.title } : {}),
+          ...(h.ignoreTerm !== undefined ? { ignoreTerm: h.ignoreTerm } : {}),
+          ...(h.user !== undefined ? { user: h.user } : {}),
+          ...(h.dieDelay !== undefined ? { dieDelayMs: h.dieDelay } : {}),
+        });
+        this.processes.set(h.name, { kind: 'holder', p });
+      }),
+      ...f.bystanders.map(async (b) => {
+        const p = await fleet.spawnBystander(b.machine, {
+          title: b.title,
+          ...(b.ignoreTerm !== undefined ? { ignoreTerm: b.ignoreTerm } : {}),
+          ...(b.user !== undefined ? { user: b.user } : {}),
+        });
+        this.processes.set(b.name, { kind: 'bystander', p });
+      }),
+      ...f.leaks.map((l) => fleet.setLeak(l.host, l.gpu, l.mib)),
+    ]);
+    for (const c of f.faults) await this.applyChange(c);
+  }
+
+  async applyChange(c: MachineChange): Promise<void> {
+    const { fleet } = this.stack;
+    if (c.ram) await fleet.setRam(c.machine, c.ram);
+    if (c.leak) await fleet.setLeak(c.machine, c.leak.gpu, c.leak.mib);
+    if (c.gpuError) await fleet.setGpuError(c.machine, c.gpuError.kind, c.gpuError.gpu);
+    if (c.hang !== undefined) await fleet.setHang(c.machine, c.hang);
+    if (c.replaceHostKey) await fleet.replaceHostKey(c.machine);
+    if (c.stop) await fleet.stopMachine(c.machine);
+  }
+
+  userId(name: string): string {
+    const id = this.users[name];
+    if (id === undefined) throw new Error(`unknown user ${name}`);
+    return id;
+  }
+
+  /** Types a slash command as a user; tracks the incident it opens. */
+  async slash(userName: string, typed: string, o: { label?: string | null; channel?: string } = {}) {
+    const text = typed.trim().replace(/^\/gpu(\s+|$)/, '');
+    const channel = o.channel ?? this.scenario.channel;
+    const r = await this.stack.slash(text, { user: this.userId(userName), channel });
+    if (r.incidentId !== null) this.incidents.push({ id: r.incidentId, label: o.label ?? null, channel });
+    return r;
+  }
+
+  incident(label?: string): TrackedIncident | null {
+    if (label === undefined) return this.incidents[this.incidents.length - 1] ?? null;
+    return this.incidents.find((i) => i.label === label) ?? null;
+  }
+
+  /** Parent then replies of an incident's thread as the fake Slack holds it now ([] before the parent exists). */
+  thread(inc: TrackedIncident): StoredMessage[] {
+    const parent = this.stack.slack.messages(inc.channel).find((m) => JSON.stringify(m.blocks ?? []).includes(inc.id));
+    return parent ? this.stack.slack.thread(inc.channel, parent.ts) : [];
+  }
+
+  /** The latest message in the thread that carries approve/deny buttons. */
+  latestCard(inc: TrackedIncident): Card | null {
+    const t = this.thread(inc);
+    const parent = t[0];
+    for (let i = t.length - 1; i >= 0; i--) {
+      const m = t[i];
+      if (!m || !parent) continue;
+      const buttons = cardButtons(m.blocks);
+      if (buttons.length > 0) return { ts: m.ts, threadTs: parent.ts, channel: inc.channel, blocks: m.blocks ?? [], text: m.text, buttons };
+    }
+    return null;
+  }
+
+  /** The card (a message with approve/deny buttons) with this ts in any thread of the channel. */
+  cardAt(channel: string, ts: string): Card | null {
+    for (const parent of this.stack.slack.messages(channel)) {
+      const m = this.stack.slack.thread(channel, parent.ts).find((x) => x.ts === ts);
+      if (!m) continue;
+      const buttons = cardButtons(m.blocks);
+      return buttons.length > 0 ? { ts: m.ts, threadTs: parent.ts, channel, blocks: m.blocks ?? [], text: m.text, buttons } : null;
+    }
+    return null;
+  }
+
+  /** Clicks approve/deny on a card as a user, the way Slack would deliver it (signed block_actions). */
+  async click(userName: string, which: 'approve' | 'deny', card: Card, responseUrl = this.stack.slack.newResponseUrl()) {
+    const button = card.buttons.find((b) => b.which === which);
+    if (!button) return { sent: false as const, reason: `the card has no ${which} button` };
+    const payload = blockActionPayload({
+      user: this.userId(userName),
+      userName,
+      channel: card.channel,
+      messageTs: card.ts,
+      threadTs: card.threadTs,
+      actionId: button.actionId,
+      value: button.value,
+      blockId: 'gpu_approval',
+      buttonText: button.text,
+      responseUrl,
+      messageText: card.text,
+      messageBlocks: card.blocks,
+    });
+    const r = await sendInteraction(this.stack.eventsUrl, this.stack.signingSecret, payload);
+    return { sent: true as const, status: r.status, body: r.body, elapsedMs: Math.round(r.elapsedMs), value: button.value, cardTs: card.ts };
+  }
+
+  async events(id: string): Promise<LooseEvent[]> {
+    const evs = await this.log.events(id);
+    return evs.map((e): LooseEvent => ({ ...e }));
+  }
+
+  async completedAt(id: string): Promise<string | null> {
+    return completedAt(await this.log.meta(id), await this.events(id));
+  }
+
+  async rendered(id: string): Promise<boolean> {
+    return (await this.stack.redis.sismember(`${this.stack.prefix}:dirty`, id)) === 0;
+  }
+
+  /** Whether a condition holds now for an incident. */
+  async holds(c: Condition, inc: TrackedIncident): Promise<boolean> {
+    if (typeof c !== 'string') {
+      const re = new RegExp(c.threadText);
+      return this.thread(inc).some((m) => re.test(m.text));
+    }
+    if (c === 'card-posted') return this.latestCard(inc) !== null;
+    const evs = await this.events(inc.id);
+    const has = (type: string) => evs.some((e) => e.type === type);
+    const shown = async () => (await this.rendered(inc.id)) && this.thread(inc).length > 0;
+    const done = async (type: string) => has(type) && (await shown());
+    switch (c) {
+      case 'thread-done':
+        return (await this.completedAt(inc.id)) !== null && (await shown());
+      case 'card-decided':
+        return done('approval_decided');
+      case 'card-expired':
+        return done('approval_expired');
+      case 'verdict':
+        return done('verdict');
+    }
+  }
+
+  async waitFor(c: Condition, inc: TrackedIncident, timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (await this.holds(c, inc)) return true;
+      if (Date.now() > deadline) return false;
+      await sleep(50);
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.stack.stop();
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Report
+
+  async collect(): Promise<Omit<Report, 'scenario' | 'startedAt' | 'startupMs' | 'runMs' | 'broken' | 'steps' | 'unfinished' | 'expectations'>> {
+    const { fleet, slack } = this.stack;
+    const rel = (ms: number) => ms - this.t0;
+    const machines = [...this.scenario.fleet.hosts.map((h) => h.id), ...this.scenario.fleet.containers.map((c) => c.id)];
+    const commands: Record<string, CommandReport[]> = {};
+    for (const m of machines) commands[m] = fleet.commandLog(m).map((c) => ({ t: rel(c.ts), cmd: c.cmd, via: c.via }));
+    const byPid = new Map<string, string>();
+    for (const [name, { p }] of this.processes) byPid.set(`${p.machine}:${p.hostPid}`, name);
+    const signals = fleet.signals().map((s: SignalRecord): SignalReport => ({
+      t: rel(s.ts),
+      machine: s.machine,
+      process: byPid.get(`${s.machine}:${s.hostPid}`) ?? null,
+      kind: s.kind,
+      hostPid: s.hostPid,
+      containerPid: s.containerPid,
+      cmdline: s.cmdline,
+      signal: s.signal,
+      byPid: s.by,
+      by: s.by === null ? 'not observable (SIGKILL)' : s.by === 0 ? 'from outside its PID namespace (host side)' : `PID ${s.by} in its own namespace`,
+    }));
+    const gpuMemory: Record<string, GpuMemoryReading[]> = {};
+    for (const h of this.scenario.fleet.hosts) gpuMemory[h.id] = fleet.gpuMemory(h.id);
+    const processes: Report['processes'] = {};
+    for (const [name, { kind, p }] of this.processes) {
+      processes[name] = { machine: p.machine, kind, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, alive: alive(p.hostPid, p.startTime) };
+    }
+    const calls = slack.calls().map((c) => slackCall(c, rel(c.at)));
+    const ids = await this.stack.redis.zrange(`${this.stack.prefix}:incidents`, 0, -1);
+    for (const t of this.incidents) if (!ids.includes(t.id)) ids.push(t.id);
+    const incidents: IncidentReport[] = [];
+    for (const id of ids) {
+      const meta = await this.log.meta(id);
+      const tracked = this.incidents.find((i) => i.id === id);
+      const inc: TrackedIncident = tracked ?? { id, label: null, channel: meta?.channel ?? this.scenario.channel };
+      const events = await this.events(id);
+      const done = completedAt(meta, events);
+      const requested = events.find((e) => e.type === 'requested');
+      incidents.push({
+        id,
+        label: inc.label,
+        kind: meta?.kind ?? null,
+        requester: meta?.requester ?? null,
+        text: meta?.text ?? null,
+        channel: meta?.channel ?? null,
+        finished: done !== null,
+        completedAt: done,
+        durationMs: done !== null && requested ? Date.parse(done) - Date.parse(requested.at) : null,
+        thread: this.thread(inc).map((m) => ({ ts: m.ts, text: m.text, blocks: m.blocks ?? null, edits: m.history.length })),
+        events,
+      });
+    }
+    const errorLogs = this.stack
+      .logText()
+      .split('\n')
+      .filter((l) => {
+        try {
+          const o: unknown = JSON.parse(l);
+          return isRecord(o) && typeof o.level === 'number' && o.level >= 50;
+        } catch {
+          return false;
+        }
+      });
+    return {
+      users: this.users,
+      approvers: this.approverIds,
+      slack: { calls },
+      commands,
+      signals,
+      gpuMemory,
+      processes,
+      incidents,
+      errorLogs,
+    };
+  }
+}
+
+function alive(pid: number, startTime: number): boolean {
+  try {
+    // Field 22 after the parenthesised comm.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const state = after[0];
+    return Number(after[19]) === startTime && state !== 'Z' && state !== 'X';
+  } catch {
+    return false;
+  }
+}
+
+function slackCall(c: RecordedCall, t: number): SlackCallReport {
+  const b = c.body;
+  const resp = isRecord(c.response) ? c.response : {};
+  const ok = c.method === 'response_url' ? c.status === 200 : resp.ok === true;
+  return {
+    t,
+    method: c.method,
+    channel: strOrNull(b.channel) ?? strOrNull(resp.channel),
+    thread: strOrNull(b.thread_ts),
+    ts: strOrNull(resp.ts) ?? strOrNull(b.ts),
+    user: strOrNull(b.user),
+    text: strOrNull(b.text),
+    blocks: Array.isArray(b.blocks) ? b.blocks : null,
+    responseType: strOrNull(b.response_type),
+    status: c.status,
+    ok,
+    error: ok ? null : (strOrNull(resp.error) ?? `HTTP ${c.status}`),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Playing the steps
+
+const DEFAULT_STEP_TIMEOUT = 30_000;
+const DEFAULT_SETTLE = 20_000;
+
+function describeCondition(c: Condition): string {
+  return typeof c === 'string' ? c : `threadText /${c.threadText}/`;
+}
+
+async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise<StepReport> {
+  const started = Date.now();
+  const user = 'as' in step ? step.as : null;
+  const rep: StepReport = { index, step, user, userId: user === null ? null : rt.userId(user), t: started - rt.t0, ms: 0, result: {}, problem: null };
+  const timeout = step.timeout ?? DEFAULT_STEP_TIMEOUT;
+  const finish = () => {
+    rep.ms = Date.now() - started;
+    return rep;
+  };
+  const incidentFor = () => rt.incident(step.incident);
+
+  if (step.after !== undefined) {
+    if (typeof step.after === 'number') await sleep(step.after);
+    else {
+      const inc = incidentFor();
+      if (!inc) {
+        rep.problem = `after ${describeCondition(step.after)}: no incident was opened before this step`;
+        return finish();
+      }
+      if (!(await rt.waitFor(step.after, inc, timeout))) {
+        rep.problem = `after ${describeCondition(step.after)}: not reached within ${timeout} ms (step not played)`;
+        return finish();
+      }
+    }
+  }
+
+  if ('command' in step) {
+    const r = await rt.slash(step.as, step.command, { label: step.id ?? null, ...(step.channel !== undefined ? { channel: step.channel } : {}) });
+    rep.result = { status: r.status, ackMs: Math.round(r.elapsedMs), ack: r.ackText, incidentId: r.incidentId };
+  } else if ('click' in step) {
+    const inc = incidentFor();
+    const card = inc ? rt.latestCard(inc) : null;
+    if (!inc) rep.problem = 'no incident to click in';
+    else if (!card) rep.problem = `no approval card in the thread of ${inc.id}`;
+    else {
+      const r = await rt.click(step.as, step.click, card);
+      rep.result = { incidentId: inc.id, ...r };
+      if (!r.sent) rep.problem = r.reason;
+    }
+  } else if ('wait' in step) {
+    await sleep(step.wait);
+    rep.result = { waitedMs: step.wait };
+  } else if ('waitFor' in step) {
+    const inc = incidentFor();
+    if (!inc) rep.problem = `waitFor ${describeCondition(step.waitFor)}: no incident was opened before this step`;
+    else {
+      const ok = await rt.waitFor(step.waitFor, inc, timeout);
+      rep.result = { incidentId: inc.id, reached: ok };
+      if (!ok) rep.problem = `waitFor ${describeCondition(step.waitFor)}: not reached within ${timeout} ms`;
+    }
+  } else {
+    await rt.applyChange(step.fleet);
+    rep.result = { applied: step.fleet };
+  }
+  return finish();
+}
+
+/** Waits until every incident has finished and its thread is rendered; returns the ones that did not. */
+async function settle(rt: ScenarioRuntime, timeoutMs: number): Promise<string[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const pending: string[] = [];
+    const ids = await rt.stack.redis.zrange(`${rt.stack.prefix}:incidents`, 0, -1);
+    for (const id of ids) {
+      const evs = await rt.events(id);
+      if (completedAt(await rt.log.meta(id), evs) === null || !(await rt.rendered(id))) pending.push(id);
+    }
+    if (pending.length === 0 || Date.now() > deadline) return pending;
+    await sleep(100);
+  }
+}
+
+export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>): ExpectationResult[] {
+  const e = s.expect;
+  const out: ExpectationResult[] = [];
+  if (!e) return out;
+  const got = (name: string) => r.signals.filter((x) => x.process === name);
+  for (const n of e.signalled ?? []) {
+    const g = got(n);
+    out.push({ check: `signalled ${n}`, ok: g.length > 0, detail: g.length > 0 ? g.map((x) => x.signal).join(', ') : 'never signalled' });
+  }
+  for (const n of e.notSignalled ?? []) {
+    const g = got(n);
+    out.push({ check: `not signalled ${n}`, ok: g.length === 0, detail: g.length === 0 ? 'never signalled' : `got ${g.map((x) => `${x.signal} (${x.by})`).join(', ')}` });
+  }
+  for (const [host, want] of Object.entries(e.gpuMemoryMiB ?? {})) {
+    const have = r.gpuMemory[host] ?? [];
+    const ok = want.every((w, i) => w === null || have[i]?.usedMiB === w) && have.length >= want.length;
+    out.push({ check: `gpu memory ${host}`, ok, detail: `want [${want.join(', ')}], have [${have.map((g) => g.usedMiB).join(', ')}]` });
+  }
+  const texts = r.incidents.flatMap((i) => i.thread.map((m) => m.text));
+  for (const p of e.threadText ?? []) {
+    const re = new RegExp(p);
+    out.push({ check: `thread text /${p}/`, ok: texts.some((t) => re.test(t)), detail: texts.some((t) => re.test(t)) ? 'found' : 'no message matches' });
+  }
+  for (const p of e.notThreadText ?? []) {
+    const re = new RegExp(p);
+    const hit = texts.find((t) => re.test(t));
+    out.push({ check: `no thread text /${p}/`, ok: hit === undefined, detail: hit === undefined ? 'absent' : `found in: ${hit.slice(0, 200)}` });
+  }
+  for (const [m, p] of Object.entries(e.noCommand ?? {})) {
+    const re = new RegExp(p);
+    const hit = (r.commands[m] ?? []).find((c) => c.t >= 0 && re.test(c.cmd));
+    out.push({ check: `no command /${p}/ on ${m}`, ok: hit === undefined, detail: hit === undefined ? 'none ran' : `ran: ${hit.cmd}` });
+  }
+  if (e.allFinished === true) {
+    const open = r.incidents.filter((i) => !i.finished).map((i) => i.id);
+    out.push({ check: 'every incident finished', ok: r.incidents.length > 0 && open.length === 0, detail: r.incidents.length === 0 ? 'no incident was opened' : open.length === 0 ? `${r.incidents.length} finished` : `open: ${open.join(', ')}` });
+  }
+  return out;
+}
+
+/** Runs a scenario (a file path or a parsed scenario) end to end and returns the report. Always stops what it started. */
+export async function runScenario(input: string | Scenario, opts: RunOptions = {}): Promise<Report> {
+  const say = opts.log ?? (() => undefined);
+  const startedAt = new Date();
+  const file = typeof input === 'string' ? input : null;
+  const empty = (name: string, broken: Report['broken']): Report => ({
+    scenario: { name, file, description: null, pending: null },
+    startedAt: startedAt.toISOString(),
+    startupMs: 0,
+    runMs: 0,
+    broken,
+    users: {},
+    approvers: [],
+    steps: [],
+    slack: { calls: [] },
+    commands: {},
+    signals: [],
+    gpuMemory: {},
+    processes: {},
+    incidents: [],
+    unfinished: [],
+    errorLogs: [],
+    expectations: [],
+  });
+  let scenario: Scenario;
+  try {
+    scenario = typeof input === 'string' ? loadScenario(input) : input;
+  } catch (e) {
+    return empty(file ?? '?', { stage: 'load', message: e instanceof Error ? e.message : String(e) });
+  }
+  const head = { name: scenario.name, file, description: scenario.description ?? null, pending: scenario.pending ?? null };
+  say(`scenario ${scenario.name}: starting fleet and stack`);
+  let rt: ScenarioRuntime;
+  try {
+    rt = await ScenarioRuntime.start(scenario);
+  } catch (e) {
+    return { ...empty(scenario.name, { stage: 'start', message: e instanceof Error ? (e.stack ?? e.message) : String(e) }), scenario: head };
+  }
+  const startupMs = Date.now() - startedAt.getTime();
+  say(`started in ${startupMs} ms`);
+  rt.t0 = Date.now();
+  const steps: StepReport[] = [];
+  let broken: Report['broken'] = null;
+  let unfinished: string[] = [];
+  try {
+    try {
+      for (const [i, step] of scenario.steps.entries()) {
+        const r = await playStep(rt, step, i);
+        steps.push(r);
+        say(`step ${i}: ${JSON.stringify(step)} (${r.ms} ms)${r.problem ? `: ${r.problem}` : ''}`);
+      }
+      unfinished = await settle(rt, scenario.settings.settle ?? DEFAULT_SETTLE);
+    } catch (e) {
+      broken = { stage: 'steps', message: e instanceof Error ? (e.stack ?? e.message) : String(e) };
+    }
+    const runMs = Date.now() - rt.t0;
+    let collected: Awaited<ReturnType<ScenarioRuntime['collect']>> | null = null;
+    try {
+      collected = await rt.collect();
+    } catch (e) {
+      broken ??= { stage: 'collect', message: e instanceof Error ? (e.stack ?? e.message) : String(e) };
+    }
+    const base = { ...empty(scenario.name, broken), ...(collected ?? {}), scenario: head, startupMs, runMs, steps, unfinished };
+    return { ...base, expectations: checkExpectations(scenario, base) };
+  } finally {
+    await rt.stop();
+    say('stopped');
+  }
+}
