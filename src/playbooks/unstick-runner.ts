@@ -1,0 +1,442 @@
+import type { ContainerFailure } from '../gpu/diagnose.ts';
+import { recheckTarget, staleReasonText, type ProcReading, type ProcessIdentity, type StaleReason } from '../gpu/holders.ts';
+import { parseComputeAppsCsv, parseQueryGpuCsv } from '../gpu/parse/index.ts';
+import { IDLE_MIB } from '../gpu/snapshot.ts';
+import type { Gpu, GpuProcess } from '../gpu/types.ts';
+import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
+import type { UnstickEvent } from '../incident/unstick-events.ts';
+import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
+import { APP_FIELDS, GPU_FIELDS, queryComputeApps, queryGpus } from './commands.ts';
+import type { StepOutcome } from './step-guard.ts';
+import {
+  assertSafeArgv,
+  parseKillOutcomes,
+  parsePersistenceMode,
+  parseProcReadings,
+  signalPids,
+  type KillOutcome,
+  type Signal,
+} from './unstick-commands.ts';
+import { survivorKill, type CommandRole, type PlannedCommand, type Step, type StepTarget, type TargetGpu } from './unstick-plan.ts';
+import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
+
+/**
+ * Runs one planned step through the executor, at most once (step guard), logging every command
+ * and every signal as an event. Tier 1 signals from inside the container by container PID; tier 2
+ * runs on the Proxmox host only. Every target is re-checked (PID + start time + namespace)
+ * immediately before it is signalled; anything that changed is skipped and said so.
+ */
+
+export interface StepRunnerDeps {
+  exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
+  /** Appends to this incident's log. */
+  append(event: UnstickEvent): Promise<void>;
+  steps: {
+    claimStep(incidentId: string, stepId: string, by: string, now: number): Promise<boolean>;
+    finishStep(incidentId: string, stepId: string, by: string, outcome: StepOutcome, now: number): Promise<boolean>;
+  };
+  now(): Date;
+  sleep(ms: number): Promise<void>;
+  /** Names this job attempt in the step guard. */
+  workerId: string;
+  commandTimeoutMs: number;
+}
+
+export interface StepContext {
+  incidentId: string;
+  /** The target container's own view (its address, or `pct exec` on its host). */
+  containerRoute: Route;
+  /** The Proxmox host itself (never `pct exec`). */
+  hostRoute: Route;
+  vmid: number;
+  /**
+   * Host GPUs and compute apps as last read before the step: memory no listed process accounts
+   * for is the baseline a release is measured against (a leak does not count as "not released").
+   */
+  hostGpus: readonly Gpu[];
+  hostApps: readonly GpuProcess[];
+}
+
+export interface StepResult {
+  outcome: StepOutcome | 'interrupted';
+  /** Targets the container could not stop, and why: the re-diagnosis hands them to the host. */
+  containerFailed: ContainerFailure[];
+  /** Signals delivered. */
+  sent: number;
+  /** GPU memory of the step's GPUs came back before `releaseTimeoutMs` (null: nothing to wait for). */
+  released: boolean | null;
+  message: string;
+  /** Why the step stopped early (connection lost, timeout), or null when it ran to its end. */
+  error: string | null;
+}
+
+type StepRun = StepResult & { outcome: StepOutcome };
+
+const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+
+/** Runs a step exactly as planned, once; a step already claimed by an earlier attempt is reported `interrupted`. */
+export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps): Promise<StepResult> {
+  const started = deps.now().getTime();
+  const at = (): string => deps.now().toISOString();
+  await deps.append({ type: 'step_started', at: at(), stepId: step.id, kind: step.kind, tier: step.tier, machineId: step.machineId, explanation: step.explanation });
+
+  // Claimed before the first command, so a job BullMQ re-runs after a worker died never signals twice.
+  if (!(await deps.steps.claimStep(ctx.incidentId, step.id, deps.workerId, started))) {
+    const message =
+      'An earlier attempt already started this step and did not report back (its worker stopped). It is not run again; a fresh snapshot follows.';
+    await deps.append({ type: 'step_finished', at: at(), stepId: step.id, outcome: 'interrupted', durationMs: deps.now().getTime() - started, message });
+    return { outcome: 'interrupted', containerFailed: [], sent: 0, released: null, message, error: null };
+  }
+
+  const run = new Run(step, ctx, deps);
+  let result: StepRun;
+  try {
+    result =
+      step.kind === 'container_signal' ? await run.containerSignal() : step.kind === 'host_kill' ? await run.hostKill() : await run.hostReset();
+  } catch (e) {
+    const ce = asCodedError(e);
+    result = {
+      outcome: 'failed',
+      containerFailed: [],
+      sent: run.sent,
+      released: null,
+      error: ce.message,
+      message: `Stopped: ${ce.message}. ${run.sent > 0 ? `${run.sent} signal(s) had been sent before that.` : 'Nothing was signalled.'} The step is not retried automatically.`,
+    };
+  }
+  const end = deps.now().getTime();
+  await deps.steps.finishStep(ctx.incidentId, step.id, deps.workerId, result.outcome, end);
+  await deps.append({ type: 'step_finished', at: at(), stepId: step.id, outcome: result.outcome, durationMs: end - started, message: result.message });
+  return result;
+}
+
+/** The memory of one GPU no listed process accounts for (a leak, or a context still being torn down). */
+function unaccounted(gpu: Gpu, apps: readonly GpuProcess[]): number | null {
+  if (gpu.memoryUsedMiB === null) return null;
+  const listed = apps.filter((a) => (a.gpuUuid !== null && a.gpuUuid === gpu.uuid) || (a.gpuUuid === null && a.gpuIndex === gpu.index));
+  return Math.max(0, gpu.memoryUsedMiB - listed.reduce((n, a) => n + (a.usedMiB ?? 0), 0));
+}
+
+/** The two read-only status templates the release poll reuses (commands.ts), word for word. */
+const STATUS_READS = [queryGpus({ timeoutMs: 1 }).argv, queryComputeApps({ timeoutMs: 1 }).argv].map((a) => a.join('\0'));
+function isStatusRead(argv: readonly string[]): boolean {
+  return STATUS_READS.includes(argv.join('\0'));
+}
+
+function sameGpu(g: Gpu, t: TargetGpu): boolean {
+  return t.uuid !== null ? g.uuid === t.uuid : g.index === t.hostIndex;
+}
+
+class Run {
+  sent = 0;
+
+  constructor(
+    private readonly step: Step,
+    private readonly ctx: StepContext,
+    private readonly deps: StepRunnerDeps,
+  ) {}
+
+  private at(): string {
+    return this.deps.now().toISOString();
+  }
+
+  private routeOf(on: PlannedCommand['on']): Route {
+    return on === 'container' ? this.ctx.containerRoute : this.ctx.hostRoute;
+  }
+
+  /** Every command: template-only argv, never a reset inside a container, one `command` event. */
+  private async exec(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec): Promise<ExecResult> {
+    if (!isStatusRead(spec.argv)) assertSafeArgv(spec.argv);
+    if (on === 'container' && (spec.argv.includes('--gpu-reset') || spec.argv.includes('-r') || spec.argv.includes('-pm')))
+      throw new CodedError(ErrorCode.BadCommand, 'A GPU reset or persistence change was about to run inside a container; only the host may do that. Nothing was run.');
+    if (on === 'host' && this.step.tier !== 2 && (role === 'kill' || role === 'term' || role === 'reset'))
+      throw new CodedError(ErrorCode.BadCommand, 'A host-level signal or reset was about to run without an approved tier-2 step. Nothing was run.');
+    const r = await this.deps.exec(this.routeOf(on), spec);
+    const record = { machineId: r.machineId, command: r.command, code: r.code, signal: r.signal, durationMs: r.durationMs, timedOut: r.timedOut };
+    await this.deps.append({ type: 'command', at: this.at(), stepId: this.step.id, role, on, record });
+    return r;
+  }
+
+  private async readProcs(on: PlannedCommand['on'], pids: readonly number[]): Promise<ProcsRead | null> {
+    // readProcsOn runs the same template; routed through exec() so it is logged like any command.
+    return readProcsOn(this.routeOf(on), pids, {
+      exec: (_route, spec) => this.exec('read_procs', on, spec),
+      now: this.deps.now,
+      commandTimeoutMs: this.deps.commandTimeoutMs,
+    });
+  }
+
+  private async signalled(t: ProcessIdentity, signal: Signal, result: 'sent' | 'gone' | 'skipped', reason: string | null): Promise<void> {
+    if (result === 'sent') this.sent++;
+    await this.deps.append({
+      type: 'signalled',
+      at: this.at(),
+      stepId: this.step.id,
+      hostPid: t.hostPid,
+      containerPid: t.containerPid,
+      signal,
+      cmdline: t.cmdline,
+      result,
+      reason,
+    });
+  }
+
+  /**
+   * A container-side re-check: same container PID, same start time. A non-root container login
+   * may not read another user's `ns/pid` link; the PID was read in the container's own /proc,
+   * so its namespace is the container's by construction and only PID + start time decide.
+   */
+  private recheckInContainer(t: StepTarget, readings: readonly ProcReading[]): StaleReason | null {
+    const r = readings.find((x) => x.pid === t.containerPid);
+    const reading = r && r.stat !== null && r.pidNs === null ? { ...r, pidNs: t.pidNs } : r;
+    return recheckTarget(t, { reading, view: 'container', targetPidNs: t.pidNs, gpuHostPids: null });
+  }
+
+  private async sendSignal(signal: Signal, targets: readonly StepTarget[], cmd: PlannedCommand | null): Promise<Map<number, KillOutcome>> {
+    const out = new Map<number, KillOutcome>();
+    if (targets.length === 0) return out;
+    const pids = targets.map((t) => t.containerPid);
+    const spec: CommandSpec = cmd ? { argv: cmd.argv, timeoutMs: cmd.timeoutMs } : signalPids(signal, pids, { timeoutMs: this.deps.commandTimeoutMs });
+    const r = await this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec);
+    if (r.timedOut) throw new CodedError(ErrorCode.CommandTimeout, `\`kill -s ${signal}\` did not return in time`);
+    for (const o of parseKillOutcomes(pids, r.code, r.stderr)) out.set(o.pid, o);
+    for (const t of targets) {
+      const o = out.get(t.containerPid);
+      if (!o || o.result === 'sent') await this.signalled(t, signal, 'sent', null);
+      else if (o.reason === 'no_such_process') await this.signalled(t, signal, 'gone', 'it exited before the signal');
+      else await this.signalled(t, signal, 'skipped', `the container may not signal it: ${o.message}`);
+    }
+    return out;
+  }
+
+  /** Tier 1: TERM exactly the targets, wait for them (by PID + start time), KILL the survivors, wait for the memory. */
+  async containerSignal(): Promise<StepRun> {
+    const { step } = this;
+    /** Refused by the kernel or unreadable: the container tried and cannot stop them. */
+    const failed: ContainerFailure[] = [];
+    /** Not visible in the container's /proc: exited, or hidden from this login (hidepid); the host decides which. */
+    const unseen: ContainerFailure[] = [];
+    const pre = await this.readProcs(
+      'container',
+      step.targets.map((t) => t.containerPid),
+    );
+    const live: StepTarget[] = [];
+    for (const t of step.targets) {
+      const stale = pre && pre.complete ? this.recheckInContainer(t, pre.readings) : 'unreadable';
+      if (stale === null) live.push(t);
+      else {
+        await this.signalled(t, 'TERM', stale === 'gone' ? 'gone' : 'skipped', staleReasonText(stale));
+        // Still holding per the host, yet the container cannot see it as the same process: the host must look.
+        if (stale === 'gone') unseen.push({ process: t, reason: 'the container does not see it' });
+        else if (stale !== 'pid_reused') failed.push({ process: t, reason: `the container could not read it (${staleReasonText(stale)})` });
+      }
+    }
+    const planTerm = step.commands.find((c) => c.role === 'term');
+    const sameAsPlanned = planTerm !== undefined && live.length === step.targets.length;
+    const termOut = await this.sendSignal('TERM', live, sameAsPlanned ? planTerm : null);
+    let waiting = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent');
+    for (const t of live) {
+      const o = termOut.get(t.containerPid);
+      if (o && o.result === 'failed' && o.reason !== 'no_such_process') failed.push({ process: t, reason: o.message });
+    }
+
+    // Grace: poll identities, so a process that exits early ends the wait early.
+    const graceStart = this.deps.now().getTime();
+    while (waiting.length > 0) {
+      const left = step.graceMs - (this.deps.now().getTime() - graceStart);
+      if (left <= 0) break;
+      await this.deps.sleep(Math.min(step.pollIntervalMs, left));
+      const r = await this.readProcs(
+        'container',
+        waiting.map((t) => t.containerPid),
+      );
+      if (!r || !r.complete) continue;
+      waiting = waiting.filter((t) => this.recheckInContainer(t, r.readings) === null);
+    }
+
+    let killed = 0;
+    if (waiting.length > 0) {
+      // Survivors re-validated right before SIGKILL: only the same processes, never a reused PID.
+      const r = await this.readProcs(
+        'container',
+        waiting.map((t) => t.containerPid),
+      );
+      const survivors: StepTarget[] = [];
+      for (const t of waiting) {
+        const stale = r && r.complete ? this.recheckInContainer(t, r.readings) : 'unreadable';
+        if (stale === null) survivors.push(t);
+        else if (stale !== 'gone') await this.signalled(t, 'KILL', 'skipped', staleReasonText(stale));
+      }
+      const cmd = survivorKill(step, survivors, this.deps.commandTimeoutMs);
+      const killOut = await this.sendSignal('KILL', survivors, cmd);
+      killed = [...killOut.values()].filter((o) => o.result === 'sent').length;
+      for (const t of survivors) {
+        const o = killOut.get(t.containerPid);
+        if (o && o.result === 'failed' && o.reason !== 'no_such_process') failed.push({ process: t, reason: o.message });
+      }
+    }
+
+    const termed = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent').length;
+    const release = this.sent > 0 ? await this.waitRelease(step.targets.flatMap((t) => t.gpus), step.targets) : null;
+    const parts: string[] = [];
+    if (termed > 0) parts.push(`SIGTERM reached ${termed} of ${step.targets.length} process(es)`);
+    if (killed > 0) parts.push(`${killed} ignored it for ${secs(step.graceMs)} and got SIGKILL`);
+    if (failed.length > 0)
+      parts.push(`the container could not stop ${failed.map((f) => `PID ${f.process.containerPid} (${f.reason})`).join(', ')}: only the host can`);
+    if (release) parts.push(release.released ? `GPU memory came back after ${secs(release.waitedMs)}` : `GPU memory was still in use after ${secs(release.waitedMs)}`);
+    if (parts.length === 0) parts.push('nothing needed a signal');
+    const stopped = step.targets.length - failed.length;
+    const outcome: StepOutcome = failed.length === 0 ? (this.sent > 0 ? 'done' : 'skipped') : stopped > 0 && this.sent > 0 ? 'partial' : 'failed';
+    return { outcome, containerFailed: [...failed, ...unseen], sent: this.sent, released: release?.released ?? null, message: `${parts.join('; ')}.`, error: null };
+  }
+
+  /** Tier 2 kill: re-check each target on the host, then `kill -s KILL <hostpid>` on the host for those that still match. */
+  async hostKill(): Promise<StepRun> {
+    const { step } = this;
+    const init = await readContainerInit(this.ctx.hostRoute, this.ctx.vmid, {
+      exec: (_route, spec) => this.exec('read_init', 'host', spec),
+      now: this.deps.now,
+      commandTimeoutMs: this.deps.commandTimeoutMs,
+    });
+    const planRead = step.commands.find((c) => c.role === 'read_procs');
+    const planApps = step.commands.find((c) => c.role === 'check_apps');
+    if (!planRead || !planApps) throw new CodedError(ErrorCode.BadCommand, 'the host-level kill step has no re-check commands; nothing was run');
+    const readR = await this.exec('read_procs', 'host', { argv: planRead.argv, timeoutMs: planRead.timeoutMs });
+    const appsR = await this.exec('check_apps', 'host', { argv: planApps.argv, timeoutMs: planApps.timeoutMs });
+    const readings = readR.timedOut ? null : parseProcReadings(readR.stdout);
+    const apps = appsR.code === 0 && !appsR.timedOut ? parseComputeAppsCsv(appsR.stdout, [...APP_FIELDS]) : null;
+    const gpuPids = apps && apps.ok && apps.value.error === null ? new Set(apps.value.processes.map((p) => p.pid)) : null;
+
+    const matching: StepTarget[] = [];
+    for (const t of step.targets) {
+      let reason: string | null = null;
+      if (init.pidNs === null) reason = `container ${this.ctx.vmid}'s PID namespace could not be read (is it running?)`;
+      else if (init.pidNs !== t.pidNs) reason = 'the container was restarted since the plan (its PID namespace changed)';
+      else if (readings === null || !readings.complete) reason = 'its /proc entry could not be read completely';
+      else if (gpuPids === null) reason = 'host nvidia-smi could not list the GPU processes, so "still holds GPU memory" could not be confirmed';
+      else {
+        const stale = recheckTarget(t, { reading: readings.readings.find((r) => r.pid === t.hostPid), view: 'host', targetPidNs: init.pidNs, gpuHostPids: gpuPids });
+        if (stale !== null) reason = staleReasonText(stale);
+      }
+      if (reason === null) matching.push(t);
+      else await this.signalled(t, 'KILL', 'skipped', reason);
+    }
+
+    let sent = 0;
+    const refused: string[] = [];
+    for (const t of matching) {
+      const cmd = step.commands.find((c) => c.role === 'kill' && c.argv[c.argv.length - 1] === String(t.hostPid));
+      if (!cmd) {
+        await this.signalled(t, 'KILL', 'skipped', 'no planned command for it');
+        continue;
+      }
+      const r = await this.exec('kill', 'host', { argv: cmd.argv, timeoutMs: cmd.timeoutMs });
+      const o = parseKillOutcomes([t.hostPid], r.code, r.stderr)[0];
+      if (!r.timedOut && o?.result === 'sent') {
+        sent++;
+        await this.signalled(t, 'KILL', 'sent', null);
+      } else if (o?.result === 'failed' && o.reason === 'no_such_process') await this.signalled(t, 'KILL', 'gone', 'it exited before the signal');
+      else {
+        refused.push(`host PID ${t.hostPid}`);
+        await this.signalled(t, 'KILL', 'skipped', o?.result === 'failed' ? o.message : 'kill did not return in time');
+      }
+    }
+    const release = sent > 0 ? await this.waitRelease(step.targets.flatMap((t) => t.gpus), step.targets) : null;
+    const skipped = step.targets.length - sent;
+    const parts = [`SIGKILL on ${step.machineId} reached ${sent} of ${step.targets.length} process(es)`];
+    if (skipped > 0) parts.push(`${skipped} not signalled (see above)`);
+    if (refused.length > 0) parts.push(`kill failed for ${refused.join(', ')}`);
+    if (release) parts.push(release.released ? `GPU memory came back after ${secs(release.waitedMs)}` : `GPU memory was still in use after ${secs(release.waitedMs)}`);
+    const outcome: StepOutcome = sent === step.targets.length ? 'done' : sent > 0 ? 'partial' : matching.length === 0 ? 'skipped' : 'failed';
+    return { outcome, containerFailed: [], sent, released: release?.released ?? null, message: `${parts.join('; ')}.`, error: null };
+  }
+
+  /** Tier 2 reset, per GPU: nothing anywhere holds it → persistence off if on → `--gpu-reset` → persistence back on. */
+  async hostReset(): Promise<StepRun> {
+    const { step } = this;
+    const done: TargetGpu[] = [];
+    const notes: string[] = [];
+    for (const g of step.gpus) {
+      const hi = g.hostIndex;
+      const cmds = step.commands.filter((c) => c.gpuHostIndex === hi);
+      const get = (role: CommandRole): PlannedCommand | undefined => cmds.find((c) => c.role === role);
+      const check = get('check_apps');
+      const readPm = get('read_persistence');
+      const reset = get('reset');
+      const label = `GPU ${g.index ?? '?'} (host GPU ${hi ?? '?'})`;
+      if (hi === null || !check || !readPm || !reset) {
+        notes.push(`${label}: skipped, its commands are missing from the plan`);
+        continue;
+      }
+      const c = await this.exec('check_apps', 'host', { argv: check.argv, timeoutMs: check.timeoutMs });
+      const apps = c.code === 0 && !c.timedOut ? parseComputeAppsCsv(c.stdout, [...APP_FIELDS]) : null;
+      if (!apps || !apps.ok || apps.value.error !== null) {
+        notes.push(`${label}: skipped, could not confirm that no process holds it`);
+        continue;
+      }
+      if (apps.value.processes.length > 0) {
+        notes.push(`${label}: skipped, host PID ${apps.value.processes.map((p) => p.pid).join(', ')} now holds it`);
+        continue;
+      }
+      const pm = await this.exec('read_persistence', 'host', { argv: readPm.argv, timeoutMs: readPm.timeoutMs });
+      // Unknown counts as on: switched off for the reset and restored after, to be safe.
+      const wasOn = pm.code === 0 && !pm.timedOut ? (parsePersistenceMode(pm.stdout) ?? true) : true;
+      const off = get('persistence_off');
+      const on = get('persistence_on');
+      if (wasOn && off) await this.exec('persistence_off', 'host', { argv: off.argv, timeoutMs: off.timeoutMs });
+      let r: ExecResult | null = null;
+      try {
+        r = await this.exec('reset', 'host', { argv: reset.argv, timeoutMs: reset.timeoutMs });
+      } finally {
+        if (wasOn && on) await this.exec('persistence_on', 'host', { argv: on.argv, timeoutMs: on.timeoutMs });
+      }
+      if (r.code === 0 && !r.timedOut) {
+        done.push(g);
+        notes.push(`${label}: reset`);
+      } else {
+        const first = `${r.stdout}\n${r.stderr}`.trim().split('\n')[0] ?? '';
+        notes.push(`${label}: reset refused (${r.timedOut ? 'timed out' : `exit ${r.code ?? r.signal}`}${first ? `: ${first.slice(0, 160)}` : ''})`);
+      }
+    }
+    const release = done.length > 0 ? await this.waitRelease(done, [], true) : null;
+    if (release) notes.push(release.released ? `memory back to idle after ${secs(release.waitedMs)}` : `memory still in use after ${secs(release.waitedMs)}`);
+    const outcome: StepOutcome = done.length === step.gpus.length ? 'done' : done.length > 0 ? 'partial' : 'failed';
+    return { outcome, containerFailed: [], sent: 0, released: release?.released ?? null, message: `${notes.join('; ')}.`, error: null };
+  }
+
+  /**
+   * Polls host GPU memory until the step's GPUs no longer hold memory beyond what they held
+   * unaccounted before the step (a reset: beyond idle), and no target is listed any more. A
+   * dying rank can stay in uninterruptible sleep for tens of seconds before its memory returns:
+   * memory is only called orphaned after this wait.
+   */
+  private async waitRelease(gpus: readonly TargetGpu[], targets: readonly ProcessIdentity[], toIdle = false): Promise<{ released: boolean; waitedMs: number }> {
+    const start = this.deps.now().getTime();
+    const baseline = new Map<TargetGpu, number>();
+    for (const g of gpus) {
+      const before = this.ctx.hostGpus.find((x) => sameGpu(x, g));
+      baseline.set(g, toIdle || !before ? 0 : (unaccounted(before, this.ctx.hostApps) ?? 0));
+    }
+    const targetPids = new Set(targets.map((t) => t.hostPid));
+    const t = { timeoutMs: this.deps.commandTimeoutMs };
+    for (;;) {
+      const gr = await this.exec('read_gpus', 'host', queryGpus(t));
+      const ar = await this.exec('check_apps', 'host', queryComputeApps(t));
+      const g = gr.code === 0 && !gr.timedOut ? parseQueryGpuCsv(gr.stdout, [...GPU_FIELDS]) : null;
+      const a = ar.code === 0 && !ar.timedOut ? parseComputeAppsCsv(ar.stdout, [...APP_FIELDS]) : null;
+      if (g && g.ok && a && a.ok && g.value.error === null && a.value.error === null) {
+        const apps = a.value.processes;
+        const stillListed = apps.some((p) => targetPids.has(p.pid));
+        const free = gpus.every((tg) => {
+          const now = g.value.gpus.find((x) => sameGpu(x, tg));
+          const u = now ? unaccounted(now, apps) : null;
+          return u !== null && u <= (baseline.get(tg) ?? 0) + IDLE_MIB;
+        });
+        if (!stillListed && free) return { released: true, waitedMs: this.deps.now().getTime() - start };
+      }
+      const waited = this.deps.now().getTime() - start;
+      if (waited >= this.step.releaseTimeoutMs) return { released: false, waitedMs: waited };
+      await this.deps.sleep(Math.min(this.step.pollIntervalMs, this.step.releaseTimeoutMs - waited));
+    }
+  }
+}

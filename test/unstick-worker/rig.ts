@@ -1,0 +1,206 @@
+/**
+ * The unstick runners on real parts: the test fleet (real sshd, namespaces, processes), the real
+ * SSH executor, real Redis under a random prefix (removed after), and a dispatcher that records
+ * what it would enqueue (the expiry job) so a test can run it itself.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { Writable } from 'node:stream';
+import type { Redis } from 'ioredis';
+import { ApprovalStore } from '../../src/approval/approval-store.ts';
+import type { Inventory } from '../../src/config/inventory.ts';
+import { validateInventory } from '../../src/config/load-inventory.ts';
+import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
+import { IncidentLog } from '../../src/incident/log.ts';
+import { TargetLock } from '../../src/incident/target-lock.ts';
+import { createLogger } from '../../src/logger.ts';
+import { StepGuard } from '../../src/playbooks/step-guard.ts';
+import type { Dispatcher } from '../../src/queue/dispatcher.ts';
+import type { JobData } from '../../src/queue/jobs.ts';
+import { createSshExecutor } from '../../src/ssh/executor.ts';
+import type { Executor } from '../../src/ssh/types.ts';
+import type { UnstickWorkerDeps } from '../../workers/unstick.ts';
+import { hostPidOf, startFleet } from '../harness/fleet/index.ts';
+import type { Fleet, FleetSpec } from '../harness/fleet/types.ts';
+import { newRedis, randomPrefix, removePrefix } from '../unstick/redis-prefix.ts';
+
+export const REQUESTER = 'U0REQUEST1';
+export const APPROVER = 'U0APPROVE1';
+export const TIMING = { graceMs: 1000, pollIntervalMs: 300, releaseTimeoutMs: 5000, commandTimeoutMs: 10_000 };
+export const TTL_MS = 60_000;
+
+export interface Enqueued {
+  site: string;
+  data: JobData;
+  jobId: string;
+  delayMs: number | undefined;
+}
+
+export interface Rig {
+  fleet: Fleet;
+  inventory: Inventory;
+  executor: Executor;
+  redis: Redis;
+  prefix: string;
+  log: IncidentLog;
+  approvals: ApprovalStore;
+  steps: StepGuard;
+  lock: TargetLock;
+  enqueued: Enqueued[];
+  /** Added to the real clock (expiry tests move time forward). */
+  clockOffsetMs: number;
+  logText(): string;
+  deps(over?: Partial<UnstickWorkerDeps>): UnstickWorkerDeps;
+  /** Opens an incident and takes the target lock, as the bot does before enqueuing. */
+  newIncident(target: string, requester?: string): Promise<string>;
+  events(incidentId: string): Promise<AnyLoggedEvent[]>;
+  stop(): Promise<void>;
+}
+
+export function inventoryOf(fleet: Fleet, tweak?: (inv: Inventory) => void): Inventory {
+  const v = validateInventory(fleet.inventory());
+  if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
+  tweak?.(v.inventory);
+  return v.inventory;
+}
+
+export async function startRig(spec: FleetSpec): Promise<Rig> {
+  const fleet = await startFleet(spec);
+  const inventory = inventoryOf(fleet);
+  const executor = createSshExecutor({ connectTimeoutMs: 8000 });
+  const redis = newRedis();
+  const prefix = randomPrefix();
+  const chunks: string[] = [];
+  const logger = createLogger({
+    name: 'unstick-worker-test',
+    level: 'debug',
+    destination: new Writable({
+      write(c: Buffer, _e, cb) {
+        chunks.push(c.toString());
+        cb();
+      },
+    }),
+  });
+  const enqueued: Enqueued[] = [];
+  const dispatcher: Dispatcher = {
+    async enqueue(site, data, jobId, o) {
+      enqueued.push({ site, data, jobId, delayMs: o?.delayMs });
+    },
+    async close() {},
+  };
+  const rig: Rig = {
+    fleet,
+    inventory,
+    executor,
+    redis,
+    prefix,
+    log: new IncidentLog(redis, prefix),
+    approvals: new ApprovalStore(redis, prefix),
+    steps: new StepGuard(redis, prefix),
+    lock: new TargetLock(redis, prefix),
+    enqueued,
+    clockOffsetMs: 0,
+    logText: () => chunks.join(''),
+    deps(over = {}) {
+      return {
+        inventory,
+        executor,
+        log: rig.log,
+        approvals: rig.approvals,
+        steps: rig.steps,
+        lock: rig.lock,
+        dispatcher,
+        approvers: [APPROVER, 'U0APPROVE2'],
+        approvalTtlMs: TTL_MS,
+        timing: TIMING,
+        now: () => new Date(Date.now() + rig.clockOffsetMs),
+        sleep: (ms: number) => new Promise<void>((r) => setTimeout(r, ms)),
+        logger,
+        workerId: `w-${randomBytes(3).toString('hex')}`,
+        ...over,
+      };
+    },
+    async newIncident(target, requester = REQUESTER) {
+      const id = `inc_${randomBytes(6).toString('hex')}`;
+      const createdAt = new Date().toISOString();
+      await rig.log.create({ id, kind: 'unstick', requester, channel: 'C0ONCALL01', targets: [target], text: `unstick ${target}`, reason: null, createdAt });
+      const got = await rig.lock.acquire(target, { incidentId: id, requester, since: createdAt }, 600_000);
+      if (!got.ok) throw new Error(`${target} is locked by ${JSON.stringify(got.holder)}`);
+      return id;
+    },
+    events: (id) => rig.log.events(id),
+    async stop() {
+      await executor.close().catch(() => undefined);
+      await fleet.stop();
+      await removePrefix(redis, prefix);
+      redis.disconnect();
+    },
+  };
+  return rig;
+}
+
+export interface DeviceMonitor {
+  hostPid: number;
+  containerPid: number;
+  startTime: number;
+  alive(): boolean;
+  stop(): void;
+}
+
+function startTimeOf(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (rest[0] === 'Z' || rest[0] === 'X') return null;
+    return Number(rest[19]);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A monitoring python3 inside a container with `/dev/nvidia0` and `/dev/nvidiactl` open and no
+ * GPU memory (what an NVML exporter looks like to fuser). A real python3, started by this test.
+ */
+export async function startDeviceMonitor(fleet: Fleet, containerId: string): Promise<DeviceMonitor> {
+  const init = fleet.machine(containerId).initHostPid;
+  if (init === null) throw new Error(`${containerId} is not running`);
+  const script = "import os,sys,time\nf=open('/dev/nvidia0','rb')\ng=open('/dev/nvidiactl','rb')\nprint(os.getpid(),flush=True)\ntime.sleep(3600)\n";
+  const child = spawn('nsenter', ['--target', String(init), '--pid', '--mount', '--', '/usr/bin/python3', '-c', script, 'gpu_exporter.py'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const ctPid = await new Promise<number>((resolve, reject) => {
+    let buf = '';
+    child.stdout.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const m = /^(\d+)\n/.exec(buf);
+      if (m) resolve(Number(m[1]));
+    });
+    child.on('exit', () => reject(new Error('monitor exited early')));
+  });
+  const hostPid = hostPidOf(init, ctPid);
+  if (hostPid === null) throw new Error('monitor host PID not found');
+  const startTime = startTimeOf(hostPid);
+  if (startTime === null) throw new Error('monitor vanished');
+  return {
+    hostPid,
+    containerPid: ctPid,
+    startTime,
+    alive: () => startTimeOf(hostPid) === startTime,
+    stop() {
+      if (startTimeOf(hostPid) === startTime) process.kill(hostPid, 'SIGKILL');
+      child.kill('SIGKILL');
+    },
+  };
+}
+
+export function procStart(pid: number): number | null {
+  return startTimeOf(pid);
+}
+
+type Ev<T extends AnyLoggedEvent['type']> = Extract<AnyLoggedEvent, { type: T }>;
+
+export function ofType<T extends AnyLoggedEvent['type']>(events: readonly AnyLoggedEvent[], type: T): Array<Ev<T>> {
+  return events.filter((e): e is Ev<T> => e.type === type);
+}

@@ -1,0 +1,347 @@
+import type { ApprovalStore } from '../src/approval/approval-store.ts';
+import type { Inventory } from '../src/config/inventory.ts';
+import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config/machines.ts';
+import { isStuck, type ContainerFailure, type Diagnosis } from '../src/gpu/diagnose.ts';
+import type { Gpu, GpuProcess } from '../src/gpu/types.ts';
+import { verdictOf, type Verdict } from '../src/gpu/verdict.ts';
+import type { AnyEvent, AnyLoggedEvent } from '../src/incident/all-events.ts';
+import type { IncidentMeta } from '../src/incident/events.ts';
+import type { IncidentLog } from '../src/incident/log.ts';
+import type { TargetLock } from '../src/incident/target-lock.ts';
+import type { Logger } from '../src/logger.ts';
+import type { StepGuard } from '../src/playbooks/step-guard.ts';
+import { planUnstick, stepHash, type Step } from '../src/playbooks/unstick-plan.ts';
+import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
+import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
+import type { Dispatcher } from '../src/queue/dispatcher.ts';
+import type { DecisionJob, ExpireJob, UnstickJob } from '../src/queue/jobs.ts';
+import type { Executor, Route } from '../src/ssh/types.ts';
+
+export interface UnstickWorkerDeps {
+  inventory: Inventory;
+  executor: Executor;
+  log: IncidentLog;
+  approvals: ApprovalStore;
+  steps: StepGuard;
+  lock: TargetLock;
+  /** Schedules the expiry job: enqueue(site, { kind: 'expire', incidentId, approvalId }, jobId, { delayMs }). */
+  dispatcher: Dispatcher;
+  /** Slack user IDs who may decide host-level steps; frozen into each approval when it is created. */
+  approvers: string[];
+  approvalTtlMs: number;
+  timing: { graceMs: number; releaseTimeoutMs: number; pollIntervalMs: number; commandTimeoutMs: number };
+  now(): Date;
+  sleep(ms: number): Promise<void>;
+  logger: Logger;
+  /** Names this worker (and job attempt) in step claims. */
+  workerId: string;
+}
+
+type Container = Extract<Machine, { kind: 'container' }>;
+
+/** Step-guard keys used as once-only latches beside the steps themselves. */
+const FINISH_KEY = 'incident-finished';
+const APPROVAL_KEY = 'approval-requested-';
+type Ev<T extends AnyEvent['type']> = Extract<AnyLoggedEvent, { type: T }>;
+
+interface Target {
+  container: Container;
+  host: Machine;
+  routes: { container: Route; host: Route };
+  /** 0 when container commands run as root (`pct exec`, root login); null when unknown. */
+  execUid: number | null;
+}
+
+function resolveTarget(deps: UnstickWorkerDeps, machineId: string): Target | string {
+  const m = findMachine(deps.inventory, machineId);
+  if (!m) return `this worker's inventory has no machine "${machineId}"`;
+  if (m.kind !== 'container') return `\`${machineId}\` is a host; unstick works on a container (its GPU holders and its host's view of them)`;
+  const host = findMachine(deps.inventory, m.hostId);
+  const container = routeFor(deps.inventory, m.id);
+  const hostRoute = hostRouteFor(deps.inventory, m.hostId);
+  if (!host || !container || !hostRoute) return `container \`${machineId}\` names host \`${m.hostId}\`, which this worker's inventory does not have`;
+  const entry = deps.inventory.containers.find((c) => c.id === m.id);
+  const user = container.kind === 'pct' ? 'root' : (entry?.user ?? deps.inventory.defaults.user);
+  return { container: m, host, routes: { container, host: hostRoute }, execUid: user === 'root' ? 0 : null };
+}
+
+/** One incident's run: the helpers every job kind shares. */
+class IncidentRun {
+  private readonly logger: Logger;
+
+  constructor(
+    readonly incidentId: string,
+    readonly deps: UnstickWorkerDeps,
+  ) {
+    this.logger = deps.logger.child({ incident: incidentId });
+  }
+
+  at(): string {
+    return this.deps.now().toISOString();
+  }
+
+  async append(e: AnyEvent): Promise<void> {
+    await this.deps.log.append(this.incidentId, e);
+  }
+
+  readingDeps() {
+    return { exec: this.deps.executor.exec.bind(this.deps.executor), now: this.deps.now, commandTimeoutMs: this.deps.timing.commandTimeoutMs };
+  }
+
+  /** Reads both views; on failure logs which machine failed and why, and returns null. */
+  async read(t: Target, label: 'before' | 'after'): Promise<TargetReadings | null> {
+    const r = await readTarget(t.container, t.host, t.routes, this.readingDeps());
+    if (!r.ok) {
+      for (const f of r.failures)
+        await this.append({ type: 'machine_error', at: this.at(), machineId: f.machineId, code: f.code, message: f.message, commands: f.commands });
+      return null;
+    }
+    await this.append({ type: 'snapshot', at: this.at(), label, snapshot: r.value.container.snapshot, commands: r.value.container.commands });
+    await this.append({ type: 'snapshot', at: this.at(), label, snapshot: r.value.host.snapshot, commands: r.value.host.commands });
+    return r.value;
+  }
+
+  async diagnose(t: Target, r: TargetReadings, label: 'before' | 'after', containerFailed: readonly ContainerFailure[] = []): Promise<Diagnosis> {
+    const d = diagnoseReadings(t.container.id, t.host.id, r, { containerExecUid: t.execUid, containerFailed });
+    await this.append({ type: 'diagnosis', at: this.at(), label, diagnosis: d });
+    return d;
+  }
+
+  plan(t: Target, d: Diagnosis) {
+    const { graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs } = this.deps.timing;
+    return planUnstick(d, { incidentId: this.incidentId, vmid: t.container.vmid, graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs });
+  }
+
+  async runStep(t: Target, step: Step, hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] }): Promise<StepResult> {
+    return runStep(
+      step,
+      {
+        incidentId: this.incidentId,
+        containerRoute: t.routes.container,
+        hostRoute: t.routes.host,
+        vmid: t.container.vmid,
+        hostGpus: hostNow.gpus,
+        hostApps: hostNow.apps,
+      },
+      {
+        exec: (route, spec) => this.deps.executor.exec(route, spec),
+        append: (e) => this.append(e),
+        steps: this.deps.steps,
+        now: this.deps.now,
+        sleep: this.deps.sleep,
+        workerId: this.deps.workerId,
+        commandTimeoutMs: this.deps.timing.commandTimeoutMs,
+      },
+    );
+  }
+
+  /** Verdict, `finished`, lock released: the incident's last three things. */
+  async finish(meta: IncidentMeta | null, verdict: Verdict | null, outcome?: 'ok' | 'partial' | 'failed'): Promise<void> {
+    // Once per incident, whichever job gets here first (a re-run job must not close it twice).
+    if (!(await this.deps.steps.claimStep(this.incidentId, FINISH_KEY, this.deps.workerId, this.deps.now().getTime()))) {
+      this.logger.info('incident already finished by another attempt: nothing appended');
+      return;
+    }
+    if (verdict) await this.append({ type: 'verdict', at: this.at(), verdict });
+    const o = outcome ?? (verdict === null ? 'failed' : verdict.kind === 'recovered' || verdict.kind === 'nothing_stuck' ? 'ok' : verdict.kind === 'partially_recovered' ? 'partial' : 'failed');
+    const created = meta ? Date.parse(meta.createdAt) : NaN;
+    const durationMs = Number.isFinite(created) ? Math.max(0, this.deps.now().getTime() - created) : 0;
+    await this.append({ type: 'finished', at: this.at(), outcome: o, durationMs });
+    for (const id of meta?.targets ?? []) await this.deps.lock.release(id, this.incidentId);
+    this.logger.info({ outcome: o, verdict: verdict?.kind ?? null }, 'unstick finished');
+  }
+
+  async error(code: string, message: string): Promise<void> {
+    await this.append({ type: 'error', at: this.at(), code, message });
+  }
+
+  /**
+   * Asks a second person for a tier-2 step: approval with the frozen approvers list and the
+   * step's hash, the card's event, and the expiry job. A step already asked for in this incident
+   * (a re-run job, or a re-plan that came back the same) is not asked for again.
+   */
+  async requestApproval(t: Target, meta: IncidentMeta, step: Step, events: readonly AnyLoggedEvent[]): Promise<'requested' | 'already'> {
+    if (events.some((e) => e.type === 'approval_requested' && e.stepId === step.id)) return 'already';
+    if (!(await this.deps.steps.claimStep(this.incidentId, `${APPROVAL_KEY}${step.id}`, this.deps.workerId, this.deps.now().getTime()))) return 'already';
+    const now = this.deps.now().getTime();
+    const approval = await this.deps.approvals.create({
+      incidentId: this.incidentId,
+      stepId: step.id,
+      planHash: stepHash(step),
+      requester: meta.requester,
+      approvers: this.deps.approvers,
+      now,
+      expiresAt: now + this.deps.approvalTtlMs,
+    });
+    await this.append({
+      type: 'approval_requested',
+      at: this.at(),
+      approvalId: approval.id,
+      stepId: step.id,
+      expiresAt: new Date(approval.expiresAt).toISOString(),
+      planHash: approval.planHash,
+      step,
+      host: t.host.id,
+      vmid: t.container.vmid,
+    });
+    try {
+      await this.deps.dispatcher.enqueue(
+        t.container.site,
+        { kind: 'expire', incidentId: this.incidentId, approvalId: approval.id },
+        `expire-${approval.id}`,
+        { delayMs: this.deps.approvalTtlMs },
+      );
+    } catch (e) {
+      // The store refuses a late click on its own; only the "expired" line in the thread would be missing.
+      this.logger.warn({ err: e, approvalId: approval.id }, 'could not schedule the approval expiry');
+    }
+    return 'requested';
+  }
+
+  /**
+   * After a diagnosis: clean → finish; a tier-2 step left → ask for the first one (kill before
+   * reset: a kill may free the memory a reset would otherwise be needed for); none → finish.
+   */
+  async next(t: Target, meta: IncidentMeta, before: Diagnosis, current: Diagnosis): Promise<void> {
+    const stuck = current.gpus.some(isStuck);
+    const tier2 = stuck ? this.plan(t, current).steps.filter((s) => s.tier === 2) : [];
+    const events = tier2.length > 0 ? await this.deps.log.events(this.incidentId) : [];
+    const fresh = tier2.filter((s) => !events.some((e) => e.type === 'approval_requested' && e.stepId === s.id));
+    const step = fresh[0];
+    if (step === undefined) return this.finish(meta, verdictOf(before, current));
+    if (this.deps.approvers.length === 0) {
+      await this.error('not_approver', 'no approvers configured: host-level steps cannot run; set GPU_MEDIC_APPROVERS');
+      return this.finish(meta, verdictOf(before, current));
+    }
+    await this.requestApproval(t, meta, step, events);
+  }
+}
+
+async function loadMeta(run: IncidentRun): Promise<IncidentMeta | null> {
+  return run.deps.log.meta(run.incidentId);
+}
+
+/**
+ * `/gpu unstick <container>`: before snapshots, diagnosis, the container-side step if any,
+ * a fresh look, then either done or an approval card for the host-level step.
+ */
+export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): Promise<void> {
+  const run = new IncidentRun(job.incidentId, deps);
+  const meta = await loadMeta(run);
+  await run.append({ type: 'started', at: run.at(), worker: deps.workerId });
+  const t = resolveTarget(deps, job.machineId);
+  if (typeof t === 'string') {
+    await run.error('target_unknown', `${t}. Nothing was run.`);
+    return run.finish(meta, null);
+  }
+  if (!meta) {
+    await run.error('internal', `incident ${job.incidentId} has no record (requester unknown), so no approval could be asked for. Nothing was run.`);
+    return run.finish(null, null);
+  }
+
+  const r0 = await run.read(t, 'before');
+  if (!r0) {
+    await run.error('machine_error', `could not read \`${t.container.id}\` and its host \`${t.host.id}\`; nothing was signalled. Try \`/gpu status ${t.container.id}\`.`);
+    return run.finish(meta, null);
+  }
+  const before = await run.diagnose(t, r0, 'before');
+  const plan = run.plan(t, before);
+  const tier1 = plan.steps.find((s) => s.tier === 1);
+  if (!tier1) return run.next(t, meta, before, before);
+
+  const res = await run.runStep(t, tier1, { gpus: r0.host.snapshot.gpus, apps: r0.host.snapshot.processes });
+  const r1 = await run.read(t, 'after');
+  if (!r1) {
+    await run.error('machine_error', `the container step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\` before anything else.`);
+    return run.finish(meta, null);
+  }
+  // Holders the container could not stop, and tier-1 targets still running as the same process: only the host can now.
+  const after = diagnoseReadings(t.container.id, t.host.id, r1, { containerExecUid: t.execUid, containerFailed: res.containerFailed });
+  const failed = [...res.containerFailed];
+  if (res.outcome !== 'interrupted' && res.error === null)
+    for (const g of after.gpus)
+      for (const h of g.holders)
+        if (h.reach === 'container' && tier1.targets.some((x) => x.hostPid === h.process.hostPid && x.startTimeTicks === h.process.startTimeTicks))
+          if (!failed.some((f) => f.process.hostPid === h.process.hostPid)) failed.push({ process: h.process, reason: 'it was still running after SIGTERM and SIGKILL from inside the container' });
+  const current = await run.diagnose(t, r1, 'after', failed);
+  return run.next(t, meta, before, current);
+}
+
+function firstBefore(events: readonly AnyLoggedEvent[]): Diagnosis | null {
+  return events.find((e): e is Ev<'diagnosis'> => e.type === 'diagnosis' && e.label === 'before')?.diagnosis ?? null;
+}
+
+function latestDiagnosis(events: readonly AnyLoggedEvent[]): Diagnosis | null {
+  return [...events].reverse().find((e): e is Ev<'diagnosis'> => e.type === 'diagnosis')?.diagnosis ?? null;
+}
+
+function withNote(v: Verdict, note: string): Verdict {
+  return { ...v, nextStep: v.nextStep ? `${note} ${v.nextStep}` : note };
+}
+
+/** A second person decided: run the approved step on the host, or close the incident if denied. */
+export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps): Promise<void> {
+  const run = new IncidentRun(job.incidentId, deps);
+  const logger = deps.logger.child({ incident: job.incidentId, approvalId: job.approvalId });
+  const approval = await deps.approvals.get(job.approvalId);
+  if (!approval || approval.incidentId !== job.incidentId) {
+    logger.warn('decision job for an unknown approval (or another incident): nothing run');
+    return;
+  }
+  if (approval.state !== 'approved' && approval.state !== 'denied') {
+    logger.info({ state: approval.state }, 'decision job for an undecided or expired approval: nothing run');
+    return;
+  }
+  const events = await deps.log.events(job.incidentId);
+  if (events.some((e) => e.type === 'finished')) {
+    logger.info('incident already finished: nothing run');
+    return;
+  }
+  const meta = await loadMeta(run);
+  const req = events.find((e): e is Ev<'approval_requested'> => e.type === 'approval_requested' && e.approvalId === approval.id);
+  const before = firstBefore(events);
+  const t = resolveTarget(deps, meta?.targets[0] ?? '');
+  if (!req || !before || !meta || typeof t === 'string') {
+    await run.error('internal', `the incident record has no card for this approval (or no target); nothing was run.`);
+    return run.finish(meta, null);
+  }
+  if (approval.state === 'denied') {
+    const r = await run.read(t, 'after');
+    const after = r ? await run.diagnose(t, r, 'after') : (latestDiagnosis(events) ?? before);
+    return run.finish(meta, withNote(verdictOf(before, after), `Denied by <@${approval.decidedBy ?? '?'}>: nothing from the approval card was run.`));
+  }
+  // What is run is what the card showed: the step stored with the request, checked against the approved hash.
+  if (stepHash(req.step) !== approval.planHash || req.step.id !== approval.stepId) {
+    await run.error('plan_changed', 'the step in the incident record does not match what was approved; nothing was run. Ask again with `/gpu unstick`.');
+    return run.finish(meta, verdictOf(before, latestDiagnosis(events) ?? before));
+  }
+  // The step re-checks everything it acts on; the last host snapshot only sets the release baseline.
+  const hostSnap = [...events].reverse().find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
+  const res = await run.runStep(t, req.step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });
+  const r1 = await run.read(t, 'after');
+  if (!r1) {
+    await run.error('machine_error', `the approved step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\`.`);
+    return run.finish(meta, null);
+  }
+  // What the container already failed to stop stays host-only in the verdict's next step.
+  const hostOnly: ContainerFailure[] = req.step.targets.map((x) => ({ process: x, reason: x.hostOnlyWhy ?? 'the container could not stop it' }));
+  const after = await run.diagnose(t, r1, 'after', hostOnly);
+  return run.next(t, meta, before, after);
+}
+
+/** The approval's time ran out: if it was still pending, say so and close the incident; nothing runs. */
+export async function runExpireJob(job: ExpireJob, deps: UnstickWorkerDeps): Promise<void> {
+  const run = new IncidentRun(job.incidentId, deps);
+  const res = await deps.approvals.expire(job.approvalId, deps.now().getTime());
+  if (!res.expired || res.approval.incidentId !== job.incidentId) {
+    deps.logger.child({ incident: job.incidentId }).info({ approvalId: job.approvalId, reason: res.expired ? 'other_incident' : res.reason }, 'expiry: nothing to do');
+    return;
+  }
+  await run.append({ type: 'approval_expired', at: run.at(), approvalId: res.approval.id, stepId: res.approval.stepId });
+  const events = await deps.log.events(job.incidentId);
+  const meta = await loadMeta(run);
+  const before = firstBefore(events);
+  const latest = latestDiagnosis(events) ?? before;
+  const verdict = before && latest ? withNote(verdictOf(before, latest), 'The approval request expired without a decision; nothing from it was run.') : null;
+  return run.finish(meta, verdict);
+}
