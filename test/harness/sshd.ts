@@ -154,6 +154,9 @@ function sshdConfig(o: { port: number; dir: string; hostKeyPath: string; wrapper
     'X11Forwarding no',
     'AllowTcpForwarding no',
     'LogLevel VERBOSE',
+    // bash sources ~/.bashrc for commands arriving over ssh when SHLVL is unset; a developer's
+    // .bashrc (pyenv init, rehash locks) then slows or wedges every remote command.
+    'SetEnv SHLVL=1',
     // ForceCommand is run through the user's shell with -c: quote the path for it.
     `ForceCommand ${shellQuote(o.wrapper)}`,
     '',
