@@ -1,0 +1,280 @@
+/**
+ * The demo: a scenario's fleet with the real bot, worker and Redis, our fake Slack, and a tiny
+ * local web page (node:http, no framework) on 127.0.0.1 where a person acts as any user of the
+ * scenario: type `/gpu ...`, click the buttons of approval cards, read the threads.
+ *
+ * Routes: GET / (the page), GET /state (channel, threads, private answers, GPU memory as JSON),
+ * POST /command {user, text} (queues the slash command, answers 202), POST /click {user, ts, which}.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
+import { cardButtons, ScenarioRuntime } from './run-scenario.ts';
+import { loadScenario, type Scenario } from './schema.ts';
+
+export interface PrivateNote {
+  at: number;
+  user: string;
+  kind: 'ack' | 'ephemeral' | 'response' | 'click' | 'error';
+  text: string;
+}
+
+export interface DemoMessage {
+  ts: string;
+  user: string;
+  text: string;
+  blocks: unknown[];
+  edits: number;
+  buttons: Array<{ which: 'approve' | 'deny'; text: string }>;
+}
+
+export interface DemoState {
+  scenario: { name: string; description: string | null; pending: string | null };
+  channel: string;
+  users: Array<{ name: string; id: string }>;
+  threads: Array<{ parent: DemoMessage; replies: DemoMessage[] }>;
+  private: PrivateNote[];
+  gpuMemory: Record<string, Array<{ index: number; usedMiB: number; totalMiB: number }>>;
+  processes: Array<{ name: string; machine: string; kind: string; cmdline: string; hostPid: number }>;
+}
+
+export interface Demo {
+  url: string;
+  runtime: ScenarioRuntime;
+  state(): DemoState;
+  /** Types a command as a user; resolves when Bolt acked (the answer lands in `private`). */
+  command(user: string, text: string): Promise<PrivateNote>;
+  /** Clicks a button of the card with this ts (default: the latest card of the latest thread). */
+  click(user: string, which: 'approve' | 'deny', ts?: string): Promise<PrivateNote>;
+  close(): Promise<void>;
+}
+
+function view(m: StoredMessage): DemoMessage {
+  return {
+    ts: m.ts,
+    user: m.user,
+    text: m.text,
+    blocks: m.blocks ?? [],
+    edits: m.history.length,
+    buttons: cardButtons(m.blocks).map((b) => ({ which: b.which, text: b.text })),
+  };
+}
+
+function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > 64 * 1024) {
+        reject(new Error('body too large'));
+        req.destroy();
+      } else chunks.push(c);
+    });
+    req.on('end', () => {
+      try {
+        const v: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+        resolve(typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : {});
+      } catch (e) {
+        reject(e);
+      }
+    });
+    req.on('error', reject);
+  });
+}
+
+function send(res: ServerResponse, status: number, body: unknown, type = 'application/json'): void {
+  const text = type === 'application/json' ? JSON.stringify(body) : String(body);
+  res.writeHead(status, { 'content-type': `${type}; charset=utf-8`, 'cache-control': 'no-store' });
+  res.end(text);
+}
+
+export async function startDemo(input: string | Scenario, o: { port?: number } = {}): Promise<Demo> {
+  const scenario = typeof input === 'string' ? loadScenario(input) : input;
+  const rt = await ScenarioRuntime.start(scenario);
+  const notes: PrivateNote[] = [];
+  const userOfUrl = new Map<string, string>();
+  const nameOf = new Map(Object.entries(rt.users).map(([n, id]) => [id, n]));
+
+  const note = (n: Omit<PrivateNote, 'at'>): PrivateNote => {
+    const full = { at: Date.now(), ...n };
+    notes.push(full);
+    return full;
+  };
+
+  const state = (): DemoState => {
+    const slack = rt.stack.slack;
+    const threads = slack.messages(scenario.channel).map((p) => {
+      const t = slack.thread(scenario.channel, p.ts);
+      return { parent: view(p), replies: t.slice(1).map(view) };
+    });
+    const priv: PrivateNote[] = [...notes];
+    for (const e of slack.ephemerals()) priv.push({ at: e.at, user: nameOf.get(e.user) ?? e.user, kind: 'ephemeral', text: e.text });
+    for (const r of slack.responses()) {
+      const user = userOfUrl.get(r.url);
+      if (user !== undefined && typeof r.body.text === 'string') priv.push({ at: r.at, user, kind: 'response', text: r.body.text });
+    }
+    priv.sort((a, b) => a.at - b.at);
+    const gpuMemory: DemoState['gpuMemory'] = {};
+    for (const h of scenario.fleet.hosts) gpuMemory[h.id] = rt.stack.fleet.gpuMemory(h.id);
+    return {
+      scenario: { name: scenario.name, description: scenario.description ?? null, pending: scenario.pending ?? null },
+      channel: scenario.channel,
+      users: Object.entries(rt.users).map(([name, id]) => ({ name, id })),
+      threads,
+      private: priv,
+      gpuMemory,
+      processes: [...rt.processes].map(([name, { kind, p }]) => ({ name, machine: p.machine, kind, cmdline: p.cmdline, hostPid: p.hostPid })),
+    };
+  };
+
+  const command = async (user: string, text: string): Promise<PrivateNote> => {
+    if (rt.users[user] === undefined) return note({ user, kind: 'error', text: `unknown user ${user}` });
+    try {
+      const r = await rt.slash(user, text);
+      userOfUrl.set(r.responseUrl, user);
+      return note({ user, kind: 'ack', text: `${text.trim()}\n→ ${r.ackText || `HTTP ${r.status}`}` });
+    } catch (e) {
+      return note({ user, kind: 'error', text: `${text}: ${e instanceof Error ? e.message : String(e)}` });
+    }
+  };
+
+  const click = async (user: string, which: 'approve' | 'deny', ts?: string): Promise<PrivateNote> => {
+    if (rt.users[user] === undefined) return note({ user, kind: 'error', text: `unknown user ${user}` });
+    let card = ts === undefined ? null : rt.cardAt(scenario.channel, ts);
+    if (ts === undefined) {
+      for (let i = rt.incidents.length - 1; i >= 0 && !card; i--) {
+        const inc = rt.incidents[i];
+        if (inc) card = rt.latestCard(inc);
+      }
+    }
+    if (!card) return note({ user, kind: 'error', text: `no approval card to click${ts === undefined ? '' : ` at ${ts}`}` });
+    const url = rt.stack.slack.newResponseUrl();
+    userOfUrl.set(url, user);
+    const r = await rt.click(user, which, card, url);
+    return note({ user, kind: 'click', text: r.sent ? `clicked ${which} on card ${card.ts} → HTTP ${r.status}` : r.reason });
+  };
+
+  const server: Server = createServer((req, res) => {
+    void (async () => {
+      try {
+        const url = new URL(req.url ?? '/', 'http://127.0.0.1');
+        if (req.method === 'GET' && url.pathname === '/') return send(res, 200, PAGE, 'text/html');
+        if (req.method === 'GET' && url.pathname === '/state') return send(res, 200, state());
+        if (req.method === 'POST' && url.pathname === '/command') {
+          const b = await readJson(req);
+          const user = typeof b.user === 'string' ? b.user : '';
+          const text = typeof b.text === 'string' ? b.text : '';
+          if (rt.users[user] === undefined) return send(res, 400, { error: `unknown user "${user}"` });
+          if (!/^\s*\/gpu\b/.test(text) && text.trim() !== '') {
+            return send(res, 400, { error: 'type a /gpu command, e.g. /gpu status kpro5' });
+          }
+          void command(user, text);
+          return send(res, 202, { queued: true, user, text });
+        }
+        if (req.method === 'POST' && url.pathname === '/click') {
+          const b = await readJson(req);
+          const user = typeof b.user === 'string' ? b.user : '';
+          const which = b.which === 'approve' || b.which === 'deny' ? b.which : null;
+          if (rt.users[user] === undefined || which === null) return send(res, 400, { error: 'need user and which (approve|deny)' });
+          const n = await click(user, which, typeof b.ts === 'string' ? b.ts : undefined);
+          return send(res, n.kind === 'error' ? 409 : 200, n);
+        }
+        send(res, 404, { error: 'not found' });
+      } catch (e) {
+        send(res, 400, { error: e instanceof Error ? e.message : String(e) });
+      }
+    })();
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port ?? 0, '127.0.0.1', () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  let closed = false;
+  return {
+    url: `http://127.0.0.1:${port}/`,
+    runtime: rt,
+    state,
+    command,
+    click,
+    async close() {
+      if (closed) return;
+      closed = true;
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await rt.stop();
+    },
+  };
+}
+
+const PAGE = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpu-medic demo</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:0;display:flex;height:100vh}
+main{flex:2;overflow:auto;padding:12px 18px;border-right:1px solid #ddd}
+aside{flex:1;overflow:auto;padding:12px 18px;background:#fafafa}
+.msg{border:1px solid #e3e3e3;border-radius:6px;padding:8px 10px;margin:6px 0;background:#fff;white-space:pre-wrap}
+.thread{margin:14px 0;padding-left:8px;border-left:3px solid #4a154b}
+.reply{margin-left:22px}
+table{border-collapse:collapse;margin:6px 0;font:12px monospace}td{border:1px solid #ccc;padding:2px 6px}
+.meta{color:#888;font-size:12px}
+button{margin-right:6px}
+form{position:sticky;top:0;background:#fff;padding:8px 0;border-bottom:1px solid #eee}
+input[type=text]{width:55%}
+.note{font-size:12px;border-bottom:1px dotted #ccc;padding:4px 0;white-space:pre-wrap}
+.error{color:#b00}
+</style></head><body>
+<main>
+<form id="f">as <select id="user"></select>
+<input id="text" type="text" value="/gpu status" autocomplete="off"> <button>Send</button></form>
+<h3 id="title"></h3><div id="desc" class="meta"></div>
+<div id="threads"></div>
+</main>
+<aside><h4>Only visible to you (acks, ephemeral answers)</h4><div id="private"></div>
+<h4>GPU memory (fleet truth)</h4><div id="gpus"></div><h4>Processes</h4><div id="procs" class="meta"></div></aside>
+<script>
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
+let usersSet = false;
+function blocksHtml(m) {
+  let h = '';
+  for (const b of m.blocks || []) {
+    if (b.type === 'table') h += '<table>' + b.rows.map((r) => '<tr>' + r.map((c) => '<td>' + esc(c.text ?? '') + '</td>').join('') + '</tr>').join('') + '</table>';
+  }
+  for (const btn of m.buttons) h += '<button data-ts="' + esc(m.ts) + '" data-which="' + btn.which + '">' + esc(btn.text) + '</button>';
+  return h;
+}
+function msgHtml(m, cls) {
+  return '<div class="msg ' + cls + '"><div class="meta">' + esc(m.ts) + (m.edits ? ' · edited ' + m.edits + '×' : '') + '</div>' + esc(m.text) + blocksHtml(m) + '</div>';
+}
+async function refresh() {
+  const s = await (await fetch('/state')).json();
+  document.getElementById('title').textContent = s.scenario.name + ' · channel ' + s.channel;
+  document.getElementById('desc').textContent = (s.scenario.description || '') + (s.scenario.pending ? ' [pending: ' + s.scenario.pending + ']' : '');
+  if (!usersSet) {
+    document.getElementById('user').innerHTML = s.users.map((u) => '<option value="' + esc(u.name) + '">' + esc(u.name) + ' (' + esc(u.id) + ')</option>').join('');
+    usersSet = true;
+  }
+  document.getElementById('threads').innerHTML = s.threads.map((t) => '<div class="thread">' + msgHtml(t.parent, '') + t.replies.map((r) => msgHtml(r, 'reply')).join('') + '</div>').join('') || '<p class="meta">No messages yet. Type a command above.</p>';
+  document.getElementById('private').innerHTML = s.private.slice().reverse().map((n) => '<div class="note ' + (n.kind === 'error' ? 'error' : '') + '"><b>' + esc(n.user) + '</b> ' + esc(n.kind) + ': ' + esc(n.text) + '</div>').join('');
+  document.getElementById('gpus').innerHTML = Object.entries(s.gpuMemory).map(([h, g]) => '<b>' + esc(h) + '</b><table>' + g.map((x) => '<tr><td>' + x.index + '</td><td>' + x.usedMiB + ' / ' + x.totalMiB + ' MiB</td></tr>').join('') + '</table>').join('');
+  document.getElementById('procs').innerHTML = s.processes.map((p) => esc(p.name + ' on ' + p.machine + ' (' + p.kind + ', host PID ' + p.hostPid + '): ' + p.cmdline)).join('<br>');
+}
+document.getElementById('f').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const user = document.getElementById('user').value, text = document.getElementById('text').value;
+  const r = await fetch('/command', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ user, text }) });
+  if (!r.ok) alert((await r.json()).error);
+  setTimeout(refresh, 300);
+});
+document.getElementById('threads').addEventListener('click', async (e) => {
+  const b = e.target.closest('button[data-which]');
+  if (!b) return;
+  const user = document.getElementById('user').value;
+  await fetch('/click', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ user, ts: b.dataset.ts, which: b.dataset.which }) });
+  setTimeout(refresh, 300);
+});
+refresh();
+setInterval(refresh, 1000);
+</script></body></html>
+`;
