@@ -89,7 +89,7 @@ describe('S2 + S7: holders visible in the container', () => {
     const termCmd = cmds.find((c) => c.role === 'term');
     expect(termCmd?.on).toBe('container');
     expect(termCmd?.record.machineId).toBe('ct129');
-    expect(termCmd?.record.command).toContain(`kill -s TERM ${[tp0.containerPid, tp2.containerPid].sort((a, b) => (a ?? 0) - (b ?? 0)).join(' ')}`);
+    expect(termCmd?.record.command).toContain(`kill -s TERM ${[tp0, tp2].sort((a, b) => a.hostPid - b.hostPid).map((p) => p.containerPid).join(' ')}`);
     const killCmd = cmds.find((c) => c.role === 'kill');
     expect(killCmd?.record.command).toMatch(new RegExp(`kill -s KILL ${tp2.containerPid}$`));
     for (const c of cmds) expect(typeof c.record.durationMs).toBe('number');
