@@ -299,23 +299,34 @@ async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<ob
     const channel = newChannel();
     const t0 = performance.now();
     const r = await slash(slack, p, `unstick ${UNSTICK_CT} hung TP ranks`, channel);
-    if (/not available yet/i.test(r.ackText)) {
+    const giveUp = async (why: string): Promise<null> => {
+      pendingWhy = why;
       for (const h of hs) process.kill(h.hostPid, 'SIGKILL');
       await gone(hs);
       return null;
-    }
+    };
+    if (/not available yet/i.test(r.ackText)) return giveUp('unstick not available yet');
     if (r.incidentId === null) throw new Error(`unstick was not queued: ${r.status} ${r.ackText.slice(0, 200)}`);
     const id = r.incidentId;
-    await poll(
+    // Queued but nothing in the thread after 30 s: the worker does not handle unstick jobs yet.
+    const verdict = await poll(
       'the S2 verdict',
-      () => threadIn(slack, channel, id)?.slice(1).find((m) => /Recovered|Partially recovered|Still stuck/i.test(m.text)) ?? null,
+      () => {
+        const replies = threadIn(slack, channel, id)?.slice(1) ?? [];
+        const v = replies.find((m) => /Recovered|Partially recovered|Still stuck/i.test(m.text));
+        if (v) return 'verdict';
+        if (replies.length === 0 && performance.now() - t0 > 30_000) return 'silent';
+        return null;
+      },
       120_000,
       10,
     );
+    if (verdict === 'silent') return giveUp('unstick not available yet: the bot queues it, but no worker step appeared in the thread within 30 s');
     const ms = performance.now() - t0;
     await gone(hs);
     return ms;
   };
+  let pendingWhy = '';
   progress('unstickS2: probing /gpu unstick');
   const probe = await ours();
   const b: number[] = [];
@@ -323,7 +334,7 @@ async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<ob
     progress(`unstickS2: not available yet; measuring the ssh baseline alone (${CFG.unstickRuns} runs after a warm-up)`);
     await baseline();
     for (let i = 0; i < CFG.unstickRuns; i++) b.push(await baseline());
-    return { pending: 'unstick not available yet', baselineMs: summarize(b) };
+    return { pending: pendingWhy, baselineMs: summarize(b) };
   }
   progress(`unstickS2: warm-up then ${CFG.unstickRuns} interleaved runs`);
   await baseline();
