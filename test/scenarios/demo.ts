@@ -59,7 +59,7 @@ if (tty) {
   const seen = new Map<string, string>();
   const fmt = (m: DemoMessage, reply: boolean) =>
     `${reply ? '    └ ' : '• '}${m.text.split('\n').join(`\n${reply ? '      ' : '  '}`)}${m.buttons.length > 0 ? `\n      [${m.buttons.map((b) => b.which).join('] [')}]` : ''}`;
-  const printNew = () => {
+  const printNew = (): boolean => {
     const st = demo.state();
     const lines: string[] = [];
     for (const t of st.threads) {
@@ -79,11 +79,11 @@ if (tty) {
         lines.push(`  (only ${n.user} sees) ${n.text}`);
       }
     }
-    if (lines.length > 0) {
-      process.stdout.write('\r\x1b[K');
-      out(lines.join('\n'));
-      rl.prompt(true);
-    }
+    if (lines.length === 0) return false;
+    process.stdout.write('\r\x1b[K');
+    out(lines.join('\n'));
+    rl.prompt(true);
+    return true;
   };
   const timer = setInterval(printNew, 500);
   rl.prompt();
@@ -116,9 +116,8 @@ if (tty) {
       } else {
         out('commands: /gpu …, click approve|deny, as <user>, show, gpus, users, quit');
       }
-      printNew();
       rl.setPrompt(`${user}> `);
-      rl.prompt();
+      if (!printNew()) rl.prompt();
     })();
   });
   rl.on('SIGINT', () => void shutdown(0));

@@ -106,6 +106,8 @@ export interface Report {
   /** First step to end of settle. */
   runMs: number;
   broken: { stage: 'load' | 'start' | 'setup' | 'steps' | 'collect'; message: string } | null;
+  /** Where this run lived (both are gone after it: the fleet dir removed, the Redis keys deleted). */
+  where: { fleetDir: string | null; redisPrefix: string | null };
   users: Record<string, string>;
   approvers: string[];
   steps: StepReport[];
@@ -470,6 +472,7 @@ export class ScenarioRuntime {
         }
       });
     return {
+      where: { fleetDir: this.stack.fleet.dir, redisPrefix: this.stack.prefix },
       users: this.users,
       approvers: this.approverIds,
       slack: { calls },
@@ -648,6 +651,7 @@ export async function runScenario(input: string | Scenario, opts: RunOptions = {
     startupMs: 0,
     runMs: 0,
     broken,
+    where: { fleetDir: null, redisPrefix: null },
     users: {},
     approvers: [],
     steps: [],

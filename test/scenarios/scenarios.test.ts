@@ -5,7 +5,9 @@
  * `pending:` are skipped with their reason: the feature they need is not there yet, and we do
  * not fake it.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { Redis } from 'ioredis';
+import { REDIS_URL } from '../harness/stack.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -136,6 +138,27 @@ describe('S1 healthy host', () => {
     expect(cmds.filter((c) => /\bkill\b|-r\b|--gpu-reset/.test(c))).toEqual([]);
     expect(r.signals).toEqual([]);
     expect(r.steps[0]?.result.ackMs).toBeLessThan(3000);
+  });
+
+  it('leaves nothing behind: fleet dir removed, no process names it, no Redis key under its prefix', async () => {
+    const { fleetDir, redisPrefix } = r.where;
+    expect(fleetDir).toMatch(/^\/tmp\/gpu-medic-fleet-/);
+    expect(existsSync(String(fleetDir))).toBe(false);
+    const mentioning: number[] = [];
+    for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+      try {
+        if (readFileSync(`/proc/${pid}/cmdline`).includes(String(fleetDir))) mentioning.push(Number(pid));
+      } catch {
+        // gone meanwhile
+      }
+    }
+    expect(mentioning).toEqual([]);
+    const redis = new Redis(REDIS_URL);
+    try {
+      expect(await redis.keys(`${String(redisPrefix)}:*`)).toEqual([]);
+    } finally {
+      redis.disconnect();
+    }
   });
 });
 
