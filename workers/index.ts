@@ -1,12 +1,19 @@
+import { hostname } from 'node:os';
 import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
+import { ApprovalStore } from '../src/approval/approval-store.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { sitesOf } from '../src/config/machines.ts';
 import { IncidentLog } from '../src/incident/log.ts';
+import { TargetLock } from '../src/incident/target-lock.ts';
+import { StepGuard } from '../src/playbooks/step-guard.ts';
+import { DEFAULT_POLL_INTERVAL_MS, DEFAULT_RELEASE_TIMEOUT_MS } from '../src/playbooks/unstick-plan.ts';
+import { createDispatcher } from '../src/queue/dispatcher.ts';
 import type { Logger } from '../src/logger.ts';
 import { JobSchema, queueName } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { runStatusJob } from './status.ts';
+import { runDecisionJob, runExpireJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
 
 export interface WorkerGroupOptions {
   redisUrl: string;
@@ -20,6 +27,15 @@ export interface WorkerGroupOptions {
   /** Jobs run at once per site queue. Default 8. */
   concurrency?: number;
   now?: () => Date;
+  /** Slack user IDs who may approve host-level steps (frozen into each approval). */
+  approvers?: string[];
+  /** Default 900 s. */
+  approvalTtlMs?: number;
+  /** SIGTERM grace before SIGKILL. Default 10 s. */
+  graceMs?: number;
+  /** How long to wait for GPU memory to be released after a kill. Default 90 s. */
+  releaseTimeoutMs?: number;
+  pollIntervalMs?: number;
 }
 
 export interface WorkerGroup {
@@ -32,6 +48,28 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   const log = new IncidentLog(connection, o.prefix);
   const now = o.now ?? (() => new Date());
   const sites = o.sites && o.sites.length > 0 ? o.sites : sitesOf(o.inventory);
+  const dispatcher = createDispatcher({ connection, prefix: o.prefix });
+  const unstickDeps: UnstickWorkerDeps = {
+    inventory: o.inventory,
+    executor: o.executor,
+    log,
+    approvals: new ApprovalStore(connection, o.prefix),
+    steps: new StepGuard(connection, o.prefix),
+    lock: new TargetLock(connection, o.prefix),
+    dispatcher,
+    approvers: o.approvers ?? [],
+    approvalTtlMs: o.approvalTtlMs ?? 900_000,
+    timing: {
+      graceMs: o.graceMs ?? 10_000,
+      releaseTimeoutMs: o.releaseTimeoutMs ?? DEFAULT_RELEASE_TIMEOUT_MS,
+      pollIntervalMs: o.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS,
+      commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
+    },
+    now,
+    sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+    logger: o.logger,
+    workerId: `${hostname()}:${process.pid}`,
+  };
   const workers = sites.map((site) => {
     const w = new Worker(
       queueName(site),
@@ -53,6 +91,15 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
               logger: o.logger,
             });
             return;
+          case 'unstick':
+            await runUnstickJob(data, { ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}` });
+            return;
+          case 'decision':
+            await runDecisionJob(data, { ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}` });
+            return;
+          case 'expire':
+            await runExpireJob(data, unstickDeps);
+            return;
         }
       },
       { connection, prefix: o.prefix, concurrency: o.concurrency ?? 8 },
@@ -64,6 +111,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   return {
     async close(force = false) {
       await Promise.all(workers.map((w) => w.close(force)));
+      await dispatcher.close();
       await o.executor.close();
       connection.disconnect();
     },

@@ -30,6 +30,10 @@ export const EnvSchema = z.object({
   GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF'))),
   GPU_MEDIC_APPROVAL_TTL_SEC: z.coerce.number().int().min(30).max(86_400).default(900),
   GPU_MEDIC_TERM_GRACE_SEC: z.coerce.number().int().min(1).max(300).default(10),
+  /** How long to wait for GPU memory to be released after a kill (a dying rank can take tens of seconds). */
+  GPU_MEDIC_RELEASE_TIMEOUT_SEC: z.coerce.number().int().min(1).max(1800).default(90),
+  /** How often the worker re-reads processes and memory while waiting. */
+  GPU_MEDIC_POLL_MS: z.coerce.number().int().min(100).max(60_000).default(3000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
