@@ -203,9 +203,16 @@ class IncidentRun {
    * reset: a kill may free the memory a reset would otherwise be needed for); none → finish.
    */
   async next(t: Target, meta: IncidentMeta, before: Diagnosis, current: Diagnosis): Promise<void> {
+    const events = await this.deps.log.events(this.incidentId);
+    // A card still open (this job was re-run while it waited): its decision or expiry continues the incident.
+    for (const req of events.filter((e): e is Ev<'approval_requested'> => e.type === 'approval_requested')) {
+      if ((await this.deps.approvals.get(req.approvalId))?.state === 'pending') {
+        this.logger.info({ approvalId: req.approvalId }, 'an approval is still pending: waiting for it');
+        return;
+      }
+    }
     const stuck = current.gpus.some(isStuck);
     const tier2 = stuck ? this.plan(t, current).steps.filter((s) => s.tier === 2) : [];
-    const events = tier2.length > 0 ? await this.deps.log.events(this.incidentId) : [];
     const fresh = tier2.filter((s) => !events.some((e) => e.type === 'approval_requested' && e.stepId === s.id));
     const step = fresh[0];
     if (step === undefined) return this.finish(meta, verdictOf(before, current));

@@ -7,6 +7,7 @@ import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
 import type { UnstickEvent } from '../incident/unstick-events.ts';
 import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS, queryComputeApps, queryGpus } from './commands.ts';
+import { recordOf } from './snapshot.ts';
 import type { StepOutcome } from './step-guard.ts';
 import {
   assertSafeArgv,
@@ -152,8 +153,7 @@ class Run {
     if (on === 'host' && this.step.tier !== 2 && (role === 'kill' || role === 'term' || role === 'reset'))
       throw new CodedError(ErrorCode.BadCommand, 'A host-level signal or reset was about to run without an approved tier-2 step. Nothing was run.');
     const r = await this.deps.exec(this.routeOf(on), spec);
-    const record = { machineId: r.machineId, command: r.command, code: r.code, signal: r.signal, durationMs: r.durationMs, timedOut: r.timedOut };
-    await this.deps.append({ type: 'command', at: this.at(), stepId: this.step.id, role, on, record });
+    await this.deps.append({ type: 'command', at: this.at(), stepId: this.step.id, role, on, record: recordOf(r) });
     return r;
   }
 

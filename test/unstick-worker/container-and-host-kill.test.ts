@@ -13,6 +13,7 @@ import { findMachine } from '../../src/config/machines.ts';
 import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
 import { diagnoseReadings, readProcsOn, readTarget } from '../../src/playbooks/unstick-readings.ts';
 import type { Executor } from '../../src/ssh/types.ts';
+import { renderUnstick } from '../../src/incident/render-unstick.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import { APPROVER, REQUESTER, TIMING, inventoryOf, ofType, procStart, startDeviceMonitor, startRig, type DeviceMonitor, type Rig } from './rig.ts';
@@ -213,6 +214,8 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     const approvalId = req?.approvalId ?? '';
     expect((await rig.approvals.decide(approvalId, { user: REQUESTER, decision: 'approved', now: Date.now() })).ok).toBe(false);
     expect((await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now(), planHash: req?.planHash ?? '' })).ok).toBe(true);
+    // What the bot's button handler appends before it enqueues the decision job.
+    await rig.log.append(id, { type: 'approval_decided', at: new Date().toISOString(), approvalId, stepId: req?.stepId ?? '', decision: 'approved', by: APPROVER });
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, deps);
 
     expect(signalsOf(h)).toEqual(['SIGKILL']);
@@ -227,6 +230,37 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     expect(ev.at(-1)?.type).toBe('finished');
     expect(await rig.lock.holder('ct129')).toBeNull();
     assertOnlyTargetsSignalled();
+
+    // The thread renders from these events: the refused container step, the card, the host kill, the verdict.
+    const meta = await rig.log.meta(id);
+    if (!meta) throw new Error('no meta');
+    const text = renderUnstick(meta, ev).map((v) => v.text).join('\n');
+    expect(text).toMatch(/Recovered/);
+    expect(text).toContain(`kill -s KILL ${h.hostPid}`);
+    expect(text).toMatch(new RegExp(`SIGTERM PID ${h.containerPid} \\(host PID ${h.hostPid}\\).*skipped`));
+    expect(text).toContain(`Approved by <@${APPROVER}>`);
+  });
+
+  it('an approved host kill already claimed by a worker that died is not run again', async () => {
+    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 5_000 }], title: 'sglang::scheduler_TP1' });
+    targets.add(h.hostPid);
+    const id = await rig.newIncident('ct129');
+    const deps = rig.deps({ inventory: asFleetuser(), executor: ex });
+    await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, deps);
+    const req = ofType(await rig.events(id), 'approval_requested')[0];
+    expect(req?.step.kind).toBe('host_kill');
+    expect(await rig.steps.claimStep(id, req?.stepId ?? '', 'w-dead', Date.now())).toBe(true);
+    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, deps);
+    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, deps);
+    const ev = await rig.events(id);
+    expect(ofType(ev, 'step_finished').map((s) => s.outcome)).toEqual(['failed', 'interrupted']);
+    expect(ofType(ev, 'command').filter((c) => c.role === 'kill' && c.on === 'host')).toEqual([]);
+    expect(signalsOf(h)).toEqual([]);
+    expect(ofType(ev, 'finished')).toHaveLength(1);
+    expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('still_stuck');
+    process.kill(h.hostPid, 'SIGKILL');
+    await h.exited;
   });
 
   it('a PID reused between plan and approval is skipped: the new process is not signalled', async () => {
@@ -250,7 +284,6 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
       expect(s.map((x) => [x.hostPid, x.result])).toEqual([[h.hostPid, 'skipped']]);
       expect(ofType(ev, 'command').filter((c) => c.role === 'kill')).toEqual([]);
       expect(rig.fleet.commandLog('kpro5').some((c) => c.cmd.includes(`kill -s KILL ${h.hostPid}`))).toBe(false);
-      if (process.env.SHOW_REUSE) console.log('pid reuse forced:', reuse.pid === h.hostPid, s[0]?.reason);
       if (reuse.pid === h.hostPid) {
         expect(s[0]?.reason).toMatch(/different process|start time/);
         expect(procStart(reuse.pid)).toBe(reuse.startTime);

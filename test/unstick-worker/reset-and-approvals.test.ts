@@ -52,6 +52,13 @@ describe('S5: memory held with no process anywhere', () => {
     expect(req?.step.explanation).toMatch(/never inside ct129/);
     expect(rig.fleet.gpuMemory('kpro5')[7]?.usedMiB).toBe(30_000);
 
+    // BullMQ re-runs the job (its worker stalled) while the card waits: no second card, incident stays open.
+    await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps());
+    ev = await rig.events(id);
+    expect(ofType(ev, 'approval_requested')).toHaveLength(1);
+    expect(ofType(ev, 'finished')).toEqual([]);
+    expect((await rig.lock.holder('ct129'))?.incidentId).toBe(id);
+
     expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps());
 
