@@ -4,7 +4,8 @@
  * next to a baseline measured in the same run, interleaved, so a ratio holds on a noisy machine.
  * Prints one JSON object on stdout; progress goes to stderr. See bench/README.md.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { cpus, loadavg } from 'node:os';
@@ -136,7 +137,10 @@ async function shellRcProbe(): Promise<{ withRcMs: Summary; withoutRcMs: Summary
     new Promise((res, rej) => {
       const t0 = performance.now();
       const env: Record<string, string> = { HOME: process.env.HOME ?? '/root', PATH: '/usr/bin:/bin', SHLVL: '0', ...(ssh ? { SSH_CLIENT: '127.0.0.1 40000 22' } : {}) };
-      execFile('bash', ['-c', 'true'], { env, timeout: 120_000 }, (err) => (err ? rej(err) : res(performance.now() - t0)));
+      // stdin must not be a socket (libuv's pipes are socketpairs): bash would source ~/.bashrc for that too.
+      const c = spawn('bash', ['-c', 'true'], { env, stdio: 'ignore' });
+      c.once('error', rej);
+      c.once('exit', () => res(performance.now() - t0));
     });
   const a: number[] = [];
   const b: number[] = [];
@@ -191,8 +195,17 @@ async function benchFirstTable(slack: FakeSlack, fleet: Fleet, p: Pair): Promise
   };
 }
 
+/** Busy CPU time of the whole machine so far, ms (all cores, from /proc/stat). */
+function machineBusyMs(): number {
+  const f = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
+  const idle = (f[3] ?? 0) + (f[4] ?? 0);
+  const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
+  return ((total - idle) * 1000) / 100; // USER_HZ is 100 on Linux
+}
+
 async function benchFanout(slack: FakeSlack, pairs: Map<number, Pair>): Promise<object> {
   const byN = new Map<number, number[]>();
+  const cpuByN = new Map<number, number[]>();
   const cold = new Map<number, number>();
   progress(`statusFanout: warm-up then ${CFG.fanoutRuns} interleaved runs over ${FANOUT.join('/')} machines`);
   const one = async (n: number): Promise<number> => {
@@ -205,8 +218,10 @@ async function benchFanout(slack: FakeSlack, pairs: Map<number, Pair>): Promise<
     // Rotate the order so no size always runs right after the heavy one.
     const order = FANOUT.map((_, k) => FANOUT[(k + i) % FANOUT.length] as number);
     for (const n of order) {
+      const c0 = machineBusyMs();
       const ms = await one(n);
       byN.set(n, [...(byN.get(n) ?? []), ms]);
+      cpuByN.set(n, [...(cpuByN.get(n) ?? []), machineBusyMs() - c0]);
     }
   }
   const max = FANOUT[FANOUT.length - 1] as number;
@@ -216,6 +231,10 @@ async function benchFanout(slack: FakeSlack, pairs: Map<number, Pair>): Promise<
     machines,
     [`ratio${max}to1`]: ratio(byN.get(max) ?? [], byN.get(1) ?? []),
     serialWouldBe: max,
+    // All cores' busy time during each run, divided by the cores: the wall time a perfectly parallel
+    // run cannot beat on this machine, where every simulated machine's sshd, shell and fake
+    // nvidia-smi share the same cores (real machines each bring their own).
+    cpuFloorMs: Object.fromEntries(FANOUT.map((n) => [String(n), summarize((cpuByN.get(n) ?? []).map((x) => x / cpus().length))])),
     coldPoolMs: Object.fromEntries(FANOUT.map((n) => [String(n), round(cold.get(n) ?? 0)])),
   };
 }
