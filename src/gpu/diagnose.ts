@@ -142,7 +142,14 @@ function kindOf(d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'us
   if (d.error !== null || unreadable) return 'gpu_error';
   if (d.holders.length > 0) return d.holders.some((h) => h.reach === 'host') ? 'held_host_only' : 'held_in_container';
   if (d.unresolved.length > 0) return 'unidentified';
-  if (d.outside.length > 0) return 'held_outside';
+  if (d.outside.length > 0) {
+    // A leak can sit beside another container's live job: memory the outside holders do not
+    // account for is still orphaned (the reset step then refuses while that job runs).
+    const known = d.outside.every((h) => h.usedMiB !== null);
+    const explained = d.outside.reduce((n, h) => n + (h.usedMiB ?? 0), 0);
+    if (known && d.usedMiB !== null && d.usedMiB - explained > IDLE_MIB) return 'orphaned_memory';
+    return 'held_outside';
+  }
   if (d.usedMiB !== null && d.usedMiB > IDLE_MIB) return 'orphaned_memory';
   return 'idle';
 }

@@ -19,6 +19,16 @@ describe('diagnose', () => {
     expect(d.deviceOnly.map((m) => m.containerPid)).toEqual([90]);
   });
 
+  it('memory beyond what another container\'s job holds on a GPU is still a leak, not "held outside"', () => {
+    const { host } = seedS2();
+    const leaky = { ...host, gpus: gpus({ 0: 96_413, 2: 96_417, 5: 40_211 + 30_000 }) };
+    const d = diagnoseWith(leaky);
+    expect(d.gpus[5]?.kind).toBe('orphaned_memory');
+    expect(d.gpus[5]?.outside.map((h) => h.process.hostPid)).toEqual([823_001]);
+    // Exactly what the job accounts for (plus the idle allowance) stays "held outside".
+    expect(diagnoseWith({ ...host, gpus: gpus({ 0: 96_413, 2: 96_417, 5: 40_211 + 60 }) }).gpus[5]?.kind).toBe('held_outside');
+  });
+
   it('S3: the container init can only be stopped from the host, and says why', () => {
     const d = s3();
     expect(kinds(d).slice(0, 3)).toEqual(['held_host_only', 'idle', 'held_in_container']);
