@@ -39,11 +39,14 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** Mutate the inventory the bot and worker load (e.g. shorter timeouts). */
   tweakInventory?: (inv: Inventory) => void;
+  /** A Redis other than REDIS_URL (e.g. a private one a test stops and restarts). */
+  redisUrl?: string;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
 export async function startStack(o: StackOptions): Promise<Stack> {
   const prefix = `t${randomBytes(4).toString('hex')}`;
+  const redisUrl = o.redisUrl ?? REDIS_URL;
   const signingSecret = randomBytes(16).toString('hex');
   const fleet = await startFleet(o.fleet);
   const slack = await startFakeSlack();
@@ -66,7 +69,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       SLACK_SIGNING_SECRET: signingSecret,
       SLACK_API_URL: slack.apiUrl,
       PORT: '0',
-      REDIS_URL,
+      REDIS_URL: redisUrl,
       GPU_MEDIC_PREFIX: prefix,
       ...o.env,
     },
@@ -76,7 +79,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const env = e.env;
   const bot = await startBot(env, inventory, logger.child({ role: 'bot' }));
   const workers = await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));
-  const redis = new Redis(REDIS_URL);
+  const redis = new Redis(redisUrl);
   const eventsUrl = `http://127.0.0.1:${bot.port}/slack/events`;
   return {
     fleet,
