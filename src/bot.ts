@@ -10,6 +10,8 @@ import type { Logger } from './logger.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
 import { Outbox } from './slack/outbox.ts';
+import { replayGuard } from './slack/replay-guard.ts';
+import { QUEUE_DOWN } from '../commands/status.ts';
 
 function waitReady(r: Redis, ms: number): Promise<void> {
   if (r.status === 'ready') return Promise.resolve();
@@ -46,6 +48,8 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger): 
     port: env.PORT,
     logger,
   });
+  // A correctly signed request delivered a second time (within Bolt's 5-minute window) runs nothing.
+  slack.app.use(replayGuard({ redis: fast, prefix: env.GPU_MEDIC_PREFIX, logger: logger.child({ component: 'replay-guard' }), unavailableText: QUEUE_DOWN }));
   const dispatcher = createDispatcher({ connection: fast, prefix: env.GPU_MEDIC_PREFIX });
   registerCommands(slack.app, {
     inventory,

@@ -1,15 +1,16 @@
 import type { Server } from 'node:http';
-import { App, LogLevel } from '@slack/bolt';
+import { App, HTTPReceiver, LogLevel } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
+import { signatureProperties } from './replay-guard.ts';
 
 export interface SlackAppOptions {
   mode: 'socket' | 'http';
   botToken: string;
   /** Socket Mode only (xapp-...). */
   appToken?: string;
-  /** HTTP mode only: requests without a valid v0 signature or older than 5 minutes are refused by Bolt. */
+  /** HTTP mode only: requests without a valid v0 signature or older than 5 minutes are refused by Bolt; replays by replay-guard.ts. */
   signingSecret?: string;
   /** Web API base (must end with /api/); default Slack's. */
   apiUrl?: string;
@@ -35,7 +36,14 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   const app =
     o.mode === 'socket'
       ? new App({ token: o.botToken, appToken: o.appToken ?? '', socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
-      : new App({ token: o.botToken, signingSecret: o.signingSecret ?? '', clientOptions, logger, logLevel: LogLevel.INFO });
+      : new App({
+          token: o.botToken,
+          // Our own HTTPReceiver only to lift the verified signature headers into the context (replay-guard.ts).
+          receiver: new HTTPReceiver({ signingSecret: o.signingSecret ?? '', logger, logLevel: LogLevel.INFO, customPropertiesExtractor: signatureProperties }),
+          clientOptions,
+          logger,
+          logLevel: LogLevel.INFO,
+        });
   const poster: SlackPoster = {
     async post(m) {
       const r = await app.client.chat.postMessage({
