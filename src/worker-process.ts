@@ -22,5 +22,7 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     graceMs: env.GPU_MEDIC_TERM_GRACE_SEC * 1000,
     releaseTimeoutMs: env.GPU_MEDIC_RELEASE_TIMEOUT_SEC * 1000,
     pollIntervalMs: env.GPU_MEDIC_POLL_MS,
+    lockDurationMs: env.GPU_MEDIC_JOB_LOCK_MS,
+    stalledIntervalMs: env.GPU_MEDIC_STALLED_MS,
   });
 }

@@ -36,6 +36,10 @@ export interface WorkerGroupOptions {
   /** How long to wait for GPU memory to be released after a kill. Default 90 s. */
   releaseTimeoutMs?: number;
   pollIntervalMs?: number;
+  /** BullMQ lock per running job; a dead worker's job is recovered once it lapses. Default 30 s. */
+  lockDurationMs?: number;
+  /** How often stalled jobs (lock lapsed) are looked for and handed back. Default 30 s. */
+  stalledIntervalMs?: number;
 }
 
 export interface WorkerGroup {
@@ -102,7 +106,13 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
             return;
         }
       },
-      { connection, prefix: o.prefix, concurrency: o.concurrency ?? 8 },
+      {
+        connection,
+        prefix: o.prefix,
+        concurrency: o.concurrency ?? 8,
+        lockDuration: o.lockDurationMs ?? 30_000,
+        stalledInterval: o.stalledIntervalMs ?? 30_000,
+      },
     );
     w.on('error', (err) => o.logger.warn({ err, site }, 'worker error'));
     return w;

@@ -28,12 +28,21 @@ export const EnvSchema = z.object({
   GPU_MEDIC_ALLOWED_USERS: list,
   /** Users who may approve host-level steps (Slack user IDs, never names). */
   GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF'))),
-  GPU_MEDIC_APPROVAL_TTL_SEC: z.coerce.number().int().min(30).max(86_400).default(900),
+  /** Seconds an approval stays open. At least 5 so a test can watch a card expire; production wants minutes. */
+  GPU_MEDIC_APPROVAL_TTL_SEC: z.coerce.number().int().min(5).max(86_400).default(900),
   GPU_MEDIC_TERM_GRACE_SEC: z.coerce.number().int().min(1).max(300).default(10),
   /** How long to wait for GPU memory to be released after a kill (a dying rank can take tens of seconds). */
   GPU_MEDIC_RELEASE_TIMEOUT_SEC: z.coerce.number().int().min(1).max(1800).default(90),
   /** How often the worker re-reads processes and memory while waiting. */
   GPU_MEDIC_POLL_MS: z.coerce.number().int().min(100).max(60_000).default(3000),
+  /**
+   * BullMQ job lock: a worker renews it every half of this while a job runs. A worker that died
+   * mid-job is noticed once it lapses, and its job is handed to another worker (which finds the
+   * destructive steps already claimed). BullMQ's default, 30 s.
+   */
+  GPU_MEDIC_JOB_LOCK_MS: z.coerce.number().int().min(1000).max(600_000).default(30_000),
+  /** How often workers look for jobs whose lock lapsed (stalled). BullMQ's default, 30 s. */
+  GPU_MEDIC_STALLED_MS: z.coerce.number().int().min(500).max(600_000).default(30_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
