@@ -80,6 +80,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const bot = await startBot(env, inventory, logger.child({ role: 'bot' }));
   const workers = await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));
   const redis = new Redis(redisUrl);
+  // A test may stop its Redis on purpose; reconnecting is ioredis' job, the error is expected.
+  redis.on('error', () => undefined);
   const eventsUrl = `http://127.0.0.1:${bot.port}/slack/events`;
   return {
     fleet,
