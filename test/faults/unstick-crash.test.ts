@@ -1,0 +1,260 @@
+/**
+ * Issue 6 part B: unstick under faults. The worker is a separate OS process SIGKILLed at each step
+ * of an unstick (the moment picked by watching the incident log), then a new worker process is
+ * started and BullMQ's stalled-job recovery hands it the job. Per run: no holder gets a second
+ * SIGTERM or SIGKILL, bystanders none, the log has one `signalled` per (process, signal) and one
+ * for every signal the fleet saw, the incident ends (once) in a state the Slack thread shows, the
+ * target lock is released and no job is left active or failed.
+ *
+ * Also: the bot restarted while a card is pending (the old card still works; expiry still fires),
+ * a double click and a replayed click (X-Slack-Retry-Num) run the kill once, and a holder whose
+ * memory outlives the release timeout ends in bounded time with a clear message while the worker
+ * keeps serving other commands.
+ *
+ * CI runs each crash point CRASH_RUNS times (default 2); SOAK_RUNS=N runs each N times.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
+import type { FleetProcess } from '../harness/fleet/types.ts';
+import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
+import { ALICE, BOB, DAVE, buttonsOf, ofType, startCrashRig, type CrashRig, type WorkerProc } from './unstick-rig.ts';
+
+const RUNS = Math.max(1, Math.min(200, Number(process.env.SOAK_RUNS ?? process.env.CRASH_RUNS ?? 2) || 2));
+
+type Point =
+  /** Right after the job's `started`: before (or while) the before snapshot is read. */
+  | 'before-snapshot'
+  /** Right after the first SIGTERM of the container step is logged, before the grace ends in SIGKILL. */
+  | 'between-term-and-kill'
+  /** Right after the container step finished, while the after snapshot is read. */
+  | 'during-after-snapshot'
+  /** Right after a second person approved the host kill (the decision job just queued or starting). */
+  | 'right-after-approval'
+  /** Right after the host SIGKILL is logged, while the worker waits for the memory to come back. */
+  | 'after-host-kill'
+  /** The decision job's after snapshot. */
+  | 'during-host-after-snapshot';
+
+interface Tally {
+  runs: number;
+  /** A holder that got a second SIGTERM or SIGKILL. */
+  killedTwice: number;
+  /** A signal the fleet saw that the incident log has no `signalled … sent` for. */
+  eventsLost: number;
+  /** How the incidents ended (verdict kind, or the waiting state). */
+  endings: Record<string, number>;
+  /** Runs where the worker was SIGKILLed after the trigger event (not yet finished). */
+  killedMidJob: number;
+  ms: number[];
+}
+
+const tally = new Map<Point, Tally>();
+function tallyOf(p: Point): Tally {
+  let t = tally.get(p);
+  if (!t) {
+    t = { runs: 0, killedTwice: 0, eventsLost: 0, endings: {}, killedMidJob: 0, ms: [] };
+    tally.set(p, t);
+  }
+  return t;
+}
+
+let rig: CrashRig;
+let worker: WorkerProc;
+const bystanders: FleetProcess[] = [];
+
+beforeAll(async () => {
+  rig = await startCrashRig({
+    fleet: {
+      hosts: [{ id: 'kpro5', gpus: 8 }],
+      containers: [
+        // Logged in as a non-root user: root's GPU jobs there can only be stopped from the host (S3).
+        { id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true },
+        // Reached by `pct exec` as root: the container step can stop its holders (S2).
+        { id: 'ct130', vmid: 130, host: 'kpro5' },
+      ],
+    },
+    tweakInventory: (inv) => {
+      const c = inv.containers?.find((x) => x.id === 'ct129');
+      if (c) c.user = 'fleetuser';
+    },
+  });
+  bystanders.push(await rig.fleet.spawnBystander('ct130', { title: 'python3 /opt/monitor/monitor.py' }));
+  bystanders.push(await rig.fleet.spawnBystander('ct129', { title: 'python3 exporter.py --port 9400' }));
+  bystanders.push(await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 7, mib: 2048 }], title: 'python3 /srv/host_job.py' }));
+  worker = await rig.startWorker();
+}, 120_000);
+
+afterAll(async () => {
+  if (tally.size > 0) {
+    const rows = [...tally.entries()].map(
+      ([p, t]) =>
+        `${p.padEnd(28)} runs ${t.runs}  killed twice ${t.killedTwice}  events lost ${t.eventsLost}  worker killed mid-job ${t.killedMidJob}  ` +
+        `endings ${JSON.stringify(t.endings)}  ms ${Math.min(...t.ms)}-${Math.max(...t.ms)}`,
+    );
+    process.stdout.write(`\nunstick crash runs (${RUNS} per point):\n${rows.join('\n')}\n`);
+  }
+  await rig?.stop();
+}, 60_000);
+
+/** Crash: SIGKILL the worker process now, and start a fresh one (BullMQ hands it the stalled job). */
+async function crashWorker(): Promise<void> {
+  await worker.kill();
+  worker = await rig.startWorker();
+}
+
+const sig = (s: string): string => `SIG${s}`;
+
+/**
+ * Per-run checks, shared by every fault: counts what the tally reports and asserts the invariants.
+ * `holders` are this run's GPU processes (may be signalled once per signal); bystanders never.
+ */
+async function checkRun(o: { point: Point | null; incidentId: string; target: string; holders: FleetProcess[]; started: number }): Promise<{ events: AnyLoggedEvent[]; thread: StoredMessage[] }> {
+  const ev = await rig.events(o.incidentId);
+  const pids = o.holders.map((h) => h.hostPid);
+  const signals = rig.signalsOf(pids).filter((s) => s.ts >= o.started - 1000);
+  const sent = ofType(ev, 'signalled').filter((e) => e.result === 'sent');
+
+  // Kills executed twice: per holder, per signal, as the processes themselves saw them.
+  let twice = 0;
+  for (const pid of pids)
+    for (const s of ['SIGTERM', 'SIGKILL']) if (signals.filter((x) => x.hostPid === pid && x.signal === s).length > 1) twice++;
+  // Events lost: a signal a holder received that the log does not record as sent.
+  const lost = signals.filter((x) => !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal));
+  const finished = ofType(ev, 'finished');
+  const verdict = ofType(ev, 'verdict').at(-1);
+  if (o.point) {
+    const t = tallyOf(o.point);
+    t.runs++;
+    t.killedTwice += twice;
+    t.eventsLost += lost.length;
+    const ending = verdict?.verdict.kind ?? (finished.length > 0 ? `finished ${finished[0]?.outcome}` : 'open');
+    t.endings[ending] = (t.endings[ending] ?? 0) + 1;
+    t.ms.push(Date.now() - o.started);
+  }
+
+  expect(twice, `holders signalled twice: ${JSON.stringify(signals)}`).toBe(0);
+  expect(lost, 'signals the incident log does not record').toEqual([]);
+  // The log itself never says the same process got the same signal twice (whatever the step).
+  const keys = sent.map((e) => `${e.hostPid}:${e.signal}`);
+  expect(new Set(keys).size, `duplicate signalled events: ${keys.join(' ')}`).toBe(keys.length);
+  // Nobody but the holders of the target: the bystanders (and the host's own job) untouched.
+  expect(rig.signalsOf(bystanders.map((b) => b.hostPid))).toEqual([]);
+  // Exactly one end, with a verdict, and the lock goes with it.
+  expect(finished).toHaveLength(1);
+  expect(verdict).toBeDefined();
+  expect(await rig.lock.holder(o.target)).toBeNull();
+  // The thread shows that end: the parent carries the verdict's title and a summary reply exists.
+  const title = verdict?.verdict.title ?? '';
+  const thread = await rig.thread(o.incidentId, (t) => (t[0]?.text ?? '').includes(title) && t.some((m) => m.text.startsWith('*Summary*')), 20_000);
+  expect(thread.some((m) => buttonsOf(m).length > 0), 'no button left on any card').toBe(false);
+  // No job left running or failed (a job that stalled twice would end in failed).
+  await expect.poll(async () => (await rig.jobCounts()).active, { timeout: 10_000 }).toBe(0);
+  expect((await rig.jobCounts()).failed).toBe(0);
+  return { events: ev, thread };
+}
+
+/** Holders still alive after a run are removed by the test (after the checks) so the next run starts clean. */
+async function cleanUp(holders: FleetProcess[]): Promise<void> {
+  for (const h of holders) {
+    try {
+      process.kill(h.hostPid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    await h.exited;
+  }
+  // Memory of a killed holder comes back at once (no die delay): wait for the fleet to show it.
+  await expect.poll(() => rig.fleet.gpuMemory('kpro5').slice(0, 7).every((g) => g.usedMiB === 0), { timeout: 10_000 }).toBe(true);
+}
+
+/** S2 on ct130: one holder that stops on SIGTERM, one that ignores it (needs the SIGKILL). */
+async function containerRun(point: Point, trigger: (id: string) => Promise<unknown>): Promise<void> {
+  const started = Date.now();
+  const polite = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 0, mib: 96_413 }], title: 'sglang::scheduler_TP0' });
+  const stubborn = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 96_417 }], title: 'sglang::scheduler_TP1', ignoreTerm: true });
+  const r = await rig.slash('unstick ct130 crash test');
+  expect(r.ackText).toMatch(/Unsticking `ct130`/);
+  const id = String(r.incidentId);
+  await trigger(id);
+  const midJob = !(await rig.events(id)).some((e) => e.type === 'finished');
+  if (midJob) tallyOf(point).killedMidJob++;
+  await crashWorker();
+  await rig.waitEvent(id, 'finished', undefined, 60_000);
+  const { events } = await checkRun({ point, incidentId: id, target: 'ct130', holders: [polite, stubborn], started });
+  const sigOf = (p: FleetProcess) => rig.signalsOf([p.hostPid]).map((s) => s.signal);
+
+  if (point === 'between-term-and-kill') {
+    // The SIGTERM went out, the worker died in the grace: the new one does not start the step over.
+    expect(sigOf(stubborn)).toEqual(['SIGTERM']);
+    expect(ofType(events, 'step_finished').map((s) => s.outcome)).toContain('interrupted');
+  } else {
+    // Before the step started, or after it ended: the step ran exactly once, as planned.
+    expect(sigOf(polite)).toEqual(['SIGTERM']);
+    expect(sigOf(stubborn)).toEqual(['SIGTERM', 'SIGKILL']);
+    expect(ofType(events, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
+  }
+  await cleanUp([polite, stubborn]);
+}
+
+/** S3 on ct129: the container login cannot stop root's job; the card, Bob approves, host kill. */
+async function hostRun(point: Point, trigger: (id: string) => Promise<unknown>): Promise<void> {
+  const started = Date.now();
+  const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 96_413 }, { index: 3, mib: 96_417 }], title: 'sglang::scheduler_TP0' });
+  const r = await rig.slash('unstick ct129 crash test');
+  expect(r.ackText).toMatch(/Unsticking `ct129`/);
+  const id = String(r.incidentId);
+  const t = await rig.thread(id, (th) => th.some((m) => buttonsOf(m).length === 2), 30_000);
+  const card = t.find((m) => buttonsOf(m).length === 2);
+  const approve = buttonsOf(card).find((b) => b.action_id === 'gpu_approve');
+  if (!card || !approve) throw new Error('no approval card');
+  expect((await rig.click(BOB, card, approve)).status).toBe(200);
+  await trigger(id);
+  const midJob = !(await rig.events(id)).some((e) => e.type === 'finished');
+  if (midJob) tallyOf(point).killedMidJob++;
+  await crashWorker();
+  await rig.waitEvent(id, 'finished', undefined, 60_000);
+  const { events } = await checkRun({ point, incidentId: id, target: 'ct129', holders: [h], started });
+  const kills = rig.signalsOf([h.hostPid]).map((s) => s.signal);
+  // The kill ran at most once; when the dead worker had claimed it and not sent it, never.
+  expect(kills.length).toBeLessThanOrEqual(1);
+  const claimedNotRun = ofType(events, 'step_finished').some((s) => s.outcome === 'interrupted') && kills.length === 0;
+  if (!claimedNotRun) {
+    expect(kills).toEqual(['SIGKILL']);
+    expect(ofType(events, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
+  }
+  expect(ofType(events, 'approval_decided')).toHaveLength(1);
+  await cleanUp([h]);
+}
+
+const isTier1 = (e: AnyLoggedEvent, all: readonly AnyLoggedEvent[]): boolean =>
+  'stepId' in e && all.some((s) => s.type === 'step_started' && s.stepId === e.stepId && s.kind === 'container_signal');
+
+describe('worker SIGKILLed at each step of an unstick, then restarted (separate OS process)', () => {
+  for (let i = 1; i <= RUNS; i++) {
+    it(`before the snapshot (run ${i}/${RUNS})`, async () => {
+      await containerRun('before-snapshot', (id) => rig.waitEvent(id, 'started'));
+    }, 120_000);
+
+    it(`between SIGTERM and SIGKILL (run ${i}/${RUNS})`, async () => {
+      await containerRun('between-term-and-kill', (id) => rig.waitEvent(id, 'signalled', (e) => e.signal === 'TERM' && e.result === 'sent'));
+    }, 120_000);
+
+    it(`during the after snapshot of the container step (run ${i}/${RUNS})`, async () => {
+      await containerRun('during-after-snapshot', (id) => rig.waitEvent(id, 'snapshot', (e) => e.label === 'after'));
+    }, 120_000);
+
+    it(`right after the approval (run ${i}/${RUNS})`, async () => {
+      await hostRun('right-after-approval', (id) => rig.waitEvent(id, 'approval_decided'));
+    }, 120_000);
+
+    it(`right after the host SIGKILL, while waiting for the memory (run ${i}/${RUNS})`, async () => {
+      await hostRun('after-host-kill', (id) => rig.waitEvent(id, 'signalled', (e, all) => e.signal === 'KILL' && e.result === 'sent' && !isTier1(e, all)));
+    }, 120_000);
+
+    it(`during the after snapshot of the host kill (run ${i}/${RUNS})`, async () => {
+      await hostRun('during-host-after-snapshot', (id) =>
+        rig.waitEvent(id, 'snapshot', (e, all) => e.label === 'after' && all.some((x) => x.type === 'approval_decided' && x.id < e.id)),
+      );
+    }, 120_000);
+  }
+});
