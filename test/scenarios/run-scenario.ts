@@ -13,7 +13,7 @@ import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fl
 import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
 import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../harness/stack.ts';
-import { loadScenario, userIds, type Condition, type MachineChange, type Scenario, type Step } from './schema.ts';
+import { loadScenario, toRegExp, userIds, type Condition, type MachineChange, type Scenario, type Step } from './schema.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Report shape
@@ -120,6 +120,8 @@ export interface Report {
   /** Processes the scenario started: name → pids and whether each is still alive at the end. */
   processes: Record<string, { machine: string; kind: 'holder' | 'bystander'; hostPid: number; containerPid: number | null; cmdline: string; alive: boolean }>;
   incidents: IncidentReport[];
+  /** What each user saw privately: slash-command acks, response_url answers (e.g. click refusals), ephemerals. */
+  answers: Array<{ t: number; user: string; via: 'ack' | 'response_url' | 'ephemeral'; text: string }>;
   /** Incidents that had not finished rendering when the settle time ran out. */
   unfinished: string[];
   /** Error-level lines the bot and workers logged. */
@@ -155,6 +157,20 @@ interface TrackedIncident {
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const strOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null);
+
+/** What a person reads in a message: its text plus every text in its blocks (sections, context, table cells). */
+export function visibleText(m: { text: string; blocks?: unknown[] | null }): string {
+  const out = [m.text];
+  const walk = (v: unknown): void => {
+    if (Array.isArray(v)) v.forEach(walk);
+    else if (isRecord(v)) {
+      if (typeof v.text === 'string') out.push(v.text);
+      for (const [k, x] of Object.entries(v)) if (k !== 'text' || typeof x !== 'string') walk(x);
+    }
+  };
+  walk(m.blocks ?? []);
+  return out.join('\n');
+}
 
 /** Buttons of a message: the approval card's approve/deny. */
 export function cardButtons(blocks: unknown): Card['buttons'] {
@@ -198,6 +214,9 @@ export class ScenarioRuntime {
   readonly processes = new Map<string, { kind: 'holder' | 'bystander'; p: FleetProcess }>();
   readonly incidents: TrackedIncident[] = [];
   readonly log: IncidentLog;
+  /** response_url → user name, for attributing the bot's private answers. */
+  readonly urlUser = new Map<string, string>();
+  readonly acks: Array<{ at: number; user: string; text: string }> = [];
   /** Date.now() when the first step started (set by play or by the demo). */
   t0 = Date.now();
 
@@ -296,6 +315,8 @@ export class ScenarioRuntime {
     const text = typed.trim().replace(/^\/gpu(\s+|$)/, '');
     const channel = o.channel ?? this.scenario.channel;
     const r = await this.stack.slash(text, { user: this.userId(userName), channel });
+    this.urlUser.set(r.responseUrl, userName);
+    this.acks.push({ at: Date.now(), user: userName, text: r.ackText || `HTTP ${r.status}` });
     if (r.incidentId !== null) this.incidents.push({ id: r.incidentId, label: o.label ?? null, channel });
     return r;
   }
@@ -339,6 +360,7 @@ export class ScenarioRuntime {
   async click(userName: string, which: 'approve' | 'deny', card: Card, responseUrl = this.stack.slack.newResponseUrl()) {
     const button = card.buttons.find((b) => b.which === which);
     if (!button) return { sent: false as const, reason: `the card has no ${which} button` };
+    this.urlUser.set(responseUrl, userName);
     const payload = blockActionPayload({
       user: this.userId(userName),
       userName,
@@ -373,8 +395,8 @@ export class ScenarioRuntime {
   /** Whether a condition holds now for an incident. */
   async holds(c: Condition, inc: TrackedIncident): Promise<boolean> {
     if (typeof c !== 'string') {
-      const re = new RegExp(c.threadText);
-      return this.thread(inc).some((m) => re.test(m.text));
+      const re = toRegExp(c.threadText);
+      return this.thread(inc).some((m) => re.test(visibleText(m)));
     }
     if (c === 'card-posted') return this.latestCard(inc) !== null;
     const evs = await this.events(inc.id);
@@ -471,7 +493,14 @@ export class ScenarioRuntime {
           return false;
         }
       });
+    const nameOf = new Map(Object.entries(this.users).map(([n, id]) => [id, n]));
+    const answers: Report['answers'] = [
+      ...this.acks.map((a) => ({ t: rel(a.at), user: a.user, via: 'ack' as const, text: a.text })),
+      ...slack.responses().map((p) => ({ t: rel(p.at), user: this.urlUser.get(p.url) ?? '?', via: 'response_url' as const, text: p.body.text ?? '' })),
+      ...slack.ephemerals().map((e) => ({ t: rel(e.at), user: nameOf.get(e.user) ?? e.user, via: 'ephemeral' as const, text: e.text })),
+    ].sort((a, b) => a.t - b.t);
     return {
+      answers,
       where: { fleetDir: this.stack.fleet.dir, redisPrefix: this.stack.prefix },
       users: this.users,
       approvers: this.approverIds,
@@ -618,20 +647,28 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
     const ok = want.every((w, i) => w === null || have[i]?.usedMiB === w) && have.length >= want.length;
     out.push({ check: `gpu memory ${host}`, ok, detail: `want [${want.join(', ')}], have [${have.map((g) => g.usedMiB).join(', ')}]` });
   }
-  const texts = r.incidents.flatMap((i) => i.thread.map((m) => m.text));
+  const texts = r.incidents.flatMap((i) => i.thread.map((m) => visibleText(m)));
   for (const p of e.threadText ?? []) {
-    const re = new RegExp(p);
+    const re = toRegExp(p);
     out.push({ check: `thread text /${p}/`, ok: texts.some((t) => re.test(t)), detail: texts.some((t) => re.test(t)) ? 'found' : 'no message matches' });
   }
   for (const p of e.notThreadText ?? []) {
-    const re = new RegExp(p);
+    const re = toRegExp(p);
     const hit = texts.find((t) => re.test(t));
     out.push({ check: `no thread text /${p}/`, ok: hit === undefined, detail: hit === undefined ? 'absent' : `found in: ${hit.slice(0, 200)}` });
   }
   for (const [m, p] of Object.entries(e.noCommand ?? {})) {
-    const re = new RegExp(p);
+    const re = toRegExp(p);
     const hit = (r.commands[m] ?? []).find((c) => c.t >= 0 && re.test(c.cmd));
     out.push({ check: `no command /${p}/ on ${m}`, ok: hit === undefined, detail: hit === undefined ? 'none ran' : `ran: ${hit.cmd}` });
+  }
+  for (const [user, pats] of Object.entries(e.answers ?? {})) {
+    const mine = r.answers.filter((a) => a.user === user).map((a) => a.text);
+    for (const p of pats) {
+      const re = toRegExp(p);
+      const ok = mine.some((t) => re.test(t));
+      out.push({ check: `${user} was answered /${p}/`, ok, detail: ok ? 'found' : `${user} saw: ${mine.map((t) => t.slice(0, 120)).join(' | ') || 'nothing'}` });
+    }
   }
   if (e.allFinished === true) {
     const open = r.incidents.filter((i) => !i.finished).map((i) => i.id);
@@ -661,6 +698,7 @@ export async function runScenario(input: string | Scenario, opts: RunOptions = {
     gpuMemory: {},
     processes: {},
     incidents: [],
+    answers: [],
     unfinished: [],
     errorLogs: [],
     expectations: [],

@@ -12,6 +12,23 @@ const userName = z.string().regex(/^[a-z][a-z0-9_-]{0,30}$/, 'must be a lower-ca
 const slackUserId = z.string().regex(/^[UW][A-Z0-9]{2,}$/, 'must be a Slack user ID like U0ALICE001');
 const label = z.string().regex(/^[A-Za-z0-9_-]{1,40}$/, 'must be a short label (letters, digits, _ or -)');
 
+/** A regex as written in a scenario; a leading `(?i)` makes it case-insensitive (JS has no inline flags). */
+export function toRegExp(p: string): RegExp {
+  return p.startsWith('(?i)') ? new RegExp(p.slice(4), 'i') : new RegExp(p);
+}
+
+const regex = z.string().min(1).refine(
+  (p) => {
+    try {
+      toRegExp(p);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a valid regular expression (JavaScript syntax; a leading (?i) ignores case)' },
+);
+
 /** `500ms`, `2s`, `1.5s`, `1m`, or a plain number of milliseconds. Parsed to milliseconds. */
 export const Duration = z.union([
   z.number().nonnegative(),
@@ -120,7 +137,7 @@ export const MachineChange = z
 /** What a step can wait for in an incident's thread. */
 export const Condition = z.union([
   z.enum(['thread-done', 'card-posted', 'card-decided', 'card-expired', 'verdict']),
-  z.object({ threadText: z.string().min(1) }).strict(),
+  z.object({ threadText: regex }).strict(),
 ]);
 export type Condition = z.output<typeof Condition>;
 
@@ -171,12 +188,14 @@ const Expect = z
     notSignalled: z.array(label).optional(),
     /** Final used MiB per GPU, per host, e.g. `kpro5: [0, 0, 0]` (`null` = don't check that GPU). */
     gpuMemoryMiB: z.record(machineId, z.array(z.number().int().nullable())).optional(),
-    /** Each regex must match some message text in some incident thread. */
-    threadText: z.array(z.string()).optional(),
+    /** Each regex must match some message (its text or any text in its blocks) in some incident thread. */
+    threadText: z.array(regex).optional(),
     /** No regex may match any message text in any thread. */
-    notThreadText: z.array(z.string()).optional(),
+    notThreadText: z.array(regex).optional(),
+    /** Per user, regexes that must each match something the bot told that user privately (ack, ephemeral, response_url). */
+    answers: z.record(userName, z.array(regex)).optional(),
     /** No command logged on these machines matches the regex, e.g. `{ ct129: "nvidia-smi -r" }`. */
-    noCommand: z.record(machineId, z.string()).optional(),
+    noCommand: z.record(machineId, regex).optional(),
     /** Every incident finished (has a `finished` event). */
     allFinished: z.boolean().optional(),
   })
@@ -257,6 +276,7 @@ export const ScenarioSchema = z
       }
       if ('fleet' in st && !machines.has(st.fleet.machine)) bad(['steps', i, 'fleet', 'machine'], `unknown machine "${st.fleet.machine}"`);
     });
+    for (const u of Object.keys(s.expect?.answers ?? {})) if (!users.includes(u)) bad(['expect', 'answers', u], `unknown user "${u}"`);
     for (const n of [...(s.expect?.signalled ?? []), ...(s.expect?.notSignalled ?? [])])
       if (!names.has(n)) bad(['expect'], `unknown process name "${n}"`);
   });

@@ -1,0 +1,111 @@
+/**
+ * The `/gpu unstick` scenarios S2, S3, S4, S5, S7 of test-fleet.md, each played end to end
+ * (real bot, Redis, workers, sshd fleet, fake Slack) with assertions on its report. Each file's
+ * own `expect:` block must hold too. A file marked `pending:` is skipped with its reason.
+ * Kept apart from the status scenarios so the two files run in parallel (S4 waits out a 30 s
+ * approval TTL, the shortest the bot accepts).
+ */
+import { describe, expect, it } from 'vitest';
+import { expectRunClean, file } from './report-helpers.ts';
+import { runScenario, type Report } from './run-scenario.ts';
+import { loadScenario } from './schema.ts';
+
+/** Runs the scenario once per describe block, lazily, and skips the block when the file is pending. */
+function scenario(prefix: string, body: (get: () => Promise<Report>) => void): void {
+  const f = file(prefix);
+  const s = loadScenario(f);
+  let run: Promise<Report> | null = null;
+  const get = () => (run ??= runScenario(f));
+  if (s.pending !== undefined) {
+    describe(s.name, () => {
+      it.skip(`pending: ${s.pending}`, () => undefined);
+    });
+    return;
+  }
+  describe(s.name, () => {
+    it('runs cleanly and meets its expect block', async () => {
+      expectRunClean(await get());
+    }, 120_000);
+    body(get);
+  });
+}
+
+const signalsOf = (r: Report, name: string) => r.signals.filter((x) => x.process === name);
+const threadText = (r: Report) => r.incidents.flatMap((i) => i.thread.map((m) => m.text)).join('\n');
+const approvalEvents = (r: Report) => r.incidents.flatMap((i) => i.events).filter((e) => e.type.startsWith('approval_'));
+
+scenario('s2-', (get) => {
+  it('kills exactly the hung TP workers from inside the container, with no approval, and verdict Recovered', async () => {
+    const r = await get();
+    expect(new Set(r.signals.map((x) => x.process))).toEqual(new Set(['tp0', 'tp2']));
+    // The catchable SIGTERM shows its sender: a process inside ct129's own PID namespace.
+    for (const n of ['tp0', 'tp2']) {
+      const term = signalsOf(r, n).find((x) => x.signal === 'SIGTERM');
+      expect(term?.byPid).toBeGreaterThan(0);
+    }
+    expect(approvalEvents(r)).toEqual([]);
+    expect(r.gpuMemory.kpro5?.every((g) => g.usedMiB === 0)).toBe(true);
+    expect(r.incidents[0]?.thread[0]?.text).toContain('Recovered');
+    // Through pct exec on the host, as in the seed; never a GPU reset.
+    const kills = (r.commands.kpro5 ?? []).filter((c) => c.t >= 0 && /\bkill\b/.test(c.cmd));
+    expect(kills.length).toBeGreaterThan(0);
+    expect(kills.every((c) => c.cmd.includes('pct exec 129 --'))).toBe(true);
+  }, 120_000);
+});
+
+scenario('s3-', (get) => {
+  it('container step fails, a different approver approves, the host kills exactly those host PIDs', async () => {
+    const r = await get();
+    const decided = approvalEvents(r).filter((e) => e.type === 'approval_decided');
+    expect(decided).toHaveLength(1);
+    expect(decided[0]?.by).toBe(r.users.bob);
+    expect(decided[0]?.decision).toBe('approved');
+    const hostPids = ['tp0', 'tp2'].map((n) => r.processes[n]?.hostPid);
+    const hostKills = (r.commands.kpro5 ?? []).filter((c) => c.t >= 0 && /\bkill\b/.test(c.cmd) && c.via === 'ssh');
+    expect(hostKills.length).toBeGreaterThan(0);
+    const killed = new Set(hostKills.flatMap((c) => (c.cmd.match(/\b\d{2,}\b/g) ?? []).map(Number)));
+    for (const pid of hostPids) expect(killed.has(Number(pid))).toBe(true);
+    expect(r.processes.shell?.alive).toBe(true);
+    expect(signalsOf(r, 'shell')).toEqual([]);
+    expect(threadText(r)).toContain('Recovered');
+  }, 120_000);
+});
+
+scenario('s4-', (get) => {
+  it('requester and non-approver are refused privately, the card expires, nothing is signalled', async () => {
+    const r = await get();
+    const refused = approvalEvents(r).filter((e) => e.type === 'approval_refused');
+    expect(refused.map((e) => [e.by, e.reason])).toEqual([
+      [r.users.alice, 'self_approval'],
+      [r.users.carol, 'not_approver'],
+    ]);
+    expect(approvalEvents(r).some((e) => e.type === 'approval_expired')).toBe(true);
+    expect(approvalEvents(r).some((e) => e.type === 'approval_decided')).toBe(false);
+    for (const n of ['tp0', 'tp2']) expect(r.processes[n]?.alive).toBe(true);
+    // The refusals went only to the clicker (response_url), never as a thread reply.
+    expect(r.answers.filter((a) => a.via !== 'ack').map((a) => a.user)).toEqual(['alice', 'carol']);
+  }, 120_000);
+});
+
+scenario('s5-', (get) => {
+  it('no reset inside the container; a host reset is offered behind approval and explained', async () => {
+    const r = await get();
+    const all = Object.values(r.commands).flat().filter((c) => c.t >= 0);
+    expect(all.filter((c) => /nvidia-smi\b.*(\s-r\b|--gpu-reset)/.test(c.cmd))).toEqual([]);
+    const requested = approvalEvents(r).find((e) => e.type === 'approval_requested');
+    expect(requested).toBeDefined();
+    expect(JSON.stringify(requested)).toContain('host_reset');
+    expect(threadText(r)).toMatch(/Host-level GPU reset/);
+    expect(r.gpuMemory.kpro5?.[1]?.usedMiB).toBe(49152);
+  }, 120_000);
+});
+
+scenario('s7-', (get) => {
+  it('the monitor, the host monitor and the other container’s job are never signalled; their memory stays', async () => {
+    const r = await get();
+    expect(new Set(r.signals.map((x) => x.process))).toEqual(new Set(['tp0']));
+    for (const n of ['monitor', 'host-monitor', 'ct130-job']) expect(r.processes[n]?.alive).toBe(true);
+    expect(r.gpuMemory.kpro5?.[3]?.usedMiB).toBe(40960);
+    expect(threadText(r)).toMatch(/outside ct129.*left alone/);
+  }, 120_000);
+});
