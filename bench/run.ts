@@ -4,6 +4,7 @@
  * next to a baseline measured in the same run, interleaved, so a ratio holds on a noisy machine.
  * Prints one JSON object on stdout; progress goes to stderr. See bench/README.md.
  */
+import { removePrefix } from '../test/harness/redis-prefix.ts';
 import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
@@ -498,14 +499,7 @@ async function main(): Promise<void> {
     await Promise.all(roles.map((r) => r.stop().catch(() => undefined)));
     await slack?.close().catch(() => undefined);
     await fleet?.stop().catch((e: unknown) => progress(`fleet stop: ${failure(e).error}`));
-    for (const prefix of prefixes) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length > 0) await redis.del(...keys);
-      } while (cursor !== '0');
-    }
+    for (const prefix of prefixes) await removePrefix(redis, prefix);
     redis.disconnect();
     if (failed) progress(`a figure failed: logs kept in ${work}`);
     else await rm(work, { recursive: true, force: true });

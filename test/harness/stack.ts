@@ -9,6 +9,7 @@ import { createLogger, type Logger } from '../../src/logger.ts';
 import { startWorkerProcess } from '../../src/worker-process.ts';
 import type { WorkerGroup } from '../../workers/index.ts';
 import { startFleet } from './fleet/index.ts';
+import { removePrefix } from './redis-prefix.ts';
 import type { Fleet, FleetSpec } from './fleet/types.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake-slack-api.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
@@ -123,12 +124,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       await slack.close().catch(() => undefined);
       await fleet.stop();
       // Leave Redis as we found it: delete only this stack's keys.
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
-        cursor = next;
-        if (keys.length > 0) await redis.del(...keys);
-      } while (cursor !== '0');
+      await removePrefix(redis, prefix);
       redis.disconnect();
     },
   };

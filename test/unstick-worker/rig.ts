@@ -23,7 +23,7 @@ import type { Executor } from '../../src/ssh/types.ts';
 import type { UnstickWorkerDeps } from '../../workers/unstick.ts';
 import { hostPidOf, startFleet } from '../harness/fleet/index.ts';
 import type { Fleet, FleetSpec } from '../harness/fleet/types.ts';
-import { newRedis, randomPrefix, removePrefix } from '../unstick/redis-prefix.ts';
+import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 
 export const REQUESTER = 'U0REQUEST1';
 export const APPROVER = 'U0APPROVE1';

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { canDecide, type ApprovalState } from '../../src/approval/approval-policy.ts';
 import { ApprovalStore, type CreateApproval } from '../../src/approval/approval-store.ts';
-import { newRedis, randomPrefix, removePrefix } from './redis-prefix.ts';
+import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 
 const T0 = Date.parse('2026-11-30T09:20:00Z');
 const TTL = 15 * 60 * 1000;

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { StepGuard } from '../../src/playbooks/step-guard.ts';
-import { newRedis, randomPrefix, removePrefix } from './redis-prefix.ts';
+import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 
 const INC = 'inc_20261130_092000_k3x9q2';
 const STEP = 'host_kill-3f9a0c1b2d4e';

@@ -1,4 +1,4 @@
-/** Real Redis on 127.0.0.1:6379, a random key prefix per test, every key of it removed after (bullmq's tests style). */
+/** Real Redis (127.0.0.1:6379 unless REDIS_URL), a random key prefix per test, every key of it removed after (bullmq's tests style). */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 
@@ -8,8 +8,8 @@ export function newRedis(): Redis {
   return new Redis(REDIS_URL, { maxRetriesPerRequest: 1, lazyConnect: false });
 }
 
-export function randomPrefix(): string {
-  return `test-unstick-${randomBytes(6).toString('hex')}`;
+export function randomPrefix(label = 'test'): string {
+  return `${label}-${randomBytes(6).toString('hex')}`;
 }
 
 export async function removePrefix(redis: Redis, prefix: string): Promise<void> {
