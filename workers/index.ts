@@ -84,6 +84,8 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
           throw new Error('job data rejected');
         }
         const data = parsed.data;
+        // Claims name the job and its attempt, so a re-run can tell its own dead attempt's claims.
+        const attempt = (): UnstickWorkerDeps => ({ ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`, jobId: String(job.id) });
         switch (data.kind) {
           case 'status':
             await runStatusJob(data, {
@@ -96,14 +98,19 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
             });
             return;
           case 'unstick':
-            await runUnstickJob(data, { ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}` });
+            await runUnstickJob(data, attempt());
             return;
           case 'decision':
-            await runDecisionJob(data, { ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}` });
+            await runDecisionJob(data, attempt());
             return;
           case 'expire':
-            await runExpireJob(data, unstickDeps);
+            await runExpireJob(data, attempt());
             return;
+          default: {
+            // A job kind this worker does not know must fail loudly, never complete silently.
+            const unknown: never = data;
+            throw new Error(`unknown job kind ${JSON.stringify(unknown)}`);
+          }
         }
       },
       {
