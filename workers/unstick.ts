@@ -35,6 +35,11 @@ export interface UnstickWorkerDeps {
   logger: Logger;
   /** Names this worker (and job attempt) in step claims. */
   workerId: string;
+  /**
+   * The BullMQ job id (the same for every attempt of a job; `workerId` contains it). Lets a re-run
+   * finish a once-only write that an earlier attempt of the same job claimed and died before doing.
+   */
+  jobId?: string;
 }
 
 type Container = Extract<Machine, { kind: 'container' }>;
@@ -138,7 +143,7 @@ class IncidentRun {
   /** Verdict, `finished`, lock released: the incident's last three things. */
   async finish(meta: IncidentMeta | null, verdict: Verdict | null, outcome?: 'ok' | 'partial' | 'failed'): Promise<void> {
     // Once per incident, whichever job gets here first (a re-run job must not close it twice).
-    if (!(await this.deps.steps.claimStep(this.incidentId, FINISH_KEY, this.deps.workerId, this.deps.now().getTime()))) {
+    if (!(await this.claimOnce(FINISH_KEY, (e) => e.type === 'finished'))) {
       this.logger.info('incident already finished by another attempt: nothing appended');
       return;
     }
@@ -149,6 +154,23 @@ class IncidentRun {
     await this.append({ type: 'finished', at: this.at(), outcome: o, durationMs });
     for (const id of meta?.targets ?? []) await this.deps.lock.release(id, this.incidentId);
     this.logger.info({ outcome: o, verdict: verdict?.kind ?? null }, 'unstick finished');
+  }
+
+  /**
+   * Claims a once-only latch. Taken over only when the claim belongs to an earlier attempt of this
+   * same job (BullMQ re-runs a job once its worker's lock lapsed: that attempt is gone) and the
+   * log shows the guarded write never happened: a worker killed between claim and write must not
+   * leave the incident open for good (no verdict, target locked, thread "planning…").
+   */
+  private async claimOnce(key: string, written: (e: AnyLoggedEvent) => boolean): Promise<boolean> {
+    const { steps, workerId, jobId } = this.deps;
+    if (await steps.claimStep(this.incidentId, key, workerId, this.deps.now().getTime())) return true;
+    if (!jobId) return false;
+    const st = await steps.stepState(this.incidentId, key);
+    if (st.state !== 'claimed' || st.by === workerId || !st.by.includes(`:${jobId}:`)) return false;
+    if ((await this.deps.log.events(this.incidentId)).some(written)) return false;
+    this.logger.warn({ key, by: st.by }, 'an earlier attempt of this job claimed this and died before writing it: doing it now');
+    return true;
   }
 
   async error(code: string, message: string): Promise<void> {
@@ -162,7 +184,7 @@ class IncidentRun {
    */
   async requestApproval(t: Target, meta: IncidentMeta, step: Step, events: readonly AnyLoggedEvent[]): Promise<'requested' | 'already'> {
     if (events.some((e) => e.type === 'approval_requested' && e.stepId === step.id)) return 'already';
-    if (!(await this.deps.steps.claimStep(this.incidentId, `${APPROVAL_KEY}${step.id}`, this.deps.workerId, this.deps.now().getTime()))) return 'already';
+    if (!(await this.claimOnce(`${APPROVAL_KEY}${step.id}`, (e) => e.type === 'approval_requested' && e.stepId === step.id))) return 'already';
     const now = this.deps.now().getTime();
     const approval = await this.deps.approvals.create({
       incidentId: this.incidentId,
@@ -184,18 +206,23 @@ class IncidentRun {
       host: t.host.id,
       vmid: t.container.vmid,
     });
+    await this.scheduleExpiry(t, approval.id, this.deps.approvalTtlMs);
+    return 'requested';
+  }
+
+  /** The expiry job, under a fixed id: scheduling it again (a re-run job) is a no-op. */
+  async scheduleExpiry(t: Target, approvalId: string, delayMs: number): Promise<void> {
     try {
       await this.deps.dispatcher.enqueue(
         t.container.site,
-        { kind: 'expire', incidentId: this.incidentId, approvalId: approval.id },
-        `expire-${approval.id}`,
-        { delayMs: this.deps.approvalTtlMs },
+        { kind: 'expire', incidentId: this.incidentId, approvalId },
+        `expire-${approvalId}`,
+        { delayMs: Math.max(1, delayMs) },
       );
     } catch (e) {
       // The store refuses a late click on its own; only the "expired" line in the thread would be missing.
-      this.logger.warn({ err: e, approvalId: approval.id }, 'could not schedule the approval expiry');
+      this.logger.warn({ err: e, approvalId }, 'could not schedule the approval expiry');
     }
-    return 'requested';
   }
 
   /**
@@ -206,8 +233,11 @@ class IncidentRun {
     const events = await this.deps.log.events(this.incidentId);
     // A card still open (this job was re-run while it waited): its decision or expiry continues the incident.
     for (const req of events.filter((e): e is Ev<'approval_requested'> => e.type === 'approval_requested')) {
-      if ((await this.deps.approvals.get(req.approvalId))?.state === 'pending') {
+      const pending = await this.deps.approvals.get(req.approvalId);
+      if (pending?.state === 'pending') {
         this.logger.info({ approvalId: req.approvalId }, 'an approval is still pending: waiting for it');
+        // The attempt that posted the card may have died before scheduling its expiry.
+        await this.scheduleExpiry(t, pending.id, pending.expiresAt - this.deps.now().getTime());
         return;
       }
     }
@@ -252,9 +282,17 @@ export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): P
     return run.finish(meta, null);
   }
   const before = await run.diagnose(t, r0, 'before');
-  const plan = run.plan(t, before);
-  const tier1 = plan.steps.find((s) => s.tier === 1);
-  if (!tier1) return run.next(t, meta, before, before);
+  // A re-run (BullMQ handed this job over after its worker died) is judged against the first
+  // attempt: the verdict compares with what the incident started from, and the container step is
+  // the one the first attempt planned. Re-planned from this fresh look, the survivors of a SIGTERM
+  // already sent would make a different step (other targets, other id) and get a second SIGTERM.
+  const events = await deps.log.events(job.incidentId);
+  const first = firstBefore(events) ?? before;
+  const earlier = events.find((e): e is Ev<'step_started'> => e.type === 'step_started' && e.kind === 'container_signal');
+  // It ran to its end before the worker died: this fresh look is its after; nothing is run again.
+  if (earlier && events.some((e) => e.type === 'step_finished' && e.stepId === earlier.stepId)) return run.next(t, meta, first, before);
+  const tier1 = run.plan(t, earlier ? first : before).steps.find((s) => s.tier === 1);
+  if (!tier1) return run.next(t, meta, first, before);
 
   const res = await run.runStep(t, tier1, { gpus: r0.host.snapshot.gpus, apps: r0.host.snapshot.processes });
   const r1 = await run.read(t, 'after');
@@ -271,7 +309,7 @@ export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): P
         if (h.reach === 'container' && tier1.targets.some((x) => x.hostPid === h.process.hostPid && x.startTimeTicks === h.process.startTimeTicks))
           if (!failed.some((f) => f.process.hostPid === h.process.hostPid)) failed.push({ process: h.process, reason: 'it was still running after SIGTERM and SIGKILL from inside the container' });
   const current = await run.diagnose(t, r1, 'after', failed);
-  return run.next(t, meta, before, current);
+  return run.next(t, meta, first, current);
 }
 
 function firstBefore(events: readonly AnyLoggedEvent[]): Diagnosis | null {
@@ -340,11 +378,16 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
 export async function runExpireJob(job: ExpireJob, deps: UnstickWorkerDeps): Promise<void> {
   const run = new IncidentRun(job.incidentId, deps);
   const res = await deps.approvals.expire(job.approvalId, deps.now().getTime());
-  if (!res.expired || res.approval.incidentId !== job.incidentId) {
+  // Already expired with the incident still open: an earlier attempt of this job expired it and
+  // died before saying so; the log decides what is still to be written.
+  const approval = res.expired || res.reason === 'already_expired' ? res.approval : null;
+  const open = approval !== null && approval.incidentId === job.incidentId && (res.expired || !(await deps.log.events(job.incidentId)).some((e) => e.type === 'finished'));
+  if (!approval || !open) {
     deps.logger.child({ incident: job.incidentId }).info({ approvalId: job.approvalId, reason: res.expired ? 'other_incident' : res.reason }, 'expiry: nothing to do');
     return;
   }
-  await run.append({ type: 'approval_expired', at: run.at(), approvalId: res.approval.id, stepId: res.approval.stepId });
+  if (!(await deps.log.events(job.incidentId)).some((e) => e.type === 'approval_expired' && e.approvalId === approval.id))
+    await run.append({ type: 'approval_expired', at: run.at(), approvalId: approval.id, stepId: approval.stepId });
   const events = await deps.log.events(job.incidentId);
   const meta = await loadMeta(run);
   const before = firstBefore(events);
