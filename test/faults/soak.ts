@@ -1,0 +1,81 @@
+/**
+ * `npm run soak`: the fault suite with long settings, printing one table of figures.
+ *
+ *   npm run soak                      # one round: 60 s Slack outage, 50 machines, 50,000 fuzz cases, 3 Redis restarts
+ *   npm run soak -- --rounds 3        # repeat everything (figures add up)
+ *   npm run soak -- --quick           # CI-sized settings (a couple of minutes)
+ *   npm run soak -- --seed 42         # another fuzz seed (default: the CI seed)
+ *   npm run soak -- --only fuzz,load  # a subset: requests, redis, slack, ssh, fuzz, load
+ *
+ * Exits 1 when any scenario reported a failure (each is printed under the table).
+ */
+import { parseArgs } from 'node:util';
+import { emptyFigures, figuresTable, mergeFigures, type Figures } from './lib/figures.ts';
+import { load } from './scenarios/load.ts';
+import { fuzz } from './scenarios/fuzz.ts';
+import { redisRestart } from './scenarios/redis-restart.ts';
+import { finalChecks, interactionFaults, policyFaults, REQUEST_MACHINES, signedRequestFaults, startRequestsStack } from './scenarios/requests.ts';
+import { slackFaults } from './scenarios/slack-faults.ts';
+import { sshFaults } from './scenarios/ssh-faults.ts';
+
+const { values } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '1' },
+    quick: { type: 'boolean', default: false },
+    seed: { type: 'string', default: '20261130' },
+    only: { type: 'string', default: 'requests,redis,slack,ssh,fuzz,load' },
+  },
+});
+const rounds = Math.max(1, Math.min(100, Number(values.rounds)));
+const quick = values.quick === true;
+const only = new Set(String(values.only).split(','));
+const seed = Number(values.seed);
+
+type Scenario = { name: string; run: (round: number) => Promise<Figures> };
+
+const scenarios: Scenario[] = [
+  {
+    name: 'requests',
+    async run() {
+      const s = await startRequestsStack();
+      try {
+        let f = await signedRequestFaults(s, { rounds: quick ? 3 : 25 });
+        f = mergeFigures(f, await policyFaults(s));
+        f = mergeFigures(f, await interactionFaults(s));
+        return mergeFigures(f, await finalChecks(s, REQUEST_MACHINES));
+      } finally {
+        await s.stop();
+      }
+    },
+  },
+  { name: 'redis', run: () => redisRestart(quick ? { outages: 2, outageMs: 2500, inFlight: 4, duringOutage: 4 } : { outages: 3, outageMs: 15_000, inFlight: 10, duringOutage: 10 }) },
+  { name: 'slack', run: () => slackFaults(quick ? { incidentsPerPhase: 4, burst: 3, outageMs: 8000, settleMs: 60_000 } : { incidentsPerPhase: 12, burst: 6, outageMs: 60_000, settleMs: 150_000 }) },
+  { name: 'ssh', run: () => sshFaults({ rounds: quick ? 1 : 3, connectTimeoutSec: 2, commandTimeoutSec: 2 }) },
+  { name: 'fuzz', run: (r) => fuzz({ seed: seed + r, cases: quick ? 10_000 : 50_000, viaBolt: quick ? 300 : 1000 }) },
+  { name: 'load', run: () => load({ machines: quick ? 12 : 50, burst: 200, statusAll: quick ? 3 : 5, drainMs: quick ? 90_000 : 300_000 }) },
+];
+
+const rows: Array<{ name: string; f: Figures; seconds: number }> = [];
+for (const sc of scenarios.filter((x) => only.has(x.name))) {
+  let f = emptyFigures();
+  const t0 = Date.now();
+  for (let r = 0; r < rounds; r++) {
+    process.stderr.write(`soak: ${sc.name} round ${r + 1}/${rounds}…\n`);
+    try {
+      f = mergeFigures(f, await sc.run(r));
+    } catch (e) {
+      f.failures.push(`${sc.name} round ${r + 1} crashed: ${(e as Error).stack ?? String(e)}`);
+    }
+  }
+  rows.push({ name: sc.name, f, seconds: (Date.now() - t0) / 1000 });
+  process.stderr.write(`soak: ${sc.name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s, ${f.failures.length} failures\n`);
+}
+
+console.log(`\ngpu-medic soak (${quick ? 'quick' : 'full'} settings, ${rounds} round${rounds > 1 ? 's' : ''}, fuzz seed ${seed})\n`);
+console.log(figuresTable(rows));
+const failures = rows.flatMap((r) => r.f.failures.map((x) => `${r.name}: ${x}`));
+if (failures.length > 0) {
+  console.log(`\n${failures.length} failure(s):`);
+  for (const x of failures.slice(0, 50)) console.log(`- ${x}`);
+}
+process.exit(failures.length > 0 ? 1 : 0);
