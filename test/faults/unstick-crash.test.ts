@@ -357,8 +357,13 @@ describe('a holder whose memory outlives the release timeout (uninterruptible te
     expect(req.step.kind).toBe('host_reset');
     // Bounded: grace (1 s) + release timeout (5 s) + snapshots, nowhere near the 15 s teardown.
     expect(Date.now() - started).toBeLessThan(14_000);
-    const t = await rig.thread(id, (th) => th.some((m) => buttonsOf(m).length === 2) && th.some((m) => /still in use after 5\.\d s/.test(m.text)), 20_000);
-    expect((t[0]?.text ?? '')).toMatch(/waiting for a second person/);
+    // In the step's blocks (its plain-text fallback is clipped at 4000 characters, and ~30 memory polls may fill it).
+    // The parent is updated after the replies: wait for all three (the parent names what it waits for).
+    const t = await rig.thread(
+      id,
+      (th) => /waiting for a second person/.test(th[0]?.text ?? '') && th.some((m) => buttonsOf(m).length === 2) && th.some((m) => /still in use after 5\.\d s/.test(JSON.stringify(m.blocks ?? []))),
+      20_000,
+    );
     expect((await rig.lock.holder('ct130'))?.incidentId).toBe(id);
     const card = t.find((m) => buttonsOf(m).length === 2);
     const deny = buttonsOf(card).find((b) => b.action_id === 'gpu_deny');
