@@ -31,6 +31,8 @@ const quick = values.quick === true;
 const only = new Set(String(values.only).split(','));
 const seed = Number(values.seed);
 
+const notes: string[] = [];
+
 type Scenario = { name: string; run: (round: number) => Promise<Figures> };
 
 const scenarios: Scenario[] = [
@@ -52,7 +54,15 @@ const scenarios: Scenario[] = [
   { name: 'slack', run: () => slackFaults(quick ? { incidentsPerPhase: 4, burst: 3, outageMs: 8000, settleMs: 60_000 } : { incidentsPerPhase: 12, burst: 6, outageMs: 60_000, settleMs: 150_000 }) },
   { name: 'ssh', run: () => sshFaults({ rounds: quick ? 1 : 3, connectTimeoutSec: 2, commandTimeoutSec: 2 }) },
   { name: 'fuzz', run: (r) => fuzz({ seed: seed + r, cases: quick ? 10_000 : 50_000, viaBolt: quick ? 300 : 1000 }) },
-  { name: 'load', run: () => load({ machines: quick ? 12 : 50, burst: 200, statusAll: quick ? 3 : 5, drainMs: quick ? 90_000 : 300_000 }) },
+  {
+    name: 'load',
+    async run() {
+      const machines = quick ? 12 : 50;
+      const f = await load({ machines, burst: 200, statusAll: quick ? 3 : 5, drainMs: quick ? 90_000 : 300_000 });
+      notes.push(`load: ${machines} machines; SSH logins per host ${Math.min(...f.logins)}..${Math.max(...f.logins)}; at most ${f.peakConnections} connection(s) and ${f.peakChannels} channels at once on one host (pool limit 8, sshd MaxSessions 10)`);
+      return f;
+    },
+  },
 ];
 
 const rows: Array<{ name: string; f: Figures; seconds: number }> = [];
@@ -73,6 +83,7 @@ for (const sc of scenarios.filter((x) => only.has(x.name))) {
 
 console.log(`\ngpu-medic soak (${quick ? 'quick' : 'full'} settings, ${rounds} round${rounds > 1 ? 's' : ''}, fuzz seed ${seed})\n`);
 console.log(figuresTable(rows));
+for (const n of notes) console.log(`\n${n}`);
 const failures = rows.flatMap((r) => r.f.failures.map((x) => `${r.name}: ${x}`));
 if (failures.length > 0) {
   console.log(`\n${failures.length} failure(s):`);

@@ -50,7 +50,8 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
   const ids = Array.from({ length: o.machines }, (_, i) => `gpu${String(i).padStart(2, '0')}`);
   const s = await startStack({ fleet: { hosts: ids.map((id) => ({ id, gpus: 2 })) } });
   const dirs = ids.map((id) => s.fleet.machine(id).dir);
-  const watch = watchSessions(dirs);
+  // Started when the queue resumes: the /proc sampling must not compete with the acks it does not measure.
+  let watch: ReturnType<typeof watchSessions> | null = null;
   let logins: number[] = [];
   let peakChannels = 0;
   let peakConnections = 0;
@@ -77,6 +78,7 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
       f.ackMs.push(r.elapsedMs);
       if (check(r.incidentId !== null, `status all: not queued: ${r.ackText.slice(0, 120)}`) && r.incidentId) acked.push(r.incidentId);
     }
+    watch = watchSessions(dirs);
     if (hold) await queue.resume();
     const drained = await pollUntil(async () => Object.values(await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized')).every((n) => n === 0), o.drainMs, 200);
     await queue.close();
@@ -91,6 +93,7 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
       check(ct === null, `incident ${id}: cross-talk: ${ct}`);
     }
     const peaks = watch.stop();
+    watch = null;
     logins = dirs.map(loginsOf);
     peakChannels = Math.max(0, ...peaks.channels.values());
     peakConnections = Math.max(0, ...peaks.connections.values());
@@ -101,7 +104,7 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
     if (hold) check(percentile(f.ackMs, 99) < 3000, `ack p99 ${Math.round(percentile(f.ackMs, 99))} ms`);
     f = mergeFigures(f, await finalChecks(s, ids));
   } finally {
-    watch.stop();
+    watch?.stop();
     await s.stop();
   }
   return { ...f, logins, peakChannels, peakConnections };
