@@ -248,6 +248,8 @@ export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLogged
         views.push(diagnosisMessage(e));
         break;
       case 'step_started':
+        // A worker that took over after a crash may log the same step's start again: one message per step.
+        if (views.some((v) => v.key === `step:${e.stepId}`)) break;
         views.push(stepMessage(e, events));
         break;
       case 'approval_requested':

@@ -100,6 +100,16 @@ describe('renderUnstick', () => {
     expect(renderUnstick(meta, events)).toEqual(views);
   });
 
+  it('a step started again by a worker that took over after a crash still renders as one message', () => {
+    const events = s3Events();
+    const start = events.find((e) => e.type === 'step_started');
+    if (!start) throw new Error('no step');
+    const again = [...events, { ...start, id: '1796030000999-0', at: '2026-11-30T09:30:00.000Z' }];
+    const keys = renderUnstick(meta, again).map((v) => v.key);
+    expect(keys.filter((k) => k === `step:${start.type === 'step_started' ? start.stepId : ''}`)).toHaveLength(1);
+    expect(new Set(keys).size).toBe(keys.length);
+  });
+
   it('never puts two table blocks in one message (Slack refuses it)', () => {
     for (const v of renderUnstick(meta, s3Events())) expect(v.blocks.filter((b) => b.type === 'table').length).toBeLessThanOrEqual(1);
   });
