@@ -115,6 +115,17 @@ export class Outbox {
     const views = renderThread(meta, events);
     const refs = await this.o.log.slackRefs(id);
     let parentTs = refs.get('parent')?.ts;
+    if (!parentTs && views.some((v) => v.placement === 'reply')) {
+      // First post of a thread whose results are already in: open it as "requested" and let the
+      // final parent update below follow the replies, so "done" never shows above an empty thread.
+      const opening = renderThread(meta, events.filter((e) => e.type === 'requested')).find((v) => v.placement === 'parent');
+      if (opening) {
+        const { ts } = await this.withBlockFallback(opening, (blocks) => this.o.poster.post({ channel: meta.channel, text: opening.text, blocks }));
+        await this.o.log.setSlackRef(id, 'parent', { ts, hash: hashOf(opening) });
+        refs.set('parent', { ts, hash: hashOf(opening) });
+        parentTs = ts;
+      }
+    }
     // Replies first, then the parent's state line: a reader who sees "done" finds the whole thread.
     const ordered = [...views.filter((v) => !(v.placement === 'parent' && refs.has(v.key))), ...views.filter((v) => v.placement === 'parent' && refs.has(v.key))];
     for (const v of ordered) {
