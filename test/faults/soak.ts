@@ -5,10 +5,14 @@
  *   npm run soak -- --rounds 3        # repeat everything (figures add up)
  *   npm run soak -- --quick           # CI-sized settings (a couple of minutes)
  *   npm run soak -- --seed 42         # another fuzz seed (default: the CI seed)
- *   npm run soak -- --only fuzz,load  # a subset: requests, redis, slack, ssh, fuzz, load
+ *   npm run soak -- --only fuzz,load  # a subset: requests, redis, slack, ssh, fuzz, load, crash
  *
  * Exits 1 when any scenario reported a failure (each is printed under the table).
  */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { emptyFigures, figuresTable, mergeFigures, type Figures } from './lib/figures.ts';
 import { load } from './scenarios/load.ts';
@@ -23,7 +27,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '1' },
     quick: { type: 'boolean', default: false },
     seed: { type: 'string', default: '20261130' },
-    only: { type: 'string', default: 'requests,redis,slack,ssh,fuzz,load' },
+    only: { type: 'string', default: 'requests,redis,slack,ssh,fuzz,load,crash' },
   },
 });
 const rounds = Math.max(1, Math.min(100, Number(values.rounds)));
@@ -54,6 +58,39 @@ const scenarios: Scenario[] = [
   { name: 'slack', run: () => slackFaults(quick ? { incidentsPerPhase: 4, burst: 3, outageMs: 8000, settleMs: 60_000 } : { incidentsPerPhase: 12, burst: 6, outageMs: 60_000, settleMs: 150_000 }) },
   { name: 'ssh', run: () => sshFaults({ rounds: quick ? 1 : 3, connectTimeoutSec: 2, commandTimeoutSec: 2 }) },
   { name: 'fuzz', run: (r) => fuzz({ seed: seed + r, cases: quick ? 10_000 : 50_000, viaBolt: quick ? 300 : 1000 }) },
+  {
+    // Part B: a real worker process SIGKILLed at each step of an unstick, run by vitest (its own
+    // assertions) with SOAK_RUNS per crash point; the file leaves its counts for this table.
+    name: 'crash',
+    async run() {
+      const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-soak-crash-'));
+      const figuresPath = join(dir, 'figures.json');
+      const f = emptyFigures();
+      try {
+        const r = spawnSync('npx', ['vitest', 'run', 'test/faults/unstick-crash.test.ts', '--reporter=dot'], {
+          env: { ...process.env, SOAK_RUNS: quick ? '2' : '5', GPU_MEDIC_CRASH_FIGURES: figuresPath },
+          stdio: ['ignore', 'inherit', 'inherit'],
+          timeout: 60 * 60_000,
+        });
+        let tally: Record<string, { runs: number; killedTwice: number; eventsLost: number }> = {};
+        try {
+          tally = JSON.parse(readFileSync(figuresPath, 'utf8')) as typeof tally;
+        } catch {
+          f.failures.push('the crash runs left no figures');
+        }
+        for (const t of Object.values(tally)) {
+          f.runs += t.runs;
+          f.faultsInjected += t.runs;
+          f.killsExecutedTwice += t.killedTwice;
+          f.eventsLost += t.eventsLost;
+        }
+        if (r.status !== 0) f.failures.push(`unstick-crash.test.ts exited ${r.status ?? r.signal}`);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+      return f;
+    },
+  },
   {
     name: 'load',
     async run() {

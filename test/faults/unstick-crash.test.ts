@@ -13,6 +13,7 @@
  *
  * CI runs each crash point CRASH_RUNS times (default 2); SOAK_RUNS=N runs each N times.
  */
+import { writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
@@ -92,6 +93,9 @@ afterAll(async () => {
         `endings ${JSON.stringify(t.endings)}  ms ${Math.min(...t.ms)}-${Math.max(...t.ms)}`,
     );
     process.stdout.write(`\nunstick crash runs (${RUNS} per point):\n${rows.join('\n')}\n`);
+    // `npm run soak` runs this file and adds these counts to its table.
+    const out = process.env.GPU_MEDIC_CRASH_FIGURES;
+    if (out) writeFileSync(out, JSON.stringify(Object.fromEntries(tally)));
   }
   await rig?.stop();
 }, 60_000);

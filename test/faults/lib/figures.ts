@@ -4,7 +4,7 @@ export interface Figures {
   runs: number;
   /** Faults injected: Redis stops, Slack 429/5xx/outages, SSH faults, forged/replayed/tampered requests. */
   faultsInjected: number;
-  /** A kill (SIGTERM/SIGKILL) delivered twice to one process by gpu-medic (part A runs no kills: stays 0). */
+  /** A kill (SIGTERM/SIGKILL) delivered twice to one process by gpu-medic (counted by the crash runs). */
   killsExecutedTwice: number;
   /** Acknowledged incidents whose expected events never reached the log. */
   eventsLost: number;
