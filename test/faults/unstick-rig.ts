@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
+import { removePrefix } from '../harness/redis-prefix.ts';
 import { startBot, type Bot } from '../../src/bot.ts';
 import { parseEnv } from '../../src/config/env.ts';
 import type { Inventory, InventoryInput } from '../../src/config/inventory.ts';
@@ -308,12 +309,7 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
       for (const q of queues.values()) await q.close().catch(() => undefined);
       await slack.close().catch(() => undefined);
       await fleet.stop();
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
-        cursor = next;
-        if (keys.length > 0) await redis.del(...keys);
-      } while (cursor !== '0');
+      await removePrefix(redis, prefix);
       redis.disconnect();
       if (KEEP_LOGS) process.stdout.write(`worker logs kept in ${dir}\n`);
       else rmSync(dir, { recursive: true, force: true });

@@ -2,8 +2,9 @@
  * The fake Slack API on its own, driven by the real @slack/web-api WebClient: the behaviours bot
  * tests rely on (ts, threads, updates, limits, faults, rate limits, outage) must hold here first.
  */
-import { LogLevel, WebClient } from '@slack/web-api';
-import type { Logger, WebClientOptions } from '@slack/web-api';
+import { silentSlackLogger } from '../harness/slack/silent-logger.ts';
+import { WebClient } from '@slack/web-api';
+import type { WebClientOptions } from '@slack/web-api';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
@@ -11,16 +12,7 @@ import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
 const C = 'C0GPUOPS01';
 const quick = { retries: 0 };
 
-/** WebClient logs platform errors and retries at warn/error; the assertions cover them, so drop the noise. */
-const silent: Logger = {
-  debug: () => {},
-  info: () => {},
-  warn: () => {},
-  error: () => {},
-  setLevel: () => {},
-  getLevel: () => LogLevel.ERROR,
-  setName: () => {},
-};
+const silent = silentSlackLogger;
 const webClient = (token: string | undefined, apiUrl: string, opts: WebClientOptions = {}) =>
   new WebClient(token, { slackApiUrl: apiUrl, logger: silent, retryConfig: quick, ...opts });
 

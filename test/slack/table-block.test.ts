@@ -1,6 +1,6 @@
+import { silentSlackLogger } from '../harness/slack/silent-logger.ts';
 import type { types } from '@slack/bolt';
-import { LogLevel, WebClient } from '@slack/web-api';
-import type { Logger } from '@slack/web-api';
+import { WebClient } from '@slack/web-api';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -152,15 +152,7 @@ describe('monospaceTable', () => {
   });
 });
 
-const silent: Logger = {
-  debug: () => {},
-  info: () => {},
-  warn: () => {},
-  error: () => {},
-  setLevel: () => {},
-  getLevel: () => LogLevel.ERROR,
-  setName: () => {},
-};
+const silent = silentSlackLogger;
 
 describe('built tables against the fake Slack API', () => {
   let fake: FakeSlack;
