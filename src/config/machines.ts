@@ -1,5 +1,5 @@
 import type { Route, SshEndpoint } from '../ssh/types.ts';
-import type { ContainerEntry, HostEntry, Inventory } from './inventory.ts';
+import type { Inventory } from './inventory.ts';
 
 export type Machine =
   | { kind: 'host'; id: string; site: string }
@@ -23,35 +23,28 @@ export function sitesOf(inv: Inventory): string[] {
   return [...new Set(inv.hosts.map((h) => h.site))].sort();
 }
 
-function hostEndpoint(inv: Inventory, h: HostEntry): SshEndpoint {
+/** The SSH endpoint of an inventory entry with an address; user and key fall back to the defaults. */
+function endpointOf(
+  inv: Inventory,
+  e: { id: string; address: string; port: number; user?: string | undefined; keyFile?: string | undefined; hostKeys?: string[] | undefined },
+): SshEndpoint {
   return {
-    machineId: h.id,
-    host: h.address,
-    port: h.port,
-    username: h.user ?? inv.defaults.user,
-    privateKeyPath: h.keyFile ?? inv.defaults.keyFile ?? '',
-    hostKeyFingerprints: h.hostKeys,
-  };
-}
-
-function containerEndpoint(inv: Inventory, c: ContainerEntry & { address: string }): SshEndpoint {
-  return {
-    machineId: c.id,
-    host: c.address,
-    port: c.port,
-    username: c.user ?? inv.defaults.user,
-    privateKeyPath: c.keyFile ?? inv.defaults.keyFile ?? '',
-    hostKeyFingerprints: c.hostKeys ?? [],
+    machineId: e.id,
+    host: e.address,
+    port: e.port,
+    username: e.user ?? inv.defaults.user,
+    privateKeyPath: e.keyFile ?? inv.defaults.keyFile ?? '',
+    hostKeyFingerprints: e.hostKeys ?? [],
   };
 }
 
 /** The machine's own view: a host directly; a container by its own address, else `pct exec` on its host. */
 export function routeFor(inv: Inventory, id: string): Route | null {
   const h = inv.hosts.find((x) => x.id === id);
-  if (h) return { kind: 'direct', endpoint: hostEndpoint(inv, h) };
+  if (h) return { kind: 'direct', endpoint: endpointOf(inv, h) };
   const c = inv.containers.find((x) => x.id === id);
   if (!c) return null;
-  if (c.address) return { kind: 'direct', endpoint: containerEndpoint(inv, { ...c, address: c.address }) };
+  if (c.address) return { kind: 'direct', endpoint: endpointOf(inv, { ...c, address: c.address }) };
   return hostRouteForContainer(inv, id);
 }
 
@@ -60,10 +53,10 @@ export function hostRouteForContainer(inv: Inventory, id: string): Route | null 
   const c = inv.containers.find((x) => x.id === id);
   const h = c && inv.hosts.find((x) => x.id === c.host);
   if (!c || !h) return null;
-  return { kind: 'pct', host: hostEndpoint(inv, h), vmid: c.vmid };
+  return { kind: 'pct', host: endpointOf(inv, h), vmid: c.vmid };
 }
 
 export function hostRouteFor(inv: Inventory, hostId: string): Route | null {
   const h = inv.hosts.find((x) => x.id === hostId);
-  return h ? { kind: 'direct', endpoint: hostEndpoint(inv, h) } : null;
+  return h ? { kind: 'direct', endpoint: endpointOf(inv, h) } : null;
 }
