@@ -67,11 +67,12 @@ export function snapshotMessage(key: string, s: MachineSnapshot, title: string):
       : []),
     ...flags,
   ];
+  const noGpus = s.gpuError ? 'No GPU numbers: see the error below.' : 'No GPUs found.';
   const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }];
   if (rows.length > 0) blocks.push(buildTableBlock(header, rows).block);
-  else blocks.push({ type: 'section', text: { type: 'mrkdwn', text: s.gpuError ? 'No GPU numbers: see the error below.' : 'No GPUs found.' } });
+  else blocks.push({ type: 'section', text: { type: 'mrkdwn', text: noGpus } });
   blocks.push({ type: 'context', elements: [{ type: 'mrkdwn', text: extra.join('\n').slice(0, 2900) }] });
-  const text = [heading, rows.length > 0 ? monospaceTable(header, rows) : '', ...extra].filter((x) => x !== '').join('\n');
+  const text = [heading, rows.length > 0 ? monospaceTable(header, rows) : noGpus, ...extra].join('\n');
   return { key, placement: 'reply', text, blocks };
 }
 

@@ -97,4 +97,18 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     expect(await keysOf(s.redis, s.prefix)).toEqual(before);
     expect(before.some((k) => k.includes(':inc:'))).toBe(true);
   });
+
+  it('a GPU that reports an error instead of numbers is flagged in the thread', async () => {
+    await s.fleet.setGpuError('kpro5', 'nvml_version_mismatch');
+    const r = await s.slash('status kpro5');
+    const t = await s.threadOf(String(r.incidentId), { done: (th) => th.length === 2 && th[0]?.text.includes('done') === true });
+    expect(t[1]?.text).toMatch(/nvidia-smi reported an error: .*Driver\/library version mismatch/);
+    expect(t[1]?.text).toContain('No GPU numbers');
+    await s.fleet.setGpuError('kpro5', null);
+    await s.fleet.setGpuError('kpro5', 'gpu_lost', 3);
+    const r2 = await s.slash('status kpro5');
+    const t2 = await s.threadOf(String(r2.incidentId), { done: (th) => th.length === 2 && th[0]?.text.includes('done') === true });
+    expect(t2[1]?.text).toMatch(/nvidia-smi reported an error: .*(lost|GPU is lost)/i);
+    await s.fleet.setGpuError('kpro5', null);
+  });
 });
