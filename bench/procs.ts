@@ -5,7 +5,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { openSync, closeSync, readFileSync, existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -35,18 +34,7 @@ function statusField(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Number(m[1]);
 }
 
-/** A free loopback port (listen on 0, read it, close). */
-export function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a !== null ? a.port : 0;
-      s.close(() => res(port));
-    });
-  });
-}
+export { freePort } from '../test/harness/sshd.ts';
 
 async function waitForLog(child: ChildProcess, logPath: string, needle: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;

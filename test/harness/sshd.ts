@@ -92,7 +92,8 @@ export async function generateKeyPair(
   return { privateKeyPath, publicKey, fingerprint: publicKeyLineFingerprint(publicKey) };
 }
 
-async function freePort(): Promise<number> {
+/** A free loopback port (listen on 0, read it, close). */
+export async function freePort(): Promise<number> {
   return new Promise((res, rej) => {
     const srv = createServer();
     srv.once('error', rej);
