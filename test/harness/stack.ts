@@ -1,11 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
+import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startBot, type Bot } from '../../src/bot.ts';
 import { parseEnv, type Env } from '../../src/config/env.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
+import { listMachines, sitesOf } from '../../src/config/machines.ts';
 import { createLogger, type Logger } from '../../src/logger.ts';
+import { queueName } from '../../src/queue/jobs.ts';
 import { startWorkerProcess } from '../../src/worker-process.ts';
 import type { WorkerGroup } from '../../workers/index.ts';
 import { startFleet } from './fleet/index.ts';
@@ -32,6 +35,12 @@ export interface Stack {
   slash(text: string, o?: { user?: string; channel?: string }): Promise<SignedResponse & { responseUrl: string; ackText: string; incidentId: string | null }>;
   /** Waits until the incident's thread satisfies `done` (default: parent says done), returns parent + replies. */
   threadOf(incidentId: string, o?: { channel?: string; timeoutMs?: number; done?: (t: StoredMessage[]) => boolean }): Promise<StoredMessage[]>;
+  /**
+   * Waits until no job is waiting, active or delayed on any site queue and no fleet command log has
+   * grown for `stableMs`: work an earlier step queued has finished, so a "nothing ran" check that
+   * follows is not fooled by it. Throws after `timeoutMs`.
+   */
+  quiet(o?: { stableMs?: number; timeoutMs?: number }): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -117,6 +126,30 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         const t = slack.thread(channel, parent.ts);
         return done(t) ? t : null;
       }, to.timeoutMs ?? 20000);
+    },
+    async quiet(qo = {}) {
+      const stableMs = qo.stableMs ?? 300;
+      const deadline = Date.now() + (qo.timeoutMs ?? 20000);
+      const sites = sitesOf(inventory);
+      const queues = sites.map((site) => new Queue(queueName(site), { connection: redis, prefix }));
+      const logSizes = (): string => JSON.stringify(listMachines(inventory).map((m) => fleet.commandLog(m.id).length));
+      try {
+        let last = logSizes();
+        let stableSince = Date.now();
+        for (;;) {
+          const counts = await Promise.all(queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed', 'prioritized')));
+          const busy = counts.some((c) => Object.values(c).some((n) => n > 0));
+          const now = logSizes();
+          if (now !== last || busy) {
+            last = now;
+            stableSince = Date.now();
+          } else if (Date.now() - stableSince >= stableMs) return;
+          if (Date.now() > deadline) throw new Error(`stack not quiet after ${qo.timeoutMs ?? 20000} ms: ${JSON.stringify(counts)}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      } finally {
+        await Promise.all(queues.map((q) => q.close()));
+      }
     },
     async stop() {
       await bot.stop().catch(() => undefined);
