@@ -48,7 +48,14 @@ interface Entry {
 const DEFAULT_HOLDER_TITLE = 'python3 -m sglang.launch_server --tp-size 8';
 const SIGNAL_NAMES = new Map<number, string>(Object.entries(constants.signals).map(([name, num]) => [num, name]));
 
-async function userIds(user: string): Promise<{ uid: number; gid: number }> {
+/** The non-root login the fleet offers on every machine (a container user who can't kill root's processes). */
+export const FLEET_USER = 'fleetuser';
+
+/**
+ * The user's ids, creating the user when missing. Test files start fleets concurrently and useradd
+ * refuses while another holds the passwd lock, so a failed useradd is retried until the user shows up.
+ */
+export async function ensureUser(user: string): Promise<{ uid: number; gid: number }> {
   if (!/^[a-z_][a-z0-9_-]{0,31}$/.test(user)) throw new Error(`bad user name ${user}`);
   const lookup = async () => {
     try {
@@ -59,18 +66,20 @@ async function userIds(user: string): Promise<{ uid: number; gid: number }> {
       return null;
     }
   };
-  const found = await lookup();
-  if (found !== null) return found;
-  try {
-    // A login shell and a home: tests may also SSH in as this user (a container user who can't kill root's processes).
-    // Password '*': no password login, but not 'locked' (sshd refuses locked accounts even with a key).
-    await execFileP('useradd', ['--create-home', '--shell', '/bin/sh', '--password', '*', user]);
-  } catch {
-    // a concurrent test file may have created it first
+  let lastError = '';
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const found = await lookup();
+    if (found !== null) return found;
+    try {
+      // A login shell and a home: tests may also SSH in as this user.
+      // Password '*': no password login, but not 'locked' (sshd refuses locked accounts even with a key).
+      await execFileP('useradd', ['--create-home', '--shell', '/bin/sh', '--password', '*', user]);
+    } catch (e) {
+      lastError = e instanceof Error ? e.message : String(e);
+      await new Promise((r) => setTimeout(r, 100)); // another process may hold the lock or be creating it
+    }
   }
-  const created = await lookup();
-  if (created === null) throw new Error(`could not create user ${user}`);
-  return created;
+  throw new Error(`could not create user ${user}: ${lastError}`);
 }
 
 function readCmdline(pid: number): string {
@@ -131,7 +140,7 @@ export class ProcessTable {
     if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
     const user = o.user ?? 'root';
     if (user !== 'root') {
-      const ids = await userIds(user);
+      const ids = await ensureUser(user);
       env['FLEET_UID'] = String(ids.uid);
       env['FLEET_GID'] = String(ids.gid);
     }

@@ -13,7 +13,7 @@ import { buildFleetTools, type FleetTools } from './build-tools.ts';
 import { createContainerCgroup, removeContainerCgroup } from './cgroup.ts';
 import { nsenterArgs, type RunningContainer, startContainer } from './container.ts';
 import { defaultHostState, writeMachineFiles } from './machine-files.ts';
-import { ProcessTable } from './process-table.ts';
+import { ensureUser, FLEET_USER, ProcessTable } from './process-table.ts';
 import { hostPidOf } from './proc-ns.ts';
 import {
   FLEET_DIR_PREFIX,
@@ -106,6 +106,9 @@ export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Prom
 }
 
 async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: FleetTools, onExit: () => void): Promise<Fleet> {
+  // Every machine offers the non-root login; it must exist before any sshd or container starts,
+  // not only once some test has spawned a process as it (a fresh CI machine has no such user).
+  await ensureUser(FLEET_USER);
   const client = await generateKeyPair(join(dir, 'keys'), 'client');
   const procs = new ProcessTable(dir, tools);
 
