@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * Entry point: `bot`, `worker`, `start` (both in one process), `config check`, `parse`.
+ * Entry point: `bot`, `worker`, `start` (both in one process), `config check`, `parse`,
+ * `incidents` / `incident <id>` (the durable log, read without Slack).
  * Each subcommand is loaded lazily so that `parse` never loads Slack or SSH code.
  */
 import type { Role } from './config/env.ts';
@@ -63,12 +64,17 @@ async function main(): Promise<number> {
       const { runConfigCheck } = await import('./cli/config-check.ts');
       return runConfigCheck(rest.slice(1), process.env, process.stdout);
     }
+    case 'incidents':
+    case 'incident': {
+      const { runIncidentsCommand } = await import('./cli/incidents-command.ts');
+      return runIncidentsCommand(sub, rest, { env: process.env, out: process.stdout, err: process.stderr });
+    }
     case 'bot':
     case 'worker':
     case 'start':
       return run(sub);
   }
-  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|->\n`);
+  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]>\n`);
   return 2;
 }
 

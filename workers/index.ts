@@ -95,6 +95,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
               now,
               commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
               logger: o.logger,
+              workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
             });
             return;
           case 'unstick':

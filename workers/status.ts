@@ -13,12 +13,20 @@ export interface StatusWorkerDeps {
   now(): Date;
   commandTimeoutMs: number;
   logger: Logger;
+  /** Names this worker in the `started` event (the durable log says who read the machines). */
+  workerId: string;
 }
 
-/** Reads every machine of the job in parallel; each result becomes one event. Read-only, so safe to retry. */
+/**
+ * Reads every machine of the job in parallel; each result becomes one event, framed by `started`
+ * and `finished` so the durable log alone tells who read, when, and how it ended. Read-only, so
+ * safe to retry.
+ */
 export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Promise<void> {
   const logger = deps.logger.child({ incident: job.incidentId });
-  await Promise.all(
+  const t0 = deps.now().getTime();
+  await deps.log.append(job.incidentId, { type: 'started', at: deps.now().toISOString(), worker: deps.workerId });
+  const read = await Promise.all(
     job.machines.map(async (id) => {
       const machine = findMachine(deps.inventory, id);
       const route = routeFor(deps.inventory, id);
@@ -31,7 +39,7 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
           message: `this worker's inventory has no machine "${id}"`,
           commands: [],
         });
-        return;
+        return false;
       }
       const outcome = await takeSnapshot(machine, route, {
         exec: (r, s) => deps.executor.exec(r, s),
@@ -41,6 +49,7 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
       const at = deps.now().toISOString();
       if (outcome.ok) {
         await deps.log.append(job.incidentId, { type: 'snapshot', at, label: 'status', snapshot: outcome.snapshot, commands: outcome.commands });
+        return true;
       } else {
         logger.warn({ machine: id, code: outcome.code }, 'snapshot failed');
         await deps.log.append(job.incidentId, {
@@ -51,7 +60,11 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
           message: outcome.message,
           commands: outcome.commands,
         });
+        return false;
       }
     }),
   );
+  const okCount = read.filter(Boolean).length;
+  const outcome = okCount === read.length ? 'ok' : okCount === 0 ? 'failed' : 'partial';
+  await deps.log.append(job.incidentId, { type: 'finished', at: deps.now().toISOString(), outcome, durationMs: deps.now().getTime() - t0 });
 }

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listMachines } from '../../src/config/machines.ts';
+import { IncidentLog } from '../../src/incident/log.ts';
 import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 
 const OPS = 'C0ONCALL01';
@@ -51,6 +52,11 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     expect(rows[2]?.[4]).toBe('-');
     expect(reply.text).toContain('RAM: 40 / 449 GiB');
     expect(reply.text).toContain('host view');
+    // The durable log alone tells the story: requested, taken by a worker, read, finished ok.
+    const events = await new IncidentLog(s.redis, s.prefix).events(r.incidentId ?? '');
+    expect(events.map((e) => e.type)).toEqual(['requested', 'started', 'snapshot', 'finished']);
+    expect(events[1]).toMatchObject({ type: 'started', worker: expect.stringMatching(/:\d+:/) });
+    expect(events[3]).toMatchObject({ type: 'finished', outcome: 'ok' });
   });
 
   it('flags host RAM pressure and container memory with no process listed', async () => {
@@ -81,6 +87,9 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     expect(rows.find((x) => x[0] === 'kpro5')?.[1]).toMatch(/^\d+ busy \/ \d+ idle$/);
     expect(summary?.text).toMatch(/could not reach `kpro6`/);
     expect(parent.text).toContain('1 of 3 could not be read');
+    const events = await new IncidentLog(s.redis, s.prefix).events(r.incidentId ?? '');
+    expect(events.at(-1)).toMatchObject({ type: 'finished', outcome: 'partial' });
+    expect(events.filter((e) => e.type === 'snapshot' || e.type === 'machine_error')).toHaveLength(3);
   });
 
   it('unknown target and malformed text: ephemeral answer, nothing queued', async () => {

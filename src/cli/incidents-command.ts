@@ -1,0 +1,99 @@
+/**
+ * `incidents [--limit N]` and `incident <id> [--json]`: the durable incident log read straight
+ * from Redis, without Slack. For post-mortems, and for the night Slack itself is down. Read-only:
+ * it never appends, renders into Slack or queues anything.
+ */
+import { Redis } from 'ioredis';
+import { EnvSchema } from '../config/env.ts';
+import { IncidentLog } from '../incident/log.ts';
+import { incidentListLine, renderTimeline } from '../incident/timeline.ts';
+
+const ReadEnv = EnvSchema.pick({ REDIS_URL: true, GPU_MEDIC_PREFIX: true });
+const INCIDENT_ID = /^inc_[a-z0-9_]+$/;
+
+export interface IncidentsIo {
+  env: Record<string, string | undefined>;
+  out: NodeJS.WritableStream;
+  err: NodeJS.WritableStream;
+}
+
+const USAGE = 'usage: gpu-medic incidents [--limit N]   |   gpu-medic incident <inc_id> [--json]\n';
+
+/** Exit codes: 0 shown; 1 not found or Redis unreachable; 2 bad arguments or settings. */
+export async function runIncidentsCommand(sub: 'incidents' | 'incident', args: string[], io: IncidentsIo): Promise<number> {
+  const env = ReadEnv.safeParse(io.env);
+  if (!env.success) {
+    io.err.write(`gpu-medic ${sub}: ${env.error.issues.map((i) => `${i.path.join('.')} ${i.message}`).join('; ')}\n`);
+    return 2;
+  }
+  let limit = 20;
+  let json = false;
+  let id: string | null = null;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] ?? '';
+    if (sub === 'incidents' && a === '--limit') {
+      const n = Number(args[++i]);
+      if (!Number.isInteger(n) || n < 1 || n > 1000) {
+        io.err.write(`gpu-medic incidents: --limit takes a whole number from 1 to 1000\n${USAGE}`);
+        return 2;
+      }
+      limit = n;
+    } else if (sub === 'incident' && a === '--json') json = true;
+    else if (sub === 'incident' && id === null && !a.startsWith('-')) id = a;
+    else {
+      io.err.write(`gpu-medic ${sub}: unexpected argument ${JSON.stringify(a.slice(0, 80))}\n${USAGE}`);
+      return 2;
+    }
+  }
+  if (sub === 'incident' && (id === null || !INCIDENT_ID.test(id))) {
+    io.err.write(`gpu-medic incident: ${id === null ? 'which incident?' : `${JSON.stringify(id.slice(0, 80))} is not an incident id (they look like inc_20261130_031245_ab12)`}\n${USAGE}`);
+    return 2;
+  }
+
+  // Fail fast and plainly when Redis is not there: no retry loop, no offline queue.
+  const redis = new Redis(env.data.REDIS_URL, { lazyConnect: true, connectTimeout: 3000, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+  redis.on('error', () => undefined);
+  try {
+    try {
+      await redis.connect();
+    } catch (e) {
+      io.err.write(`gpu-medic ${sub}: cannot reach Redis at ${redactUrl(env.data.REDIS_URL)}: ${e instanceof Error ? e.message : String(e)}\n`);
+      return 1;
+    }
+    const log = new IncidentLog(redis, env.data.GPU_MEDIC_PREFIX);
+    if (sub === 'incidents') {
+      const ids = await log.recent(limit);
+      if (ids.length === 0) {
+        io.out.write(`no incidents under prefix ${env.data.GPU_MEDIC_PREFIX}\n`);
+        return 0;
+      }
+      for (const i of ids) {
+        const meta = await log.meta(i);
+        io.out.write(meta ? `${incidentListLine(meta, await log.events(i))}\n` : `${i}  (no metadata)\n`);
+      }
+      return 0;
+    }
+    const incident = id ?? '';
+    const meta = await log.meta(incident);
+    if (!meta) {
+      io.err.write(`gpu-medic incident: no incident ${incident} under prefix ${env.data.GPU_MEDIC_PREFIX}; \`gpu-medic incidents\` lists the recent ones\n`);
+      return 1;
+    }
+    const events = await log.events(incident);
+    io.out.write(json ? `${JSON.stringify({ meta, events }, null, 2)}\n` : renderTimeline(meta, events));
+    return 0;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** A Redis URL may carry a password: never print it. */
+function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(REDIS_URL)';
+  }
+}
