@@ -1,5 +1,5 @@
 import type { Server } from 'node:http';
-import { App, HTTPReceiver, LogLevel } from '@slack/bolt';
+import { App, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
@@ -33,9 +33,13 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
     retryConfig: { retries: 4, factor: 2, minTimeout: 300, maxTimeout: 5_000 },
   };
   const logger = boltLogger(o.logger);
+  // Socket Mode: our own receiver (as Bolt would build it) so that its WebSocket client uses the
+  // same Web API base for apps.connections.open, and its connection state can be watched.
+  const socketReceiver =
+    o.mode === 'socket' ? new SocketModeReceiver({ appToken: o.appToken ?? '', logger, logLevel: LogLevel.INFO, installerOptions: { clientOptions } }) : null;
   const app =
-    o.mode === 'socket'
-      ? new App({ token: o.botToken, appToken: o.appToken ?? '', socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
+    socketReceiver !== null
+      ? new App({ token: o.botToken, receiver: socketReceiver, socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
       : new App({
           token: o.botToken,
           // Our own HTTPReceiver only to lift the verified signature headers into the context (replay-guard.ts).

@@ -15,6 +15,7 @@ import { startFleet } from './fleet/index.ts';
 import { removePrefix } from './redis-prefix.ts';
 import type { Fleet, FleetSpec } from './fleet/types.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake-slack-api.ts';
+import { startFakeSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -22,6 +23,8 @@ export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 export interface Stack {
   fleet: Fleet;
   slack: FakeSlack;
+  /** The Socket Mode server, when the stack runs in Socket Mode. */
+  socket: FakeSocketMode | null;
   bot: Bot;
   workers: WorkerGroup;
   env: Env;
@@ -51,6 +54,8 @@ export interface StackOptions {
   tweakInventory?: (inv: Inventory) => void;
   /** A Redis other than REDIS_URL (e.g. a private one a test stops and restarts). */
   redisUrl?: string;
+  /** Run the bot in Socket Mode (the production default) against a local Socket Mode server, not HTTP. */
+  socketMode?: boolean;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
@@ -59,7 +64,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const redisUrl = o.redisUrl ?? REDIS_URL;
   const signingSecret = randomBytes(16).toString('hex');
   const fleet = await startFleet(o.fleet);
-  const slack = await startFakeSlack();
+  const socket = o.socketMode ? await startFakeSocketMode({ appId: 'A0FAKEAPP1' }) : null;
+  const slack = await startFakeSlack(socket ? { appConnections: { appToken: socket.appToken, open: () => socket.openConnection() } } : {});
   const chunks: string[] = [];
   const sink = new Writable({
     write(c: Buffer, _e, cb) {
@@ -74,7 +80,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   o.tweakInventory?.(inventory);
   const e = parseEnv(
     {
-      GPU_MEDIC_MODE: 'http',
+      GPU_MEDIC_MODE: socket ? 'socket' : 'http',
+      ...(socket ? { SLACK_APP_TOKEN: socket.appToken } : {}),
       SLACK_BOT_TOKEN: slack.botToken,
       SLACK_SIGNING_SECRET: signingSecret,
       SLACK_API_URL: slack.apiUrl,
@@ -96,6 +103,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   return {
     fleet,
     slack,
+    socket,
     bot,
     workers,
     env,
@@ -155,6 +163,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       await bot.stop().catch(() => undefined);
       await workers.close(true).catch(() => undefined);
       await slack.close().catch(() => undefined);
+      await socket?.close().catch(() => undefined);
       await fleet.stop();
       // Leave Redis as we found it: delete only this stack's keys.
       await removePrefix(redis, prefix);

@@ -168,6 +168,8 @@ export interface FakeSlackOptions {
   now?: () => number;
   /** Start with rate limiting on. Default off (turn on with `enableRateLimits`). */
   rateLimits?: RateLimitConfig;
+  /** Socket Mode: `apps.connections.open` takes this app-level token and answers with `open()`. */
+  appConnections?: { appToken: string; open(): Json };
 }
 
 export interface FakeSlack {
@@ -644,6 +646,7 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
 
   const methods: Record<string, (body: Json) => Json> = {
     'api.test': (body) => ({ ok: true, args: body }),
+    'apps.connections.open': () => ({ ok: false, error: 'not_allowed_token_type' }), // answered in handleApi
     'auth.test': () => ({
       ok: true,
       url: `https://${teamDomain}.slack.com/`,
@@ -765,6 +768,13 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     if (!handler) return { status: 200, body: { ok: false, error: 'unknown_method' } };
     const bearer = authHeader?.startsWith('Bearer ') ? authHeader.slice('Bearer '.length) : undefined;
     const token = bearer ?? str(body.token);
+    if (method === 'apps.connections.open') {
+      // The one method that takes the app-level token, and only that (Slack: not_allowed_token_type).
+      if (token === undefined || token === '') return { status: 200, body: { ok: false, error: 'not_authed' } };
+      if (!opts.appConnections || !token.startsWith('xapp-')) return { status: 200, body: { ok: false, error: 'not_allowed_token_type' } };
+      if (token !== opts.appConnections.appToken) return { status: 200, body: { ok: false, error: 'invalid_auth' } };
+      return { status: 200, body: opts.appConnections.open() };
+    }
     if (method !== 'api.test') {
       if (token === undefined || token === '') return { status: 200, body: { ok: false, error: 'not_authed' } };
       if (token !== botToken) return { status: 200, body: { ok: false, error: 'invalid_auth' } };

@@ -108,6 +108,26 @@ export async function postSigned(url: string, signingSecret: string, body: strin
   return { status: res.status, body: text, headers, elapsedMs, ...(json !== undefined ? { json } : {}) };
 }
 
+/** The fields of a slash command as Slack sends them, in Slack's order (form body over HTTP, JSON payload over Socket Mode). */
+export function slashCommandPayload(fields: SlashCommandFields): Record<string, string> {
+  return {
+    // `token` is the deprecated verification token; Slack still sends it.
+    token: 'deprecated-verification-token',
+    team_id: fields.team_id ?? 'T0FAKE0001',
+    team_domain: fields.team_domain ?? 'gpu-medic-test',
+    channel_id: fields.channel_id,
+    channel_name: fields.channel_name ?? 'gpu-ops',
+    user_id: fields.user_id,
+    user_name: fields.user_name ?? fields.user_id.toLowerCase(),
+    command: fields.command ?? '/gpu',
+    text: fields.text,
+    api_app_id: fields.api_app_id ?? 'A0FAKEAPP1',
+    is_enterprise_install: 'false',
+    response_url: fields.response_url,
+    trigger_id: fields.trigger_id ?? fakeTriggerId(),
+  };
+}
+
 /** POSTs a slash command with the fields Slack sends, in Slack's order. */
 export function sendSlashCommand(
   url: string,
@@ -115,22 +135,7 @@ export function sendSlashCommand(
   fields: SlashCommandFields,
   opts: SignOptions = {},
 ): Promise<SignedResponse> {
-  const form = new URLSearchParams();
-  // `token` is the deprecated verification token; Slack still sends it.
-  form.set('token', 'deprecated-verification-token');
-  form.set('team_id', fields.team_id ?? 'T0FAKE0001');
-  form.set('team_domain', fields.team_domain ?? 'gpu-medic-test');
-  form.set('channel_id', fields.channel_id);
-  form.set('channel_name', fields.channel_name ?? 'gpu-ops');
-  form.set('user_id', fields.user_id);
-  form.set('user_name', fields.user_name ?? fields.user_id.toLowerCase());
-  form.set('command', fields.command ?? '/gpu');
-  form.set('text', fields.text);
-  form.set('api_app_id', fields.api_app_id ?? 'A0FAKEAPP1');
-  form.set('is_enterprise_install', 'false');
-  form.set('response_url', fields.response_url);
-  form.set('trigger_id', fields.trigger_id ?? fakeTriggerId());
-  return postSigned(url, signingSecret, form.toString(), opts);
+  return postSigned(url, signingSecret, new URLSearchParams(slashCommandPayload(fields)).toString(), opts);
 }
 
 /** POSTs an interaction (`payload=<json>`), as Slack does for buttons, menus and modals. */
