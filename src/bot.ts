@@ -6,6 +6,7 @@ import { ApprovalStore } from './approval/approval-store.ts';
 import { newIncidentId } from './incident/ids.ts';
 import { IncidentLog } from './incident/log.ts';
 import { TargetLock } from './incident/target-lock.ts';
+import type { HealthCheck } from './health/heartbeat.ts';
 import type { Logger } from './logger.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
@@ -27,8 +28,13 @@ function waitReady(r: Redis, ms: number): Promise<void> {
 export interface Bot {
   port: number | null;
   outbox: Outbox;
+  /** What the heartbeat checks: Redis answers, the outbox loop turns, Slack can reach us. */
+  health(): Record<string, HealthCheck>;
   stop(): Promise<void>;
 }
+
+/** The outbox loop runs every 100 ms; one and a half heartbeats (at least 5 s) without a completed pass means it is stuck or failing. */
+const outboxStaleMs = (env: Env): number => Math.max(5000, env.GPU_MEDIC_HEALTH_INTERVAL_SEC * 1500);
 
 /** The Slack-facing process: Bolt, commands, the outbox. Holds Slack tokens and no SSH key. */
 export async function startBot(env: Env, inventory: Inventory, logger: Logger): Promise<Bot> {
@@ -66,10 +72,20 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger): 
   const outbox = new Outbox({ log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX), poster: slack.poster, logger: logger.child({ component: 'outbox' }) });
   const { port } = await slack.start();
   outbox.start();
+  const startedAt = Date.now();
   logger.info({ mode: env.GPU_MEDIC_MODE, port }, 'bot started');
   return {
     port,
     outbox,
+    health: () => ({
+      redis: async () => ((await fast.ping()) === 'PONG' ? null : 'Redis did not answer PONG'),
+      outbox: async () => {
+        // Counted from the start until the first pass completes.
+        const age = Date.now() - (outbox.lastPassAt() ?? startedAt);
+        return age <= outboxStaleMs(env) ? null : `no completed outbox pass for ${Math.round(age / 1000)} s (Redis unreachable?)`;
+      },
+      slack: async () => slack.connectionProblem(),
+    }),
     async stop() {
       await outbox.stop();
       await slack.stop();

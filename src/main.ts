@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * Entry point: `bot`, `worker`, `start` (both in one process), `config check`, `parse`,
- * `incidents` / `incident <id>` (the durable log, read without Slack).
+ * `incidents` / `incident <id>` (the durable log, read without Slack), `health` (the healthcheck).
  * Each subcommand is loaded lazily so that `parse` never loads Slack or SSH code.
  */
 import type { Role } from './config/env.ts';
@@ -30,19 +30,34 @@ async function run(role: Role): Promise<number> {
     return 2;
   }
   const logger = createLogger({ name: `gpu-medic-${role}`, level: env.LOG_LEVEL });
+  const { startHeartbeat } = await import('./health/heartbeat.ts');
+  const { defaultHealthFile } = await import('./health/report.ts');
   const stops: Array<() => Promise<void>> = [];
+  const checks: Record<string, () => Promise<string | null>> = {};
+  const name = (part: string, check: string): string => (role === 'start' ? `${part}.${check}` : check);
   if (role === 'bot' || role === 'start') {
     const { startBot } = await import('./bot.ts');
     // The bot never gets SSH key paths it could open; it only needs machine ids and sites.
     const bot = await startBot(env, inv.inventory, logger);
     stops.push(() => bot.stop());
+    for (const [k, c] of Object.entries(bot.health())) checks[name('bot', k)] = c;
   }
   if (role === 'worker' || role === 'start') {
     const { startWorkerProcess } = await import('./worker-process.ts');
     const workerEnv = { ...env, SLACK_BOT_TOKEN: undefined, SLACK_APP_TOKEN: undefined, SLACK_SIGNING_SECRET: undefined };
     const w = await startWorkerProcess(workerEnv, inv.inventory, logger);
     stops.push(() => w.close());
+    for (const [k, c] of Object.entries(w.health())) checks[name('worker', k)] = c;
   }
+  // Stopped first: a process on its way down must not look healthy.
+  const heartbeat = startHeartbeat({
+    file: env.GPU_MEDIC_HEALTH_FILE || defaultHealthFile(role),
+    role,
+    intervalMs: env.GPU_MEDIC_HEALTH_INTERVAL_SEC * 1000,
+    checks,
+    logger: logger.child({ component: 'health' }),
+  });
+  stops.unshift(() => heartbeat.stop());
   await new Promise<void>((resolve) => {
     const stop = (): void => resolve();
     process.once('SIGINT', stop);
@@ -64,6 +79,10 @@ async function main(): Promise<number> {
       const { runConfigCheck } = await import('./cli/config-check.ts');
       return runConfigCheck(rest.slice(1), process.env, process.stdout);
     }
+    case 'health': {
+      const { runHealthCommand } = await import('./cli/health-command.ts');
+      return runHealthCommand(rest, process.env, process.stdout);
+    }
     case 'incidents':
     case 'incident': {
       const { runIncidentsCommand } = await import('./cli/incidents-command.ts');
@@ -74,7 +93,7 @@ async function main(): Promise<number> {
     case 'start':
       return run(sub);
   }
-  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]>\n`);
+  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]|health [bot|worker|start]>\n`);
   return 2;
 }
 

@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { sitesOf } from '../src/config/machines.ts';
+import type { HealthCheck } from '../src/health/heartbeat.ts';
 import { IncidentLog } from '../src/incident/log.ts';
 import { TargetLock } from '../src/incident/target-lock.ts';
 import { StepGuard } from '../src/playbooks/step-guard.ts';
@@ -43,6 +44,8 @@ export interface WorkerGroupOptions {
 }
 
 export interface WorkerGroup {
+  /** What the heartbeat checks: Redis answers, and every site's BullMQ worker is running. */
+  health(): Record<string, HealthCheck>;
   close(force?: boolean): Promise<void>;
 }
 
@@ -127,6 +130,13 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   });
   o.logger.info({ sites }, 'workers started');
   return {
+    health: () => ({
+      redis: async () => ((await connection.ping()) === 'PONG' ? null : 'Redis did not answer PONG'),
+      queues: async () => {
+        const stopped = workers.filter((w) => !w.isRunning()).map((w) => w.name);
+        return stopped.length === 0 ? null : `not consuming: ${stopped.join(', ')}`;
+      },
+    }),
     async close(force = false) {
       await Promise.all(workers.map((w) => w.close(force)));
       await dispatcher.close();

@@ -43,6 +43,10 @@ export const EnvSchema = z.object({
   GPU_MEDIC_JOB_LOCK_MS: z.coerce.number().int().min(1000).max(600_000).default(30_000),
   /** How often workers look for jobs whose lock lapsed (stalled). BullMQ's default, 30 s. */
   GPU_MEDIC_STALLED_MS: z.coerce.number().int().min(500).max(600_000).default(30_000),
+  /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
+  GPU_MEDIC_HEALTH_FILE: z.string().default(''),
+  /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
+  GPU_MEDIC_HEALTH_INTERVAL_SEC: z.coerce.number().int().min(1).max(300).default(10),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 

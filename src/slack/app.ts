@@ -23,6 +23,8 @@ export interface SlackApp {
   app: App;
   poster: SlackPoster;
   start(): Promise<{ port: number | null }>;
+  /** null when Slack can reach us (Socket Mode: connected; HTTP: listening), else what is wrong. */
+  connectionProblem(): string | null;
   stop(): Promise<void>;
 }
 
@@ -65,15 +67,30 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       await app.client.chat.update({ channel: m.channel, ts: m.ts, text: m.text, ...(m.blocks ? { blocks: m.blocks } : {}) });
     },
   };
+  // Socket Mode's client says when it has Slack's hello, and when it lost the connection.
+  let socketState = 'not started';
+  let socketSince = Date.now();
+  if (socketReceiver) {
+    const track = (state: string) => () => {
+      socketState = state;
+      socketSince = Date.now();
+    };
+    for (const state of ['connecting', 'connected', 'reconnecting', 'disconnecting', 'disconnected']) socketReceiver.client.on(state, track(state));
+  }
+  let server: Server | null = null;
   return {
     app,
     poster,
+    connectionProblem() {
+      if (socketReceiver) return socketState === 'connected' ? null : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`;
+      return server?.listening ? null : 'HTTP receiver not listening';
+    },
     async start() {
       if (o.mode === 'socket') {
         await app.start();
         return { port: null };
       }
-      const server = (await app.start(o.port)) as Server;
+      server = (await app.start(o.port)) as Server;
       const addr = server.address();
       return { port: typeof addr === 'object' && addr ? addr.port : o.port };
     },

@@ -46,8 +46,14 @@ export class Outbox {
   private readonly inflight = new Set<string>();
   private readonly backoff = new Map<string, { until: number; delay: number }>();
   private stopped = false;
+  private lastPass: number | null = null;
 
   constructor(private readonly o: OutboxOptions) {}
+
+  /** When the loop last completed a pass over the dirty incidents (null: never). For the health check. */
+  lastPassAt(): number | null {
+    return this.lastPass;
+  }
 
   start(): void {
     this.stopped = false;
@@ -55,6 +61,7 @@ export class Outbox {
       if (this.stopped) return;
       try {
         await this.tick();
+        this.lastPass = Date.now();
       } catch (err) {
         this.o.logger.warn({ err }, 'outbox tick failed (Redis unreachable?)');
       }

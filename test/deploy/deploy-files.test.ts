@@ -6,7 +6,6 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -182,84 +181,56 @@ describe('docker-compose.yml', () => {
   });
 });
 
-// ------------------------------------------------------------------ healthcheck script --------
+// ------------------------------------------------------------------ healthcheck command -------
 
-/** The healthcheck is `node -e <script> <role>`; run exactly that script here. */
-function healthScript(service: string): { script: string; role: string } {
+/** The healthcheck is `[CMD, node, --import, tsx, src/main.ts, health, <role>]`; run exactly that here. */
+function healthArgv(service: string): string[] {
   const t = svc(service).healthcheck?.test;
-  if (!Array.isArray(t) || t[0] !== 'CMD' || t[1] !== 'node' || t[2] !== '-e') throw new Error(`${service}: healthcheck is not [CMD, node, -e, script, role]`);
-  return { script: t[3] ?? '', role: t[4] ?? '' };
+  if (!Array.isArray(t) || t[0] !== 'CMD' || t[1] !== 'node') throw new Error(`${service}: healthcheck is not [CMD, node, ...]`);
+  return t.slice(2);
 }
 async function runHealth(service: string, env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const { script, role } = healthScript(service);
   try {
-    const r = await run(process.execPath, ['-e', script, role], { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 10_000 });
+    // The image's WORKDIR holds src/: run from the repository root the same way.
+    const r = await run(process.execPath, healthArgv(service), { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env }, timeout: 20_000 });
     return { code: 0, out: r.stdout + r.stderr };
   } catch (e) {
     const err = e as { code?: number; stdout?: string; stderr?: string };
     return { code: typeof err.code === 'number' ? err.code : -1, out: (err.stdout ?? '') + (err.stderr ?? '') };
   }
 }
-/** Ports this network namespace has ESTABLISHED connections to, read like the script reads them. */
-function establishedRemotePorts(): Set<number> {
-  const ports = new Set<number>();
-  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    if (!existsSync(f)) continue;
-    for (const line of readFileSync(f, 'utf8').split('\n').slice(1)) {
-      const c = line.trim().split(/\s+/);
-      if (c[3] === '01') ports.add(parseInt((c[2] ?? '').split(':')[1] ?? '', 16));
-    }
-  }
-  return ports;
-}
 
-describe.skipIf(!existsSync('/proc/net/tcp'))('bot and worker healthcheck script (reads /proc/net/tcp, Linux only)', () => {
-  let server: Server;
-  let port: number;
-  const clients: Socket[] = [];
-  beforeAll(async () => {
-    server = createServer((s) => s.on('error', () => {}));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    port = (server.address() as AddressInfo).port;
+describe('bot and worker healthcheck command (reads the heartbeat the process writes)', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'gpu-medic-health-'));
   });
-  afterAll(async () => {
-    for (const c of clients) c.destroy();
-    await new Promise<void>((r) => server.close(() => r()));
-  });
-  const connectToServer = async (): Promise<void> => {
-    const c = connect(port, '127.0.0.1');
-    clients.push(c);
-    await new Promise<void>((r, j) => c.once('connect', r).once('error', j));
-  };
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const beat = (file: string, o: { ageMs?: number; checks?: Record<string, string | null>; role?: string } = {}) =>
+    writeFileSync(file, JSON.stringify({ role: o.role ?? 'worker', pid: 4242, at: new Date(Date.now() - (o.ageMs ?? 0)).toISOString(), intervalMs: 10_000, checks: o.checks ?? { redis: null, queues: null } }));
 
-  it('worker: unhealthy while nothing is connected to the Redis port, healthy once something is', async () => {
-    const before = await runHealth('worker', { REDIS_URL: `redis://127.0.0.1:${port}` });
-    expect(before.code).toBe(1);
-    expect(before.out).toContain(`no connection to Redis port ${port}`);
-    await connectToServer();
-    const after = await runHealth('worker', { REDIS_URL: `redis://127.0.0.1:${port}` });
-    expect(after).toEqual({ code: 0, out: 'worker ok\n' });
+  it('is `gpu-medic health <role>` for each service, through the image entrypoint\'s runtime', () => {
+    expect(healthArgv('bot')).toEqual(['--import', 'tsx', 'src/main.ts', 'health', 'bot']);
+    expect(healthArgv('worker')).toEqual(['--import', 'tsx', 'src/main.ts', 'health', 'worker']);
   });
 
-  it('bot in http mode: needs the Redis connection and a listening PORT', async () => {
-    await connectToServer();
-    const ok = await runHealth('bot', { REDIS_URL: `redis://127.0.0.1:${port}`, GPU_MEDIC_MODE: 'http', PORT: String(port) });
-    expect(ok).toEqual({ code: 0, out: 'bot ok\n' });
-    const probe = createServer();
-    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
-    const freePort = (probe.address() as AddressInfo).port;
-    await new Promise<void>((r) => probe.close(() => r()));
-    const notListening = await runHealth('bot', { REDIS_URL: `redis://127.0.0.1:${port}`, GPU_MEDIC_MODE: 'http', PORT: String(freePort) });
-    expect(notListening.code).toBe(1);
-    expect(notListening.out).toContain(`not listening on port ${freePort}`);
-  });
-
-  it('bot in socket mode: unhealthy without a connection to Slack on 443', async (ctx) => {
-    await connectToServer();
-    if (establishedRemotePorts().has(443)) ctx.skip(); // something else in this namespace talks to a :443; can't prove the negative here
-    const r = await runHealth('bot', { REDIS_URL: `redis://127.0.0.1:${port}` });
-    expect(r.code).toBe(1);
-    expect(r.out).toContain('no connection to Slack (port 443)');
+  it('no heartbeat, a fresh healthy one, a failing check, a stale one: exit 1, 0, 1, 1 with the reason', async () => {
+    const file = join(dir, 'worker.json');
+    const env = { GPU_MEDIC_HEALTH_FILE: file };
+    const none = await runHealth('worker', env);
+    expect(none.code).toBe(1);
+    expect(none.out).toContain(`no heartbeat at ${file}`);
+    beat(file, { ageMs: 2000 });
+    const ok = await runHealth('worker', env);
+    expect(ok).toEqual({ code: 0, out: 'worker (pid 4242) ok (2 s ago): redis, queues\n' });
+    beat(file, { checks: { redis: 'no answer within 2000 ms', queues: null } });
+    const bad = await runHealth('worker', env);
+    expect(bad.code).toBe(1);
+    expect(bad.out).toContain('unhealthy (0 s ago): redis: no answer within 2000 ms');
+    beat(file, { ageMs: 40_000 });
+    const stale = await runHealth('worker', env);
+    expect(stale.code).toBe(1);
+    expect(stale.out).toMatch(/stale: last heartbeat 40 s ago, expected every 10 s/);
   });
 });
 
