@@ -7,8 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runHealthCommand } from '../../src/cli/health-command.ts';
 import { startPrivateRedis, type PrivateRedis } from '../faults/lib/redis-server.ts';
-import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.ts';
-import { startFakeSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
+import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
+import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -92,14 +92,11 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
   describe('bot in Socket Mode', () => {
     let slack: FakeSlack;
     let socket: FakeSocketMode;
+    let close: () => Promise<void>;
     beforeAll(async () => {
-      socket = await startFakeSocketMode({ appId: 'A0FAKEAPP1' });
-      slack = await startFakeSlack({ appConnections: { appToken: socket.appToken, open: () => socket.openConnection() } });
+      ({ slack, socket, close } = await startSlackWithSocketMode());
     });
-    afterAll(async () => {
-      await slack.close();
-      await socket.close();
-    });
+    afterAll(() => close());
 
     it('healthy while connected; Slack gone → unhealthy naming Socket Mode; Redis down → the outbox and Redis named', async () => {
       const file = join(dir, 'bot.json');

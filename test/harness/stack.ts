@@ -15,7 +15,7 @@ import { startFleet } from './fleet/index.ts';
 import { removePrefix } from './redis-prefix.ts';
 import type { Fleet, FleetSpec } from './fleet/types.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake-slack-api.ts';
-import { startFakeSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
+import { startSlackWithSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -64,8 +64,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const redisUrl = o.redisUrl ?? REDIS_URL;
   const signingSecret = randomBytes(16).toString('hex');
   const fleet = await startFleet(o.fleet);
-  const socket = o.socketMode ? await startFakeSocketMode({ appId: 'A0FAKEAPP1' }) : null;
-  const slack = await startFakeSlack(socket ? { appConnections: { appToken: socket.appToken, open: () => socket.openConnection() } } : {});
+  const withSocket = o.socketMode ? await startSlackWithSocketMode() : null;
+  const socket = withSocket?.socket ?? null;
+  const slack = withSocket?.slack ?? (await startFakeSlack());
   const chunks: string[] = [];
   const sink = new Writable({
     write(c: Buffer, _e, cb) {

@@ -1,20 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.ts';
-import { startFakeSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
+import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
+import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
 
 /** The local Socket Mode server holds to Slack's rules, so the bot's Socket Mode test means something. */
 describe('fake Socket Mode', () => {
   let socket: FakeSocketMode;
   let slack: FakeSlack;
+  let close: () => Promise<void>;
   beforeAll(async () => {
-    socket = await startFakeSocketMode({ appId: 'A0FAKEAPP1' });
-    slack = await startFakeSlack({ appConnections: { appToken: socket.appToken, open: () => socket.openConnection() } });
+    ({ slack, socket, close } = await startSlackWithSocketMode());
   });
-  afterAll(async () => {
-    await slack.close();
-    await socket.close();
-  });
+  afterAll(() => close());
 
   const open = async (token: string) => {
     const r = await fetch(`${slack.apiUrl}apps.connections.open`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });

@@ -14,6 +14,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { startFakeSlack, type FakeSlack } from './fake-slack-api.ts';
 
 export interface SocketAck {
   envelopeId: string;
@@ -126,6 +127,20 @@ export async function startFakeSocketMode(o: { appId: string; appToken?: string;
     async close() {
       for (const ws of live) ws.terminate();
       await new Promise<void>((r) => wss.close(() => r()));
+    },
+  };
+}
+
+/** Our fake Slack Web API with Socket Mode behind `apps.connections.open`: what a Socket Mode bot talks to. */
+export async function startSlackWithSocketMode(appId = 'A0FAKEAPP1'): Promise<{ slack: FakeSlack; socket: FakeSocketMode; close(): Promise<void> }> {
+  const socket = await startFakeSocketMode({ appId });
+  const slack = await startFakeSlack({ appConnections: { appToken: socket.appToken, open: () => socket.openConnection() } });
+  return {
+    slack,
+    socket,
+    async close() {
+      await slack.close();
+      await socket.close();
     },
   };
 }
