@@ -118,7 +118,7 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
         slack.failNext('apps.connections.open', 1000, { error: 'internal_error' });
         socket.refreshAll();
         const lost = await healthUntil('bot', file, (h) => h.code === 1);
-        expect(lost.line).toMatch(/slack: Socket Mode (reconnecting|disconnected|connecting) for \d+ s/);
+        expect(lost.line).toMatch(/slack: Socket Mode (reconnecting|disconnected|disconnecting|connecting) for \d+ s/);
 
         slack.failNext('apps.connections.open', 0, { error: 'internal_error' });
         slack.reset();
