@@ -232,7 +232,7 @@ describe('bot and worker healthcheck command (reads the heartbeat the process wr
     beat(file, { ageMs: 40_000 });
     const stale = await runHealth('worker', env);
     expect(stale.code).toBe(1);
-    expect(stale.out).toMatch(/stale: last heartbeat 40 s ago, expected every 10 s/);
+    expect(stale.out).toMatch(/^worker \(pid 4242\) stale: last heartbeat (4\d|[5-9]\d) s ago, expected every 10 s \(hung or dead\)\n$/);
   });
 });
 
