@@ -6,12 +6,12 @@
  * Redis is the shared one under a random prefix (every key of it removed at the end); the fleet
  * is the real-sshd one with containers as PID namespaces. Every child is killed by its PID.
  */
+import { captureLogger } from '../harness/capture-logger.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -24,7 +24,6 @@ import { validateInventory } from '../../src/config/load-inventory.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
 import { TargetLock } from '../../src/incident/target-lock.ts';
-import { createLogger } from '../../src/logger.ts';
 import { queueName } from '../../src/queue/jobs.ts';
 import { startFleet } from '../harness/fleet/index.ts';
 import type { Fleet, FleetSpec, SignalRecord } from '../harness/fleet/types.ts';
@@ -138,17 +137,7 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
   const inventoryPath = join(dir, 'inventory.yaml');
   writeFileSync(inventoryPath, JSON.stringify(doc, null, 2));
   const signingSecret = randomBytes(16).toString('hex');
-  const botChunks: string[] = [];
-  const logger = createLogger({
-    name: 'crash-bot',
-    level: 'info',
-    destination: new Writable({
-      write(c: Buffer, _e, cb) {
-        botChunks.push(c.toString());
-        cb();
-      },
-    }),
-  });
+  const { logger } = captureLogger('crash-bot', 'info');
   const botEnv = parseEnv(
     {
       GPU_MEDIC_MODE: 'http',

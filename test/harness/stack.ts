@@ -1,5 +1,5 @@
+import { captureLogger } from './capture-logger.ts';
 import { randomBytes } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startBot, type Bot } from '../../src/bot.ts';
@@ -7,7 +7,6 @@ import { parseEnv, type Env } from '../../src/config/env.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
 import { listMachines, sitesOf } from '../../src/config/machines.ts';
-import { createLogger, type Logger } from '../../src/logger.ts';
 import { queueName } from '../../src/queue/jobs.ts';
 import { startWorkerProcess } from '../../src/worker-process.ts';
 import type { WorkerGroup } from '../../workers/index.ts';
@@ -67,14 +66,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const withSocket = o.socketMode ? await startSlackWithSocketMode() : null;
   const socket = withSocket?.socket ?? null;
   const slack = withSocket?.slack ?? (await startFakeSlack());
-  const chunks: string[] = [];
-  const sink = new Writable({
-    write(c: Buffer, _e, cb) {
-      chunks.push(c.toString());
-      cb();
-    },
-  });
-  const logger: Logger = createLogger({ name: 'stack', level: 'debug', destination: sink });
+  const { logger, text: logText } = captureLogger('stack');
   const v = validateInventory(fleet.inventory());
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
@@ -113,7 +105,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     signingSecret,
     prefix,
     redis,
-    logText: () => chunks.join(''),
+    logText,
     async slash(text, so = {}) {
       const responseUrl = slack.newResponseUrl();
       const r = await sendSlashCommand(eventsUrl, signingSecret, {

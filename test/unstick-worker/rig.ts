@@ -3,10 +3,10 @@
  * SSH executor, real Redis under a random prefix (removed after), and a dispatcher that records
  * what it would enqueue (the expiry job) so a test can run it itself.
  */
+import { captureLogger } from '../harness/capture-logger.ts';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Writable } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
@@ -14,7 +14,6 @@ import { validateInventory } from '../../src/config/load-inventory.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
 import { TargetLock } from '../../src/incident/target-lock.ts';
-import { createLogger } from '../../src/logger.ts';
 import { StepGuard } from '../../src/playbooks/step-guard.ts';
 import type { Dispatcher } from '../../src/queue/dispatcher.ts';
 import type { JobData } from '../../src/queue/jobs.ts';
@@ -71,17 +70,7 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
   const executor = createSshExecutor({ connectTimeoutMs: 8000 });
   const redis = newRedis();
   const prefix = randomPrefix();
-  const chunks: string[] = [];
-  const logger = createLogger({
-    name: 'unstick-worker-test',
-    level: 'debug',
-    destination: new Writable({
-      write(c: Buffer, _e, cb) {
-        chunks.push(c.toString());
-        cb();
-      },
-    }),
-  });
+  const { logger, text: logText } = captureLogger('unstick-worker-test');
   const enqueued: Enqueued[] = [];
   const dispatcher: Dispatcher = {
     async enqueue(site, data, jobId, o) {
@@ -101,7 +90,7 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
     lock: new TargetLock(redis, prefix),
     enqueued,
     clockOffsetMs: 0,
-    logText: () => chunks.join(''),
+    logText,
     deps(over = {}) {
       return {
         inventory,

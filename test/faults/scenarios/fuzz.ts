@@ -5,7 +5,7 @@
  * get a non-empty ephemeral answer; afterwards every machine's command log holds only commands
  * of the fixed templates.
  */
-import { Writable } from 'node:stream';
+import { captureLogger } from '../../harness/capture-logger.ts';
 import fc from 'fast-check';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -15,7 +15,6 @@ import { ApprovalStore } from '../../../src/approval/approval-store.ts';
 import { newIncidentId } from '../../../src/incident/ids.ts';
 import { IncidentLog } from '../../../src/incident/log.ts';
 import { TargetLock } from '../../../src/incident/target-lock.ts';
-import { createLogger } from '../../../src/logger.ts';
 import { createDispatcher } from '../../../src/queue/dispatcher.ts';
 import { queueName } from '../../../src/queue/jobs.ts';
 import { startStack, type Stack } from '../../harness/stack.ts';
@@ -88,7 +87,7 @@ export async function fuzz(o: FuzzOptions): Promise<Figures> {
   fast.on('error', () => undefined);
   await pollUntil(() => fast.status === 'ready', 5000);
   const dispatcher = createDispatcher({ connection: fast, prefix: s.prefix });
-  const logs: string[] = [];
+  const handlerLog = captureLogger('fuzz', 'info');
   const deps: CommandDeps = {
     inventory: s.inventory,
     log: new IncidentLog(fast, s.prefix),
@@ -96,7 +95,7 @@ export async function fuzz(o: FuzzOptions): Promise<Figures> {
     policy: { allowedChannels: [], allowedUsers: [], approvers: [] },
     now: () => new Date(),
     newIncidentId: () => newIncidentId(new Date()),
-    logger: createLogger({ name: 'fuzz', level: 'info', destination: new Writable({ write: (c: Buffer, _e, cb) => (logs.push(c.toString()), cb()) }) }),
+    logger: handlerLog.logger,
     lock: new TargetLock(fast, s.prefix),
     approvals: new ApprovalStore(fast, s.prefix),
     lockTtlMs: 60_000,
@@ -143,7 +142,7 @@ export async function fuzz(o: FuzzOptions): Promise<Figures> {
     f.badInputsReachedShell += outside.length;
     check(outside.length === 0, `fuzz: commands outside the templates: ${JSON.stringify(outside.slice(0, 5))}`);
     (f as Figures & { queued?: number }).queued = queued;
-    f = mergeFigures(f, await finalChecks(s, MACHINES, { 'fuzz handler logs': logs.join('') }));
+    f = mergeFigures(f, await finalChecks(s, MACHINES, { 'fuzz handler logs': handlerLog.text() }));
     // mergeFigures counted the template proof twice in the worst case; keep the larger, not the sum.
     f.badInputsReachedShell = Math.max(outside.length, f.badInputsReachedShell - outside.length);
   } finally {
