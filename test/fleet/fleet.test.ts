@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { InventorySchema } from '../../src/config/inventory.ts';
 import { parseFuser, parseNvidiaOutput, parsePctList, parsePctStatus } from '../../src/gpu/parse/index.ts';
 import type { ParsedOutput } from '../../src/gpu/types.ts';
+import { readFixture } from '../gpu/fixture-files.ts';
 import { type Fleet, nsPids, startFleet } from '../harness/fleet/index.ts';
 import { procStartTime } from '../harness/fleet/state.ts';
 import { eventually, onMachine, sleep } from './ssh-run.ts';
@@ -242,7 +243,7 @@ describe('containers', () => {
     const r = await onMachine(fleet, 'ct129', 'fuser -v /dev/nvidia* 2>&1; echo rc=$?');
     expect(r.stdout.endsWith('rc=0\n')).toBe(true);
     const text = r.stdout.replace(/rc=0\n$/, '');
-    const fixture = readFileSync('/work/shared/fixtures/fuser/container_4gpu_kernel-mount_with-orphan-python.txt', 'utf8');
+    const fixture = readFixture('fuser/container_4gpu_kernel-mount_with-orphan-python.txt');
     // Same line shapes as the real capture: header, kernel mount rows, holder rows.
     expect(text).toContain('                     USER        PID ACCESS COMMAND\n');
     expect(fixture).toContain('                     USER        PID ACCESS COMMAND\n');
