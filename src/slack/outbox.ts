@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { types } from '@slack/bolt';
 import type { IncidentLog } from '../incident/log.ts';
-import type { MessageView } from '../incident/render.ts';
-import { renderThread } from '../incident/render-thread.ts';
+import type { MessageView } from '../render/status.ts';
+import { renderThread } from '../render/thread.ts';
 import type { Logger } from '../logger.ts';
 
 /** The two Slack calls the outbox needs; a thin adapter over WebClient in production. */

@@ -13,7 +13,7 @@ import { findMachine } from '../../src/config/machines.ts';
 import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
 import { diagnoseReadings, readProcsOn, readTarget } from '../../src/playbooks/unstick-readings.ts';
 import type { Executor } from '../../src/ssh/types.ts';
-import { renderUnstick } from '../../src/incident/render-unstick.ts';
+import { renderUnstick } from '../../src/render/unstick.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import { APPROVER, REQUESTER, TIMING, inventoryOf, ofType, procStart, startDeviceMonitor, startRig, type DeviceMonitor, type Rig } from './rig.ts';

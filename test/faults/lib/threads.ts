@@ -5,7 +5,7 @@
  */
 import type { AnyLoggedEvent } from '../../../src/incident/all-events.ts';
 import { IncidentLog } from '../../../src/incident/log.ts';
-import { renderThread } from '../../../src/incident/render-thread.ts';
+import { renderThread } from '../../../src/render/thread.ts';
 import type { Stack } from '../../harness/stack.ts';
 import { pollUntil } from './figures.ts';
 

@@ -10,7 +10,7 @@ import { ApprovalStore } from '../../../src/approval/approval-store.ts';
 import { startBot } from '../../../src/bot.ts';
 import type { AnyLoggedEvent } from '../../../src/incident/all-events.ts';
 import { IncidentLog } from '../../../src/incident/log.ts';
-import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../../../src/incident/render-unstick.ts';
+import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../../../src/render/unstick.ts';
 import { createLogger } from '../../../src/logger.ts';
 import { queueName } from '../../../src/queue/jobs.ts';
 import { REPLAYED_TEXT } from '../../../src/slack/replay-guard.ts';

@@ -4,10 +4,10 @@ import type { Verdict } from '../gpu/verdict.ts';
 import { READ_PROCS_SCRIPT } from '../playbooks/unstick-commands.ts';
 import type { Step } from '../playbooks/unstick-plan.ts';
 import { shellQuote } from '../ssh/quote.ts';
-import { buildTableBlock, monospaceTable } from '../slack/table-block.ts';
-import type { IncidentMeta } from './events.ts';
-import { snapshotMessage, type MessageView } from './render.ts';
-import type { UnstickLoggedEvent } from './unstick-events.ts';
+import { buildTableBlock, monospaceTable } from './table-block.ts';
+import type { IncidentMeta } from '../incident/events.ts';
+import { snapshotMessage, type MessageView } from './status.ts';
+import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 
 type KnownBlock = types.KnownBlock;
 type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;

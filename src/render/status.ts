@@ -1,7 +1,7 @@
 import type { types } from '@slack/bolt';
 import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
-import { buildTableBlock, monospaceTable } from '../slack/table-block.ts';
-import type { IncidentMeta, LoggedEvent } from './events.ts';
+import { buildTableBlock, monospaceTable } from './table-block.ts';
+import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
 
 type KnownBlock = types.KnownBlock;

@@ -10,7 +10,7 @@ import {
   buildTableBlock,
   isNumericCell,
   monospaceTable,
-} from '../../src/slack/table-block.ts';
+} from '../../src/render/table-block.ts';
 import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
 

@@ -1,7 +1,7 @@
-import type { AnyLoggedEvent } from './all-events.ts';
-import type { IncidentEvent, IncidentMeta, LoggedEvent } from './events.ts';
-import { renderIncident, type MessageView } from './render.ts';
-import { renderUnstick } from './render-unstick.ts';
+import type { AnyLoggedEvent } from '../incident/all-events.ts';
+import type { IncidentEvent, IncidentMeta, LoggedEvent } from '../incident/events.ts';
+import { renderIncident, type MessageView } from './status.ts';
+import { renderUnstick } from './unstick.ts';
 
 const STATUS_TYPES: ReadonlySet<string> = new Set<IncidentEvent['type']>(['requested', 'started', 'snapshot', 'machine_error', 'finished', 'error']);
 

@@ -3,12 +3,12 @@ import { describe, expect, it } from 'vitest';
 import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import { verdictOf } from '../../src/gpu/verdict.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
-import { APPROVE_ACTION_ID, DENY_ACTION_ID, renderUnstick } from '../../src/incident/render-unstick.ts';
+import { APPROVE_ACTION_ID, DENY_ACTION_ID, renderUnstick } from '../../src/render/unstick.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
-import { gpus } from './seed-fleet.ts';
-import { allClean, s3 } from './scenarios.ts';
+import { gpus } from '../unstick/seed-fleet.ts';
+import { allClean, s3 } from '../unstick/scenarios.ts';
 
 const INC = 'inc_20261130_092000_k3x9q2';
 const APR = 'apr_Qm9vYmFyYmF6cXV4MTIzNA';
