@@ -2,7 +2,7 @@ import type { App, BlockAction, ButtonAction } from '@slack/bolt';
 import { ApprovalStore, type StoreRefusalCode } from '../src/approval/approval-store.ts';
 import { findMachine } from '../src/config/machines.ts';
 import type { Approval } from '../src/approval/approval-store.ts';
-import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/incident/render-unstick.ts';
+import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/render/unstick.ts';
 import type { CommandDeps } from './deps.ts';
 
 export interface Click {
