@@ -37,7 +37,12 @@ export interface Bot {
 const outboxStaleMs = (env: Env): number => Math.max(5000, env.GPU_MEDIC_HEALTH_INTERVAL_SEC * 1500);
 
 /** The Slack-facing process: Bolt, commands, the outbox. Holds Slack tokens and no SSH key. */
-export async function startBot(env: Env, inventory: Inventory, logger: Logger): Promise<Bot> {
+/** What tests inject. `now`: the bot's clock (ms) for Slack's request window; default Date.now. */
+export interface BotDeps {
+  now?: () => number;
+}
+
+export async function startBot(env: Env, inventory: Inventory, logger: Logger, deps: BotDeps = {}): Promise<Bot> {
   // Commands must fail fast when Redis is down (the ack is due within 3 s): no offline queue.
   const fast = new Redis(env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   const steady = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
@@ -53,9 +58,10 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger): 
     ...(env.SLACK_API_URL ? { apiUrl: env.SLACK_API_URL } : {}),
     port: env.PORT,
     logger,
+    ...(deps.now ? { now: deps.now } : {}),
   });
   // A correctly signed request delivered a second time (within Bolt's 5-minute window) runs nothing.
-  slack.app.use(replayGuard({ redis: fast, prefix: env.GPU_MEDIC_PREFIX, logger: logger.child({ component: 'replay-guard' }), unavailableText: QUEUE_DOWN }));
+  slack.app.use(replayGuard({ redis: fast, prefix: env.GPU_MEDIC_PREFIX, logger: logger.child({ component: 'replay-guard' }), unavailableText: QUEUE_DOWN, ...(deps.now ? { now: deps.now } : {}) }));
   const dispatcher = createDispatcher({ connection: fast, prefix: env.GPU_MEDIC_PREFIX });
   registerCommands(slack.app, {
     inventory,

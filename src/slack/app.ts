@@ -1,9 +1,9 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { App, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
-import { signatureProperties } from './replay-guard.ts';
+import { requestTimeProblem, signatureProperties } from './replay-guard.ts';
 
 export interface SlackAppOptions {
   mode: 'socket' | 'http';
@@ -17,6 +17,8 @@ export interface SlackAppOptions {
   /** HTTP mode listening port; 0 picks a free one. */
   port: number;
   logger: Logger;
+  /** The bot's clock (ms) for the request window. Default Date.now. */
+  now?: () => number;
 }
 
 export interface SlackApp {
@@ -39,17 +41,20 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   // same Web API base for apps.connections.open, and its connection state can be watched.
   const socketReceiver =
     o.mode === 'socket' ? new SocketModeReceiver({ appToken: o.appToken ?? '', logger, logLevel: LogLevel.INFO, installerOptions: { clientOptions } }) : null;
+  const httpReceiver =
+    socketReceiver === null
+      ? // Our own HTTPReceiver to lift the verified signature headers into the context (replay-guard.ts)
+        // and to refuse requests dated outside the window in either direction before Bolt sees them.
+        withRequestWindow(
+          new HTTPReceiver({ signingSecret: o.signingSecret ?? '', logger, logLevel: LogLevel.INFO, customPropertiesExtractor: signatureProperties }),
+          o.now ?? Date.now,
+          o.logger,
+        )
+      : null;
   const app =
     socketReceiver !== null
       ? new App({ token: o.botToken, receiver: socketReceiver, socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
-      : new App({
-          token: o.botToken,
-          // Our own HTTPReceiver only to lift the verified signature headers into the context (replay-guard.ts).
-          receiver: new HTTPReceiver({ signingSecret: o.signingSecret ?? '', logger, logLevel: LogLevel.INFO, customPropertiesExtractor: signatureProperties }),
-          clientOptions,
-          logger,
-          logLevel: LogLevel.INFO,
-        });
+      : new App({ token: o.botToken, receiver: httpReceiver ?? undefined, clientOptions, logger, logLevel: LogLevel.INFO });
   const poster: SlackPoster = {
     async post(m) {
       const r = await app.client.chat.postMessage({
@@ -98,4 +103,29 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       await app.stop();
     },
   };
+}
+
+/**
+ * Bolt refuses a stale timestamp but not one in the future. Every POST carrying Slack's timestamp
+ * header is checked on the absolute difference by the bot's clock and refused exactly as Bolt
+ * refuses a stale one (401, no body), so a future-dated request is neither served nor replayable
+ * once the bot's clock catches up. Requests without the header are left to Bolt, which refuses
+ * them (401), except `ssl_check`, which runs nothing.
+ */
+function withRequestWindow(receiver: HTTPReceiver, now: () => number, logger: Logger): HTTPReceiver {
+  const inner = receiver.requestListener;
+  receiver.requestListener = (req: IncomingMessage, res: ServerResponse) => {
+    const header = req.headers['x-slack-request-timestamp'];
+    const problem = req.method === 'POST' && header !== undefined ? requestTimeProblem(header, now()) : null;
+    if (problem !== null) {
+      logger.warn({ requestTimestamp: header, problem }, 'Slack request outside the 5-minute window refused');
+      // Drain the body so the client reads the answer rather than a reset connection.
+      req.resume();
+      res.writeHead(401);
+      res.end();
+      return;
+    }
+    inner(req, res);
+  };
+  return receiver;
 }

@@ -4,21 +4,45 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
 
 /**
- * Replay protection for Slack's signed HTTP requests. Bolt verifies the v0 signature and refuses
- * timestamps older than 5 minutes, but accepts the SAME signed request again inside that window.
- * The receiver lifts the two signature headers into the context (they are only read after Bolt
- * verified the signature), and a global middleware records `(timestamp, signature)` with
- * SET NX + TTL in Redis, so a second delivery is refused, also after a bot restart.
+ * Time and replay protection for Slack's signed HTTP requests. Bolt verifies the v0 signature and
+ * refuses timestamps older than 5 minutes, but accepts a timestamp in the FUTURE (any distance)
+ * and the SAME signed request again inside the window. So:
+ * - `requestTimeProblem` enforces Slack's rule on the absolute difference, |now − ts| ≤ 300 s,
+ *   by the bot's clock, in front of Bolt (app.ts), answering like a stale request: 401, no body;
+ * - the receiver lifts the two signature headers into the context (they are only read after Bolt
+ *   verified the signature), and a global middleware records `(timestamp, signature)` with
+ *   SET NX in Redis until the request could no longer be accepted (`replayTtlMs`), so a second
+ *   delivery is refused, also after a bot restart.
  */
 
 /** Context keys set by `signatureProperties` (must not clash with Bolt's built-in context keys). */
 export const SIG_TS_KEY = 'gpuMedicSlackTimestamp';
 export const SIG_KEY = 'gpuMedicSlackSignature';
 
-/** Bolt's window is 5 minutes; keep the record a bit longer so clock skew cannot reopen it. */
-export const REPLAY_TTL_MS = 6 * 60 * 1000;
+/** Slack's window: a request is acceptable while |now − X-Slack-Request-Timestamp| ≤ 5 minutes. */
+export const REQUEST_WINDOW_SEC = 300;
+/** Kept past the end of the window, so a record never expires while its request is still acceptable. */
+export const REPLAY_MARGIN_MS = 60 * 1000;
+
+/** Why a request's timestamp header is outside the window by the bot's clock (`nowMs`), or null. Pure. */
+export function requestTimeProblem(header: string | string[] | undefined, nowMs: number): string | null {
+  if (typeof header !== 'string' || !/^\d{1,12}$/.test(header)) return 'no usable X-Slack-Request-Timestamp';
+  const skewSec = Number(header) - nowMs / 1000;
+  if (skewSec > REQUEST_WINDOW_SEC) return `request dated ${Math.round(skewSec)} s in the future`;
+  if (skewSec < -REQUEST_WINDOW_SEC) return `request dated ${Math.round(-skewSec)} s in the past`;
+  return null;
+}
+
+/**
+ * How long the replay record of a request dated `tsSec` must live, from `nowMs` (the bot's clock):
+ * until the request leaves the window (ts + 300 s), plus a margin. Never less than the margin.
+ */
+export function replayTtlMs(tsSec: number, nowMs: number): number {
+  return Math.max(REPLAY_MARGIN_MS, Math.ceil((tsSec + REQUEST_WINDOW_SEC) * 1000 - nowMs) + REPLAY_MARGIN_MS);
+}
 
 export const REPLAYED_TEXT = ':no_entry: This request was already received; nothing was done.';
+export const OUT_OF_WINDOW_TEXT = ':no_entry: This request is dated more than 5 minutes from now; nothing was done.';
 
 /** For HTTPReceiver's `customPropertiesExtractor`: the verified request's signature headers. */
 export function signatureProperties(req: IncomingMessage): Record<string, string> {
@@ -37,6 +61,8 @@ export interface ReplayGuardOptions {
   unavailableText: string;
   /** Default 1000 ms. */
   timeoutMs?: number;
+  /** The bot's clock (ms). Default Date.now. */
+  now?: () => number;
 }
 
 type Args = AnyMiddlewareArgs & AllMiddlewareArgs;
@@ -53,6 +79,7 @@ async function refuse(args: Args, text: string): Promise<void> {
 
 export function replayGuard(o: ReplayGuardOptions): Middleware<AnyMiddlewareArgs> {
   const timeoutMs = o.timeoutMs ?? 1000;
+  const now = o.now ?? Date.now;
   return async (args) => {
     const ts = args.context[SIG_TS_KEY];
     const sig = args.context[SIG_KEY];
@@ -61,10 +88,17 @@ export function replayGuard(o: ReplayGuardOptions): Middleware<AnyMiddlewareArgs
       await args.next();
       return;
     }
+    // The receiver refused requests outside the window before Bolt saw them (app.ts); a timestamp
+    // that is still not a number here is refused rather than recorded for a guessed time.
+    if (!/^\d{1,12}$/.test(ts) || requestTimeProblem(ts, now()) !== null) {
+      o.logger.warn({ requestTimestamp: ts }, 'Slack request outside the 5-minute window refused');
+      await refuse(args, OUT_OF_WINDOW_TEXT);
+      return;
+    }
     let fresh: boolean;
     let timer: NodeJS.Timeout | undefined;
     try {
-      const set = o.redis.set(`${o.prefix}:replay:${ts}:${sig}`, '1', 'PX', REPLAY_TTL_MS, 'NX');
+      const set = o.redis.set(`${o.prefix}:replay:${ts}:${sig}`, '1', 'PX', replayTtlMs(Number(ts), now()), 'NX');
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no answer from Redis within ${timeoutMs} ms`)), timeoutMs);
       });

@@ -264,3 +264,80 @@ export async function finalChecks(s: Stack, machines: readonly string[], extra: 
 }
 
 export const REQUEST_MACHINES = MACHINES;
+
+/**
+ * Request time both ways (Slack: |now − X-Slack-Request-Timestamp| ≤ 5 minutes). A correctly signed
+ * request dated outside the window, in the past or in the FUTURE, gets the answer a stale one gets
+ * (HTTP 401, empty body) and opens nothing; so does a fresh request to a bot whose own clock is off
+ * by an hour either way (the clock is injected into a second bot on the same Redis). A request dated
+ * inside the window is served, and its replay record lives at least until the request could no
+ * longer be accepted (ts + 300 s by the bot's clock), so the same bytes are refused for as long as
+ * they could otherwise run.
+ */
+export async function clockSkewFaults(s: Stack): Promise<Figures & { skewedRefused: number; skewedSent: number }> {
+  const f = { ...emptyFigures(), skewedRefused: 0, skewedSent: 0 };
+  const check = checker(f);
+  f.runs++;
+  const a = await seedCard(s);
+  const clickBody = (): string =>
+    new URLSearchParams({
+      payload: JSON.stringify(blockActionPayload({ user: APPROVER, channel: OPS, messageTs: a.ts, actionId: APPROVE_ACTION_ID, value: a.approval, responseUrl: s.slack.newResponseUrl() })),
+    }).toString();
+  const nowSec = (): number => Math.floor(Date.now() / 1000);
+  const refusedLikeStale = async (what: string, url: string, body: string, tsSec: number): Promise<void> => {
+    const incBefore = await incidents(s);
+    const evBefore = (await new IncidentLog(s.redis, s.prefix).events(a.incidentId)).length;
+    const r = await postSigned(url, s.signingSecret, body, { timestampSec: tsSec });
+    f.skewedSent++;
+    f.faultsInjected++;
+    f.badInputsTried++;
+    const ok = check(r.status === 401 && r.body === '', `${what}: answered ${r.status} ${r.body.slice(0, 200)} (a stale request gets 401 with no body)`);
+    if (ok) f.skewedRefused++;
+    check((await incidents(s)) === incBefore, `${what}: opened an incident`);
+    check((await new IncidentLog(s.redis, s.prefix).events(a.incidentId)).length === evBefore, `${what}: the click reached the approval handler`);
+  };
+
+  // The bot's clock is right; the request says it was sent an hour, a day ahead, or an hour ago.
+  for (const [label, skew] of [
+    ['one hour ahead', 3600],
+    ['one day ahead', 86_400],
+    ['301 s ahead', 301],
+    ['one hour ago', -3600],
+  ] as const) {
+    await refusedLikeStale(`slash command dated ${label}`, s.eventsUrl, form('status kpro5', s.slack.newResponseUrl()), nowSec() + skew);
+    await refusedLikeStale(`Approve click dated ${label}`, s.eventsUrl, clickBody(), nowSec() + skew);
+  }
+
+  // The bot's own clock runs an hour behind (requests look an hour ahead) or ahead (they look stale).
+  const sink = new Writable({ write: (_c, _e, cb) => cb() });
+  for (const [label, skewMs] of [
+    ['an hour behind', -3_600_000],
+    ['an hour ahead', 3_600_000],
+  ] as const) {
+    const bot = await startBot(s.env, s.inventory, createLogger({ name: 'skewed-bot', level: 'silent', destination: sink }), { now: () => Date.now() + skewMs });
+    try {
+      const url = `http://127.0.0.1:${bot.port}/slack/events`;
+      await refusedLikeStale(`fresh slash command to a bot whose clock runs ${label}`, url, form('status kpro5', s.slack.newResponseUrl()), nowSec());
+      await refusedLikeStale(`fresh Approve click to a bot whose clock runs ${label}`, url, clickBody(), nowSec());
+    } finally {
+      await bot.stop();
+    }
+  }
+
+  // Inside the window (290 s ahead): served once; the record outlives the window; the replay is refused.
+  const ts = nowSec() + 290;
+  const body = form('status kpro5', s.slack.newResponseUrl());
+  const before = await incidents(s);
+  const first = await postSigned(s.eventsUrl, s.signingSecret, body, { timestampSec: ts });
+  check(first.status === 200 && /incident `inc_/.test(ackText(first.json)), `a request dated 290 s ahead (inside the window) was not served: ${first.status} ${first.body.slice(0, 200)}`);
+  const key = `${s.prefix}:replay:${ts}:${slackSignature(s.signingSecret, ts, body)}`;
+  const pttl = await s.redis.pttl(key);
+  const mustLiveMs = (ts + 300) * 1000 - Date.now();
+  check(pttl >= mustLiveMs, `the replay record of a request dated 290 s ahead expires in ${pttl} ms, but the request stays acceptable for ${mustLiveMs} ms more`);
+  const replay = await postSigned(s.eventsUrl, s.signingSecret, body, { timestampSec: ts });
+  f.faultsInjected++;
+  f.badInputsTried++;
+  check(replay.status === 200 && ackText(replay.json) === REPLAYED_TEXT, `replay of a request dated 290 s ahead: ${replay.status} ${replay.body.slice(0, 200)}`);
+  check((await incidents(s)) === before + 1, 'the request dated 290 s ahead and its replay opened other than one incident');
+  return f;
+}

@@ -7,7 +7,8 @@
  *
  * What Bolt 5.1's HTTPReceiver does with these (receivers/verify-request.ts, HTTPModuleFunctions):
  * - Bad signature, missing headers or a timestamp older than 5 minutes → HTTP 401, empty body, and
- *   no listener runs. A timestamp in the FUTURE is not rejected (only staleness is checked).
+ *   no listener runs. A timestamp in the FUTURE is not rejected (only staleness is checked);
+ *   gpu-medic's receiver refuses it itself (src/slack/app.ts, |now − ts| ≤ 300 s).
  * - `ssl_check=1` bodies skip verification but are answered 200 and never reach listeners.
  * - Retries: Slack re-sends Events API deliveries with `X-Slack-Retry-Num` / `X-Slack-Retry-Reason`
  *   (slash commands and interactions are not retried by Slack). Bolt does NOT deduplicate: it
