@@ -424,12 +424,30 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           channelClosed = true;
           finish();
         });
-        deadline = setTimeout(() => {
-          timedOut = true;
+      };
+      // The deadline runs from the exec request, not from the session's opening: a pooled
+      // connection to a server that stopped answering (frozen host, SIGSTOPped sshd) never opens
+      // it, and would otherwise wait for the keepalive to notice (interval x count).
+      deadline = setTimeout(() => {
+        timedOut = true;
+        if (channel) {
           log.warn({ machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs }, 'ssh command outlived its remote timeout; closing the channel');
           endCommand();
-        }, deadlineMs);
-      };
+          return;
+        }
+        log.warn({ machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs }, 'ssh server opened no session before the command deadline; dropping the connection');
+        cleanup();
+        reject(
+          new CodedError(
+            ErrorCode.CommandTimeout,
+            `${where(endpoint)} stopped answering: no session was opened for \`${command}\` within ${(deadlineMs / 1000).toFixed(1)} s (the command deadline). The machine may be frozen or overloaded; whether it ran is unknown. The connection was dropped.`,
+            { machineId: endpoint.machineId, host: endpoint.host, port: endpoint.port, command, endedBy: 'client_deadline' },
+          ),
+        );
+        // A server that does not answer cannot close politely either.
+        dropConnection(conn, lostError(endpoint, 'the server stopped answering'));
+        conn.client.destroy();
+      }, deadlineMs);
       try {
         conn.client.exec(command, onChannel);
       } catch (e) {

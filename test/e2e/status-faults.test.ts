@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sendSlashCommand } from '../harness/slack/signed-request.ts';
+import { IncidentLog } from '../../src/incident/log.ts';
 import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 
 const OPS = 'C0ONCALL01';
@@ -13,6 +14,7 @@ describe('/gpu status when things go wrong', () => {
           { id: 'kpro5', gpus: 2 },
           { id: 'kpro7', gpus: 2 },
           { id: 'kpro8', gpus: 1 },
+          { id: 'kpro9', gpus: 1 },
         ],
       },
       tweakInventory: (inv) => {
@@ -59,6 +61,34 @@ describe('/gpu status when things go wrong', () => {
     await s.slash('status kpro5');
     const ok = await parentFor('kpro5');
     expect(s.slack.thread(OPS, ok.ts)[1]?.text).toContain('RAM:');
+  });
+
+  it('status all with a frozen machine: its row says it stopped answering, at the command deadline, after every other row', async () => {
+    // A first round pools a connection to every machine; then kpro9 freezes (sshd SIGSTOPped).
+    const first = await s.slash('status all');
+    await s.threadOf(String(first.incidentId), { timeoutMs: 30_000, done: (t) => t.length >= 2 && /done/.test(t[0]?.text ?? '') });
+    await s.fleet.freezeMachine('kpro9', true);
+    try {
+      const t0 = Date.now();
+      const r = await s.slash('status all');
+      const id = String(r.incidentId);
+      const t = await s.threadOf(id, { timeoutMs: 60_000, done: (th) => th.length >= 2 && /done/.test(th[0]?.text ?? '') });
+      const took = Date.now() - t0;
+      const events = await new IncidentLog(s.redis, s.prefix).events(id);
+      const rowOf = (m: string) => events.findIndex((e) => (e.type === 'snapshot' && e.snapshot.machineId === m) || (e.type === 'machine_error' && e.machineId === m));
+      const frozen = events[rowOf('kpro9')];
+      expect(frozen?.type === 'machine_error' ? [frozen.code, frozen.message.includes('stopped answering')] : null).toEqual(['command_timeout', true]);
+      // Every healthy machine's row was logged before the frozen one's.
+      for (const m of ['kpro5', 'kpro8']) {
+        expect(events[rowOf(m)]?.type).toBe('snapshot');
+        expect(rowOf(m)).toBeLessThan(rowOf('kpro9'));
+      }
+      // commandTimeoutSec 2 (+1 s remote kill grace, +1 s client grace); the keepalive would take 45 s or more.
+      expect(took).toBeLessThan(2000 + 10_000);
+      expect(t[1]?.text).toMatch(/kpro9[\s\S]*stopped answering/);
+    } finally {
+      await s.fleet.freezeMachine('kpro9', false);
+    }
   });
 
   it('forged signature and stale timestamp are rejected and queue nothing', async () => {

@@ -376,6 +376,42 @@ describe('secrets', () => {
   });
 });
 
+describe('a machine that stops answering', () => {
+  it('a pooled connection to a frozen sshd ends at the command deadline (command_timeout), not at the keepalive, and is dropped', async () => {
+    // Keepalive alone would take 3 x 4 s; the command's own deadline is 0.5 + 0.2 + 0.3 s.
+    const ex = executor({ killAfterMs: 200, clientGraceMs: 300, keepaliveIntervalMs: 4000, keepaliveCountMax: 3 });
+    await ex.exec(direct(), { argv: ['true'], timeoutMs: 5000 });
+    const logins = await sshd.loginCount();
+    const frozen = await sshd.descendants();
+    expect(frozen.length).toBeGreaterThan(0);
+    for (const pid of frozen) process.kill(pid, 'SIGSTOP');
+    try {
+      const t0 = Date.now();
+      const err = await rejection(ex.exec(direct(), { argv: ['echo', 'hi'], timeoutMs: 500 }));
+      const took = Date.now() - t0;
+      // The executor's own deadline ended it: a keepalive ending reports connection_lost.
+      expect(err.code).toBe('command_timeout');
+      expect(err.detail.endedBy).toBe('client_deadline');
+      expect(err.message).toContain('stopped answering');
+      expect(err.message).toContain('whether it ran is unknown');
+      expect(took).toBeGreaterThanOrEqual(1000);
+      expect(took).toBeLessThan(1000 + 10_000);
+    } finally {
+      for (const pid of frozen) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone already
+        }
+      }
+    }
+    // Dropped from the pool: the next exec logs in afresh instead of queueing on the frozen one.
+    const r = await ex.exec(direct(), { argv: ['echo', 'back'], timeoutMs: 5000 });
+    expect(r.stdout).toBe('back\n');
+    expect(await sshd.loginCount()).toBe(logins + 1);
+  });
+});
+
 describe('client-side deadline', () => {
   let sshd2: Sshd;
   beforeAll(async () => {

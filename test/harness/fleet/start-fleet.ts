@@ -363,6 +363,20 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       await startContainerSshd(c, c.port);
     },
 
+    async freezeMachine(hostId, on) {
+      const sshd = hostOf(hostId).sshd;
+      if (sshd === null) throw new Error(`fleet: host ${hostId} has no running sshd`);
+      // Listener first when freezing (no new session starts meanwhile), last when thawing.
+      const pids = [sshd.pid, ...(await sshd.descendants())];
+      for (const pid of on ? pids : pids.reverse()) {
+        try {
+          process.kill(pid, on ? 'SIGSTOP' : 'SIGCONT');
+        } catch {
+          // exited meanwhile
+        }
+      }
+    },
+
     async stopMachine(machineId) {
       if (isHost(machineId)) {
         const h = hostOf(machineId);

@@ -137,6 +137,12 @@ export interface Fleet {
   setRam(hostId: string, ram: { totalGiB: number; usedGiB: number }): Promise<void>;
   /** Restarts the machine's sshd on the same port with a NEW host key (inventory keeps the old pin). */
   replaceHostKey(machineId: string): Promise<void>;
+  /**
+   * Host only: SIGSTOP (on) / SIGCONT (off) its sshd listener and every per-connection sshd and
+   * session under it, as a frozen machine behaves: TCP still accepts, nothing answers, pooled
+   * connections stay open and silent.
+   */
+  freezeMachine(hostId: string, on: boolean): Promise<void>;
   /** Host: its sshd stops (unreachable). Container: the container stops (pct says stopped). */
   stopMachine(machineId: string): Promise<void>;
   /** SSH command lines the machine received plus fake-tool invocations on it, oldest first. */
