@@ -55,6 +55,8 @@ export interface StackOptions {
   redisUrl?: string;
   /** Run the bot in Socket Mode (the production default) against a local Socket Mode server, not HTTP. */
   socketMode?: boolean;
+  /** Start no worker in this process (a test runs worker processes of its own). */
+  noWorkers?: boolean;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
@@ -88,7 +90,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!e.env) throw new Error(`env invalid: ${JSON.stringify(e.problems)}`);
   const env = e.env;
   const bot = await startBot(env, inventory, logger.child({ role: 'bot' }));
-  const workers = await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));
+  const workers: WorkerGroup = o.noWorkers
+    ? { health: () => ({}), close: async () => undefined }
+    : await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));
   const redis = new Redis(redisUrl);
   // A test may stop its Redis on purpose; reconnecting is ioredis' job, the error is expected.
   redis.on('error', () => undefined);
