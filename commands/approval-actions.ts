@@ -18,18 +18,18 @@ function hhmm(ms: number): string {
 }
 
 /** What the clicker reads when a click is refused: what happened, that nothing ran, what to do. */
-export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval | null): string {
+export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval | null, user?: string): string {
   switch (code) {
     case 'self_approval':
       return ':no_entry: You asked for this unstick, so you can\'t approve its host-level step: a second person must. Nothing was run.';
     case 'not_approver':
+      if (user !== undefined && a?.approvers.includes(user))
+        return ':no_entry: You are no longer on the approvers list for host-level steps (GPU_MEDIC_APPROVERS now), though you were when this card was posted. Nothing was run. Ask a current approver to look at the card.';
       return ':no_entry: You are not on the approvers list for host-level steps (by Slack user ID). Nothing was run. Ask an approver to look at the card.';
     case 'approval_expired':
       return `:hourglass: This approval expired${a ? ` at ${hhmm(a.expiresAt)}` : ''}. Nothing was run. Start again with \`/gpu unstick\` if the GPUs are still stuck.`;
     case 'approval_decided':
       return `:information_source: Already ${a?.state ?? 'decided'}${a?.decidedBy ? ` by <@${a.decidedBy}>` : ''}${a?.decidedAt ? ` at ${hhmm(a.decidedAt)}` : ''}. Nothing more was done.`;
-    case 'plan_changed':
-      return ':arrows_counterclockwise: The plan changed since this card was posted. Nothing was run. Use the newest card in the thread.';
     case 'approval_not_found':
       return ':question: This approval does not exist (any more). Nothing was run.';
     case 'wrong_card':
@@ -55,14 +55,15 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
       by: click.user,
       reason: code === 'wrong_card' ? 'approval_not_found' : code,
     });
-    deps.logger.warn({ incident: approval.incidentId, approval: approval.id, user: click.user, code }, 'approval click refused');
-    return refusalText(code, a);
+    deps.logger.warn({ incident: approval.incidentId, approval: approval.id, user: click.user, code, event: 'approval_refused' }, 'approval click refused');
+    return refusalText(code, a, click.user);
   };
   // The id is unguessable, but a tampered payload could still carry one from another thread.
   const refs = await deps.log.slackRefs(approval.incidentId);
   const card = refs.get(`approval:${approval.id}`);
   if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts) return refuse('wrong_card', approval);
-  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime() });
+  // Checked against the live configuration as well as the card's frozen list, in the same atomic step.
+  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: deps.policy.approvers });
   if (!r.ok) return refuse(r.code, r.approval);
   await deps.log.append(approval.incidentId, { type: 'approval_decided', at, approvalId: approval.id, stepId: approval.stepId, decision: click.decision, by: click.user });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';

@@ -9,7 +9,7 @@ export interface Approval {
   id: string;
   incidentId: string;
   stepId: string;
-  /** `stepHash` of the step as shown on the card; a changed plan refuses the click. */
+  /** `stepHash` of the step as shown on the card (for the record; the worker checks its sealed plan, not this). */
   planHash: string;
   requester: string;
   /** Slack user IDs allowed to decide, frozen when the card was posted. */
@@ -31,7 +31,7 @@ export interface CreateApproval {
   expiresAt: number;
 }
 
-export type StoreRefusalCode = DecideRefusalCode | 'plan_changed' | 'approval_not_found';
+export type StoreRefusalCode = DecideRefusalCode | 'approval_not_found';
 
 export type DecideResult = { ok: true; approval: Approval } | { ok: false; code: StoreRefusalCode; approval: Approval | null };
 
@@ -50,12 +50,13 @@ const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
 /**
  * pending → approved|denied, atomically, with the same rules as `canDecide` (approval-policy.ts):
  * decided and expired are final, then the requester ban, then the approvers stored with the
- * approval, then the plan hash. First decision wins; later clicks read who decided.
- * ARGV: user, decision, now (ms), expected plan hash ('' = not checked).
+ * approval, then the decider's live list (someone removed since the card was posted is refused).
+ * First decision wins; later clicks read who decided.
+ * ARGV: user, decision, now (ms), live approvers (JSON array, or '' when the caller has none to add).
  */
 const DECIDE = `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'approval_not_found' end
-local f = redis.call('HMGET', KEYS[1], 'state', 'requester', 'approvers', 'expiresAt', 'planHash')
+local f = redis.call('HMGET', KEYS[1], 'state', 'requester', 'approvers', 'expiresAt')
 local state = f[1]
 if state == 'approved' or state == 'denied' then return 'approval_decided' end
 if state == 'expired' or tonumber(ARGV[3]) >= tonumber(f[4]) then return 'approval_expired' end
@@ -63,7 +64,11 @@ if ARGV[1] == f[2] then return 'self_approval' end
 local allowed = false
 for _, a in ipairs(cjson.decode(f[3])) do if a == ARGV[1] then allowed = true end end
 if not allowed then return 'not_approver' end
-if ARGV[4] ~= '' and ARGV[4] ~= f[5] then return 'plan_changed' end
+if ARGV[4] ~= '' then
+  local live = false
+  for _, a in ipairs(cjson.decode(ARGV[4])) do if a == ARGV[1] then live = true end end
+  if not live then return 'not_approver' end
+end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decidedBy', ARGV[1], 'decidedAt', ARGV[3])
 return 'ok'
 `;
@@ -94,7 +99,7 @@ const Stored = z.object({
 });
 
 const Approvers = z.array(z.string());
-const RefusalCode = z.enum(['self_approval', 'not_approver', 'approval_expired', 'approval_decided', 'plan_changed', 'approval_not_found']);
+const RefusalCode = z.enum(['self_approval', 'not_approver', 'approval_expired', 'approval_decided', 'approval_not_found']);
 const ExpireReason = z.enum(['not_due', 'decided', 'already_expired', 'approval_not_found']);
 
 /** Approvals on Redis, one hash per approval, every transition a Lua script. */
@@ -170,10 +175,15 @@ export class ApprovalStore {
     };
   }
 
-  /** One atomic transition; a double click or a race returns `approval_decided` with who decided. */
-  async decide(id: string, d: { user: string; decision: ApprovalDecision; now: number; planHash?: string }): Promise<DecideResult> {
+  /**
+   * One atomic transition; a double click or a race returns `approval_decided` with who decided.
+   * `liveApprovers`: the decider's configuration now (the bot's GPU_MEDIC_APPROVERS); the user must
+   * be on it as well as on the list frozen into the approval.
+   */
+  async decide(id: string, d: { user: string; decision: ApprovalDecision; now: number; liveApprovers?: readonly string[] }): Promise<DecideResult> {
     if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
-    const res = String(await this.redis.eval(DECIDE, 1, this.key(id), d.user, d.decision, String(d.now), d.planHash ?? ''));
+    const live = d.liveApprovers === undefined ? '' : JSON.stringify([...d.liveApprovers]);
+    const res = String(await this.redis.eval(DECIDE, 1, this.key(id), d.user, d.decision, String(d.now), live));
     const approval = await this.get(id);
     if (res === 'ok' && approval !== null) return { ok: true, approval };
     const code = RefusalCode.safeParse(res);

@@ -49,6 +49,8 @@ export interface Stack {
 export interface StackOptions {
   fleet: FleetSpec;
   env?: Record<string, string>;
+  /** Settings only the bot gets, over `env` (e.g. an approver removed from the bot's live list while the worker still has it). */
+  botEnv?: Record<string, string>;
   /** Mutate the inventory the bot and worker load (e.g. shorter timeouts). */
   tweakInventory?: (inv: Inventory) => void;
   /** A Redis other than REDIS_URL (e.g. a private one a test stops and restarts). */
@@ -73,23 +75,23 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
   o.tweakInventory?.(inventory);
-  const e = parseEnv(
-    {
-      GPU_MEDIC_MODE: socket ? 'socket' : 'http',
-      ...(socket ? { SLACK_APP_TOKEN: socket.appToken } : {}),
-      SLACK_BOT_TOKEN: slack.botToken,
-      SLACK_SIGNING_SECRET: signingSecret,
-      SLACK_API_URL: slack.apiUrl,
-      PORT: '0',
-      REDIS_URL: redisUrl,
-      GPU_MEDIC_PREFIX: prefix,
-      ...o.env,
-    },
-    'start',
-  );
+  const source: Record<string, string> = {
+    GPU_MEDIC_MODE: socket ? 'socket' : 'http',
+    ...(socket ? { SLACK_APP_TOKEN: socket.appToken } : {}),
+    SLACK_BOT_TOKEN: slack.botToken,
+    SLACK_SIGNING_SECRET: signingSecret,
+    SLACK_API_URL: slack.apiUrl,
+    PORT: '0',
+    REDIS_URL: redisUrl,
+    GPU_MEDIC_PREFIX: prefix,
+    ...o.env,
+  };
+  const e = parseEnv(source, 'start');
   if (!e.env) throw new Error(`env invalid: ${JSON.stringify(e.problems)}`);
   const env = e.env;
-  const bot = await startBot(env, inventory, logger.child({ role: 'bot' }));
+  const b = o.botEnv ? parseEnv({ ...source, ...o.botEnv }, 'start') : e;
+  if (!b.env) throw new Error(`bot env invalid: ${JSON.stringify(b.problems)}`);
+  const bot = await startBot(b.env, inventory, logger.child({ role: 'bot' }));
   const workers: WorkerGroup = o.noWorkers
     ? { health: () => ({}), close: async () => undefined }
     : await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));

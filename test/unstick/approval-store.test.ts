@@ -78,11 +78,13 @@ describe('ApprovalStore on real Redis', () => {
     expect(await store.expire(a.id, T0 + TTL)).toMatchObject({ expired: false, reason: 'decided', approval: { state: 'approved' } });
   });
 
-  it('refuses a click for a plan that changed since the card was posted', async () => {
+  it('refuses an approver frozen on the card but no longer on the live list, leaving it pending; one on both lists decides', async () => {
     const a = await store.create(input);
-    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 1, planHash: 'b'.repeat(64) })).toMatchObject({ ok: false, code: 'plan_changed' });
+    expect(await store.decide(a.id, { user: 'U0APPROV2', decision: 'approved', now: T0 + 1, liveApprovers: ['U0APPROV1'] })).toMatchObject({ ok: false, code: 'not_approver' });
+    // On the live list but not frozen on the card: refused too (both lists must name the user).
+    expect(await store.decide(a.id, { user: 'U0NEWAPPR', decision: 'approved', now: T0 + 1, liveApprovers: ['U0NEWAPPR'] })).toMatchObject({ ok: false, code: 'not_approver' });
     expect((await store.get(a.id))?.state).toBe('pending');
-    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 2, planHash: input.planHash })).toMatchObject({ ok: true });
+    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 2, liveApprovers: ['U0APPROV1'] })).toMatchObject({ ok: true });
   });
 
   it('treats forged or unknown ids as not found without touching Redis keys outside the prefix', async () => {
