@@ -4,6 +4,7 @@ import { findMachine } from '../src/config/machines.ts';
 import type { Approval } from '../src/approval/approval-store.ts';
 import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/render/unstick.ts';
 import type { CommandDeps } from './deps.ts';
+import { mention } from '../src/render/escape.ts';
 
 export interface Click {
   approvalId: string;
@@ -29,7 +30,7 @@ export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval |
     case 'approval_expired':
       return `:hourglass: This approval expired${a ? ` at ${hhmm(a.expiresAt)}` : ''}. Nothing was run. Start again with \`/gpu unstick\` if the GPUs are still stuck.`;
     case 'approval_decided':
-      return `:information_source: Already ${a?.state ?? 'decided'}${a?.decidedBy ? ` by <@${a.decidedBy}>` : ''}${a?.decidedAt ? ` at ${hhmm(a.decidedAt)}` : ''}. Nothing more was done.`;
+      return `:information_source: Already ${a?.state ?? 'decided'}${a?.decidedBy ? ` by ${mention(a.decidedBy)}` : ''}${a?.decidedAt ? ` at ${hhmm(a.decidedAt)}` : ''}. Nothing more was done.`;
     case 'approval_not_found':
       return ':question: This approval does not exist (any more). Nothing was run.';
     case 'wrong_card':

@@ -1,4 +1,5 @@
 import { closest } from '../src/config/suggest.ts';
+import { clipChars, text } from '../src/render/escape.ts';
 
 export type ParsedCommand =
   | { kind: 'help' }
@@ -44,10 +45,9 @@ export function parseCommandText(raw: string): ParsedCommand {
   }
 }
 
-/** Echoes user text back safely: no mentions, no formatting, bounded. */
+/** Echoes user text back safely (the one escape of src/render/escape.ts): no mentions, no formatting, bounded. */
 export function printable(s: string): string {
-  const clean = s.replace(/[\u0000-\u001f\u007f<>&`*_~|]/g, '?');
-  return clean.length > 40 ? `${clean.slice(0, 40)}…` : clean;
+  return text(clipChars(s, 41));
 }
 
 export const HELP_TEXT = [

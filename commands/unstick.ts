@@ -3,6 +3,7 @@ import { closest } from '../src/config/suggest.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { QUEUE_DOWN } from './status.ts';
+import { code, mention, text } from '../src/render/escape.ts';
 
 function hhmm(iso: string): string {
   return `${iso.slice(11, 16)} UTC`;
@@ -23,7 +24,7 @@ export async function unstickCommand(target: string, reason: string | null, inpu
     const got = await deps.lock.acquire(m.id, { incidentId: id, requester: input.userId, since: now }, deps.lockTtlMs);
     if (!got.ok) {
       const h = got.holder;
-      return `:lock: \`${m.id}\` is already being worked on${h ? ` (incident \`${h.incidentId}\`, by <@${h.requester}> since ${hhmm(h.since)})` : ''}. Nothing was done. \`/gpu status ${m.id}\` still works; follow that incident's thread.`;
+      return `:lock: ${code(m.id)} is already being worked on${h ? ` (incident ${code(h.incidentId)}, by ${mention(h.requester)} since ${text(hhmm(h.since))})` : ''}. Nothing was done. \`/gpu status ${m.id}\` still works; follow that incident's thread.`;
     }
   } catch (e) {
     deps.logger.error({ err: e, incident: id }, 'could not take the target lock');

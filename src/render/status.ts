@@ -3,6 +3,7 @@ import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } f
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
+import { code, mention, text as esc } from './escape.ts';
 
 type KnownBlock = types.KnownBlock;
 
@@ -41,7 +42,7 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
     case 'ram_pressure':
       return `RAM pressure: ${f.usedPct}% used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
     case 'gpu_error':
-      return `nvidia-smi reported an error: ${f.error.message}${f.error.busId ? ` (GPU ${f.error.busId})` : ''}`;
+      return `nvidia-smi reported an error: ${esc(f.error.message)}${f.error.busId ? ` (GPU ${esc(f.error.busId)})` : ''}`;
     case 'gpu_unreadable':
       return `GPU ${f.gpuIndex ?? '?'}: memory could not be read`;
   }
@@ -57,7 +58,7 @@ export function snapshotMessage(key: string, s: MachineSnapshot, title: string):
     return [String(g.index ?? '?'), g.name ?? '?', mibCell(g.memoryUsedMiB, g.memoryTotalMiB), g.utilizationPct === null ? 'N/A' : `${g.utilizationPct}%`, procs === '' ? '-' : procs];
   });
   const flags = flagsOf(s).map((f) => `:warning: ${flagText(f, s)}`);
-  const holders = s.holders.map((h) => `${h.device}: PID ${h.pid} ${h.command ?? '?'} (${h.user ?? '?'}, ${h.access ?? '?'})`);
+  const holders = s.holders.map((h) => `${code(h.device)}: PID ${h.pid} ${code(h.command ?? '?')} (user ${code(h.user ?? '?')}, ${esc(h.access ?? '?')})`);
   const heading = `*${title}* · ${s.view} view · snapshot ${stamp(s.takenAt)}`;
   const extra = [
     ramLine(s),
@@ -106,13 +107,13 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
   const results = resultsOf(events);
   const done = meta.targets.every((t) => results.has(t));
   const failed = [...results.values()].filter((r) => r.error).length;
-  const what = meta.kind === 'status_all' ? `all machines (${meta.targets.length})` : `\`${meta.targets.join(', ')}\``;
+  const what = meta.kind === 'status_all' ? `all machines (${meta.targets.length})` : meta.targets.map(code).join(', ');
   const state = !done
     ? `:hourglass_flowing_right: reading… (${results.size}/${meta.targets.length})`
     : failed === 0
       ? ':white_check_mark: done'
       : `:warning: done; ${failed} of ${meta.targets.length} could not be read`;
-  const parentText = `:mag: GPU status of ${what}, requested by <@${meta.requester}> · ${state}`;
+  const parentText = `:mag: GPU status of ${what}, requested by ${mention(meta.requester)} · ${state}`;
   const views: MessageView[] = [
     {
       key: 'parent',
@@ -120,13 +121,13 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
       text: parentText,
       blocks: [
         { type: 'section', text: { type: 'mrkdwn', text: parentText } },
-        { type: 'context', elements: [{ type: 'mrkdwn', text: `incident \`${meta.id}\` · ${stamp(meta.createdAt)}` }] },
+        { type: 'context', elements: [{ type: 'mrkdwn', text: `incident ${code(meta.id)} · ${stamp(meta.createdAt)}` }] },
       ],
     },
   ];
   if (meta.kind === 'status') {
     for (const e of events) {
-      if (e.type === 'snapshot') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, `\`${e.snapshot.machineId}\``));
+      if (e.type === 'snapshot') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, code(e.snapshot.machineId)));
       if (e.type === 'machine_error') {
         const text = explainMachineError(e.machineId, e.code, e.message);
         views.push({ key: `ev:${e.id}`, placement: 'reply', text, blocks: [{ type: 'section', text: { type: 'mrkdwn', text: text.slice(0, 3000) } }] });

@@ -10,6 +10,8 @@
  * cell is refused, and very large tables (~10,000 characters of cells) are refused.
  */
 
+import { cell as plainCell, codeLayout, entities } from './escape.ts';
+
 export const TABLE_MAX_ROWS = 100;
 export const TABLE_MAX_COLUMNS = 20;
 /** Not a documented limit; integrators report rejections past ~10k characters of cell text. */
@@ -107,7 +109,8 @@ export function buildTableBlock(header: readonly string[], rows: readonly (reado
   const omittedColumns = header.length - columns;
 
   const cellText = (raw: string | undefined): string => {
-    const text = clip(oneLine(raw ?? ''), maxCellChars);
+    // raw_text is plain text for Slack (no mrkdwn, no entities): `cell` only keeps it one line and mention-free.
+    const text = plainCell(clip(oneLine(raw ?? ''), maxCellChars));
     return text.length > 0 ? text : emptyCell;
   };
   const toRow = (values: readonly string[]): RawTextCell[] =>
@@ -172,11 +175,6 @@ export interface MonospaceOptions {
   emptyCell?: string;
 }
 
-/** Slack mrkdwn needs &, < and > escaped everywhere, code blocks included. */
-function escapeMrkdwn(text: string): string {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-}
-
 function pad(text: string, width: number, align: ColumnAlign): string {
   const gap = width - Array.from(text).length;
   if (gap <= 0) return text;
@@ -194,9 +192,9 @@ export function monospaceTable(header: readonly string[], rows: readonly (readon
   const maxCellChars = Math.max(2, opts.maxCellChars ?? 40);
   const maxChars = opts.maxChars ?? SECTION_TEXT_MAX;
   const emptyCell = opts.emptyCell ?? '-';
-  // Backticks would close the code fence early.
+  // Backticks would close the code fence early; `entities` runs once on the laid-out table.
   const cell = (raw: string | undefined): string => {
-    const text = clip(oneLine(raw ?? '').replace(/`/g, "'"), maxCellChars);
+    const text = clip(codeLayout(oneLine(raw ?? '')), maxCellChars);
     return text.length > 0 ? text : emptyCell;
   };
   const head = header.map((h) => cell(h));
@@ -214,7 +212,7 @@ export function monospaceTable(header: readonly string[], rows: readonly (readon
         .trimEnd();
     const lines = [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...visible.map(line)];
     if (shown < body.length) lines.push(moreRowsLabel(body.length - shown));
-    return '```\n' + escapeMrkdwn(lines.join('\n')) + '\n```';
+    return '```\n' + entities(lines.join('\n')) + '\n```';
   };
 
   const full = render(body.length);

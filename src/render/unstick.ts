@@ -7,6 +7,7 @@ import { shellQuote } from '../ssh/quote.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';
 import { snapshotMessage, type MessageView } from './status.ts';
+import { clipChars, code, codeLine, mention, text as esc } from './escape.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 
 type KnownBlock = types.KnownBlock;
@@ -22,13 +23,6 @@ const mib = (n: number | null): string => (n === null ? '?' : `${fmt(n)} MiB`);
 const stamp = (iso: string): string => `${iso.slice(0, 19).replace('T', ' ')} UTC`;
 const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 
-/**
- * Machine text (cmdlines, process names) and the requester's reason go into mrkdwn: `<`, `>`
- * and `&` would become mentions or links (`<!channel>`), a backtick would end a code span.
- */
-export function esc(text: string): string {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/`/g, "'");
-}
 
 const READ_SCRIPT_WORD = shellQuote(READ_PROCS_SCRIPT);
 
@@ -71,8 +65,8 @@ function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   if (idle.length > 0) lines.push(`• ${idle.length === 1 ? 'GPU' : 'GPUs'} ${idle.join(', ')}: idle.`);
   if (d.error) lines.push(`• nvidia-smi failed: ${esc(d.error.message)}`);
   for (const m of d.deviceOnly)
-    lines.push(`• PID ${m.containerPid} ${esc(m.command ?? '?')} has ${esc(m.devices.join(', '))} open but holds no GPU memory (a monitor?): left alone.`);
-  const heading = `*Diagnosis (${e.label})* of \`${esc(d.target)}\` on \`${esc(d.host)}\``;
+    lines.push(`• PID ${m.containerPid} ${code(m.command ?? '?')} has ${m.devices.map(code).join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
+  const heading = `*Diagnosis (${e.label})* of ${code(d.target)} on ${code(d.host)}`;
   const text = [heading, ...lines].join('\n');
   return { key: `ev:${e.id}`, placement: 'reply', text: clip(text, 4000), blocks: [section(text)] };
 }
@@ -83,22 +77,22 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
   const state = finished
     ? `${finished.outcome === 'done' ? ':white_check_mark:' : finished.outcome === 'skipped' ? ':fast_forward:' : ':warning:'} ${finished.outcome} in ${secs(finished.durationMs)}`
     : ':gear: running…';
-  const heading = `*${KIND_TITLE[start.kind]}* (tier ${start.tier}, on \`${esc(start.machineId)}\`) · ${state}`;
+  const heading = `*${KIND_TITLE[start.kind]}* (tier ${start.tier}, on ${code(start.machineId)}) · ${state}`;
   const commands = mine
     .filter((e): e is Ev<'command'> => e.type === 'command')
     .map((c) => {
       const r = c.record;
       const end = r.timedOut ? 'timed out' : r.code !== null ? `exit ${r.code}` : `signal ${r.signal ?? '?'}`;
-      return `${esc(shortCommand(r.command))}\n    → ${end} · ${secs(r.durationMs)}`;
+      return `${codeLine(shortCommand(r.command))}\n    → ${end} · ${secs(r.durationMs)}`;
     });
   const signalled = mine
     .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
-    .map((s) => `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) \`${esc(s.cmdline.slice(0, 80))}\`: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`);
+    .map((s) => `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`);
   const blocks: KnownBlock[] = [section(heading), context(esc(start.explanation))];
   if (commands.length > 0) blocks.push(section('```\n' + clip(commands.join('\n'), SECTION_MAX - 8) + '\n```'));
   if (signalled.length > 0) blocks.push(section(signalled.join('\n')));
   if (finished?.message) blocks.push(context(esc(finished.message)));
-  const text = [heading, ...commands, ...signalled, finished?.message ?? ''].filter((x) => x !== '').join('\n');
+  const text = [heading, commands.length > 0 ? '```\n' + commands.join('\n') + '\n```' : '', ...signalled, finished?.message ? esc(finished.message) : ''].filter((x) => x !== '').join('\n');
   return { key: `step:${start.stepId}`, placement: 'reply', text: clip(text, 4000), blocks };
 }
 
@@ -106,9 +100,9 @@ function cardTargets(step: Step): string[] {
   const lines = step.targets.map((t) => {
     const gpus = t.gpus.map((g) => `GPU ${g.index ?? '?'} ${mib(g.usedMiB)}`).join(', ');
     const why = t.hostOnlyWhy ? `\n    _why the host: ${esc(t.hostOnlyWhy)}_` : '';
-    return `• host PID *${t.hostPid}* · container PID *${t.containerPid}* · start ${t.startTimeTicks} ticks after boot · \`${esc(t.cmdline.slice(0, 120))}\` · ${gpus}${why}`;
+    return `• host PID *${t.hostPid}* · container PID *${t.containerPid}* · start ${t.startTimeTicks} ticks after boot · ${code(clipChars(t.cmdline, 120))} · ${gpus}${why}`;
   });
-  for (const g of step.gpus) lines.push(`• GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}${g.uuid ? `, ${esc(g.uuid)}` : ''}) · ${mib(g.usedMiB)} held, no process`);
+  for (const g of step.gpus) lines.push(`• GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}${g.uuid ? `, ${code(g.uuid)}` : ''}) · ${mib(g.usedMiB)} held, no process`);
   return lines;
 }
 
@@ -124,27 +118,27 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
   const expired = events.find((e): e is Ev<'approval_expired'> => e.type === 'approval_expired' && e.approvalId === req.approvalId);
   const refusals = events.filter((e): e is Ev<'approval_refused'> => e.type === 'approval_refused' && e.approvalId === req.approvalId);
   const step = req.step;
-  const heading = `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host \`${esc(req.host)}\` · container vmid ${req.vmid}`;
-  const cmds = step.commands.map((c) => `[${c.on}] ${esc(shortCommand(c.display))}${WHEN_NOTE[c.when]}`);
+  const heading = `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host ${code(req.host)} · container vmid ${req.vmid}`;
+  const cmds = step.commands.map((c) => `[${c.on}] ${codeLine(shortCommand(c.display))}${WHEN_NOTE[c.when]}`);
   const blocks: KnownBlock[] = [
     section(heading),
     section(esc(step.explanation)),
     section(cardTargets(step).join('\n') || '_no targets_'),
-    section(`Commands that will run${step.kind === 'container_signal' ? '' : ` on \`${esc(req.host)}\``}:\n\`\`\`\n${clip(cmds.join('\n'), SECTION_MAX - 60)}\n\`\`\``),
+    section(`Commands that will run${step.kind === 'container_signal' ? '' : ` on ${code(req.host)}`}:\n\`\`\`\n${clip(cmds.join('\n'), SECTION_MAX - 60)}\n\`\`\``),
   ];
   let status: string;
   // A decision is final; an expiry only counts if nobody decided first.
   if (decided) {
     status =
       decided.decision === 'approved'
-        ? `:white_check_mark: *Approved* by <@${decided.by}> at ${stamp(decided.at)}`
-        : `:no_entry: *Denied* by <@${decided.by}> at ${stamp(decided.at)}. Nothing from this card will run.`;
+        ? `:white_check_mark: *Approved* by ${mention(decided.by)} at ${stamp(decided.at)}`
+        : `:no_entry: *Denied* by ${mention(decided.by)} at ${stamp(decided.at)}. Nothing from this card will run.`;
     blocks.push(section(status));
   } else if (expired) {
     status = `:hourglass: *Expired* at ${stamp(expired.at)} without a decision. Nothing from this card was run.`;
     blocks.push(section(status));
   } else {
-    status = `Requested by <@${requester}> · expires ${stamp(req.expiresAt)} · a configured approver other than the requester may decide`;
+    status = `Requested by ${mention(requester)} · expires ${stamp(req.expiresAt)} · a configured approver other than the requester may decide`;
     blocks.push(context(status));
     blocks.push({
       type: 'actions',
@@ -158,7 +152,7 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
           value: req.approvalId,
           confirm: {
             title: { type: 'plain_text', text: 'Run on the host?' },
-            text: { type: 'mrkdwn', text: clip(`The commands above will run on \`${esc(req.host)}\` as root.`, 300) },
+            text: { type: 'mrkdwn', text: clip(`The commands above will run on ${code(req.host)} as root.`, 300) },
             confirm: { type: 'plain_text', text: 'Approve' },
             deny: { type: 'plain_text', text: 'Cancel' },
           },
@@ -168,8 +162,8 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
     });
   }
   if (refusals.length > 0)
-    blocks.push(context(refusals.map((r) => `Refused: <@${r.by}>, ${REFUSAL_TEXT[r.reason] ?? r.reason} (${stamp(r.at)})`).join('\n')));
-  const text = [heading, esc(step.explanation), ...cardTargets(step), ...cmds, status].join('\n');
+    blocks.push(context(refusals.map((r) => `Refused: ${mention(r.by)}, ${REFUSAL_TEXT[r.reason] ?? esc(r.reason)} (${stamp(r.at)})`).join('\n')));
+  const text = [heading, esc(step.explanation), ...cardTargets(step), '```\n' + cmds.join('\n') + '\n```', status].join('\n');
   return { key: `approval:${req.approvalId}`, placement: 'reply', text: clip(text, 4000), blocks };
 }
 
@@ -188,7 +182,7 @@ function verdictMessage(e: Ev<'verdict'>): MessageView {
   ]);
   const blocks: KnownBlock[] = [section(heading), buildTableBlock(header, rows).block];
   if (v.nextStep) blocks.push(section(`*Next step:* ${esc(v.nextStep)}`));
-  const text = [heading, monospaceTable(header, rows), v.nextStep ? `Next step: ${v.nextStep}` : ''].filter((x) => x !== '').join('\n');
+  const text = [heading, monospaceTable(header, rows), v.nextStep ? `Next step: ${esc(v.nextStep)}` : ''].filter((x) => x !== '').join('\n');
   return { key: `ev:${e.id}`, placement: 'reply', text, blocks };
 }
 
@@ -199,12 +193,12 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
   const verdict = [...events].reverse().find((e): e is Ev<'verdict'> => e.type === 'verdict');
   const lines = [
     `*Summary* · ${verdict ? verdict.verdict.title : fin.outcome} · took ${secs(fin.durationMs)}`,
-    `Asked by <@${meta.requester}>${meta.reason ? ` (reason: ${esc(meta.reason)})` : ''}`,
+    `Asked by ${mention(meta.requester)}${meta.reason ? ` (reason: ${esc(meta.reason)})` : ''}`,
     approvals.length > 0
-      ? approvals.map((a) => `${a.decision === 'approved' ? 'Approved' : 'Denied'} by <@${a.by}> at ${stamp(a.at)}`).join('\n')
+      ? approvals.map((a) => `${a.decision === 'approved' ? 'Approved' : 'Denied'} by ${mention(a.by)} at ${stamp(a.at)}`).join('\n')
       : 'No host-level step was approved.',
     sent.length > 0
-      ? `Signalled:\n${sent.map((s) => `• SIG${s.signal} → PID ${s.containerPid} (host PID ${s.hostPid}) \`${esc(s.cmdline.slice(0, 80))}\``).join('\n')}`
+      ? `Signalled:\n${sent.map((s) => `• SIG${s.signal} → PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}`).join('\n')}`
       : 'Nothing was signalled.',
     ...(skipped.length > 0 ? [`Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`] : []),
   ];
@@ -229,20 +223,19 @@ function parentState(events: readonly UnstickLoggedEvent[]): string {
 
 /** The whole unstick thread as it should look given the log so far. Pure and deterministic. */
 export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLoggedEvent[]): MessageView[] {
-  const target = meta.targets.join(', ');
-  const parentText = `:wrench: Unstick \`${esc(target)}\`, requested by <@${meta.requester}>${meta.reason ? ` · reason: ${esc(meta.reason)}` : ''} · ${parentState(events)}`;
+  const parentText = `:wrench: Unstick ${meta.targets.map(code).join(', ')}, requested by ${mention(meta.requester)}${meta.reason ? ` · reason: ${esc(meta.reason)}` : ''} · ${parentState(events)}`;
   const views: MessageView[] = [
     {
       key: 'parent',
       placement: 'parent',
       text: parentText,
-      blocks: [section(parentText), context(`incident \`${meta.id}\` · ${stamp(meta.createdAt)}`)],
+      blocks: [section(parentText), context(`incident ${code(meta.id)} · ${stamp(meta.createdAt)}`)],
     },
   ];
   for (const e of events) {
     switch (e.type) {
       case 'snapshot':
-        if (e.label !== 'status') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, `${e.label === 'before' ? 'Before' : 'After'} · \`${esc(e.snapshot.machineId)}\``));
+        if (e.label !== 'status') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`));
         break;
       case 'diagnosis':
         views.push(diagnosisMessage(e));
@@ -263,7 +256,7 @@ export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLogged
         break;
       case 'error':
       case 'machine_error': {
-        const text = `:warning: ${e.type === 'machine_error' ? `\`${esc(e.machineId)}\`: ` : ''}${esc(e.message)} (${e.code})`;
+        const text = `:warning: ${e.type === 'machine_error' ? `${code(e.machineId)}: ` : ''}${esc(e.message)} (${esc(e.code)})`;
         views.push({ key: `ev:${e.id}`, placement: 'reply', text, blocks: [section(text)] });
         break;
       }

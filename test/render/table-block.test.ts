@@ -136,7 +136,7 @@ describe('monospaceTable', () => {
   it('escapes &, <, > for mrkdwn and keeps backticks from closing the fence', () => {
     const out = monospaceTable(['Cmd'], [['a && b > /dev/null'], ['echo `id`']]);
     expect(out).toContain('a &amp;&amp; b &gt; /dev/null');
-    expect(out).toContain("echo 'id'");
+    expect(out).toContain('echo ˋidˋ');
     expect(out.match(/```/g)).toHaveLength(2);
   });
 

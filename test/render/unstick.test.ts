@@ -186,8 +186,22 @@ describe('renderUnstick', () => {
   });
 
   it('the reason and machine text cannot mention @channel or break code spans', () => {
-    const views = renderUnstick({ ...meta, reason: '<!channel> `rm -rf` & co' }, upTo(s3Events(), 'requested'));
-    expect(views[0]?.text).toContain('reason: &lt;!channel&gt; \'rm -rf\' &amp; co');
-    expect(views[0]?.text).not.toContain('<!channel>');
+    const evil = '<!channel> `*rm -rf*` & co';
+    const events = s3Events().map((e): UnstickLoggedEvent => {
+      if (e.type === 'signalled') return { ...e, cmdline: evil, reason: evil };
+      if (e.type === 'step_finished') return { ...e, message: evil };
+      if (e.type === 'approval_requested') return { ...e, step: { ...e.step, explanation: evil, targets: e.step.targets.map((t) => ({ ...t, cmdline: evil, hostOnlyWhy: evil })) } };
+      return e;
+    });
+    const views = renderUnstick({ ...meta, reason: evil }, events);
+    expect(views[0]?.text).toContain('reason: &lt;!channel&gt; ˋ∗rm -rf∗ˋ &amp; co');
+    // Inside a code span the data keeps `*` but cannot close the span: its backticks are look-alikes.
+    expect(views.find((v) => v.key === 'summary')?.text).toContain('`&lt;!channel&gt; ˋ*rm -rf*ˋ &amp; co`');
+    expect(views.find((v) => v.key === `approval:${APR}`)?.text).toContain('`&lt;!channel&gt; ˋ*rm -rf*ˋ &amp; co`');
+    for (const v of views) {
+      expect(v.text).not.toContain('<!channel>');
+      expect(JSON.stringify(v.blocks)).not.toContain('<!channel>');
+      expect(v.text).not.toContain('`*rm');
+    }
   });
 });

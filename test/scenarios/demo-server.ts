@@ -235,6 +235,9 @@ input[type=text]{width:55%}
 <h4>GPU memory (fleet truth)</h4><div id="gpus"></div><h4>Processes</h4><div id="procs" class="meta"></div></aside>
 <script>
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
+// Message text is Slack mrkdwn, already escaped once by src/render/escape.ts: show it as Slack would,
+// gpu-medic's own <@U…> mentions as @U…, Slack's three entities decoded once, then HTML-escaped once.
+const slackText = (s) => esc(String(s).replace(/<@([UW][A-Z0-9]+)>/g, '@$1').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&'));
 let usersSet = false;
 function blocksHtml(m) {
   let h = '';
@@ -245,7 +248,7 @@ function blocksHtml(m) {
   return h;
 }
 function msgHtml(m, cls) {
-  return '<div class="msg ' + cls + '"><div class="meta">' + esc(m.ts) + (m.edits ? ' · edited ' + m.edits + '×' : '') + '</div>' + esc(m.text) + blocksHtml(m) + '</div>';
+  return '<div class="msg ' + cls + '"><div class="meta">' + esc(m.ts) + (m.edits ? ' · edited ' + m.edits + '×' : '') + '</div>' + slackText(m.text) + blocksHtml(m) + '</div>';
 }
 async function refresh() {
   const s = await (await fetch('/state')).json();
@@ -256,7 +259,7 @@ async function refresh() {
     usersSet = true;
   }
   document.getElementById('threads').innerHTML = s.threads.map((t) => '<div class="thread">' + msgHtml(t.parent, '') + t.replies.map((r) => msgHtml(r, 'reply')).join('') + '</div>').join('') || '<p class="meta">No messages yet. Type a command above.</p>';
-  document.getElementById('private').innerHTML = s.private.slice().reverse().map((n) => '<div class="note ' + (n.kind === 'error' ? 'error' : '') + '"><b>' + esc(n.user) + '</b> ' + esc(n.kind) + ': ' + esc(n.text) + '</div>').join('');
+  document.getElementById('private').innerHTML = s.private.slice().reverse().map((n) => '<div class="note ' + (n.kind === 'error' ? 'error' : '') + '"><b>' + esc(n.user) + '</b> ' + esc(n.kind) + ': ' + slackText(n.text) + '</div>').join('');
   document.getElementById('gpus').innerHTML = Object.entries(s.gpuMemory).map(([h, g]) => '<b>' + esc(h) + '</b><table>' + g.map((x) => '<tr><td>' + x.index + '</td><td>' + x.usedMiB + ' / ' + x.totalMiB + ' MiB</td></tr>').join('') + '</table>').join('');
   document.getElementById('procs').innerHTML = s.processes.map((p) => esc(p.name + ' on ' + p.machine + ' (' + p.kind + ', host PID ' + p.hostPid + '): ' + p.cmdline)).join('<br>');
 }
