@@ -1,5 +1,5 @@
 import { findMachine, listMachines } from '../src/config/machines.ts';
-import { closest } from '../src/config/suggest.ts';
+import { nearCertainTypo } from '../src/config/suggest.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { QUEUE_DOWN } from './status.ts';
@@ -13,8 +13,11 @@ function hhmm(iso: string): string {
 export async function unstickCommand(target: string, reason: string | null, input: SlashInput, deps: CommandDeps): Promise<string> {
   const m = findMachine(deps.inventory, target);
   if (!m) {
-    const guess = closest(target, listMachines(deps.inventory).filter((x) => x.kind === 'container').map((x) => x.id));
-    return `:question: I don't know a container called \`${target}\`${guess ? `; did you mean \`${guess}\`?` : '.'} Nothing was done.`;
+    // A destructive command proposes only a near-certain typo, never merely the closest other container.
+    const guess = nearCertainTypo(target, listMachines(deps.inventory).filter((x) => x.kind === 'container').map((x) => x.id));
+    return guess
+      ? `:question: I don't know a container called \`${target}\`; did you mean \`${guess}\`? Nothing was done: run \`/gpu unstick ${guess}\` if so.`
+      : `:question: I don't know a container called \`${target}\`. Nothing was done. \`/gpu status all\` lists every machine.`;
   }
   if (m.kind !== 'container')
     return `:information_source: \`${target}\` is a Proxmox host. \`unstick\` works on a container (e.g. \`/gpu unstick ct129\`): it stops exactly the processes holding that container's GPUs. Nothing was done. \`/gpu status ${target}\` shows who holds its GPUs.`;

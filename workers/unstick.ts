@@ -93,12 +93,18 @@ class IncidentRun {
     return { exec: this.deps.executor.exec.bind(this.deps.executor), now: this.deps.now, commandTimeoutMs: this.deps.timing.commandTimeoutMs };
   }
 
-  /** Reads both views; on failure logs which machine failed and why, and returns null. */
+  /** Machine ids whose read failed in the last `read()` that returned null, named in the stop message. */
+  lastFailed: string[] = [];
+
+  /** Reads both views; on failure logs the snapshots that were read, which machine failed and why, and returns null. */
   async read(t: Target, label: 'before' | 'after'): Promise<TargetReadings | null> {
     const r = await readTarget(t.container, t.host, t.routes, this.readingDeps());
     if (!r.ok) {
+      // The tables that were read are posted: a later read failing does not unsee them.
+      for (const x of r.read) await this.append({ type: 'snapshot', at: this.at(), label, snapshot: x.snapshot, commands: x.commands });
       for (const f of r.failures)
         await this.append({ type: 'machine_error', at: this.at(), machineId: f.machineId, code: f.code, message: f.message, commands: f.commands });
+      this.lastFailed = r.failures.map((f) => (f.machineId === t.host.id ? `the host view of \`${f.machineId}\`` : `\`${f.machineId}\``));
       return null;
     }
     await this.append({ type: 'snapshot', at: this.at(), label, snapshot: r.value.container.snapshot, commands: r.value.container.commands });
@@ -278,7 +284,7 @@ export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): P
 
   const r0 = await run.read(t, 'before');
   if (!r0) {
-    await run.error('machine_error', `could not read \`${t.container.id}\` and its host \`${t.host.id}\`; nothing was signalled. Try \`/gpu status ${t.container.id}\`.`);
+    await run.error('machine_error', `Nothing was signalled: ${run.lastFailed.join(' and ')} could not be read (the reason is above), and unstick acts only on both views.`);
     return run.finish(meta, null);
   }
   const before = await run.diagnose(t, r0, 'before');

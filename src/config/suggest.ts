@@ -28,3 +28,22 @@ export function editDistance(a: string, b: string): number {
   }
   return prev[b.length] ?? 0;
 }
+
+/**
+ * For destructive commands: the one candidate that `input` is a near-certain typo of, else null.
+ * Near-certain = the same id but for letter case, or (ids of 5+ characters) the same id with two
+ * adjacent non-digit characters swapped. Digits must match exactly (`ct999` is not `ct129`: digits
+ * name a different container), and two fitting candidates give none. Pure.
+ */
+export function nearCertainTypo(input: string, candidates: readonly string[]): string | null {
+  const a = input.toLowerCase();
+  const fits = candidates.filter((c) => {
+    const b = c.toLowerCase();
+    if (a === b) return true;
+    if (a.length !== b.length || a.length < 5) return false;
+    const diff = [...a].flatMap((ch, i) => (ch === b[i] ? [] : [i]));
+    const [i, j] = diff;
+    return diff.length === 2 && i !== undefined && j === i + 1 && a[i] === b[j] && a[j] === b[i] && !/\d/.test(`${a[i]}${a[j]}`);
+  });
+  return fits.length === 1 ? (fits[0] ?? null) : null;
+}

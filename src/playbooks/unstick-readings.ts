@@ -18,7 +18,8 @@ export type ReadingDeps = SnapshotDeps;
 
 export type ReadOutcome<T> =
   | { ok: true; snapshot: MachineSnapshot; readings: T; commands: CommandRecord[] }
-  | { ok: false; machineId: string; code: string; message: string; commands: CommandRecord[] };
+  /** `snapshot`: the status snapshot, when it was read before a later read failed (still worth posting). */
+  | { ok: false; machineId: string; code: string; message: string; commands: CommandRecord[]; snapshot: MachineSnapshot | null };
 
 export interface ProcsRead {
   readings: ProcReading[];
@@ -45,12 +46,46 @@ export async function readProcsOn(route: Route, pids: readonly number[], deps: R
 }
 
 export interface InitRead {
-  /** The container init's host PID, or null when the container is not running. */
+  /** The container init's host PID, or null when it could not be found. */
   initHostPid: number | null;
   /** `readlink /proc/<init>/ns/pid` on the host, or null when it could not be read. */
   pidNs: string | null;
+  /** When pidNs is null: which read failed and why, in plain words (missing tool, exit code, field). */
+  problem: string | null;
   commands: CommandRecord[];
   results: ExecResult[];
+}
+
+const firstLine = (t: string): string => (t.trim().split('\n')[0] ?? '').trim().slice(0, 160);
+
+/**
+ * What went wrong with `lxc-info -n <vmid> -p`, or null when it named a PID. Exit 127/126 is the
+ * tool missing or not runnable on that host (the shell's or `timeout`'s codes), not a stopped
+ * container; a stopped container is exit 0 with no PID line. Pure.
+ */
+export function lxcInfoProblem(vmid: number, r: ExecResult): string | null {
+  const said = firstLine(r.stderr) || firstLine(r.stdout);
+  if (r.code === 127) return `\`lxc-info\` was not found on ${r.machineId} (exit 127: command not found); it is needed to find container ${vmid}'s init (Proxmox VE ships it in the lxc-pve package)`;
+  if (r.code === 126) return `\`lxc-info\` on ${r.machineId} could not be run (exit 126${said ? `: ${said}` : ''})`;
+  if (r.code !== 0) return `\`lxc-info -n ${vmid} -p\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
+  if (parseLxcInitPid(r.stdout) === null)
+    return `container ${vmid} is not running on ${r.machineId} (\`lxc-info -n ${vmid} -p\` printed no PID). Check \`pct status ${vmid}\``;
+  return null;
+}
+
+/**
+ * What is wrong with the host's /proc reading of the container's init, or null when it is PID 1
+ * of its own namespace with a readable `ns/pid` link. Names the field that failed. Pure.
+ */
+export function initReadingProblem(vmid: number, initHostPid: number, read: { readings: readonly ProcReading[]; complete: boolean } | null): string | null {
+  const who = `host PID ${initHostPid} (container ${vmid}'s init per \`lxc-info\`)`;
+  const r = read?.readings.find((x) => x.pid === initHostPid);
+  if (read === null || !read.complete) return `the read of /proc/${initHostPid} was cut short (no end marker), so ${who} could not be checked`;
+  if (r === undefined || r.stat === null) return `${who} is gone: it exited after \`lxc-info\` answered (is the container stopping or restarting?)`;
+  if (r.nsPids === null) return `/proc/${initHostPid}/status has no NSpid line (Linux older than 4.1?), so ${who} cannot be placed in its PID namespace`;
+  if (r.nsPids[r.nsPids.length - 1] !== 1) return `host PID ${initHostPid} is not PID 1 of its PID namespace (NSpid ${r.nsPids.join(' ')}): \`lxc-info\` named a process that is not container ${vmid}'s init`;
+  if (r.pidNs === null) return `\`readlink /proc/${initHostPid}/ns/pid\` printed nothing: the host login may not read ${who}'s namespace link (log in as root)`;
+  return null;
 }
 
 /** `lxc-info -n <vmid> -p` on the host, then the init's /proc reading: the container's PID namespace now. */
@@ -59,20 +94,21 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
   const info = await deps.exec(hostRoute, spec);
   const results = [info];
   if (info.timedOut) throw timeoutError(spec, info);
-  const initHostPid = info.code === 0 ? parseLxcInitPid(info.stdout) : null;
-  if (initHostPid === null) return { initHostPid: null, pidNs: null, commands: results.map(recordOf), results };
+  const lxcProblem = lxcInfoProblem(vmid, info);
+  const initHostPid = lxcProblem === null ? parseLxcInitPid(info.stdout) : null;
+  if (initHostPid === null) return { initHostPid: null, pidNs: null, problem: lxcProblem ?? `\`lxc-info -n ${vmid} -p\` printed no PID`, commands: results.map(recordOf), results };
   const procs = await readProcsOn(hostRoute, [initHostPid], deps);
   if (procs) results.push(procs.result);
-  const r = procs?.readings.find((x) => x.pid === initHostPid);
   // Only an init that is PID 1 of its own namespace names the container's namespace.
-  const isInit = r?.nsPids !== null && r?.nsPids !== undefined && r.nsPids[r.nsPids.length - 1] === 1;
-  return { initHostPid, pidNs: isInit ? (r?.pidNs ?? null) : null, commands: results.map(recordOf), results };
+  const problem = initReadingProblem(vmid, initHostPid, procs);
+  const pidNs = problem === null ? (procs?.readings.find((x) => x.pid === initHostPid)?.pidNs ?? null) : null;
+  return { initHostPid, pidNs, problem, commands: results.map(recordOf), results };
 }
 
 /** Container view: its status snapshot (GPUs, `fuser -v /dev/nvidia*`) and /proc of every fuser holder. */
 export async function readContainer(machine: Machine, route: Route, deps: ReadingDeps): Promise<ReadOutcome<ContainerReadings>> {
   const snap = await takeSnapshot(machine, route, deps);
-  if (!snap.ok) return { ok: false, machineId: machine.id, code: snap.code, message: snap.message, commands: snap.commands };
+  if (!snap.ok) return { ok: false, machineId: machine.id, code: snap.code, message: snap.message, commands: snap.commands, snapshot: null };
   const commands = [...snap.commands];
   try {
     const procs = await readProcsOn(
@@ -84,7 +120,7 @@ export async function readContainer(machine: Machine, route: Route, deps: Readin
     return { ok: true, snapshot: snap.snapshot, readings: { holders: snap.snapshot.holders, procs: procs?.readings ?? [] }, commands };
   } catch (e) {
     const ce = asCodedError(e);
-    return { ok: false, machineId: machine.id, code: ce.code, message: ce.message, commands };
+    return { ok: false, machineId: machine.id, code: ce.code, message: ce.message, commands, snapshot: snap.snapshot };
   }
 }
 
@@ -94,20 +130,15 @@ export async function readContainer(machine: Machine, route: Route, deps: Readin
  */
 export async function readHost(host: Machine, hostRoute: Route, vmid: number, deps: ReadingDeps): Promise<ReadOutcome<HostReadings>> {
   const snap = await takeSnapshot(host, hostRoute, deps);
-  if (!snap.ok) return { ok: false, machineId: host.id, code: snap.code, message: snap.message, commands: snap.commands };
+  if (!snap.ok) return { ok: false, machineId: host.id, code: snap.code, message: snap.message, commands: snap.commands, snapshot: null };
   const commands = [...snap.commands];
   try {
     const init = await readContainerInit(hostRoute, vmid, deps);
     commands.push(...init.commands);
-    if (init.initHostPid === null)
-      throw new CodedError(
-        ErrorCode.CommandFailed,
-        `container ${vmid} is not running on ${host.id} (\`lxc-info -n ${vmid} -p\` printed no PID); nothing was signalled. Check \`pct status ${vmid}\`.`,
-      );
     if (init.pidNs === null)
       throw new CodedError(
         ErrorCode.CommandFailed,
-        `could not read the PID namespace of container ${vmid}'s init (host PID ${init.initHostPid}) on ${host.id}; nothing was signalled.`,
+        `could not find container ${vmid}'s PID namespace on ${host.id}: ${init.problem ?? 'unknown reason'}. Nothing was signalled.`,
       );
     const procs = await readProcsOn(
       hostRoute,
@@ -123,7 +154,7 @@ export async function readHost(host: Machine, hostRoute: Route, vmid: number, de
     };
   } catch (e) {
     const ce = asCodedError(e);
-    return { ok: false, machineId: host.id, code: ce.code, message: ce.message, commands };
+    return { ok: false, machineId: host.id, code: ce.code, message: ce.message, commands, snapshot: snap.snapshot };
   }
 }
 
@@ -138,13 +169,23 @@ export async function readTarget(
   host: Machine,
   routes: { container: Route; host: Route },
   deps: ReadingDeps,
-): Promise<{ ok: true; value: TargetReadings } | { ok: false; failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>> }> {
+): Promise<
+  | { ok: true; value: TargetReadings }
+  | { ok: false; failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>>; read: Array<{ snapshot: MachineSnapshot; commands: CommandRecord[] }> }
+> {
   const [ct, h] = await Promise.all([readContainer(target, routes.container, deps), readHost(host, routes.host, target.vmid, deps)]);
   if (ct.ok && h.ok) return { ok: true, value: { container: ct, host: h } };
   const failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>> = [];
-  if (!ct.ok) failures.push(ct);
-  if (!h.ok) failures.push(h);
-  return { ok: false, failures };
+  /** Snapshots that were read, container first: posted even though the readings as a whole failed. */
+  const read: Array<{ snapshot: MachineSnapshot; commands: CommandRecord[] }> = [];
+  for (const side of [ct, h]) {
+    if (side.ok) read.push({ snapshot: side.snapshot, commands: side.commands });
+    else {
+      failures.push(side);
+      if (side.snapshot !== null) read.push({ snapshot: side.snapshot, commands: side.commands });
+    }
+  }
+  return { ok: false, failures, read };
 }
 
 export interface DiagnoseReadingsOptions {

@@ -80,7 +80,13 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
 
   it('refuses a host as unstick target and an unknown container with a suggestion', async () => {
     expect(await unstickCommand('kpro5', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(/is a Proxmox host.*Nothing was done/);
-    expect(await unstickCommand('ct12', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(/did you mean `ct129`/);
+    // A destructive command proposes only a near-certain typo: ct12 and ct999 name other containers.
+    for (const t of ['ct12', 'ct999']) {
+      const answer = await unstickCommand(t, null, { text: '', userId: REQ, channelId: CH }, deps);
+      expect(answer).not.toMatch(/did you mean/);
+      expect(answer).toMatch(/Nothing was done/);
+    }
+    expect(await unstickCommand('CT129', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(/did you mean `ct129`\?.*Nothing was done/);
   });
 
   it('refuses the requester, a non-approver, a forged id and a click from another message; records each; queues nothing', async () => {

@@ -377,6 +377,10 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       }
     },
 
+    async removeTool(machineId, tool) {
+      await rm(join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool));
+    },
+
     async stopMachine(machineId) {
       if (isHost(machineId)) {
         const h = hostOf(machineId);

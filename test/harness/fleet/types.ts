@@ -143,6 +143,8 @@ export interface Fleet {
    * connections stay open and silent.
    */
   freezeMachine(hostId: string, on: boolean): Promise<void>;
+  /** Removes one fake tool (`lxc-info`, `pct`, `nvidia-smi`, `free`) from the machine's PATH: running it then exits 127. */
+  removeTool(machineId: string, tool: 'lxc-info' | 'pct' | 'nvidia-smi' | 'free'): Promise<void>;
   /** Host: its sshd stops (unreachable). Container: the container stops (pct says stopped). */
   stopMachine(machineId: string): Promise<void>;
   /** SSH command lines the machine received plus fake-tool invocations on it, oldest first. */
