@@ -1,5 +1,7 @@
 import { z } from 'zod';
+import { closest } from './suggest.ts';
 
+/** A comma list; empty or unset is the empty list (compose passes `${VAR:-}` for an unset one). */
 const list = z
   .string()
   .optional()
@@ -7,19 +9,34 @@ const list = z
 
 const slackUserId = /^[UW][A-Z0-9]{2,}$/;
 
+/** A whole number in [min, max] with a default; one plain message for every way it can be wrong. */
+const wholeNumber = (min: number, max: number, def: number) => {
+  const error = `must be a whole number from ${min} to ${max}`;
+  return z.coerce.number({ error }).int({ error }).min(min, { error }).max(max, { error }).default(def);
+};
+const oneOf = <const T extends readonly [string, ...string[]]>(values: T, def: T[number]) =>
+  z.enum(values, { error: `must be one of ${values.join(', ')}` }).default(def);
+
 /** Everything read from the environment. Tokens never leave this object except into the Slack client. */
 export const EnvSchema = z.object({
-  GPU_MEDIC_MODE: z.enum(['socket', 'http']).default('socket'),
+  GPU_MEDIC_MODE: oneOf(['socket', 'http'], 'socket'),
   SLACK_BOT_TOKEN: z.string().regex(/^xoxb-/, 'must be a bot token (xoxb-...)').optional(),
   SLACK_APP_TOKEN: z.string().regex(/^xapp-/, 'must be an app-level token (xapp-...) for Socket Mode').optional(),
   SLACK_SIGNING_SECRET: z.string().min(8, 'is too short to be a Slack signing secret').optional(),
   /** Web API base URL (ends with /api/); only tests and the demo point it elsewhere. */
-  SLACK_API_URL: z.string().url().optional(),
-  PORT: z.coerce.number().int().min(0).max(65535).default(3000),
-  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  SLACK_API_URL: z.url({ error: 'must be a URL such as https://slack.com/api/' }).optional(),
+  PORT: wholeNumber(0, 65535, 3000),
+  /** HTTP mode: the address the receiver listens on. Loopback by default: put a TLS proxy in front. */
+  GPU_MEDIC_BIND_ADDRESS: z
+    .string()
+    .regex(/^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/, 'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)')
+    .default('127.0.0.1'),
+  REDIS_URL: z.string().regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379').default('redis://127.0.0.1:6379'),
   GPU_MEDIC_INVENTORY: z.string().default('./inventory.yaml'),
+  /** Which documented way of running this is; only changes what `config check` says and checks. */
+  GPU_MEDIC_DEPLOYMENT: oneOf(['local', 'systemd', 'compose'], 'local'),
   /** Key prefix in Redis for queues and incidents (tests use a random one). */
-  GPU_MEDIC_PREFIX: z.string().regex(/^[a-zA-Z0-9:_-]+$/).default('gpu-medic'),
+  GPU_MEDIC_PREFIX: z.string().regex(/^[a-zA-Z0-9:_-]+$/, 'may hold only letters, digits, ":", "_" and "-"').default('gpu-medic'),
   /** Sites this worker serves (comma list); empty = every site in the inventory. */
   GPU_MEDIC_SITES: list,
   /** Channels where /gpu may be used (comma list of IDs); empty = any. */
@@ -27,54 +44,153 @@ export const EnvSchema = z.object({
   /** Users who may request (comma list of IDs); empty = any member of an allowed channel. */
   GPU_MEDIC_ALLOWED_USERS: list,
   /** Users who may approve host-level steps (Slack user IDs, never names). */
-  GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF'))),
+  GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
   /** Seconds an approval stays open. At least 5 so a test can watch a card expire; production wants minutes. */
-  GPU_MEDIC_APPROVAL_TTL_SEC: z.coerce.number().int().min(5).max(86_400).default(900),
-  GPU_MEDIC_TERM_GRACE_SEC: z.coerce.number().int().min(1).max(300).default(10),
+  GPU_MEDIC_APPROVAL_TTL_SEC: wholeNumber(5, 86_400, 900),
+  GPU_MEDIC_TERM_GRACE_SEC: wholeNumber(1, 300, 10),
   /** How long to wait for GPU memory to be released after a kill (a dying rank can take tens of seconds). */
-  GPU_MEDIC_RELEASE_TIMEOUT_SEC: z.coerce.number().int().min(1).max(1800).default(90),
+  GPU_MEDIC_RELEASE_TIMEOUT_SEC: wholeNumber(1, 1800, 90),
   /** How often the worker re-reads processes and memory while waiting. */
-  GPU_MEDIC_POLL_MS: z.coerce.number().int().min(100).max(60_000).default(3000),
+  GPU_MEDIC_POLL_MS: wholeNumber(100, 60_000, 3000),
   /**
    * BullMQ job lock: a worker renews it every half of this while a job runs. A worker that died
    * mid-job is noticed once it lapses, and its job is handed to another worker (which finds the
    * destructive steps already claimed). BullMQ's default, 30 s.
    */
-  GPU_MEDIC_JOB_LOCK_MS: z.coerce.number().int().min(1000).max(600_000).default(30_000),
+  GPU_MEDIC_JOB_LOCK_MS: wholeNumber(1000, 600_000, 30_000),
   /** How often workers look for jobs whose lock lapsed (stalled). BullMQ's default, 30 s. */
-  GPU_MEDIC_STALLED_MS: z.coerce.number().int().min(500).max(600_000).default(30_000),
+  GPU_MEDIC_STALLED_MS: wholeNumber(500, 600_000, 30_000),
   /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
   GPU_MEDIC_HEALTH_FILE: z.string().default(''),
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
-  GPU_MEDIC_HEALTH_INTERVAL_SEC: z.coerce.number().int().min(1).max(300).default(10),
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
+  LOG_LEVEL: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
 });
 
 export type Env = z.output<typeof EnvSchema>;
+export type Setting = keyof typeof EnvSchema.shape;
 export type Role = 'bot' | 'worker' | 'start';
+
+/**
+ * Which process reads each setting. A role never reads (or keeps) another role's settings: the
+ * worker, which holds the SSH keys, never has a Slack token. A new setting must be placed here
+ * (the compiler insists), and docker-compose.yml's worker `environment:` follows this table.
+ */
+export const SETTING_READERS = {
+  GPU_MEDIC_MODE: 'bot',
+  SLACK_BOT_TOKEN: 'bot',
+  SLACK_APP_TOKEN: 'bot',
+  SLACK_SIGNING_SECRET: 'bot',
+  SLACK_API_URL: 'bot',
+  PORT: 'bot',
+  GPU_MEDIC_BIND_ADDRESS: 'bot',
+  REDIS_URL: 'both',
+  GPU_MEDIC_INVENTORY: 'both',
+  GPU_MEDIC_DEPLOYMENT: 'both',
+  GPU_MEDIC_PREFIX: 'both',
+  GPU_MEDIC_SITES: 'worker',
+  GPU_MEDIC_ALLOWED_CHANNELS: 'both',
+  GPU_MEDIC_ALLOWED_USERS: 'both',
+  GPU_MEDIC_APPROVERS: 'both',
+  GPU_MEDIC_APPROVAL_TTL_SEC: 'both',
+  GPU_MEDIC_TERM_GRACE_SEC: 'worker',
+  GPU_MEDIC_RELEASE_TIMEOUT_SEC: 'worker',
+  GPU_MEDIC_POLL_MS: 'worker',
+  GPU_MEDIC_JOB_LOCK_MS: 'worker',
+  GPU_MEDIC_STALLED_MS: 'worker',
+  GPU_MEDIC_HEALTH_FILE: 'both',
+  GPU_MEDIC_HEALTH_INTERVAL_SEC: 'both',
+  LOG_LEVEL: 'both',
+} as const satisfies Record<Setting, 'bot' | 'worker' | 'both'>;
+
+export const SETTINGS = Object.keys(EnvSchema.shape) as Setting[];
+
+/** The settings a role reads (`start` runs both roles in one process, so it reads all of them). */
+export function settingsFor(role: Role): Setting[] {
+  return SETTINGS.filter((k) => role === 'start' || SETTING_READERS[k] === 'both' || SETTING_READERS[k] === role);
+}
+
+/** Settings that hold secrets only the bot may have. */
+export const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
+
+/** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
+const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set(['GPU_MEDIC_SITES', 'GPU_MEDIC_ALLOWED_CHANNELS', 'GPU_MEDIC_ALLOWED_USERS', 'GPU_MEDIC_APPROVERS', 'GPU_MEDIC_HEALTH_FILE']);
+
+/** Names that look like ours: an unknown one is a typo of a real setting, never ignored in silence. */
+const OURS = /^(GPU_MEDIC_|SLACK_)/;
 
 export interface EnvProblem {
   variable: string;
   message: string;
 }
 
-/** Parses the environment and lists every problem at once, for the role that will run. */
+const isSetting = (k: string): k is Setting => Object.hasOwn(EnvSchema.shape, k);
+
+/**
+ * Parses the settings `role` reads from `source` and lists every problem at once, in plain
+ * words: empty values, values out of range, unknown names (with the closest real one), the
+ * tokens the mode needs, and for the worker a Slack secret it must not hold. Pure.
+ */
 export function parseEnv(source: Record<string, string | undefined>, role: Role): { env: Env | null; problems: EnvProblem[] } {
-  const parsed = EnvSchema.safeParse(source);
-  if (!parsed.success) {
-    return {
-      env: null,
-      problems: parsed.error.issues.map((i) => ({ variable: String(i.path[0] ?? '?'), message: i.message })),
-    };
-  }
-  const env = parsed.data;
   const problems: EnvProblem[] = [];
+  const mine = new Set<Setting>(settingsFor(role));
+  const defaults = EnvSchema.parse({}) as Record<string, unknown>;
+  const input: Record<string, string> = {};
+  for (const [k, v] of Object.entries(source)) {
+    if (v === undefined) continue;
+    if (!isSetting(k)) {
+      if (OURS.test(k)) {
+        const near = closest(k, SETTINGS);
+        problems.push({ variable: k, message: `is not a gpu-medic setting${near ? `; did you mean ${near}?` : ''}` });
+      }
+      continue;
+    }
+    if (!mine.has(k)) {
+      if (role === 'worker' && SLACK_SECRETS.includes(k) && v !== '')
+        problems.push({
+          variable: k,
+          message: 'is in the worker\'s environment: the worker holds the SSH keys and must never hold a Slack secret. Start it without it (compose: no env_file; systemd: the unit\'s own settings; a shell: unset it)',
+        });
+      continue;
+    }
+    if (v.trim() === '') {
+      if (EMPTY_IS_UNSET.has(k)) continue;
+      const d = defaults[k];
+      problems.push({
+        variable: k,
+        message: `is empty: give it a value${d !== undefined ? `, or remove the line to use the default (${String(d)})` : ''}`,
+      });
+      continue;
+    }
+    input[k] = v;
+  }
+  const parsed = EnvSchema.safeParse(input);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const k = String(issue.path[0] ?? '?');
+      problems.push({ variable: k, message: plainEnvMessage(k, issue.message, input[k]) });
+    }
+  }
+  const env = parsed.success ? parsed.data : null;
+  // The mode's rules read the raw values, so that they are reported in the same pass as any other problem.
   if (role !== 'worker') {
-    if (!env.SLACK_BOT_TOKEN) problems.push({ variable: 'SLACK_BOT_TOKEN', message: 'is required to post to Slack (xoxb-...)' });
-    if (env.GPU_MEDIC_MODE === 'socket' && !env.SLACK_APP_TOKEN)
+    const mode = input.GPU_MEDIC_MODE ?? 'socket';
+    const has = (k: Setting): boolean => input[k] !== undefined || problems.some((p) => p.variable === k);
+    if (!has('SLACK_BOT_TOKEN')) problems.push({ variable: 'SLACK_BOT_TOKEN', message: 'is required to post to Slack (xoxb-...)' });
+    if (mode === 'socket' && !has('SLACK_APP_TOKEN'))
       problems.push({ variable: 'SLACK_APP_TOKEN', message: 'is required in socket mode (xapp-... with connections:write)' });
-    if (env.GPU_MEDIC_MODE === 'http' && !env.SLACK_SIGNING_SECRET)
+    if (mode === 'http' && !has('SLACK_SIGNING_SECRET'))
       problems.push({ variable: 'SLACK_SIGNING_SECRET', message: 'is required in http mode to verify requests' });
   }
   return { env: problems.length === 0 ? env : null, problems };
+}
+
+/** Our schema's own message, the value it refused (never a secret's), and the closest allowed word for an enum. */
+function plainEnvMessage(k: string, message: string, value: string | undefined): string {
+  if (value === undefined) return message;
+  if (SLACK_SECRETS.includes(k as Setting)) return message;
+  const shown = value.length > 60 ? `${value.slice(0, 57)}...` : value;
+  const options = /^must be one of (.*)$/.exec(message)?.[1]?.split(', ');
+  const near = options ? closest(value, options) : null;
+  return `${message} (it is "${shown}")${near ? `; did you mean ${near}?` : ''}`;
 }

@@ -2,22 +2,30 @@ import { z } from 'zod';
 
 /** `SHA256:` + unpadded base64, exactly what `ssh-keygen -l` prints. */
 const fingerprint = z
-  .string()
+  .string({ error: 'must be a SHA256:... fingerprint' })
   .regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be a SHA256:... fingerprint as `ssh-keygen -l -f key.pub` prints it');
 
 const machineId = z
-  .string()
+  .string({ error: 'must be a machine id (lower-case letters, digits, ".", "_" or "-")' })
   .regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, 'must be lower-case letters, digits, ".", "_" or "-" (max 63 chars)');
+
+/** A whole number in [min, max]: one plain message for every way it can be wrong (a missing one is reported as missing). */
+const bounded = (min: number, max: number, what: string) => {
+  const error = `must be ${what} from ${min} to ${max}`;
+  return z.number({ error }).int({ error }).min(min, { error }).max(max, { error });
+};
+
+const text = (what: string) => z.string({ error: `must be ${what}` }).min(1, 'must not be empty');
 
 const sshFields = {
   /** Hostname or IP the worker connects to. */
-  address: z.string().min(1).max(253).regex(/^[A-Za-z0-9.:_-]+$/, 'must be a hostname or IP address'),
-  port: z.number().int().min(1).max(65535).default(22),
-  user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'must be a plain Unix user name').optional(),
+  address: text('a hostname or IP address').max(253, 'is longer than a hostname can be (253 characters)').regex(/^[A-Za-z0-9.:_-]+$/, 'must be a hostname or IP address'),
+  port: bounded(1, 65535, 'a port number').default(22),
+  user: text('a plain Unix user name').regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'must be a plain Unix user name').optional(),
   /** Path to the private key on the worker's machine. */
-  keyFile: z.string().min(1).optional(),
+  keyFile: text('the path of a private key file').optional(),
   /** Pinned host keys; at least one. */
-  hostKeys: z.array(fingerprint).min(1, 'pin at least one host key fingerprint (ssh-keygen -l -f /etc/ssh/ssh_host_ed25519_key.pub)'),
+  hostKeys: z.array(fingerprint, { error: 'must be a list of SHA256:... fingerprints' }).min(1, 'must list at least one pinned fingerprint (ssh-keygen -l -f /etc/ssh/ssh_host_ed25519_key.pub)'),
 };
 
 export const HostSchema = z
@@ -32,7 +40,7 @@ export const HostSchema = z
 export const ContainerSchema = z
   .object({
     id: machineId,
-    vmid: z.number().int().min(100).max(999_999_999),
+    vmid: bounded(100, 999_999_999, 'the Proxmox vmid, a whole number'),
     /** Id of the Proxmox host that runs it. */
     host: machineId,
     /** Its own SSH address; without one it is reached through its host with `pct exec`. */
@@ -40,22 +48,23 @@ export const ContainerSchema = z
     port: sshFields.port,
     user: sshFields.user,
     keyFile: sshFields.keyFile,
-    hostKeys: z.array(fingerprint).optional(),
+    hostKeys: z.array(fingerprint, { error: 'must be a list of SHA256:... fingerprints' }).optional(),
+  })
+  .strict();
+
+export const DefaultsSchema = z
+  .object({
+    user: sshFields.user.default('root'),
+    keyFile: sshFields.keyFile,
+    /** Per-command timeout (seconds). */
+    commandTimeoutSec: bounded(1, 600, 'a whole number of seconds').default(20),
+    connectTimeoutSec: bounded(1, 120, 'a whole number of seconds').default(8),
   })
   .strict();
 
 export const InventorySchema = z
   .object({
-    defaults: z
-      .object({
-        user: sshFields.user.default('root'),
-        keyFile: z.string().min(1).optional(),
-        /** Per-command timeout (seconds). */
-        commandTimeoutSec: z.number().int().min(1).max(600).default(20),
-        connectTimeoutSec: z.number().int().min(1).max(120).default(8),
-      })
-      .strict()
-      .default({ user: 'root', commandTimeoutSec: 20, connectTimeoutSec: 8 }),
+    defaults: DefaultsSchema.default({ user: 'root', commandTimeoutSec: 20, connectTimeoutSec: 8 }),
     hosts: z.array(HostSchema).default([]),
     containers: z.array(ContainerSchema).default([]),
   })

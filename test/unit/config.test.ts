@@ -32,11 +32,11 @@ describe('inventory', () => {
       ],
     });
     expect(r.inventory).toBeNull();
-    const at = r.problems.map((p) => p.at);
-    expect(at).toContain('hosts[0].hostKeys[0]');
-    expect(at).toContain('hosts[1].id');
-    expect(at).toContain('hosts[1].address');
-    expect(at).toContain('hosts[1].hostKeys');
+    const msgs = r.problems.map((p) => `${p.at}: ${p.message}`);
+    expect(msgs).toContainEqual(expect.stringMatching(/^host kpro5: hostKeys\[0\] must be a SHA256/));
+    expect(msgs).toContainEqual(expect.stringMatching(/^host "Bad Id": id must be lower-case/));
+    expect(msgs).toContainEqual(expect.stringMatching(/^host "Bad Id": address must be a hostname or IP address \(it is "x;y"\)/));
+    expect(msgs).toContainEqual(expect.stringMatching(/^host "Bad Id": hostKeys must list at least one pinned fingerprint/));
   });
   it('catches cross-reference mistakes', () => {
     const r = validateInventory({
@@ -47,10 +47,10 @@ describe('inventory', () => {
       ],
     });
     const msgs = r.problems.map((p) => `${p.at}: ${p.message}`).join('\n');
-    expect(msgs).toContain('hosts[0].keyFile');
-    expect(msgs).toContain('containers[0].id: "kpro5" is already used');
-    expect(msgs).toContain('containers[0].host: no host "nohost"');
-    expect(msgs).toContain('containers[1].hostKeys');
+    expect(msgs).toContain('host kpro5: has no keyFile');
+    expect(msgs).toContain('container kpro5: id "kpro5" is used twice');
+    expect(msgs).toContain('container kpro5: host "nohost" is not in hosts');
+    expect(msgs).toContain('container ct1: has its own address, so it needs its own pinned hostKeys');
   });
 });
 

@@ -1,0 +1,69 @@
+import { parseEnv, SETTINGS, settingsFor, type Env, type Role } from './env.ts';
+import type { Inventory } from './inventory.ts';
+import type { InventoryProblem } from './load-inventory.ts';
+import { listMachines, sitesOf } from './machines.ts';
+
+export type Deployment = Env['GPU_MEDIC_DEPLOYMENT'];
+
+/** What each documented way of running gpu-medic means, said back by `config check`. */
+const ASSUMED: Record<Deployment, string> = {
+  local: 'a plain host, run from this checkout (npm start, npm run bot|worker): settings from the environment and ./.env, Redis at REDIS_URL (default redis://127.0.0.1:6379, a local Redis)',
+  systemd: 'a plain host under systemd (deploy/systemd/): settings from the unit and /etc/gpu-medic/.env, Redis at REDIS_URL (a local Redis unless you point it elsewhere)',
+  compose: 'docker compose (docker-compose.yml): settings from .env through the compose file, Redis the compose service "redis", the inventory and ./ssh mounted under /etc/gpu-medic',
+};
+
+export interface ConfigReport {
+  role: Role;
+  deployment: Deployment;
+  /** One plain sentence per problem, each naming the setting or the machine. */
+  problems: string[];
+  env: Env | null;
+  inventory: Inventory | null;
+}
+
+/**
+ * Every problem with the settings and the inventory a role would start with, in one pass: the
+ * same report for `config check` and for `bot`/`worker`/`start` when they refuse to start.
+ * `loadInventory` is the only I/O, passed in.
+ */
+export async function checkConfig(
+  source: Record<string, string | undefined>,
+  role: Role,
+  loadInventory: (path: string) => Promise<{ inventory: Inventory | null; problems: InventoryProblem[] }>,
+): Promise<ConfigReport> {
+  const e = parseEnv(source, role);
+  const deployment: Deployment = source.GPU_MEDIC_DEPLOYMENT === 'compose' || source.GPU_MEDIC_DEPLOYMENT === 'systemd' ? source.GPU_MEDIC_DEPLOYMENT : 'local';
+  const problems = e.problems.map((p) => `${p.variable} ${p.message}`);
+  const redisUrl = source.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  if (deployment !== 'compose' && /^rediss?:\/\/([^@/]*@)?redis(:\d+)?(\/|$)/.test(redisUrl))
+    problems.push(
+      `REDIS_URL ${redisUrl} names the docker compose service "redis", which exists only inside compose; on this host use a local Redis (redis://127.0.0.1:6379) or set GPU_MEDIC_DEPLOYMENT=compose if this runs in compose`,
+    );
+  const path = source.GPU_MEDIC_INVENTORY || './inventory.yaml';
+  const inv = await loadInventory(path);
+  for (const p of inv.problems) problems.push(`inventory ${path}: ${p.at}: ${p.message}`);
+  return { role, deployment, problems, env: problems.length === 0 ? e.env : null, inventory: problems.length === 0 ? inv.inventory : null };
+}
+
+/** "assuming ..." line plus either the problems or a one-line summary. */
+export function formatReport(r: ConfigReport, heading: string): string {
+  const assumed = `  assuming ${ASSUMED[r.deployment]} (GPU_MEDIC_DEPLOYMENT=${r.deployment})\n`;
+  if (r.problems.length > 0)
+    return `${heading}: ${r.problems.length} problem${r.problems.length === 1 ? '' : 's'}\n${assumed}${r.problems.map((l) => `  - ${l}`).join('\n')}\n`;
+  const machines = r.inventory ? listMachines(r.inventory) : [];
+  const hosts = machines.filter((m) => m.kind === 'host').length;
+  const mode = r.role === 'worker' ? '' : `; mode ${r.env?.GPU_MEDIC_MODE}`;
+  return `${heading}: ok. ${machines.length} machines (${hosts} hosts, ${machines.length - hosts} containers) in sites ${r.inventory ? sitesOf(r.inventory).join(', ') || '-' : '-'}${mode}\n${assumed}`;
+}
+
+/** Which names a role takes from a .env file: its own settings, and unknown names that look like ours (to name the typo). Never another role's secret. */
+export function envFileKeyFilter(role: Role): (key: string) => boolean {
+  const mine = new Set<string>(settingsFor(role));
+  const known = new Set<string>(SETTINGS);
+  return (key) => {
+    if (mine.has(key)) return true;
+    if (known.has(key)) return false;
+    if (key.startsWith('SLACK_')) return role !== 'worker';
+    return key.startsWith('GPU_MEDIC_');
+  };
+}
