@@ -25,6 +25,20 @@ function waitReady(r: Redis, ms: number): Promise<void> {
   });
 }
 
+/** The URL without its password, for a log line. */
+export function redactRedisUrl(url: string): string {
+  return url.replace(/^(rediss?:\/\/)[^@/]*@/, '$1***@');
+}
+
+/** Why the first connection failed, in words an operator can act on. */
+export function redisReason(err: Error | null): string {
+  if (!err) return 'no answer within 5 s';
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `${err.message} (the host name does not resolve here; "redis" exists only inside docker compose)`;
+  if (code === 'ECONNREFUSED') return `${err.message} (nothing listens there: is Redis running? see docs/deploy.md)`;
+  return err.message;
+}
+
 export interface Bot {
   port: number | null;
   outbox: Outbox;
@@ -46,10 +60,19 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   // Commands must fail fast when Redis is down (the ack is due within 3 s): no offline queue.
   const fast = new Redis(env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   const steady = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
-  fast.on('error', (err) => logger.debug({ err }, 'redis (commands) error'));
+  let lastRedisError: Error | null = null;
+  fast.on('error', (err: Error) => {
+    lastRedisError = err;
+    logger.debug({ err }, 'redis (commands) error');
+  });
   steady.on('error', (err) => logger.debug({ err }, 'redis (outbox) error'));
   // Without an offline queue, commands sent before the first connect would fail: wait for it (bounded).
-  await waitReady(fast, 5000).catch(() => logger.warn('Redis not reachable at start; commands will answer "queue unavailable" until it is'));
+  await waitReady(fast, 5000).catch(() =>
+    logger.warn(
+      { redis: redactRedisUrl(env.REDIS_URL), reason: redisReason(lastRedisError) },
+      `Redis not reachable at start (${redactRedisUrl(env.REDIS_URL)}: ${redisReason(lastRedisError)}); commands will answer "queue unavailable" until it is`,
+    ),
+  );
   const slack = createSlackApp({
     mode: env.GPU_MEDIC_MODE,
     botToken: env.SLACK_BOT_TOKEN ?? '',
@@ -57,6 +80,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     ...(env.SLACK_SIGNING_SECRET ? { signingSecret: env.SLACK_SIGNING_SECRET } : {}),
     ...(env.SLACK_API_URL ? { apiUrl: env.SLACK_API_URL } : {}),
     port: env.PORT,
+    host: env.GPU_MEDIC_BIND_ADDRESS,
     logger,
     ...(deps.now ? { now: deps.now } : {}),
   });
@@ -79,7 +103,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   const { port } = await slack.start();
   outbox.start();
   const startedAt = Date.now();
-  logger.info({ mode: env.GPU_MEDIC_MODE, port }, 'bot started');
+  logger.info({ mode: env.GPU_MEDIC_MODE, port, ...(env.GPU_MEDIC_MODE === 'http' ? { bind: env.GPU_MEDIC_BIND_ADDRESS } : {}) }, 'bot started');
   return {
     port,
     outbox,

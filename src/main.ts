@@ -6,27 +6,40 @@
  */
 import type { Role } from './config/env.ts';
 
-import { existsSync } from 'node:fs';
-
 const [sub, ...rest] = process.argv.slice(2);
-// A local .env fills in what the environment does not already set (docker-compose passes env directly).
-if (existsSync('.env') && sub !== 'parse') process.loadEnvFile('.env');
+
+/** The role whose settings a subcommand may take from .env; null for `parse`, which reads none. */
+function settingsRole(): Role | null {
+  if (sub === 'bot' || sub === 'worker' || sub === 'start') return sub;
+  if (sub === 'config') return rest[1] === 'bot' || rest[1] === 'worker' ? rest[1] : 'start';
+  // health and incidents read Redis and file settings only: never a Slack secret.
+  return sub === 'parse' ? null : 'worker';
+}
+
+/**
+ * A local .env fills in what the environment does not already set (compose and systemd pass
+ * settings directly). Only the running role's settings are taken from it: a worker started next
+ * to a .env that also holds the Slack tokens never has them in its environment or memory.
+ */
+async function loadDotEnv(): Promise<void> {
+  const role = settingsRole();
+  if (role === null) return;
+  const { readEnvFile } = await import('./config/dotenv.ts');
+  const { envFileKeyFilter } = await import('./config/check.ts');
+  const values = readEnvFile('.env', envFileKeyFilter(role)) ?? {};
+  for (const [k, v] of Object.entries(values)) if (process.env[k] === undefined) process.env[k] = v;
+}
 
 async function run(role: Role): Promise<number> {
-  const { parseEnv } = await import('./config/env.ts');
+  const { checkConfig, formatReport } = await import('./config/check.ts');
   const { loadInventoryFile } = await import('./config/load-inventory.ts');
   const { createLogger } = await import('./logger.ts');
-  const e = parseEnv(process.env, role);
-  const env = e.env;
-  if (!env) {
-    process.stderr.write(`gpu-medic ${role}: cannot start:\n${e.problems.map((p) => `  - ${p.variable} ${p.message}`).join('\n')}\n`);
-    return 2;
-  }
-  const inv = await loadInventoryFile(env.GPU_MEDIC_INVENTORY);
-  if (!inv.inventory) {
-    process.stderr.write(
-      `gpu-medic ${role}: inventory ${env.GPU_MEDIC_INVENTORY} has problems:\n${inv.problems.map((p) => `  - ${p.at}: ${p.message}`).join('\n')}\n`,
-    );
+  // The same report as `config check <role>`: every problem at once.
+  const report = await checkConfig(process.env, role, loadInventoryFile);
+  const { env } = report;
+  const inventory = report.inventory;
+  if (!env || !inventory) {
+    process.stderr.write(formatReport(report, `gpu-medic ${role}: cannot start`));
     return 2;
   }
   const logger = createLogger({ name: `gpu-medic-${role}`, level: env.LOG_LEVEL });
@@ -38,14 +51,14 @@ async function run(role: Role): Promise<number> {
   if (role === 'bot' || role === 'start') {
     const { startBot } = await import('./bot.ts');
     // The bot never gets SSH key paths it could open; it only needs machine ids and sites.
-    const bot = await startBot(env, inv.inventory, logger);
+    const bot = await startBot(env, inventory, logger);
     stops.push(() => bot.stop());
     for (const [k, c] of Object.entries(bot.health())) checks[name('bot', k)] = c;
   }
   if (role === 'worker' || role === 'start') {
     const { startWorkerProcess } = await import('./worker-process.ts');
     const workerEnv = { ...env, SLACK_BOT_TOKEN: undefined, SLACK_APP_TOKEN: undefined, SLACK_SIGNING_SECRET: undefined };
-    const w = await startWorkerProcess(workerEnv, inv.inventory, logger);
+    const w = await startWorkerProcess(workerEnv, inventory, logger);
     stops.push(() => w.close());
     for (const [k, c] of Object.entries(w.health())) checks[name('worker', k)] = c;
   }
@@ -69,6 +82,7 @@ async function run(role: Role): Promise<number> {
 }
 
 async function main(): Promise<number> {
+  await loadDotEnv();
   switch (sub) {
     case 'parse': {
       const { runParseCommand } = await import('./cli/parse-command.ts');

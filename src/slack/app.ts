@@ -16,6 +16,8 @@ export interface SlackAppOptions {
   apiUrl?: string;
   /** HTTP mode listening port; 0 picks a free one. */
   port: number;
+  /** HTTP mode listening address (default Node's: every interface). */
+  host?: string;
   logger: Logger;
   /** The bot's clock (ms) for the request window. Default Date.now. */
   now?: () => number;
@@ -95,7 +97,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
         await app.start();
         return { port: null };
       }
-      server = (await app.start(o.port)) as Server;
+      server = (await app.start(o.host === undefined ? o.port : { port: o.port, host: o.host })) as Server;
       const addr = server.address();
       return { port: typeof addr === 'object' && addr ? addr.port : o.port };
     },

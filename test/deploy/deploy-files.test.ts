@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { runConfigCheck } from '../../src/cli/config-check.ts';
-import { EnvSchema, parseEnv } from '../../src/config/env.ts';
+import { EnvSchema, parseEnv, settingsFor } from '../../src/config/env.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import { routeFor } from '../../src/config/machines.ts';
 
@@ -82,8 +82,8 @@ const commandOf = (s: Service): string[] => (Array.isArray(s.command) ? s.comman
 const interpolateDefault = (v: string): string => v.replace(/\$\{[A-Z0-9_]+(?::?-([^}]*))?\}/g, (_m, d: string | undefined) => d ?? '');
 
 const ENV_KEYS = Object.keys(EnvSchema.shape);
-/** Settings only the Slack-facing process may have. */
-const BOT_ONLY = ENV_KEYS.filter((k) => k.startsWith('SLACK_') || k === 'GPU_MEDIC_MODE' || k === 'PORT');
+/** Settings only the Slack-facing process reads (src/config/env.ts SETTING_READERS). */
+const BOT_ONLY = ENV_KEYS.filter((k) => !(settingsFor('worker') as string[]).includes(k));
 const SSH_DIR = '/etc/gpu-medic/ssh';
 const INVENTORY_TARGET = '/etc/gpu-medic/inventory.yaml';
 
@@ -164,7 +164,8 @@ describe('docker-compose.yml', () => {
     expect(envFiles(worker)).toEqual([]);
     const keys = Object.keys(envMap(worker));
     expect(keys.filter((k) => k.startsWith('SLACK_'))).toEqual([]);
-    expect(keys.sort()).toEqual(ENV_KEYS.filter((k) => !BOT_ONLY.includes(k)).sort());
+    expect(BOT_ONLY).toContain('SLACK_BOT_TOKEN');
+    expect(keys.sort()).toEqual([...settingsFor('worker')].sort());
     expect(envFiles(svc('bot'))).toEqual(['.env']);
   });
 
@@ -173,10 +174,11 @@ describe('docker-compose.yml', () => {
     const parsed = parseEnv(env, 'worker');
     expect(parsed.problems).toEqual([]);
     const defaults = EnvSchema.parse({});
-    const { REDIS_URL, GPU_MEDIC_INVENTORY, ...rest } = parsed.env ?? defaults;
+    const { REDIS_URL, GPU_MEDIC_INVENTORY, GPU_MEDIC_DEPLOYMENT, ...rest } = parsed.env ?? defaults;
     expect(REDIS_URL).toBe('redis://redis:6379'); // the compose service, not the app's 127.0.0.1
     expect(GPU_MEDIC_INVENTORY).toBe(INVENTORY_TARGET);
-    const { REDIS_URL: _r, GPU_MEDIC_INVENTORY: _i, ...restDefaults } = defaults;
+    expect(GPU_MEDIC_DEPLOYMENT).toBe('compose'); // so that `config check` says what it assumed
+    const { REDIS_URL: _r, GPU_MEDIC_INVENTORY: _i, GPU_MEDIC_DEPLOYMENT: _d, ...restDefaults } = defaults;
     expect(rest).toEqual(restDefaults);
   });
 });
