@@ -148,6 +148,17 @@ describe('CSV writers', () => {
     expect(withUnits).toBe('32362 MiB, 100 %\n');
   });
 
+  it('persistence_mode and driver_version print as in the real H200 all-fields capture (Enabled / Disabled, [N/A] when not given)', () => {
+    const out = formatQueryGpuCsv([H200, { ...H200, index: 1 }], ['index', 'driver_version', 'persistence_mode'], {
+      header: false,
+      units: false,
+      driverVersion: '590.48.01',
+      persistenceModes: [true, false],
+    });
+    expect(out).toBe('0, 590.48.01, Enabled\n1, 590.48.01, Disabled\n');
+    expect(formatQueryGpuCsv([H200], ['persistence_mode'], { header: false, units: false })).toBe('[N/A]\n');
+  });
+
   it('an unknown field is refused like nvidia-smi does', () => {
     expect(() => formatQueryGpuCsv([H200], ['index', 'memory.usedd'], { header: true, units: true })).toThrow(
       new InvalidQueryFieldError('memory.usedd'),

@@ -22,6 +22,8 @@ export interface SshdOptions {
   authorizedKeys: string[];
   /** Dir put FIRST on PATH for remote commands (fake tools). */
   pathPrefix?: string;
+  /** What follows `pathPrefix` on PATH; default the standard system dirs. */
+  basePath?: string;
   /** Extra env for remote commands. */
   env?: Record<string, string>;
   /** Reuse a host key (default: generate ed25519 in `dir`). Its mode is set to 0600. */
@@ -114,8 +116,9 @@ const JSON_LOG_AWK = String.raw`BEGIN {
   printf "{\"ts\":\"%s\",\"cmd\":\"%s\"}\n", ts, out
 }`;
 
-function wrapperScript(o: { pathPrefix?: string; env?: Record<string, string>; commandLog: string; tag: string }): string {
-  const path = o.pathPrefix ? `${resolve(o.pathPrefix)}:${BASE_PATH}` : BASE_PATH;
+function wrapperScript(o: { pathPrefix?: string; basePath?: string; env?: Record<string, string>; commandLog: string; tag: string }): string {
+  const base = o.basePath ?? BASE_PATH;
+  const path = o.pathPrefix ? `${resolve(o.pathPrefix)}:${base}` : base;
   const lines = ['#!/bin/sh', `PATH=${shellQuote(path)}; export PATH`, `${TAG_VAR}=${shellQuote(o.tag)}; export ${TAG_VAR}`];
   for (const [k, v] of Object.entries(o.env ?? {})) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new Error(`bad env name ${k}`);

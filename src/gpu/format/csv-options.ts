@@ -8,6 +8,8 @@ export interface CsvFormatOptions {
   timestamp?: Date;
   /** Value of the `driver_version` field; `[N/A]` when absent. */
   driverVersion?: string | null;
+  /** `persistence_mode` per GPU, by its position in the list (`Enabled`/`Disabled`); `[N/A]` when absent. */
+  persistenceModes?: ReadonlyArray<boolean>;
 }
 
 /** Placeholder nvidia-smi prints in CSV for a reading it doesn't have. */

@@ -29,6 +29,10 @@ function valueOf(field: string, gpu: Gpu, position: number, all: readonly Gpu[],
       return all.length;
     case 'driver_version':
       return opts.driverVersion ?? null;
+    case 'persistence_mode': {
+      const on = opts.persistenceModes?.[position];
+      return on === undefined ? null : on ? 'Enabled' : 'Disabled';
+    }
     case 'timestamp':
       return opts.timestamp === undefined ? null : csvTimestampUtc(opts.timestamp);
     default:

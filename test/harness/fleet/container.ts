@@ -8,6 +8,8 @@
  *     onto /dev/nvidia*, so real `fuser -v /dev/nvidia*` prints `kernel mount` rows, as in LXC;
  *   - bind-mounts its own bin/ over the host's bin/ path: `pct exec` keeps the host's PATH, and
  *     finds the container's tools there, as it finds the container rootfs' binaries on Proxmox;
+ *     likewise its sys/ (system PATH minus the programs it lacks) over the host's, when they have one;
+ *   - mounts its /proc with hidepid=invisible when asked (`hideProc`);
  *   - joins the container's cgroup (`/lxc/<vmid>/...`, see cgroup.ts), sets the hostname and execs the fleet program as `/sbin/init` (reaps orphans).
  * All mounts live in the container's private mount namespace: they vanish with its last process.
  */
@@ -24,7 +26,7 @@ export interface RunningContainer {
   exited: Promise<{ code: number | null; signal: string | null }>;
 }
 
-function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null }): string {
+function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null; hideProc: boolean; systemPath: boolean }): string {
   const q = shellQuote;
   return `#!/bin/bash
 set -euo pipefail
@@ -32,7 +34,7 @@ ${o.cgroup === null ? '' : `echo 0 > ${q(join(o.cgroup, 'cgroup.procs'))} || tru
 CT=${q(o.ctDir)}
 HOSTDIR=${q(o.hostDir)}
 mount --bind /proc "$CT/hostproc"
-mount -t proc proc /proc
+mount -t proc ${o.hideProc ? '-o hidepid=invisible ' : ''}proc /proc
 mount --rbind /dev "$CT/hostdev"
 mount -t tmpfs -o mode=755,size=1m ctdev /dev
 for n in null zero full random urandom tty ptmx; do
@@ -47,6 +49,7 @@ for f in "$HOSTDIR"/dev/*; do
 done
 umount -R "$CT/hostdev"
 mount --bind "$CT/bin" "$HOSTDIR/bin"
+${o.systemPath ? 'mount --bind "$CT/sys" "$HOSTDIR/sys"' : ''}
 hostname ${q(o.hostname)}
 # Our host PID and start time: the redirection is done by bash itself, so "self" is this process.
 read -r -a F < "$CT/hostproc/self/stat"
@@ -61,9 +64,13 @@ export async function startContainer(o: {
   hostname: string;
   tools: FleetTools;
   cgroup: string | null;
+  /** Mount its /proc with hidepid=invisible. */
+  hideProc?: boolean;
+  /** It and its host have a sys/ dir (a PATH without some programs): bind its own over the host's. */
+  systemPath?: boolean;
 }): Promise<RunningContainer> {
   const script = join(o.ctDir, 'setup.sh');
-  await writeFile(script, setupScript({ ...o, holder: o.tools.holder }), { mode: 0o755 });
+  await writeFile(script, setupScript({ ...o, holder: o.tools.holder, hideProc: o.hideProc === true, systemPath: o.systemPath === true }), { mode: 0o755 });
   const r = await spawnReady(
     'unshare',
     ['--pid', '--fork', '--mount', '--uts', '--propagation', 'private', '--', '/bin/bash', script],

@@ -1,6 +1,7 @@
 /** Creates a machine's dir: machine.json, bin/ tool wrappers, and for a host its state and device files. */
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { readdirSync, statSync } from 'node:fs';
+import { chmod, mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { shellQuote } from '../../../src/ssh/quote.ts';
 import type { FleetTools } from './build-tools.ts';
@@ -51,22 +52,63 @@ async function writeWrapper(binDir: string, name: string, machineDir: string, sc
   await writeFile(join(binDir, name), text, { mode: 0o755 });
 }
 
+/** The system dirs a machine's PATH holds after its bin/ (what sshd.ts uses by default). */
+export const SYSTEM_PATH = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];
+
+/**
+ * A machine's own copy of the system PATH: `<dir>/sys/` with a symlink to every program in the
+ * system dirs (first one wins, as on PATH) except the omitted ones, so those are truly absent
+ * (`command not found`, exit 127) for everything that machine runs. Returns the dir.
+ */
+async function writeSystemPath(dir: string, omit: readonly string[]): Promise<string> {
+  const sys = join(dir, 'sys');
+  await mkdir(sys, { recursive: true });
+  const seen = new Set<string>(omit);
+  for (const d of SYSTEM_PATH) {
+    let names: string[];
+    try {
+      names = readdirSync(d);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (seen.has(name)) continue;
+      try {
+        const st = statSync(join(d, name));
+        if (!st.isFile() || (st.mode & 0o111) === 0) continue;
+      } catch {
+        continue;
+      }
+      seen.add(name);
+      await symlink(join(d, name), join(sys, name));
+    }
+  }
+  return sys;
+}
+
 export async function writeMachineFiles(o: {
   dir: string;
   info: MachineInfo;
   tools: FleetTools;
   hostState?: HostState;
+  /** Programs this machine lacks; null: it keeps the system PATH itself (no `sys/` dir). */
+  omit?: readonly string[] | null;
 }): Promise<void> {
   const bin = join(o.dir, 'bin');
   await mkdir(bin, { recursive: true });
   writeJsonAtomic(join(o.dir, 'machine.json'), o.info);
   await writeFile(join(o.dir, 'tools.log'), '');
   await chmod(join(o.dir, 'tools.log'), 0o666); // tools may run as a non-root user
-  await writeWrapper(bin, 'nvidia-smi', o.dir, o.tools.nvidiaSmi);
-  await writeWrapper(bin, 'free', o.dir, o.tools.free);
+  const omit = new Set(o.omit ?? []);
+  if (o.omit !== undefined && o.omit !== null) await writeSystemPath(o.dir, o.omit);
+  const wrapper = async (name: string, script: string): Promise<void> => {
+    if (!omit.has(name)) await writeWrapper(bin, name, o.dir, script);
+  };
+  await wrapper('nvidia-smi', o.tools.nvidiaSmi);
+  await wrapper('free', o.tools.free);
   if (o.info.kind === 'host') {
-    await writeWrapper(bin, 'pct', o.dir, o.tools.pct);
-    await writeWrapper(bin, 'lxc-info', o.dir, o.tools.lxcInfo);
+    await wrapper('pct', o.tools.pct);
+    await wrapper('lxc-info', o.tools.lxcInfo);
     await mkdir(join(o.dir, 'holders'), { recursive: true });
     await mkdir(join(o.dir, 'containers'), { recursive: true });
     const devDir = join(o.dir, 'dev');

@@ -112,15 +112,22 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   const client = await generateKeyPair(join(dir, 'keys'), 'client');
   const procs = new ProcessTable(dir, tools);
 
-  const hostSshdOptions = (h: { dir: string }, port?: number): SshdOptions => ({
+  // A host whose machines lack some programs gets its own system PATH (sys/), and so does every
+  // container on it: `pct exec` keeps the host's PATH, and each container binds its own sys/ there.
+  const ownPath = (hostId: string): boolean =>
+    spec.hosts.some((h) => h.id === hostId && (h.omitTools?.length ?? 0) > 0) || (spec.containers ?? []).some((c) => c.host === hostId && (c.omitTools?.length ?? 0) > 0);
+  const basePath = (mdir: string, own: boolean): Pick<SshdOptions, 'basePath'> => (own ? { basePath: join(mdir, 'sys') } : {});
+
+  const hostSshdOptions = (h: { dir: string; spec: HostSpec }, port?: number): SshdOptions => ({
     dir: join(h.dir, 'sshd'),
     authorizedKeys: [client.publicKey],
     pathPrefix: join(h.dir, 'bin'),
+    ...basePath(h.dir, ownPath(h.spec.id)),
     commandLog: join(h.dir, 'commands.jsonl'),
     ...(port === undefined ? {} : { port }),
   });
 
-  const startHostSshd = async (h: { dir: string }, port?: number): Promise<Sshd> => {
+  const startHostSshd = async (h: { dir: string; spec: HostSpec }, port?: number): Promise<Sshd> => {
     const sshd = await startSshd(hostSshdOptions(h, port));
     recordPid(dir, sshd.pid, 'sshd');
     // sshd reads authorized_keys as the user logging in: let non-root users (e.g. fleetuser) log in too.
@@ -138,8 +145,9 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         tools,
         hostState: defaultHostState(hs),
         info: { id: hs.id, kind: 'host', hostId: hs.id, hostDir: mdir, vmid: null, hostProc: '/proc', cgroup: null },
+        omit: ownPath(hs.id) ? (hs.omitTools ?? []) : null,
       });
-      const sshd = await startHostSshd({ dir: mdir });
+      const sshd = await startHostSshd({ dir: mdir, spec: hs });
       hosts.set(hs.id, { spec: hs, dir: mdir, sshd, port: sshd.port, pinned: sshd.hostKeyFingerprint, current: sshd.hostKeyFingerprint });
     }),
   );
@@ -156,6 +164,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       dir: join(c.dir, 'sshd'),
       authorizedKeys: [client.publicKey],
       pathPrefix: join(c.dir, 'bin'),
+      ...basePath(c.dir, ownPath(c.spec.host)),
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
     };
@@ -182,8 +191,9 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         dir: cdir,
         tools,
         info: { id: cs.id, kind: 'container', hostId: cs.host, hostDir: host.dir, vmid: cs.vmid, hostProc: join(cdir, 'hostproc'), cgroup },
+        omit: ownPath(cs.host) ? (cs.omitTools ?? []) : null,
       });
-      const running = await startContainer({ ctDir: cdir, hostDir: host.dir, hostname: cs.id, tools, cgroup });
+      const running = await startContainer({ ctDir: cdir, hostDir: host.dir, hostname: cs.id, tools, cgroup, hideProc: cs.hideProc === true, systemPath: ownPath(cs.host) });
       recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
       recordPid(dir, running.initHostPid, `init of ${cs.id}`);
       writeJsonAtomic(join(cdir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });

@@ -18,6 +18,11 @@ export interface HostSpec {
   /** Default 449 GiB total, 12 GiB used. */
   ramTotalGiB?: number;
   ramUsedGiB?: number;
+  /**
+   * Programs this machine lacks (`timeout`, `fuser`, `perl`, `pct`, `nvidia-smi`, ...): they are not
+   * on its PATH at all, as on a machine where they were never installed. See README.
+   */
+  omitTools?: string[];
 }
 
 export interface ContainerSpec {
@@ -27,6 +32,10 @@ export interface ContainerSpec {
   host: string;
   /** Own sshd inside the container (own port, own host key); else reached only via `pct exec`. */
   ownAddress?: boolean;
+  /** Programs this container lacks (see HostSpec.omitTools); for its own sshd and for `pct exec` alike. */
+  omitTools?: string[];
+  /** Its /proc is mounted with `hidepid=invisible`: a non-root login sees only its own processes. */
+  hideProc?: boolean;
 }
 
 export interface FleetSpec {

@@ -225,6 +225,7 @@ async function main(): Promise<void> {
       units: !args.format.includes('nounits'),
       timestamp,
       driverVersion: state.driverVersion,
+      persistenceModes: parsed.gpus.map((g) => state.gpus.find((x) => x.uuid === g.uuid)?.persistence ?? false),
     };
     try {
       const text =
