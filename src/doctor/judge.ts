@@ -1,0 +1,403 @@
+import { detectNvidiaError } from '../gpu/parse/detect-nvidia-error.ts';
+import type { ProbeName } from './probes.ts';
+
+/**
+ * The doctor's judgement: a pure function of what the fixed probes printed. Every problem names
+ * the machine, says what was seen, and carries one fix hint. `fail` means unstick would fail or
+ * act on the wrong thing there; `warn` means it works with a caveat.
+ */
+
+/** One probe's result: it ran (any exit), or it could not run (SSH refused, unreachable, ...). */
+export type ProbeRun =
+  | { ran: true; code: number | null; signal: string | null; stdout: string; stderr: string; timedOut: boolean }
+  | { ran: false; code: string; message: string };
+
+export interface Login {
+  via: 'ssh' | 'pct';
+  user: string;
+  /** `root@10.0.0.5:22`, or `pct exec 129 on kpro5`. */
+  where: string;
+}
+
+export interface HostReading {
+  kind: 'host';
+  machineId: string;
+  login: Login;
+  probes: Partial<Record<ProbeName, ProbeRun>>;
+  /** One per inventory container of this host: its init's PID (lxc-info) and that PID's namespace. */
+  inits: Array<{ containerId: string; vmid: number; lxcInfo: ProbeRun | null; ns: ProbeRun | null }>;
+}
+
+export interface ContainerReading {
+  kind: 'container';
+  machineId: string;
+  hostId: string;
+  vmid: number;
+  login: Login;
+  probes: Partial<Record<ProbeName, ProbeRun>>;
+}
+
+export type MachineReading = HostReading | ContainerReading;
+
+export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';
+
+export const CHECKS = ['ssh', 'timeout -k', 'nvidia-smi', 'persistence', 'fuser', 'pidfd kill', '/proc', 'pct', 'lxc-info', 'pid namespace', 'GPU UUIDs'] as const;
+export type CheckName = (typeof CHECKS)[number];
+
+export interface Finding {
+  machineId: string;
+  kind: 'host' | 'container';
+  check: CheckName;
+  status: CheckStatus;
+  /** What was seen, one line; machine text is cleaned (one line, bounded) but not escaped for any markup. */
+  detail: string;
+  /** What to do about it; null when there is nothing to do. */
+  hint: string | null;
+}
+
+export interface DoctorReport {
+  findings: Finding[];
+  failed: number;
+  warned: number;
+}
+
+/** Longest detail a finding carries (a table cell, not a log). */
+export const DETAIL_MAX = 240;
+
+/** Machine text as one bounded line: control characters out, whitespace folded. */
+export function oneLine(text: string, max = 160): string {
+  const clean = text
+    .replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, '')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '')
+    .join(' | ')
+    .replace(/\s+/g, ' ');
+  return clean.length > max ? `${clean.slice(0, max - 1)}…` : clean;
+}
+
+type Ran = Extract<ProbeRun, { ran: true }>;
+
+const said = (r: Ran): string => oneLine(`${r.stderr}\n${r.stdout}`) || 'no output';
+
+function exitText(r: Ran): string {
+  if (r.timedOut) return 'timed out';
+  if (r.signal !== null) return `killed by ${r.signal}`;
+  return `exit ${r.code ?? '?'}`;
+}
+
+const okRun = (r: ProbeRun | undefined | null): r is Ran => r !== undefined && r !== null && r.ran && r.code === 0 && !r.timedOut;
+/** 127: the shell, `timeout`, nsenter or lxc-attach found no such program. */
+const notFound = (r: ProbeRun | undefined | null): boolean => r !== undefined && r !== null && r.ran && r.code === 127;
+
+/** `timeout` itself is missing: the shell or the container attach could not run it (not `timeout` failing to run its command). */
+function timeoutMissing(r: Ran): boolean {
+  const text = `${r.stderr}\n${r.stdout}`;
+  return r.code === 127 && /\btimeout\b[^\n]*(not found|No such file)/.test(text) && !/failed to run command/.test(text);
+}
+
+function failedRun(r: ProbeRun | undefined | null, tool: string): string {
+  if (r === undefined || r === null) return `${tool} was not run`;
+  if (!r.ran) return oneLine(r.message);
+  if (notFound(r)) return `${tool} not found (${said(r)})`;
+  return `${tool}: ${exitText(r)}: ${said(r)}`;
+}
+
+const SSH_HINTS: Record<string, string> = {
+  host_key_mismatch: 'If the machine was reinstalled, check its new key out of band (console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and replace hostKeys in the inventory; otherwise treat it as an attack.',
+  host_key_unpinned: 'Pin the host key: run `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the machine (console) and put the SHA256: value in its hostKeys.',
+  auth_failed: "Add the worker's public key to the login user's ~/.ssh/authorized_keys on this machine.",
+  connect_timeout: 'Check that the machine is up and its SSH port is reachable from the worker (firewall, address, port).',
+  connect_failed: 'Check address and port in the inventory and that sshd runs on the machine.',
+  connection_lost: 'The connection dropped: check the machine and the network, then run doctor again.',
+  config_invalid: "Check keyFile in the inventory: the worker must be able to read an unencrypted private key there.",
+};
+
+interface NvidiaRow {
+  index: number;
+  uuid: string;
+  driver: string;
+  persistence: string;
+}
+
+function nvidiaRows(r: Ran): NvidiaRow[] {
+  const rows: NvidiaRow[] = [];
+  for (const line of r.stdout.split('\n')) {
+    const cells = line.split(',').map((c) => c.trim());
+    const [index, uuid, driver, persistence] = cells;
+    if (cells.length !== 4 || index === undefined || !/^\d+$/.test(index) || uuid === undefined || !/^GPU-[0-9a-fA-F-]+$/.test(uuid)) continue;
+    rows.push({ index: Number(index), uuid, driver: driver ?? '?', persistence: persistence ?? '?' });
+  }
+  return rows;
+}
+
+/** The GPUs this machine's nvidia-smi listed, or null when it did not answer usefully. */
+function gpusOf(probes: Partial<Record<ProbeName, ProbeRun>>): NvidiaRow[] | null {
+  const r = probes.nvidia;
+  if (r === undefined || !r.ran || r.timedOut) return null;
+  const rows = nvidiaRows(r);
+  return rows.length > 0 ? rows : null;
+}
+
+class Findings {
+  readonly list: Finding[] = [];
+  constructor(
+    private readonly machineId: string,
+    private readonly kind: 'host' | 'container',
+  ) {}
+  add(check: CheckName, status: CheckStatus, detail: string, hint: string | null = null): void {
+    this.list.push({ machineId: this.machineId, kind: this.kind, check, status, detail: oneLine(detail, DETAIL_MAX), hint });
+  }
+  skipAll(checks: readonly CheckName[], why: string): void {
+    for (const c of checks) this.add(c, 'skip', why);
+  }
+}
+
+const HOST_CHECKS: readonly CheckName[] = ['timeout -k', 'nvidia-smi', 'persistence', 'pidfd kill', '/proc', 'pct', 'lxc-info'];
+const CONTAINER_CHECKS: readonly CheckName[] = ['timeout -k', 'nvidia-smi', 'fuser', 'pidfd kill', '/proc', 'pid namespace', 'GPU UUIDs'];
+
+/** ssh and timeout: whether anything else could be looked at. Returns false when the rest is skipped. */
+function judgeLogin(m: MachineReading, f: Findings): boolean {
+  const rest = (m.kind === 'host' ? HOST_CHECKS : CONTAINER_CHECKS).filter((c) => c !== 'timeout -k');
+  const u = m.probes.uname;
+  if (u === undefined || !u.ran) {
+    const code = u === undefined ? 'internal' : u.code;
+    f.add('ssh', 'fail', u === undefined ? 'not attempted' : oneLine(u.message, 240), SSH_HINTS[code] ?? 'Check the machine and its inventory entry.');
+    f.skipAll(['timeout -k', ...rest], 'not checked: no login');
+    return false;
+  }
+  f.add('ssh', 'ok', `${m.login.where} (pinned host key)`);
+  if (u.code === 0 && !u.timedOut) {
+    f.add('timeout -k', 'ok', `works; kernel ${oneLine(u.stdout, 40)}`);
+    return true;
+  }
+  if (timeoutMissing(u)) {
+    f.add('timeout -k', 'fail', `timeout not found (${said(u)})`, 'Install GNU coreutils (it provides timeout): gpu-medic bounds every command with `timeout -k`.');
+  } else if (u.code === 125) {
+    f.add('timeout -k', 'fail', `timeout refused -k: ${said(u)}`, "Install GNU coreutils' timeout (a minimal one such as busybox's may lack -k).");
+  } else {
+    f.add('timeout -k', 'fail', `uname under timeout -k: ${exitText(u)}: ${said(u)}`, 'Run `timeout -k 1 5 uname -r` on the machine as the login user and fix what it says.');
+  }
+  f.skipAll(rest, 'not checked: every gpu-medic command runs under timeout -k');
+  return false;
+}
+
+function judgeNvidia(m: MachineReading, f: Findings): NvidiaRow[] | null {
+  const r = m.probes.nvidia;
+  const rows = gpusOf(m.probes);
+  const error = r !== undefined && r.ran ? detectNvidiaError(`${r.stdout}\n${r.stderr}`) : null;
+  const where = m.kind === 'host' ? 'host' : 'container';
+  if (rows !== null) {
+    const drivers = [...new Set(rows.map((x) => x.driver))].join(', ');
+    if (error !== null) f.add('nvidia-smi', 'warn', `driver ${drivers}, ${rows.length} GPUs listed; also: ${oneLine(error.message)}`, 'A GPU reports an error: see `/gpu status` for it; a lost GPU usually needs a host reboot.');
+    else f.add('nvidia-smi', 'ok', `driver ${drivers}, ${rows.length} GPU${rows.length === 1 ? '' : 's'}`);
+    return rows;
+  }
+  if (notFound(r)) {
+    f.add(
+      'nvidia-smi',
+      'fail',
+      `nvidia-smi not found`,
+      where === 'host' ? 'Install the NVIDIA driver utilities on the host.' : "Put the host driver's nvidia-smi (same version) in the container, or bind-mount it from the host.",
+    );
+    return null;
+  }
+  const hint =
+    error?.kind === 'nvml_version_mismatch'
+      ? 'Driver and library versions differ (an upgrade without reboot): reboot the host or reload the nvidia kernel module.'
+      : error?.kind === 'driver_unreachable'
+        ? 'The NVIDIA kernel driver is not loaded or not reachable: check `dmesg` and `modprobe nvidia` on the host.'
+        : error?.kind === 'no_devices' && where === 'container'
+          ? "No GPU is passed into this container: check its devN:/lxc.mount.entry lines for /dev/nvidia* on the host."
+          : 'Run the same nvidia-smi on the machine and fix what it says.';
+  f.add('nvidia-smi', 'fail', error !== null ? oneLine(error.message) : failedRun(r, 'nvidia-smi'), hint);
+  return null;
+}
+
+function judgePidfd(m: MachineReading, f: Findings): void {
+  const perl = m.probes.perl;
+  const py = m.probes.python3;
+  const works = (r: ProbeRun | undefined): boolean => okRun(r) && r.stdout.includes('pidfd ok');
+  const ok = [works(perl) ? 'perl' : null, works(py) ? 'python3' : null].filter((x): x is string => x !== null);
+  if (ok.length > 0) {
+    f.add('pidfd kill', 'ok', `pidfd_open works with ${ok.join(' and ')}`);
+    return;
+  }
+  const why = (r: ProbeRun | undefined, tool: string): string => (works(r) ? '' : failedRun(r, tool));
+  f.add(
+    'pidfd kill',
+    'fail',
+    `${why(perl, 'perl')}; ${why(py, 'python3')}`,
+    `Install perl (or python3 >= 3.9) on this ${m.kind}: gpu-medic signals a process only through a pidfd pinned to its PID and start time (Linux >= 5.3).`,
+  );
+}
+
+function judgeProc(m: MachineReading, f: Findings): void {
+  const r = m.probes.proc;
+  if (!okRun(r)) {
+    f.add('/proc', 'fail', failedRun(r, 'sh'), 'Check that sh, id, cat and grep run for the login user.');
+    return;
+  }
+  const uid = /^uid (\d+)$/m.exec(r.stdout)?.[1];
+  const hidden = /^pid1 hidden$/m.test(r.stdout);
+  const mount = /^mount (.*)$/m.exec(r.stdout)?.[1] ?? '';
+  const hidepid = /hidepid=([^,\s]+)/.exec(mount)?.[1] ?? null;
+  const opts = hidepid === null ? '' : ` (/proc mounted with hidepid=${hidepid})`;
+  if (uid === undefined) {
+    f.add('/proc', 'fail', `could not tell the login's uid: ${said(r)}`, 'Check that `id -u` runs for the login user.');
+    return;
+  }
+  if (uid === '0') {
+    f.add('/proc', 'ok', `root: every process is visible${opts}`);
+    return;
+  }
+  if (hidden) {
+    f.add(
+      '/proc',
+      'fail',
+      `uid ${uid} cannot read another user's /proc entries${opts}: holders of other users are invisible`,
+      'Log in as root, or remount /proc with hidepid=0 (or gid= a group the login user is in).',
+    );
+    return;
+  }
+  if (m.kind === 'host') {
+    f.add('/proc', 'fail', `login is uid ${uid}, not root: host-level kills and /proc/PID/ns reads of other users fail`, 'Log in to hosts as root (host-level steps signal processes of every user).');
+    return;
+  }
+  f.add('/proc', 'warn', `login is uid ${uid}, not root: fuser shows only this user's open device files`, "Log in as root in the container, so other users' GPU holders are seen by fuser.");
+}
+
+function pctVmids(r: Ran): Map<number, string> {
+  const out = new Map<number, string>();
+  for (const line of r.stdout.split('\n')) {
+    const m = /^\s*(\d+)\s+(\S+)/.exec(line);
+    if (m?.[1] !== undefined && m[2] !== undefined) out.set(Number(m[1]), m[2]);
+  }
+  return out;
+}
+
+function judgeHost(m: HostReading, f: Findings): void {
+  const rows = judgeNvidia(m, f);
+  if (rows === null) f.add('persistence', 'skip', 'not checked: nvidia-smi did not answer');
+  else {
+    const on = rows.filter((g) => /^enabled$/i.test(g.persistence)).map((g) => g.index);
+    if (on.length === 0) f.add('persistence', 'ok', 'off on every GPU');
+    else
+      f.add(
+        'persistence',
+        'warn',
+        `on for GPU ${on.join(', ')}`,
+        "A host-level reset is refused while it is on: gpu-medic's reset step turns it off first (nvidia-smi -pm 0); if nvidia-persistenced runs, it holds the GPU too.",
+      );
+  }
+  judgePidfd(m, f);
+  judgeProc(m, f);
+  const pct = m.probes.pct;
+  if (okRun(pct)) {
+    const vmids = pctVmids(pct);
+    const missing = m.inits.filter((c) => !vmids.has(c.vmid));
+    const stopped = m.inits.filter((c) => vmids.has(c.vmid) && vmids.get(c.vmid) !== 'running');
+    if (missing.length > 0)
+      f.add(
+        'pct',
+        'fail',
+        `not on this host: ${missing.map((c) => `${c.containerId} (vmid ${c.vmid})`).join(', ')}`,
+        'Fix host and vmid of those containers in the inventory (`pct list` on the host shows its vmids).',
+      );
+    else if (stopped.length > 0) f.add('pct', 'warn', `stopped: ${stopped.map((c) => `${c.containerId} (vmid ${c.vmid})`).join(', ')}`, 'Start them, or expect unstick to refuse them.');
+    else f.add('pct', 'ok', `${vmids.size} container${vmids.size === 1 ? '' : 's'} listed, every inventory container of this host among them`);
+  } else {
+    f.add('pct', 'fail', failedRun(pct, 'pct'), 'gpu-medic reaches containers and runs host-level steps with `pct exec`: hosts must be Proxmox VE hosts with pct on the PATH.');
+  }
+  if (m.inits.length === 0) {
+    f.add('lxc-info', 'skip', 'no container of the inventory on this host');
+    return;
+  }
+  const broken = m.inits.find((c) => notFound(c.lxcInfo) || c.lxcInfo === null || !c.lxcInfo.ran);
+  if (broken) {
+    f.add('lxc-info', 'fail', failedRun(broken.lxcInfo, 'lxc-info'), 'Install lxc-info (Proxmox: pve-lxc): it names the host PID of a container\'s init, against which logins are checked.');
+    return;
+  }
+  const parts = m.inits.map((c) => {
+    const pid = c.lxcInfo !== null && okRun(c.lxcInfo) ? initPidOf(c.lxcInfo) : null;
+    return pid === null ? `${c.vmid}: no init PID (not running?)` : `${c.vmid} → init PID ${pid}`;
+  });
+  const anyMissing = m.inits.some((c) => c.lxcInfo === null || !okRun(c.lxcInfo) || initPidOf(c.lxcInfo) === null);
+  f.add('lxc-info', anyMissing ? 'warn' : 'ok', parts.join(', '), anyMissing ? 'A container without an init PID is not running: start it, or fix its vmid.' : null);
+}
+
+/** `lxc-info -p -H` prints the bare PID; the labelled form (`PID: 4242`) is accepted too. */
+export function initPidOf(r: Ran): number | null {
+  const m = /^(?:PID:\s*)?(\d+)\s*$/m.exec(r.stdout);
+  const n = m?.[1] === undefined ? NaN : Number(m[1]);
+  return Number.isInteger(n) && n > 0 ? n : null;
+}
+
+const NS = /^pid:\[\d+\]$/;
+
+function judgeContainer(m: ContainerReading, host: HostReading | undefined, f: Findings): void {
+  const rows = judgeNvidia(m, f);
+  const fuser = m.probes.fuser;
+  if (okRun(fuser)) f.add('fuser', 'ok', oneLine(`${fuser.stderr}\n${fuser.stdout}`).split(' | ')[0] ?? 'present');
+  else f.add('fuser', 'fail', failedRun(fuser, 'fuser'), 'Install psmisc in the container (apt install psmisc): fuser finds the GPU holders by container PID.');
+  judgePidfd(m, f);
+  judgeProc(m, f);
+
+  // The namespace the login lands in, against the one lxc-info says this vmid's init lives in.
+  const ns = m.probes.ns;
+  const init = host?.inits.find((c) => c.vmid === m.vmid);
+  const hostNs = init?.ns;
+  const hostUnread = host === undefined || !okRun(host.probes.uname) ? `not compared: host ${m.hostId} could not be read` : null;
+  if (!okRun(ns) || !NS.test(ns.stdout.trim())) {
+    f.add('pid namespace', 'fail', failedRun(ns, 'readlink'), 'Check that readlink (coreutils) runs in the container.');
+  } else if (hostUnread !== null) {
+    f.add('pid namespace', 'skip', hostUnread);
+  } else if (init === undefined || init.lxcInfo === null || !okRun(init.lxcInfo) || initPidOf(init.lxcInfo) === null) {
+    f.add('pid namespace', 'skip', `not compared: lxc-info on ${m.hostId} gave no init PID for vmid ${m.vmid}`);
+  } else if (!okRun(hostNs) || !NS.test(hostNs.stdout.trim())) {
+    f.add('pid namespace', 'skip', `not compared: ${failedRun(hostNs, 'readlink')} on ${m.hostId}`);
+  } else if (ns.stdout.trim() === hostNs.stdout.trim()) {
+    f.add('pid namespace', 'ok', `${m.login.via === 'ssh' ? 'login' : 'pct exec'} lands in ${ns.stdout.trim()}, the namespace of vmid ${m.vmid}'s init`);
+  } else {
+    f.add(
+      'pid namespace',
+      'fail',
+      `${m.login.where} lands in ${ns.stdout.trim()}, but vmid ${m.vmid}'s init (PID ${initPidOf(init.lxcInfo) ?? '?'} on ${m.hostId}) is in ${hostNs.stdout.trim()}: this login is another machine`,
+      `Fix address/port (and hostKeys) of ${m.machineId} in the inventory, or its vmid: unstick would read and signal processes of the wrong container.`,
+    );
+  }
+
+  const hostGpus = host === undefined ? null : gpusOf(host.probes);
+  if (rows === null) f.add('GPU UUIDs', 'skip', 'not compared: nvidia-smi in the container did not answer');
+  else if (hostGpus === null) f.add('GPU UUIDs', 'skip', `not compared: nvidia-smi on ${m.hostId} did not answer`);
+  else {
+    const byUuid = new Map(hostGpus.map((g) => [g.uuid.toLowerCase(), g.index]));
+    const foreign = rows.filter((g) => !byUuid.has(g.uuid.toLowerCase()));
+    if (foreign.length > 0)
+      f.add(
+        'GPU UUIDs',
+        'fail',
+        `container GPU ${foreign.map((g) => `${g.index} (${g.uuid})`).join(', ')} not on ${m.hostId}`,
+        `This container's GPUs are not ${m.hostId}'s: fix its host in the inventory (or its address, if the login is another machine).`,
+      );
+    else {
+      const map = rows.map((g) => `${g.index}→${byUuid.get(g.uuid.toLowerCase()) ?? '?'}`).join(' ');
+      f.add('GPU UUIDs', 'ok', `all ${rows.length} on ${m.hostId} (container→host index ${map})`);
+    }
+  }
+}
+
+/** The whole report: hosts first, then containers, each machine's checks in a fixed order. */
+export function judge(readings: readonly MachineReading[]): DoctorReport {
+  const hosts = new Map(readings.filter((r): r is HostReading => r.kind === 'host').map((h) => [h.machineId, h]));
+  const findings: Finding[] = [];
+  for (const m of [...readings].sort((a, b) => (a.kind === b.kind ? 0 : a.kind === 'host' ? -1 : 1))) {
+    const f = new Findings(m.machineId, m.kind);
+    if (judgeLogin(m, f)) {
+      if (m.kind === 'host') judgeHost(m, f);
+      else judgeContainer(m, hosts.get(m.hostId), f);
+    }
+    findings.push(...f.list);
+  }
+  return { findings, failed: findings.filter((x) => x.status === 'fail').length, warned: findings.filter((x) => x.status === 'warn').length };
+}

@@ -1,0 +1,56 @@
+import type { CommandSpec } from '../ssh/types.ts';
+
+/**
+ * The doctor's fixed, read-only command templates. Every word is a constant, a vmid from the
+ * inventory or a PID read from a machine; nothing signals, resets or writes anything. Each one
+ * runs under the executor's `timeout -k`, exactly as unstick's commands do, so a missing
+ * `timeout` shows up as every probe failing the same way.
+ */
+export type ProbeName = 'uname' | 'nvidia' | 'fuser' | 'perl' | 'python3' | 'proc' | 'pct' | 'ns';
+
+export const NVIDIA_FIELDS = ['index', 'uuid', 'driver_version', 'persistence_mode'] as const;
+
+/**
+ * Opens a pidfd on itself (Linux >= 5.3; x86_64 and arm64 both number pidfd_open 434) and closes
+ * it: proves the interpreter and the kernel can do the race-free kill, signals nothing.
+ */
+export const PERL_PIDFD = 'my $fd = syscall(434, $$, 0); if ($fd < 0) { print "pidfd_open failed: $!\\n"; exit 1 } print "pidfd ok\\n";';
+export const PYTHON_PIDFD =
+  'import os, signal\nfd = os.pidfd_open(os.getpid())\nos.close(fd)\nassert hasattr(signal, "pidfd_send_signal"), "no signal.pidfd_send_signal"\nprint("pidfd ok")';
+
+/**
+ * Who we are and whether /proc of another user (PID 1 is root's everywhere) can be read, plus the
+ * /proc mount options (hidepid). One line per fact, `key value`.
+ */
+export const PROC_SCRIPT = [
+  'echo "uid $(id -u)"',
+  'if cat /proc/1/stat >/dev/null 2>&1; then echo "pid1 readable"; else echo "pid1 hidden"; fi',
+  // The last mount on /proc is the one in effect (a container's own /proc is stacked on its host's).
+  "grep ' /proc proc ' /proc/self/mounts | tail -n 1 | sed 's/^/mount /'",
+].join('; ');
+
+export function probeSpecs(kind: 'host' | 'container', timeoutMs: number): Partial<Record<ProbeName, CommandSpec>> {
+  const spec = (argv: string[]): CommandSpec => ({ argv, timeoutMs, maxOutputBytes: 64 * 1024 });
+  const common = {
+    uname: spec(['uname', '-r']),
+    nvidia: spec(['nvidia-smi', `--query-gpu=${NVIDIA_FIELDS.join(',')}`, '--format=csv,noheader']),
+    perl: spec(['perl', '-e', PERL_PIDFD]),
+    python3: spec(['python3', '-c', PYTHON_PIDFD]),
+    proc: spec(['sh', '-c', PROC_SCRIPT]),
+  };
+  return kind === 'host'
+    ? { ...common, pct: spec(['pct', 'list']) }
+    : { ...common, fuser: spec(['fuser', '-V']), ns: spec(['readlink', '/proc/self/ns/pid']) };
+}
+
+/** On a host: the host PID of a container's init (`lxc-info -n <vmid> -p -H` prints the bare number). */
+export function lxcInitPid(vmid: number, timeoutMs: number): CommandSpec {
+  if (!Number.isInteger(vmid) || vmid <= 0) throw new RangeError(`vmid must be a positive integer, got ${vmid}`);
+  return { argv: ['lxc-info', '-n', String(vmid), '-p', '-H'], timeoutMs, maxOutputBytes: 4096 };
+}
+
+/** On a host: the PID namespace of a process, `pid:[4026531836]`. */
+export function pidNamespaceOf(pid: number, timeoutMs: number): CommandSpec {
+  if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`pid must be a positive integer, got ${pid}`);
+  return { argv: ['readlink', `/proc/${pid}/ns/pid`], timeoutMs, maxOutputBytes: 4096 };
+}

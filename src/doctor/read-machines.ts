@@ -1,0 +1,88 @@
+import type { Inventory } from '../config/inventory.ts';
+import { findMachine, hostRouteFor, listMachines, routeFor, type Machine } from '../config/machines.ts';
+import { asCodedError } from '../errors.ts';
+import type { CommandSpec, Executor, Route } from '../ssh/types.ts';
+import { initPidOf, type ContainerReading, type HostReading, type Login, type MachineReading, type ProbeRun } from './judge.ts';
+import { lxcInitPid, pidNamespaceOf, probeSpecs, type ProbeName } from './probes.ts';
+
+/** The doctor's I/O edge: runs the fixed probes through the same executor (pinned keys, timeouts) as the worker. */
+export interface ReadDeps {
+  exec: Executor['exec'];
+  commandTimeoutMs: number;
+}
+
+async function probe(deps: ReadDeps, route: Route, spec: CommandSpec): Promise<ProbeRun> {
+  try {
+    const r = await deps.exec(route, spec);
+    return { ran: true, code: r.code, signal: r.signal, stdout: r.stdout, stderr: r.stderr, timedOut: r.timedOut };
+  } catch (e) {
+    const c = asCodedError(e);
+    return { ran: false, code: c.code, message: c.message };
+  }
+}
+
+function loginOf(route: Route, hostId: string): Login {
+  if (route.kind === 'direct') return { via: 'ssh', user: route.endpoint.username, where: `${route.endpoint.username}@${route.endpoint.host}:${route.endpoint.port}` };
+  return { via: 'pct', user: 'root', where: `pct exec ${route.vmid} on ${hostId}` };
+}
+
+/** `uname` first (login and `timeout -k`); the other probes only once something can run there. */
+async function runProbes(deps: ReadDeps, route: Route, kind: 'host' | 'container'): Promise<Partial<Record<ProbeName, ProbeRun>>> {
+  const specs = probeSpecs(kind, deps.commandTimeoutMs);
+  const out: Partial<Record<ProbeName, ProbeRun>> = {};
+  const first = specs.uname;
+  if (first === undefined) return out;
+  out.uname = await probe(deps, route, first);
+  if (!out.uname.ran || out.uname.code !== 0) return out;
+  await Promise.all(
+    (Object.entries(specs) as Array<[ProbeName, CommandSpec]>)
+      .filter(([name]) => name !== 'uname')
+      .map(async ([name, spec]) => {
+        out[name] = await probe(deps, route, spec);
+      }),
+  );
+  return out;
+}
+
+async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, deps: ReadDeps): Promise<HostReading> {
+  const route = hostRouteFor(inv, m.id);
+  if (route === null) throw new Error(`no route to host ${m.id}`);
+  const probes = await runProbes(deps, route, 'host');
+  const mine = listMachines(inv).filter((c): c is Extract<Machine, { kind: 'container' }> => c.kind === 'container' && c.hostId === m.id);
+  const canRun = probes.uname?.ran === true && probes.uname.code === 0;
+  const inits = await Promise.all(
+    mine.map(async (c) => {
+      if (!canRun) return { containerId: c.id, vmid: c.vmid, lxcInfo: null, ns: null };
+      const lxcInfo = await probe(deps, route, lxcInitPid(c.vmid, deps.commandTimeoutMs));
+      // The PID is an integer read from the host, never text put into a command.
+      const pid = lxcInfo.ran && lxcInfo.code === 0 ? initPidOf(lxcInfo) : null;
+      const ns = pid === null ? null : await probe(deps, route, pidNamespaceOf(pid, deps.commandTimeoutMs));
+      return { containerId: c.id, vmid: c.vmid, lxcInfo, ns };
+    }),
+  );
+  return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits };
+}
+
+async function readContainer(inv: Inventory, m: Extract<Machine, { kind: 'container' }>, deps: ReadDeps): Promise<ContainerReading> {
+  const route = routeFor(inv, m.id);
+  if (route === null) throw new Error(`no route to container ${m.id}`);
+  const probes = await runProbes(deps, route, 'container');
+  return { kind: 'container', machineId: m.id, hostId: m.hostId, vmid: m.vmid, login: loginOf(route, m.hostId), probes };
+}
+
+/**
+ * What the doctor needs to judge `ids`: those machines, plus the host of every container among
+ * them (a container's namespace and GPUs are checked against its host's view).
+ */
+export function machinesToRead(inv: Inventory, ids: readonly string[]): Machine[] {
+  const want = new Set(ids);
+  for (const id of ids) {
+    const m = findMachine(inv, id);
+    if (m?.kind === 'container') want.add(m.hostId);
+  }
+  return listMachines(inv).filter((m) => want.has(m.id));
+}
+
+export async function readMachines(inv: Inventory, ids: readonly string[], deps: ReadDeps): Promise<MachineReading[]> {
+  return Promise.all(machinesToRead(inv, ids).map((m) => (m.kind === 'host' ? readHost(inv, m, deps) : readContainer(inv, m, deps))));
+}
