@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * Entry point: `bot`, `worker`, `start` (both in one process), `config check`, `parse`,
- * `incidents` / `incident <id>` (the durable log, read without Slack), `health` (the healthcheck).
+ * `incidents` / `incident <id>` (the durable log, read without Slack), `health` (the healthcheck),
+ * `doctor [machine|all]` (read-only check of what every machine needs).
  * Each subcommand is loaded lazily so that `parse` never loads Slack or SSH code.
  */
 import type { Role } from './config/env.ts';
@@ -102,12 +103,16 @@ async function main(): Promise<number> {
       const { runIncidentsCommand } = await import('./cli/incidents-command.ts');
       return runIncidentsCommand(sub, rest, { env: process.env, out: process.stdout, err: process.stderr });
     }
+    case 'doctor': {
+      const { runDoctorCommand } = await import('./cli/doctor-command.ts');
+      return runDoctorCommand(rest, { env: process.env, out: process.stdout, err: process.stderr });
+    }
     case 'bot':
     case 'worker':
     case 'start':
       return run(sub);
   }
-  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]|health [bot|worker|start]>\n`);
+  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`);
   return 2;
 }
 
