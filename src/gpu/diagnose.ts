@@ -7,10 +7,20 @@ import type { Gpu, NvidiaError } from './types.ts';
  * - `held_in_container`: every holder in the target can be stopped from inside it (tier 1).
  * - `held_host_only`: at least one holder in the target only the host can stop (tier 2).
  * - `orphaned_memory`: memory in use and no process anywhere on the host lists it (host reset, tier 2).
+ * - `leak_beside_holders`: memory no process accounts for, on a GPU that processes outside the
+ *   target still use: a reset would kill them (and the driver refuses it), so none is offered.
  * - `held_outside`: only processes of other containers or of the host hold it: never touched.
  * - `unidentified`: the only holders exited or could not be read while we looked: look again.
  */
-export type DiagnosisKind = 'idle' | 'held_in_container' | 'held_host_only' | 'orphaned_memory' | 'gpu_error' | 'held_outside' | 'unidentified';
+export type DiagnosisKind =
+  | 'idle'
+  | 'held_in_container'
+  | 'held_host_only'
+  | 'orphaned_memory'
+  | 'leak_beside_holders'
+  | 'gpu_error'
+  | 'held_outside'
+  | 'unidentified';
 
 export interface DiagnosedHolder extends GpuHolder {
   /** Who can stop it: the container itself, or only the host. */
@@ -28,6 +38,12 @@ export interface GpuDiagnosis {
   name: string | null;
   usedMiB: number | null;
   totalMiB: number | null;
+  /**
+   * Memory in use that no process anywhere on the host accounts for: used − every holder host
+   * nvidia-smi lists on this GPU (this container, other containers, the host). Null when a
+   * holder's MiB or the GPU's memory is unknown.
+   */
+  unaccountedMiB: number | null;
   kind: DiagnosisKind;
   /** Holders inside the target container. */
   holders: DiagnosedHolder[];
@@ -102,12 +118,20 @@ function distinct<T extends { process: ProcessIdentity }>(hs: readonly T[]): T[]
   return out;
 }
 
+/** `host PID 823001 \`python3 train.py\` (40,211 MiB)`, for processes outside the target. */
+function outsiders(hs: readonly GpuHolder[]): string {
+  return distinct(hs)
+    .map((h) => `host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))))})`)
+    .join(', ');
+}
+
 function sentenceOf(d: Omit<GpuDiagnosis, 'sentence'>, input: DiagnoseInput): string {
   const gpu = `GPU ${d.index ?? d.hostIndex ?? '?'}`;
   const used = mib(d.usedMiB);
-  const outsideNote =
-    d.outside.length > 0
-      ? ` Also used by something outside ${input.target} (${distinct(d.outside).map((h) => `host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\``).join(', ')}): left alone.`
+  const outsideNote = d.outside.length > 0 ? ` Also used by something outside ${input.target} (${outsiders(d.outside)}): left alone.` : '';
+  const leakNote =
+    d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB
+      ? ` Another ${mib(d.unaccountedMiB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
       : '';
   const dNote = d.holders.some((h) => h.process.state === 'D')
     ? ' A holder is in uninterruptible sleep (D): a kill takes effect when it wakes, and memory can take tens of seconds to come back.'
@@ -119,7 +143,7 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence'>, input: DiagnoseInput): st
       return `${gpu} is in error: ${d.error?.message ?? 'its memory could not be read'}. Nothing will be signalled; this needs a look on ${input.host} (reset or reboot).`;
     case 'held_in_container': {
       const hs = distinct(d.holders);
-      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${hs.map((h) => who(h.process)).join(', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${outsideNote}`;
+      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${hs.map((h) => who(h.process)).join(', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;
     }
     case 'held_host_only': {
       const hs = distinct(d.holders);
@@ -127,30 +151,60 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence'>, input: DiagnoseInput): st
       const ct = hs.filter((h) => h.reach === 'container');
       const hostPart = hostOnly.map((h) => `${who(h.process)}: only the host can stop it, because ${h.hostOnlyWhy ?? 'the container cannot'}`).join('; ');
       const ctPart = ct.length > 0 ? ` The container can stop ${ct.map((h) => who(h.process)).join(', ')} itself.` : '';
-      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${outsideNote}`;
+      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${leakNote}${outsideNote}`;
     }
     case 'orphaned_memory':
-      return `${gpu}: ${used} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
+      return `${gpu}: ${mib(d.unaccountedMiB ?? d.usedMiB)} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
+    case 'leak_beside_holders':
+      return (
+        `${gpu}: ${mib(d.unaccountedMiB)} of the ${used} in use is held by no process anywhere on ${input.host} (a leaked context); ` +
+        `the rest is held outside ${input.target} by ${outsiders(d.outside)}. A GPU reset would end ${distinct(d.outside).length === 1 ? 'that process' : 'those processes'} ` +
+        `(and the driver refuses one while any process uses the GPU), so none is offered: the leak can be reset once the GPU has no process. Nothing will be signalled.`
+      );
     case 'held_outside':
-      return `${gpu}: ${used} held by something outside ${input.target} (${distinct(d.outside).map((h) => `host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\``).join(', ')}, another container or the host itself): left alone.`;
+      return `${gpu}: ${used} held by something outside ${input.target} (${outsiders(d.outside)}, another container or the host itself): left alone.`;
     case 'unidentified':
       return `${gpu}: ${used} held by host PID ${d.unresolved.map((u) => u.hostPid).join(', ')}, which exited or could not be read while we looked. Nothing will be signalled; take a new snapshot.`;
   }
 }
 
-function kindOf(d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'usedMiB' | 'error'>, unreadable: boolean): DiagnosisKind {
+/** MiB of a list of holders; null when any of them is unknown. */
+function sumMiB(hs: ReadonlyArray<{ usedMiB: number | null }>): number | null {
+  let n = 0;
+  for (const h of hs) {
+    if (h.usedMiB === null) return null;
+    n += h.usedMiB;
+  }
+  return n;
+}
+
+/** Who accounts for a GPU's memory: the target's holders, everyone else host nvidia-smi lists, and nobody. */
+export interface GpuAccount {
+  /** MiB the target container's own processes hold (null when one of them is unknown). */
+  targetMiB: number | null;
+  /** MiB every other listed process holds: other containers, the host, PIDs that could not be identified. */
+  othersMiB: number | null;
+  /** used − both, never negative (null when anything is unknown). */
+  unaccountedMiB: number | null;
+}
+
+/** Pure. Every holder known anywhere on the host counts; what is left over no process holds. */
+export function accountOf(g: Pick<GpuDiagnosis, 'usedMiB' | 'holders' | 'outside' | 'unresolved'>): GpuAccount {
+  const targetMiB = sumMiB(g.holders);
+  const othersMiB = sumMiB([...g.outside, ...g.unresolved]);
+  const unaccountedMiB = g.usedMiB !== null && targetMiB !== null && othersMiB !== null ? Math.max(0, g.usedMiB - targetMiB - othersMiB) : null;
+  return { targetMiB, othersMiB, unaccountedMiB };
+}
+
+function kindOf(d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'usedMiB' | 'error' | 'unaccountedMiB'>, unreadable: boolean): DiagnosisKind {
   if (d.error !== null || unreadable) return 'gpu_error';
   if (d.holders.length > 0) return d.holders.some((h) => h.reach === 'host') ? 'held_host_only' : 'held_in_container';
   if (d.unresolved.length > 0) return 'unidentified';
-  if (d.outside.length > 0) {
-    // A leak can sit beside another container's live job: memory the outside holders do not
-    // account for is still orphaned (the reset step then refuses while that job runs).
-    const known = d.outside.every((h) => h.usedMiB !== null);
-    const explained = d.outside.reduce((n, h) => n + (h.usedMiB ?? 0), 0);
-    if (known && d.usedMiB !== null && d.usedMiB - explained > IDLE_MIB) return 'orphaned_memory';
-    return 'held_outside';
-  }
-  if (d.usedMiB !== null && d.usedMiB > IDLE_MIB) return 'orphaned_memory';
+  const leaked = d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB;
+  // A leak beside another container's live job is still a leak, but a reset would end that job
+  // (and the driver refuses a reset while any client holds the GPU): it is reported, not reset.
+  if (d.outside.length > 0) return leaked ? 'leak_beside_holders' : 'held_outside';
+  if (leaked) return 'orphaned_memory';
   return 'idle';
 }
 
@@ -158,6 +212,9 @@ function kindOf(d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'us
 export function diagnose(input: DiagnoseInput): Diagnosis {
   const errors = input.errors.filter((e): e is NvidiaError => e !== null);
   const machineError = errors.find((e) => e.busId === null) ?? null;
+  // nvidia-smi failing on the host leaves a container GPU without its host numbers or holders:
+  // that GPU is unreadable, never "memory with no process".
+  const hostError = input.hostGpus.length === 0 ? (machineError ?? errors[0] ?? null) : null;
   const gpus = input.containerGpus.map((cg): GpuDiagnosis => {
     const hg =
       (cg.uuid !== null ? input.hostGpus.find((g) => g.uuid === cg.uuid) : undefined) ??
@@ -170,29 +227,43 @@ export function diagnose(input: DiagnoseInput): Diagnosis {
     const mine = input.holders.holders.filter(onThis);
     const holders = mine.filter((h) => h.inTarget).map((h): DiagnosedHolder => ({ ...h, ...reachOf(h, input) }));
     const busId = cg.busId ?? hg?.busId ?? null;
-    const error = errors.find((e) => e.busId !== null && e.busId === busId) ?? null;
+    const error = errors.find((e) => e.busId !== null && e.busId === busId) ?? (hg === null ? hostError : null);
     const usedMiB = hg?.memoryUsedMiB ?? cg.memoryUsedMiB;
     const totalMiB = hg?.memoryTotalMiB ?? cg.memoryTotalMiB;
+    const held = {
+      usedMiB,
+      holders,
+      outside: mine.filter((h) => !h.inTarget),
+      unresolved: input.holders.unresolved.filter(onThis),
+    };
     const base = {
       index: cg.index,
       hostIndex,
       uuid,
       name: cg.name ?? hg?.name ?? null,
-      usedMiB,
       totalMiB,
-      holders,
-      outside: mine.filter((h) => !h.inTarget),
-      unresolved: input.holders.unresolved.filter(onThis),
+      ...held,
+      unaccountedMiB: accountOf(held).unaccountedMiB,
       error,
     };
     const kind = kindOf(base, usedMiB === null);
     const d = { ...base, kind };
     return { ...d, sentence: sentenceOf(d, input) };
   });
-  return { target: input.target, host: input.host, gpus, deviceOnly: input.holders.deviceOnly, error: machineError };
+  // An error about a GPU the target has no row for (nvidia-smi failed as a whole: `GPU is lost`
+  // stops the query) is the diagnosis's error: never dropped, never read as "nothing stuck".
+  const unattached = errors.find((e) => !gpus.some((g) => g.error === e)) ?? null;
+  return { target: input.target, host: input.host, gpus, deviceOnly: input.holders.deviceOnly, error: machineError ?? (gpus.length === 0 ? unattached : null) };
 }
 
 /** GPUs the unstick flow would act on (or must report as stuck). */
 export function isStuck(d: Pick<GpuDiagnosis, 'kind'>): boolean {
-  return d.kind === 'held_in_container' || d.kind === 'held_host_only' || d.kind === 'orphaned_memory' || d.kind === 'gpu_error' || d.kind === 'unidentified';
+  return (
+    d.kind === 'held_in_container' ||
+    d.kind === 'held_host_only' ||
+    d.kind === 'orphaned_memory' ||
+    d.kind === 'leak_beside_holders' ||
+    d.kind === 'gpu_error' ||
+    d.kind === 'unidentified'
+  );
 }

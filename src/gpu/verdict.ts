@@ -1,28 +1,81 @@
-import { isStuck, type Diagnosis, type DiagnosisKind, type GpuDiagnosis } from './diagnose.ts';
+import { accountOf, isStuck, type Diagnosis, type DiagnosisKind, type GpuDiagnosis } from './diagnose.ts';
+import { IDLE_MIB } from './snapshot.ts';
+import type { NvidiaError, NvidiaErrorKind } from './types.ts';
+
+/** What the after-view said about a GPU the target had before. */
+export type AfterState = 'read' | 'in_error' | 'missing';
 
 export interface GpuChange {
   index: number | null;
   uuid: string | null;
+  /** The GPU's whole memory in use before and after (every process on it, the target's or not). */
   beforeMiB: number | null;
   afterMiB: number | null;
-  /** before − after, never negative; null when either side is unknown. */
+  /**
+   * What this incident was about on this GPU before: the MiB the target's own holders held, plus
+   * memory no process anywhere held (a leak a reset would free). Never another container's.
+   */
+  heldMiB: number | null;
+  /** Of that, what is still held after: the target's holders now, plus memory no process holds. */
+  leftMiB: number | null;
+  /** held − left, never negative and never more than held; null when either is unknown. */
   freedMiB: number | null;
+  /**
+   * The change in the GPU's memory that this incident did not cause: positive = freed by others
+   * (another container's job ended, a concurrent incident), negative = taken by others.
+   */
+  othersFreedMiB: number | null;
   before: DiagnosisKind;
   after: DiagnosisKind | null;
-  /** Was stuck before and is no longer (idle, or only outside holders remain). */
+  afterState: AfterState;
+  /** Was stuck before and is no longer (idle, or only outside holders remain), read without error. */
   recovered: boolean;
 }
 
-export type VerdictKind = 'recovered' | 'partially_recovered' | 'still_stuck' | 'nothing_stuck';
+/**
+ * `gpu_error`: a target GPU (or nvidia-smi as a whole) is in error; `not_verified`: a GPU the
+ * target had before is missing from the after-view. Neither is ever green.
+ */
+export type VerdictKind = 'recovered' | 'partially_recovered' | 'still_stuck' | 'nothing_stuck' | 'gpu_error' | 'not_verified';
 
 export interface Verdict {
   kind: VerdictKind;
-  /** `Recovered`, `Partially recovered`, `Still stuck`, `Nothing was stuck`. */
+  /** `Recovered`, `Partially recovered`, `Still stuck`, `Nothing was stuck`, `GPU error`, `Not verified`. */
   title: string;
   gpus: GpuChange[];
+  /** Sum of `freedMiB`: only memory the target's holders held (or that no process held). */
   totalFreedMiB: number;
+  /** Changes caused by others, in plain words, one per GPU ("GPU 5: 60,000 MiB freed outside this incident"). */
+  outside: string[];
   /** What to do next, in plain words (null when there is nothing left to do). */
   nextStep: string | null;
+}
+
+/** Verdicts that may be shown as a success (green mark, outcome `ok`). */
+export function isGreen(v: Pick<Verdict, 'kind'>): boolean {
+  return v.kind === 'recovered' || v.kind === 'nothing_stuck';
+}
+
+/** A step of this incident as the advice needs it: what it was about, and how it ended. */
+export interface StepHistory {
+  kind: 'container_signal' | 'host_kill' | 'host_reset';
+  /** `denied`/`expired`: the approval card; `failed`/`done`: it ran. */
+  outcome: 'denied' | 'expired' | 'failed' | 'done';
+  /** Slack user id of whoever denied it (null otherwise). */
+  by: string | null;
+  /** Host PIDs it was about (kills); host GPU indexes it was about (resets). */
+  hostPids: readonly number[];
+  gpuHostIndexes: readonly number[];
+  /** The step's own closing words (what was skipped and why), when it ran. */
+  message: string | null;
+}
+
+/** What happened in the incident so far: the verdict's advice says what is really left and who can do it. */
+export interface VerdictContext {
+  steps: readonly StepHistory[];
+  /** Configured approvers (Slack user ids); null when not known here. */
+  approvers: readonly string[] | null;
+  requester: string | null;
 }
 
 const TITLES: Record<VerdictKind, string> = {
@@ -30,23 +83,114 @@ const TITLES: Record<VerdictKind, string> = {
   partially_recovered: 'Partially recovered',
   still_stuck: 'Still stuck',
   nothing_stuck: 'Nothing was stuck',
+  gpu_error: 'GPU error',
+  not_verified: 'Not verified',
 };
+
+const fmt = (n: number): string => n.toLocaleString('en-US');
+const gpuName = (g: Pick<GpuDiagnosis, 'index' | 'hostIndex'>): string => `GPU ${g.index ?? g.hostIndex ?? '?'}`;
 
 function match(a: GpuDiagnosis, bs: readonly GpuDiagnosis[]): GpuDiagnosis | undefined {
   return a.uuid !== null ? bs.find((b) => b.uuid === a.uuid) : bs.find((b) => b.index === a.index);
 }
 
-function nextFor(g: GpuDiagnosis, d: Diagnosis): string {
-  const gpu = `GPU ${g.index ?? '?'}`;
+/** The incident's memory on a GPU: its holders' MiB plus what no process holds (above the idle allowance). */
+function incidentMiB(g: GpuDiagnosis): number | null {
+  if (g.kind === 'gpu_error') return null;
+  const a = accountOf(g);
+  if (a.targetMiB === null) return null;
+  if (a.unaccountedMiB === null) return g.outside.length === 0 && g.unresolved.length === 0 && g.usedMiB !== null ? Math.max(a.targetMiB, g.usedMiB) : null;
+  return a.targetMiB + (a.unaccountedMiB > IDLE_MIB ? a.unaccountedMiB : 0);
+}
+
+/** Next step for one error kind: what it means and who can do what (field guide; fixtures in test/fixtures/nvidia-smi/errors). */
+export function errorAdvice(kind: NvidiaErrorKind, where: string, host: string): string {
+  switch (kind) {
+    case 'nvml_version_mismatch':
+      return `nvidia-smi on ${where} says "Driver/library version mismatch": the NVIDIA driver was upgraded while the old kernel module stayed loaded (or ${where}'s NVIDIA libraries differ from ${host}'s driver). A reset will not help and nothing was signalled: reload the nvidia kernel modules on ${host} once no process uses the GPUs, or reboot ${host}.`;
+    case 'gpu_lost':
+      return `the GPU has fallen off the bus ("GPU is lost", Xid 79 in dmesg on ${host}). A reset will not help and nothing was signalled: drain ${host}, reboot it and check the hardware (PCIe seating, power, temperature).`;
+    case 'device_handle_unknown':
+      return `the driver cannot get a handle on the GPU ("Unknown Error"): usually a GPU that fell off the bus or failed. Look for Xid errors in dmesg on ${host}; a reset rarely helps: reboot ${host} and check the hardware.`;
+    case 'driver_unreachable':
+      return `nvidia-smi cannot talk to the NVIDIA driver on ${where}: the kernel module is not loaded or has crashed. Check \`lsmod | grep nvidia\` and dmesg on ${host}; load the driver or reboot ${host}.`;
+    case 'no_devices':
+      return `nvidia-smi on ${where} finds no GPU: in a container, the GPU devices are not passed through (check its \`/dev/nvidia*\` entries in the Proxmox config); on ${host}, check \`lspci | grep -i nvidia\` and dmesg.`;
+    case 'inforom_corrupted':
+      return `the GPU's infoROM is corrupted: numbers may still read, but the board needs a hardware check (infoROM update or RMA). Plan it with whoever owns ${host}.`;
+    case 'insufficient_permissions':
+      return `nvidia-smi on ${where} was refused permission: run it as root, or fix the \`/dev/nvidia*\` permissions.`;
+    case 'reset_not_supported':
+    case 'reset_in_use':
+    case 'unknown':
+      return `look on ${host} (\`nvidia-smi -q\`, dmesg for Xid errors) before anything else; a reset or a reboot of ${host} may be needed.`;
+  }
+}
+
+function errorNext(g: GpuDiagnosis | null, error: NvidiaError | null, d: Diagnosis): string {
+  const who = g ? `${gpuName(g)}: ` : '';
+  if (error === null) return `${who}its memory could not be read; run \`/gpu status ${d.target}\` and \`/gpu status ${d.host}\` and look at ${d.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
+  return `${who}${errorAdvice(error.kind, d.target, d.host)}`;
+}
+
+function usersText(ids: readonly string[]): string {
+  return ids.map((u) => `<@${u}>`).join(', ');
+}
+
+/** Approvers still able to decide: configured, not the requester, not one who already denied. */
+function otherApprovers(c: VerdictContext): string[] | null {
+  const deniers = new Set(c.steps.filter((s) => s.outcome === 'denied' && s.by !== null).map((s) => s.by));
+  return c.approvers === null ? null : c.approvers.filter((a) => a !== c.requester && !deniers.has(a));
+}
+
+/** What happened to the tier-2 step that this GPU needs, and what is really left. */
+function tier2Next(what: string, kind: 'host_kill' | 'host_reset', step: StepHistory | undefined, c: VerdictContext, d: Diagnosis): string {
+  const others = otherApprovers(c);
+  const some = others !== null && others.length > 0;
+  const ask = some ? `ask another approver (${usersText(others)})` : 'no other approver is configured (GPU_MEDIC_APPROVERS)';
+  const act = kind === 'host_kill' ? 'kill' : 'reset';
+  if (step === undefined) return others === null || some ? `${what}, approved by a second person.` : `${what}, and ${ask}, so it cannot run.`;
+  switch (step.outcome) {
+    case 'denied':
+      return `${what}; that ${act} was denied by <@${step.by ?? '?'}>. If it is still needed, ${some ? `${ask} to approve a new \`/gpu unstick ${d.target}\`` : others === null ? `ask another approver to approve a new \`/gpu unstick ${d.target}\`` : `${ask}: nobody else can approve it`}.`;
+    case 'expired':
+      return `${what}; the approval request expired without a decision. Run \`/gpu unstick ${d.target}\` again when ${some ? `an approver (${usersText(others)})` : 'an approver'} can answer the card.`;
+    case 'failed':
+    case 'done':
+      return kind === 'host_kill'
+        ? `${what}; the host-level kill ran and it still holds the GPU${step.message ? ` (${step.message})` : ''}. A process that survives SIGKILL on the host is stuck in the driver: check dmesg on ${d.host} for Xid errors; a reboot of ${d.host} may be needed.`
+        : `${what}; the host-level reset ran and the memory is still held${step.message ? ` (${step.message})` : ''}. A reset that does not free memory means a reboot of ${d.host}.`;
+  }
+}
+
+function lastStep(c: VerdictContext, kind: StepHistory['kind'], about: (s: StepHistory) => boolean): StepHistory | undefined {
+  return [...c.steps].reverse().find((s) => s.kind === kind && about(s));
+}
+
+function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): string {
+  const gpu = gpuName(g);
   switch (g.kind) {
-    case 'held_in_container':
-      return `${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
-    case 'held_host_only':
-      return `${gpu}: needs the host-level kill on ${d.host}, approved by a second person.`;
-    case 'orphaned_memory':
-      return `${gpu}: memory with no process; a host-level GPU reset on ${d.host}, approved by a second person.`;
+    case 'held_in_container': {
+      const ran = c.steps.some((s) => s.kind === 'container_signal');
+      return ran
+        ? `${gpu}: held by processes of ${d.target} that this incident's container step did not cover (they started after its snapshot); if they should stop, run \`/gpu unstick ${d.target}\` again.`
+        : `${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
+    }
+    case 'held_host_only': {
+      const pids = g.holders.filter((h) => h.reach === 'host').map((h) => h.process.hostPid);
+      const step = lastStep(c, 'host_kill', (s) => pids.some((p) => s.hostPids.includes(p)));
+      const what = step === undefined ? `${gpu}: needs the host-level kill on ${d.host}` : `${gpu}: only a host-level kill on ${d.host} can free it (host PID ${pids.join(', ')})`;
+      return tier2Next(what, 'host_kill', step, c, d);
+    }
+    case 'orphaned_memory': {
+      const step = lastStep(c, 'host_reset', (s) => g.hostIndex !== null && s.gpuHostIndexes.includes(g.hostIndex));
+      const what = `${gpu}: memory with no process; a host-level GPU reset on ${d.host}`;
+      return tier2Next(what, 'host_reset', step, c, d);
+    }
+    case 'leak_beside_holders':
+      return `${gpu}: ${g.unaccountedMiB === null ? '?' : fmt(g.unaccountedMiB)} MiB is held by no process, beside processes outside ${d.target} (host PID ${g.outside.map((h) => h.process.hostPid).join(', ')}). A reset can only run once the GPU has no process: when they have ended, \`/gpu unstick ${d.target}\` offers it.`;
     case 'gpu_error':
-      return `${gpu}: in error; look at ${d.host} (\`nvidia-smi -q\`, dmesg), then a host-level reset or a reboot.`;
+      return errorNext(g, g.error, d);
     case 'unidentified':
       return `${gpu}: holders changed while we looked; run \`/gpu status ${d.target}\` and try again.`;
     case 'idle':
@@ -55,41 +199,87 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis): string {
   }
 }
 
-/** Before → after per GPU of the target, and the verdict with the next step. Pure. */
-export function verdictOf(before: Diagnosis, after: Diagnosis): Verdict {
+function othersNote(g: GpuChange): string | null {
+  const n = g.othersFreedMiB;
+  if (n === null || Math.abs(n) <= IDLE_MIB) return null;
+  const gpu = `GPU ${g.index ?? '?'}`;
+  return n > 0 ? `${gpu}: ${fmt(n)} MiB freed outside this incident.` : `${gpu}: ${fmt(-n)} MiB more in use, taken by processes outside this incident.`;
+}
+
+const NO_CONTEXT: VerdictContext = { steps: [], approvers: null, requester: null };
+
+/**
+ * Before → after per GPU of the target, and the verdict with the next step. Speaks only of the
+ * memory the target's holders held (and memory no process held); what others freed or took is
+ * reported apart. Never green while a target GPU is in error, unreadable or missing after. Pure.
+ */
+export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictContext = NO_CONTEXT): Verdict {
   const gpus = before.gpus.map((b): GpuChange => {
     const a = match(b, after.gpus);
+    const afterState: AfterState = a === undefined ? 'missing' : a.kind === 'gpu_error' ? 'in_error' : 'read';
+    const heldMiB = incidentMiB(b);
+    const leftMiB = a !== undefined && afterState === 'read' ? incidentMiB(a) : null;
+    const freedMiB = heldMiB !== null && leftMiB !== null ? Math.min(heldMiB, Math.max(0, heldMiB - leftMiB)) : null;
     const beforeMiB = b.usedMiB;
-    const afterMiB = a?.usedMiB ?? null;
-    const freedMiB = beforeMiB !== null && afterMiB !== null ? Math.max(0, beforeMiB - afterMiB) : null;
+    const afterMiB = afterState === 'read' ? (a?.usedMiB ?? null) : null;
+    const othersFreedMiB = beforeMiB !== null && afterMiB !== null && freedMiB !== null ? beforeMiB - afterMiB - freedMiB : null;
     return {
       index: b.index,
       uuid: b.uuid,
       beforeMiB,
       afterMiB,
+      heldMiB,
+      leftMiB,
       freedMiB,
+      othersFreedMiB,
       before: b.kind,
       after: a?.kind ?? null,
-      recovered: isStuck(b) && a !== undefined && !isStuck(a),
+      afterState,
+      recovered: isStuck(b) && a !== undefined && afterState === 'read' && !isStuck(a),
     };
   });
   const stuckBefore = gpus.filter((g) => isStuck({ kind: g.before }));
   const recovered = stuckBefore.filter((g) => g.recovered);
   const stillStuck = after.gpus.filter(isStuck);
-  const kind: VerdictKind =
-    stuckBefore.length === 0 && stillStuck.length === 0
-      ? 'nothing_stuck'
-      : stillStuck.length === 0
-        ? 'recovered'
-        : recovered.length > 0 || gpus.some((g) => (g.freedMiB ?? 0) > 0 && isStuck({ kind: g.before }))
-          ? 'partially_recovered'
-          : 'still_stuck';
-  const next = stillStuck.map((g) => nextFor(g, after)).filter((s) => s !== '');
+  const missing = gpus.filter((g) => g.afterState === 'missing');
+  const inError = after.error !== null || stillStuck.some((g) => g.kind === 'gpu_error') || (before.gpus.length === 0 && before.error !== null);
+  const freedAny = gpus.some((g) => (g.freedMiB ?? 0) > IDLE_MIB && isStuck({ kind: g.before }));
+  const someGood = recovered.length > 0 || freedAny;
+  const kind: VerdictKind = inError
+    ? someGood
+      ? 'partially_recovered'
+      : 'gpu_error'
+    : missing.length > 0
+      ? someGood
+        ? 'partially_recovered'
+        : 'not_verified'
+      : stuckBefore.length === 0 && stillStuck.length === 0
+        ? 'nothing_stuck'
+        : stillStuck.length === 0
+          ? 'recovered'
+          : someGood
+            ? 'partially_recovered'
+            : 'still_stuck';
+
+  const next: string[] = [];
+  const machineError = after.error ?? (before.gpus.length === 0 ? before.error : null);
+  if (machineError !== null && !stillStuck.some((g) => g.error === machineError)) next.push(`nvidia-smi failed on ${after.target} or ${after.host}: ${errorAdvice(machineError.kind, after.target, after.host)}`);
+  for (const g of missing) {
+    const b = before.gpus.find((x) => (x.uuid !== null ? x.uuid === g.uuid : x.index === g.index));
+    next.push(
+      `GPU ${g.index ?? '?'}: missing from ${after.target}'s nvidia-smi after the run${after.error ? ` (${after.error.message})` : ''}, so nothing can be said about its memory${b && isStuck(b) ? ` (${b.usedMiB === null ? '?' : fmt(b.usedMiB)} MiB were in use before)` : ''}. Run \`/gpu status ${after.host}\`; if the GPU stays missing, look for Xid 79 (fallen off the bus) in dmesg on ${after.host}: then only a reboot of ${after.host} helps.`,
+    );
+  }
+  for (const g of stillStuck) {
+    const s = nextFor(g, after, context);
+    if (s !== '') next.push(s);
+  }
   return {
     kind,
     title: TITLES[kind],
     gpus,
     totalFreedMiB: gpus.reduce((n, g) => n + (g.freedMiB ?? 0), 0),
+    outside: gpus.map(othersNote).filter((s): s is string => s !== null),
     nextStep: next.length > 0 ? next.join(' ') : null,
   };
 }

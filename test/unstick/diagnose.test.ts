@@ -14,16 +14,17 @@ describe('diagnose', () => {
     expect(d.gpus[0]?.sentence).toBe(
       'GPU 0: 96,413 MiB held by 1 process in ct129: PID 57 (host PID 812345) `sglang::scheduler_TP0`. The container can stop it itself.',
     );
-    expect(d.gpus[5]?.sentence).toMatch(/^GPU 5: 40,211 MiB held by something outside ct129 \(host PID 823001 `python3 train.py --epochs 3`, another container or the host itself\): left alone\.$/);
+    expect(d.gpus[5]?.sentence).toMatch(/^GPU 5: 40,211 MiB held by something outside ct129 \(host PID 823001 `python3 train.py --epochs 3` \(40,211 MiB\), another container or the host itself\): left alone\.$/);
     expect(d.gpus[1]?.sentence).toBe('GPU 1 is idle (0 MiB used, no process).');
     expect(d.deviceOnly.map((m) => m.containerPid)).toEqual([90]);
   });
 
-  it('memory beyond what another container\'s job holds on a GPU is still a leak, not "held outside"', () => {
+  it('memory beyond what another container\'s job holds on a GPU is still a leak, not "held outside" (but no reset candidate)', () => {
     const { host } = seedS2();
     const leaky = { ...host, gpus: gpus({ 0: 96_413, 2: 96_417, 5: 40_211 + 30_000 }) };
     const d = diagnoseWith(leaky);
-    expect(d.gpus[5]?.kind).toBe('orphaned_memory');
+    expect(d.gpus[5]?.kind).toBe('leak_beside_holders');
+    expect(d.gpus[5]?.unaccountedMiB).toBe(30_000);
     expect(d.gpus[5]?.outside.map((h) => h.process.hostPid)).toEqual([823_001]);
     // Exactly what the job accounts for (plus the idle allowance) stays "held outside".
     expect(diagnoseWith({ ...host, gpus: gpus({ 0: 96_413, 2: 96_417, 5: 40_211 + 60 }) }).gpus[5]?.kind).toBe('held_outside');
