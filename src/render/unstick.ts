@@ -167,22 +167,33 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
   return { key: `approval:${req.approvalId}`, placement: 'reply', text: clip(text, 4000), blocks };
 }
 
-/** The before → after table: its own message, since Slack allows one table block per message. */
-function verdictMessage(e: Ev<'verdict'>): MessageView {
+const NOW_TEXT: Record<'read' | 'in_error' | 'missing', string | null> = { read: null, in_error: 'gpu error', missing: 'missing after' };
+
+/**
+ * The before → after table: its own message, since Slack allows one table block per message.
+ * Speaks of the target's memory (held, left, freed); what others changed is said apart.
+ */
+function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
   const v: Verdict = e.verdict;
   const icon = v.kind === 'recovered' || v.kind === 'nothing_stuck' ? ':white_check_mark:' : v.kind === 'partially_recovered' ? ':large_yellow_circle:' : ':red_circle:';
   const heading = `${icon} *${v.title}* · ${fmt(v.totalFreedMiB)} MiB freed`;
-  const header = ['GPU', 'Before', 'After', 'Freed', 'Now'];
+  const header = ['GPU', `Held by ${target}`, 'Left', 'Freed', 'GPU in use before → after', 'Now'];
+  const num = (n: number | null | undefined): string => (n === null || n === undefined ? '?' : fmt(n));
   const rows = v.gpus.map((g) => [
     String(g.index ?? '?'),
-    mib(g.beforeMiB),
-    mib(g.afterMiB),
-    g.freedMiB === null ? '?' : mib(g.freedMiB),
-    (g.after ?? 'not read').replace(/_/g, ' '),
+    mib(g.heldMiB ?? null),
+    mib(g.leftMiB ?? null),
+    mib(g.freedMiB),
+    `${num(g.beforeMiB)} → ${num(g.afterMiB)} MiB`,
+    NOW_TEXT[g.afterState ?? 'read'] ?? (g.after ?? 'not read').replace(/_/g, ' '),
   ]);
+  const outside = v.outside ?? [];
   const blocks: KnownBlock[] = [section(heading), buildTableBlock(header, rows).block];
+  if (outside.length > 0) blocks.push(context(`Outside this incident: ${esc(outside.join(' '))}`));
   if (v.nextStep) blocks.push(section(`*Next step:* ${esc(v.nextStep)}`));
-  const text = [heading, monospaceTable(header, rows), v.nextStep ? `Next step: ${esc(v.nextStep)}` : ''].filter((x) => x !== '').join('\n');
+  const text = [heading, monospaceTable(header, rows), outside.length > 0 ? `Outside this incident: ${esc(outside.join(' '))}` : '', v.nextStep ? `Next step: ${esc(v.nextStep)}` : '']
+    .filter((x) => x !== '')
+    .join('\n');
   return { key: `ev:${e.id}`, placement: 'reply', text, blocks };
 }
 
@@ -249,7 +260,7 @@ export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLogged
         views.push(approvalCard(e, events, meta.requester));
         break;
       case 'verdict':
-        views.push(verdictMessage(e));
+        views.push(verdictMessage(e, target));
         break;
       case 'finished':
         views.push(summaryMessage(meta, events, e));

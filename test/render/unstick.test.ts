@@ -164,10 +164,10 @@ describe('renderUnstick', () => {
     const verdict = views.find((v) => v.key === 'ev:1764494400000-17');
     const table = verdict?.blocks.find((b) => b.type === 'table') as { rows: Array<Array<{ text: string }>> } | undefined;
     const rows = table?.rows.map((r) => r.map((c) => c.text)) ?? [];
-    expect(rows[0]).toEqual(['GPU', 'Before', 'After', 'Freed', 'Now']);
-    expect(rows[1]).toEqual(['0', '96,413 MiB', '0 MiB', '96,413 MiB', 'idle']);
-    expect(rows[3]).toEqual(['2', '96,417 MiB', '0 MiB', '96,417 MiB', 'idle']);
-    expect(rows[6]).toEqual(['5', '40,211 MiB', '40,211 MiB', '0 MiB', 'held outside']);
+    expect(rows[0]).toEqual(['GPU', 'Held by ct129', 'Left', 'Freed', 'GPU in use before → after', 'Now']);
+    expect(rows[1]).toEqual(['0', '96,413 MiB', '0 MiB', '96,413 MiB', '96,413 → 0 MiB', 'idle']);
+    expect(rows[3]).toEqual(['2', '96,417 MiB', '0 MiB', '96,417 MiB', '96,417 → 0 MiB', 'idle']);
+    expect(rows[6]).toEqual(['5', '0 MiB', '0 MiB', '0 MiB', '40,211 → 40,211 MiB', 'held outside']);
     expect(verdict?.text).toContain(':white_check_mark: *Recovered* · 192,830 MiB freed');
     const summary = views.find((v) => v.key === 'summary')?.text ?? '';
     expect(summary).toContain('*Summary* · Recovered · took 282.0 s');
