@@ -260,7 +260,7 @@ export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLogged
         views.push(approvalCard(e, events, meta.requester));
         break;
       case 'verdict':
-        views.push(verdictMessage(e, target));
+        views.push(verdictMessage(e, meta.targets.join(', ')));
         break;
       case 'finished':
         views.push(summaryMessage(meta, events, e));

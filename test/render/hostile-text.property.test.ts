@@ -117,7 +117,7 @@ function step(h: Hostile): Step {
 }
 
 function diagnosis(h: Hostile): Diagnosis {
-  const base = { hostIndex: 0, uuid: 'GPU-0', name: h.name, usedMiB: 40_000, totalMiB: 81_559, holders: [], outside: [], unresolved: [], error: null };
+  const base = { hostIndex: 0, uuid: 'GPU-0', name: h.name, usedMiB: 40_000, totalMiB: 81_559, unaccountedMiB: null, holders: [], outside: [], unresolved: [], error: null };
   return {
     target: 'ct129',
     host: 'kpro5',
@@ -134,8 +134,11 @@ function verdict(h: Hostile): Verdict {
   return {
     kind: 'still_stuck',
     title: 'Still stuck',
-    gpus: [{ index: 0, uuid: 'GPU-0', beforeMiB: 96_413, afterMiB: 96_413, freedMiB: 0, before: 'held_host_only', after: 'held_host_only', recovered: false }],
+    gpus: [
+      { index: 0, uuid: 'GPU-0', beforeMiB: 96_413, afterMiB: 96_413, heldMiB: 96_413, leftMiB: 96_413, freedMiB: 0, othersFreedMiB: 0, before: 'held_host_only', after: 'held_host_only', afterState: 'read', recovered: false },
+    ],
     totalFreedMiB: 0,
+    outside: [`GPU 0: ${h.detail}`],
     nextStep: `GPU 0: ${h.detail}`,
   };
 }
