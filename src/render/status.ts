@@ -3,7 +3,8 @@ import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } f
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
-import { code, mention, text as esc } from './escape.ts';
+import { code, codeLine, mention, text as esc } from './escape.ts';
+import { BLOCKS_PER_MESSAGE, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 
 type KnownBlock = types.KnownBlock;
 
@@ -48,33 +49,84 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
   }
 }
 
-/** The GPU table of one snapshot: native table block plus a monospace fallback in `text`. */
-export function snapshotMessage(key: string, s: MachineSnapshot, title: string): MessageView {
+/**
+ * As many items as fit in `max` characters, then "+N more" for the rest; when not even one fits
+ * beside the count, only the count ("12 processes"). Never an item cut in half, never a silent cut.
+ */
+export function listCell(items: readonly string[], max: number, noun: [string, string] = ['process', 'processes']): string {
+  if (items.length === 0) return '-';
+  const all = items.join(', ');
+  if (all.length <= max) return all;
+  for (let shown = items.length - 1; shown >= 1; shown--) {
+    const cell = `${items.slice(0, shown).join(', ')} +${items.length - shown} more`;
+    if (cell.length <= max) return cell;
+  }
+  return `${items.length} ${items.length === 1 ? noun[0] : noun[1]}`;
+}
+
+/** Characters a process cell may take: the table block's cell clip and the monospace fallback's. */
+const BLOCK_CELL_MAX = 500;
+const TEXT_CELL_MAX = 40;
+
+/**
+ * The GPU table of one snapshot: native table block plus a monospace fallback in `text`. When a
+ * cell cannot show every process of its GPU it says "+N more" and a second message (key
+ * `<key>:processes`, more if one is not enough) lists every process in full.
+ */
+export function snapshotViews(key: string, s: MachineSnapshot, title: string): MessageView[] {
   const header = ['GPU', 'Name', 'Memory used / total', 'Util', 'Processes (PID name MiB)'];
-  const rows = s.gpus.map((g) => {
-    const procs = processesOn(s, g)
-      .map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`)
-      .join(', ');
-    return [String(g.index ?? '?'), g.name ?? '?', mibCell(g.memoryUsedMiB, g.memoryTotalMiB), g.utilizationPct === null ? 'N/A' : `${g.utilizationPct}%`, procs === '' ? '-' : procs];
-  });
+  const procsOf = (g: MachineSnapshot['gpus'][number]): string[] => processesOn(s, g).map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`);
+  const rowWith = (g: MachineSnapshot['gpus'][number], max: number): string[] => [
+    String(g.index ?? '?'),
+    g.name ?? '?',
+    mibCell(g.memoryUsedMiB, g.memoryTotalMiB),
+    g.utilizationPct === null ? 'N/A' : `${g.utilizationPct}%`,
+    listCell(procsOf(g), max),
+  ];
+  const rows = s.gpus.map((g) => rowWith(g, BLOCK_CELL_MAX));
+  const textRows = s.gpus.map((g) => rowWith(g, TEXT_CELL_MAX));
+  const cut = s.gpus.some((g) => procsOf(g).join(', ').length > BLOCK_CELL_MAX);
   const flags = flagsOf(s).map((f) => `:warning: ${flagText(f, s)}`);
   const holders = s.holders.map((h) => `${code(h.device)}: PID ${h.pid} ${code(h.command ?? '?')} (user ${code(h.user ?? '?')}, ${esc(h.access ?? '?')})`);
   const heading = `*${title}* · ${s.view} view · snapshot ${stamp(s.takenAt)}`;
+  const more = cut ? ['Every process of every GPU is listed in the next message.'] : [];
   const extra = [
     ramLine(s),
-    ...(holders.length > 0 ? [`Device holders (fuser, container PIDs):\n${holders.join('\n')}`] : []),
+    ...(holders.length > 0 ? ['Device holders (fuser, container PIDs):', ...holders] : []),
     ...(s.view === 'container' && s.holders.length === 0 && s.kernelMounts.length > 0
       ? [`fuser shows only \`kernel mount\` rows (bind mounts, not processes)`]
       : []),
     ...flags,
+    ...more,
   ];
   const noGpus = s.gpuError ? 'No GPU numbers: see the error below.' : 'No GPUs found.';
   const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }];
   if (rows.length > 0) blocks.push(buildTableBlock(header, rows).block);
   else blocks.push({ type: 'section', text: { type: 'mrkdwn', text: noGpus } });
-  blocks.push({ type: 'context', elements: [{ type: 'mrkdwn', text: extra.join('\n').slice(0, 2900) }] });
-  const text = [heading, rows.length > 0 ? monospaceTable(header, rows) : noGpus, ...extra].join('\n');
-  return { key, placement: 'reply', text, blocks };
+  blocks.push(...contextsOf(extra));
+  const text = fallbackText([heading, rows.length > 0 ? monospaceTable(header, textRows) : noGpus, ...extra]);
+  const views: MessageView[] = [{ key, placement: 'reply', text, blocks: limitBlocks(blocks) }];
+  if (cut) views.push(...processListViews(key, s, title));
+  return views;
+}
+
+/** Every process of every GPU, in full, over as many messages as it takes. */
+function processListViews(key: string, s: MachineSnapshot, title: string): MessageView[] {
+  const lines = s.gpus.flatMap((g) => {
+    const ps = processesOn(s, g);
+    return [`GPU ${g.index ?? '?'} · ${ps.length} ${ps.length === 1 ? 'process' : 'processes'}:`, ...ps.map((p) => `    ${p.pid}  ${p.usedMiB === null ? '?' : fmt(p.usedMiB)} MiB  ${codeLine(p.name ?? '?')}`)];
+  });
+  const sections = sectionsOf(lines, { code: true });
+  const per = BLOCKS_PER_MESSAGE - 1;
+  const views: MessageView[] = [];
+  for (let i = 0; i < sections.length; i += per) {
+    const part = sections.length > per ? ` (part ${i / per + 1} of ${Math.ceil(sections.length / per)})` : '';
+    const heading = `*${title}* · every GPU process${part} · snapshot ${stamp(s.takenAt)}`;
+    const chunk = sections.slice(i, i + per);
+    const body = chunk.map((b) => (b.type === 'section' && b.text ? b.text.text : ''));
+    views.push({ key: i === 0 ? `${key}:processes` : `${key}:processes:${i / per + 1}`, placement: 'reply', text: fallbackText([heading, ...body]), blocks: [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, ...chunk] });
+  }
+  return views;
 }
 
 interface MachineResult {
@@ -127,7 +179,7 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
   ];
   if (meta.kind === 'status') {
     for (const e of events) {
-      if (e.type === 'snapshot') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, code(e.snapshot.machineId)));
+      if (e.type === 'snapshot') views.push(...snapshotViews(`ev:${e.id}`, e.snapshot, code(e.snapshot.machineId)));
       if (e.type === 'machine_error') {
         const text = explainMachineError(e.machineId, e.code, e.message);
         views.push({ key: `ev:${e.id}`, placement: 'reply', text, blocks: [{ type: 'section', text: { type: 'mrkdwn', text: text.slice(0, 3000) } }] });

@@ -6,8 +6,9 @@ import type { Step } from '../playbooks/unstick-plan.ts';
 import { shellQuote } from '../ssh/quote.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';
-import { snapshotMessage, type MessageView } from './status.ts';
+import { snapshotViews, type MessageView } from './status.ts';
 import { clipChars, code, codeLine, mention, text as esc } from './escape.ts';
+import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 
 type KnownBlock = types.KnownBlock;
@@ -67,8 +68,7 @@ function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   for (const m of d.deviceOnly)
     lines.push(`• PID ${m.containerPid} ${code(m.command ?? '?')} has ${m.devices.map(code).join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
   const heading = `*Diagnosis (${e.label})* of ${code(d.target)} on ${code(d.host)}`;
-  const text = [heading, ...lines].join('\n');
-  return { key: `ev:${e.id}`, placement: 'reply', text: clip(text, 4000), blocks: [section(text)] };
+  return { key: `ev:${e.id}`, placement: 'reply', text: fallbackText([heading, ...lines]), blocks: limitBlocks(sectionsOf([heading, ...lines])) };
 }
 
 function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEvent[]): MessageView {
@@ -83,17 +83,15 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
     .map((c) => {
       const r = c.record;
       const end = r.timedOut ? 'timed out' : r.code !== null ? `exit ${r.code}` : `signal ${r.signal ?? '?'}`;
-      return `${codeLine(shortCommand(r.command))}\n    → ${end} · ${secs(r.durationMs)}`;
+      return [codeLine(shortCommand(r.command)), `    → ${end} · ${secs(r.durationMs)}`];
     });
   const signalled = mine
     .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
     .map((s) => `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`);
-  const blocks: KnownBlock[] = [section(heading), context(esc(start.explanation))];
-  if (commands.length > 0) blocks.push(section('```\n' + clip(commands.join('\n'), SECTION_MAX - 8) + '\n```'));
-  if (signalled.length > 0) blocks.push(section(signalled.join('\n')));
-  if (finished?.message) blocks.push(context(esc(finished.message)));
-  const text = [heading, commands.length > 0 ? '```\n' + commands.join('\n') + '\n```' : '', ...signalled, finished?.message ? esc(finished.message) : ''].filter((x) => x !== '').join('\n');
-  return { key: `step:${start.stepId}`, placement: 'reply', text: clip(text, 4000), blocks };
+  const blocks: KnownBlock[] = [section(heading), ...contextsOf([esc(start.explanation)]), ...sectionsOf(commands.flat(), { code: true }), ...sectionsOf(signalled)];
+  if (finished?.message) blocks.push(...contextsOf([esc(finished.message)]));
+  const text = fallbackText([heading, ...(commands.length > 0 ? ['```', ...commands.flat(), '```'] : []), ...signalled, ...(finished?.message ? [esc(finished.message)] : [])]);
+  return { key: `step:${start.stepId}`, placement: 'reply', text, blocks: limitBlocks(blocks) };
 }
 
 function cardTargets(step: Step): string[] {
@@ -113,19 +111,110 @@ const WHEN_NOTE: Record<Step['commands'][number]['when'], string> = {
   persistence_was_on: '   # only if persistence mode was on',
 };
 
+interface CardParts {
+  heading: string;
+  explanation: string;
+  targets: string[];
+  commandsHeading: string;
+  commands: string[];
+}
+
+function cardParts(step: Step, host: string, vmid: number): CardParts {
+  return {
+    heading: `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host ${code(host)} · container vmid ${vmid}`,
+    explanation: esc(step.explanation),
+    targets: cardTargets(step),
+    commandsHeading: `Commands that will run${step.kind === 'container_signal' ? '' : ` on ${code(host)}`}:`,
+    commands: step.commands.map((c) => `[${c.on}] ${codeLine(shortCommand(c.display))}${WHEN_NOTE[c.when]}`),
+  };
+}
+
+/** The card's body: every target and every command, over as many sections as they need. */
+function cardBody(p: CardParts): KnownBlock[] {
+  return [
+    section(p.heading),
+    section(p.explanation),
+    ...(p.targets.length > 0 ? sectionsOf(p.targets) : [section('_no targets_')]),
+    section(p.commandsHeading),
+    ...sectionsOf(p.commands, { code: true }),
+  ];
+}
+
+/** Blocks a pending card adds after its body: the status context and the buttons (refusals ride in one more). */
+const CARD_TAIL_BLOCKS = 3;
+
+/**
+ * True when one Slack message can show every target and command of `step` with its buttons. Pure;
+ * the same layout the card uses, so a step that fits here is shown whole on its card.
+ */
+export function approvalCardFits(step: Step, host: string, vmid: number): boolean {
+  return cardBody(cardParts(step, host, vmid)).length + CARD_TAIL_BLOCKS <= BLOCKS_PER_MESSAGE;
+}
+
+/**
+ * Splits targets into batches that each fit one approval card (`fits` says whether a batch does,
+ * e.g. by planning its step and calling `approvalCardFits`): the whole list if it fits; else one
+ * batch per GPU (by the first GPU a target holds), neighbouring GPUs merged while they fit; a GPU
+ * whose targets alone do not fit is cut into consecutive runs. Every target lands in exactly one
+ * batch, in input order within it. Pure.
+ */
+export function splitForCards<T extends { gpus: ReadonlyArray<{ index: number | null; uuid: string | null }> }>(
+  targets: readonly T[],
+  fits: (batch: readonly T[]) => boolean,
+): T[][] {
+  if (targets.length === 0) return [];
+  if (fits(targets)) return [[...targets]];
+  const groups = new Map<string, T[]>();
+  for (const t of targets) {
+    const g = t.gpus[0];
+    const key = g ? (g.uuid ?? `index:${g.index ?? '?'}`) : 'none';
+    groups.set(key, [...(groups.get(key) ?? []), t]);
+  }
+  const runs: T[][] = [];
+  for (const group of groups.values()) {
+    if (fits(group)) {
+      runs.push(group);
+      continue;
+    }
+    let cur: T[] = [];
+    for (const t of group) {
+      if (cur.length > 0 && !fits([...cur, t])) {
+        runs.push(cur);
+        cur = [];
+      }
+      cur.push(t);
+    }
+    if (cur.length > 0) runs.push(cur);
+  }
+  const out: T[][] = [];
+  for (const run of runs) {
+    const last = out[out.length - 1];
+    if (last && fits([...last, ...run])) out[out.length - 1] = [...last, ...run];
+    else out.push(run);
+  }
+  return out;
+}
+
 function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[], requester: string): MessageView {
   const decided = events.find((e): e is Ev<'approval_decided'> => e.type === 'approval_decided' && e.approvalId === req.approvalId);
   const expired = events.find((e): e is Ev<'approval_expired'> => e.type === 'approval_expired' && e.approvalId === req.approvalId);
   const refusals = events.filter((e): e is Ev<'approval_refused'> => e.type === 'approval_refused' && e.approvalId === req.approvalId);
   const step = req.step;
-  const heading = `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host ${code(req.host)} · container vmid ${req.vmid}`;
-  const cmds = step.commands.map((c) => `[${c.on}] ${codeLine(shortCommand(c.display))}${WHEN_NOTE[c.when]}`);
-  const blocks: KnownBlock[] = [
-    section(heading),
-    section(esc(step.explanation)),
-    section(cardTargets(step).join('\n') || '_no targets_'),
-    section(`Commands that will run${step.kind === 'container_signal' ? '' : ` on ${code(req.host)}`}:\n\`\`\`\n${clip(cmds.join('\n'), SECTION_MAX - 60)}\n\`\`\``),
-  ];
+  const parts = cardParts(step, req.host, req.vmid);
+  const fits = approvalCardFits(step, req.host, req.vmid);
+  let blocks: KnownBlock[];
+  if (fits) blocks = cardBody(parts);
+  else {
+    // Never a button under a list the approver cannot see whole: this card cannot be approved.
+    const what = `${step.targets.length} ${step.targets.length === 1 ? 'process' : 'processes'}${step.gpus.length > 0 ? ` and ${step.gpus.length} GPUs` : ''}`;
+    blocks = [
+      section(parts.heading),
+      section(parts.explanation),
+      section(
+        `:no_entry: This step covers ${what} and ${step.commands.length} commands: more than one Slack message can show, so it cannot be approved from here (an approver must see every target a button runs). Nothing from this card will run; it expires on its own. Stop fewer processes at a time, or run the step by hand on ${code(req.host)} after checking each PID.`,
+      ),
+    ];
+  }
   let status: string;
   // A decision is final; an expiry only counts if nobody decided first.
   if (decided) {
@@ -137,6 +226,9 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
   } else if (expired) {
     status = `:hourglass: *Expired* at ${stamp(expired.at)} without a decision. Nothing from this card was run.`;
     blocks.push(section(status));
+  } else if (!fits) {
+    status = `Requested by ${mention(requester)} · expires ${stamp(req.expiresAt)} · too large to approve from Slack`;
+    blocks.push(context(status));
   } else {
     status = `Requested by ${mention(requester)} · expires ${stamp(req.expiresAt)} · a configured approver other than the requester may decide`;
     blocks.push(context(status));
@@ -161,10 +253,15 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
       ],
     });
   }
-  if (refusals.length > 0)
-    blocks.push(context(refusals.map((r) => `Refused: ${mention(r.by)}, ${REFUSAL_TEXT[r.reason] ?? esc(r.reason)} (${stamp(r.at)})`).join('\n')));
-  const text = [heading, esc(step.explanation), ...cardTargets(step), '```\n' + cmds.join('\n') + '\n```', status].join('\n');
-  return { key: `approval:${req.approvalId}`, placement: 'reply', text: clip(text, 4000), blocks };
+  const refused = refusals.map((r) => `Refused: ${mention(r.by)}, ${REFUSAL_TEXT[r.reason] ?? esc(r.reason)} (${stamp(r.at)})`);
+  if (refused.length > 0) {
+    // Room is kept for one refusal block; a long run of refused clicks is counted, not listed past it.
+    const room = BLOCKS_PER_MESSAGE - blocks.length;
+    const all = contextsOf(refused);
+    blocks.push(...(all.length <= room ? all : contextsOf([`${refused.length} refused clicks; the latest: ${refused[refused.length - 1] ?? ''}`])));
+  }
+  const text = fallbackText([parts.heading, parts.explanation, ...parts.targets, parts.commandsHeading, '```', ...parts.commands, '```', status], FALLBACK_TEXT_MAX, 'in the card above');
+  return { key: `approval:${req.approvalId}`, placement: 'reply', text, blocks };
 }
 
 const NOW_TEXT: Record<'read' | 'in_error' | 'missing', string | null> = { read: null, in_error: 'gpu error', missing: 'missing after' };
@@ -213,8 +310,8 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
       : 'Nothing was signalled.',
     ...(skipped.length > 0 ? [`Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`] : []),
   ];
-  const text = lines.join('\n');
-  return { key: 'summary', placement: 'reply', text: clip(text, 4000), blocks: [section(text)] };
+  const all = lines.flatMap((l) => l.split('\n'));
+  return { key: 'summary', placement: 'reply', text: fallbackText(all), blocks: limitBlocks(sectionsOf(all)) };
 }
 
 function parentState(events: readonly UnstickLoggedEvent[]): string {
@@ -246,7 +343,7 @@ export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLogged
   for (const e of events) {
     switch (e.type) {
       case 'snapshot':
-        if (e.label !== 'status') views.push(snapshotMessage(`ev:${e.id}`, e.snapshot, `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`));
+        if (e.label !== 'status') views.push(...snapshotViews(`ev:${e.id}`, e.snapshot, `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`));
         break;
       case 'diagnosis':
         views.push(diagnosisMessage(e));
