@@ -21,16 +21,20 @@ export interface FleetTools {
   dir: string;
   /** Compiled holder.c. */
   holder: string;
-  nvidiaSmi: string;
-  free: string;
+  /** Compiled tools/tool-client.c: what bin/nvidia-smi and bin/free run. */
+  toolClient: string;
+  /** The per-fleet server answering the client (tools/tool-server.ts). */
+  toolServer: string;
+  /** The served tools as one Node process per call (the reference for the server's answers). */
+  standalone: string;
   pct: string;
   lxcInfo: string;
   containerSshd: string;
 }
 
 const ENTRIES = {
-  'nvidia-smi': 'tools/nvidia-smi.ts',
-  free: 'tools/free.ts',
+  'tool-server': 'tools/tool-server.ts',
+  standalone: 'tools/standalone.ts',
   pct: 'tools/pct.ts',
   'lxc-info': 'tools/lxc-info.ts',
   'container-sshd': 'tools/container-sshd.ts',
@@ -72,8 +76,9 @@ async function doBuild(): Promise<FleetTools> {
   const tools: FleetTools = {
     dir,
     holder: join(dir, 'fleet-holder'),
-    nvidiaSmi: join(dir, 'nvidia-smi.mjs'),
-    free: join(dir, 'free.mjs'),
+    toolClient: join(dir, 'fleet-tool-client'),
+    toolServer: join(dir, 'tool-server.mjs'),
+    standalone: join(dir, 'standalone.mjs'),
     pct: join(dir, 'pct.mjs'),
     lxcInfo: join(dir, 'lxc-info.mjs'),
     containerSshd: join(dir, 'container-sshd.mjs'),
@@ -86,6 +91,7 @@ async function doBuild(): Promise<FleetTools> {
   await mkdir(tmp, { recursive: true });
   await Promise.all([
     execFileP('gcc', ['-O2', '-Wall', '-Wextra', '-o', join(tmp, 'fleet-holder'), join(HERE, 'holder.c')]),
+    execFileP('gcc', ['-O2', '-Wall', '-Wextra', '-o', join(tmp, 'fleet-tool-client'), join(HERE, 'tools/tool-client.c')]),
     build({
       entryPoints: Object.fromEntries(Object.entries(ENTRIES).map(([k, v]) => [k, join(HERE, v)])),
       outdir: tmp,

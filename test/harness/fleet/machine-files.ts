@@ -42,6 +42,17 @@ export function deviceNames(gpuCount: number): string[] {
   return [...Array.from({ length: gpuCount }, (_, i) => `nvidia${i}`), 'nvidiactl', 'nvidia-uvm', 'nvidia-uvm-tools'];
 }
 
+/** A served tool: the small C client asks the fleet's tool server (no Node start per call). */
+async function writeClientWrapper(binDir: string, name: string, machineDir: string, tools: FleetTools, socket: string): Promise<void> {
+  const text = [
+    '#!/bin/sh',
+    `FLEET_MACHINE_DIR=${shellQuote(machineDir)}; export FLEET_MACHINE_DIR`,
+    `exec ${shellQuote(tools.toolClient)} ${shellQuote(socket)} ${shellQuote(name)} "$@"`,
+    '',
+  ].join('\n');
+  await writeFile(join(binDir, name), text, { mode: 0o755 });
+}
+
 async function writeWrapper(binDir: string, name: string, machineDir: string, script: string): Promise<void> {
   const text = [
     '#!/bin/sh',
@@ -90,6 +101,8 @@ export async function writeMachineFiles(o: {
   dir: string;
   info: MachineInfo;
   tools: FleetTools;
+  /** The fleet's tool server socket (answers nvidia-smi and free). */
+  toolSocket: string;
   hostState?: HostState;
   /** Programs this machine lacks; null: it keeps the system PATH itself (no `sys/` dir). */
   omit?: readonly string[] | null;
@@ -104,8 +117,9 @@ export async function writeMachineFiles(o: {
   const wrapper = async (name: string, script: string): Promise<void> => {
     if (!omit.has(name)) await writeWrapper(bin, name, o.dir, script);
   };
-  await wrapper('nvidia-smi', o.tools.nvidiaSmi);
-  await wrapper('free', o.tools.free);
+  for (const served of ['nvidia-smi', 'free']) {
+    if (!omit.has(served)) await writeClientWrapper(bin, served, o.dir, o.tools, o.toolSocket);
+  }
   if (o.info.kind === 'host') {
     await wrapper('pct', o.tools.pct);
     await wrapper('lxc-info', o.tools.lxcInfo);

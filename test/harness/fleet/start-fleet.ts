@@ -111,6 +111,13 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   await ensureUser(FLEET_USER);
   const client = await generateKeyPair(join(dir, 'keys'), 'client');
   const procs = new ProcessTable(dir, tools);
+  // One server answers every machine's nvidia-smi and free (a C client per call, no Node start).
+  const toolSocket = join(dir, 'tools.sock');
+  const toolServer = await spawnReady(process.execPath, [tools.toolServer, toolSocket, String(process.pid)], {
+    env: BASE_ENV,
+    stderrPath: join(dir, 'tool-server.stderr'),
+  });
+  if (toolServer.child.pid !== undefined) recordPid(dir, toolServer.child.pid, 'tool server');
 
   // A host whose machines lack some programs gets its own system PATH (sys/), and so does every
   // container on it: `pct exec` keeps the host's PATH, and each container binds its own sys/ there.
@@ -143,6 +150,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       await writeMachineFiles({
         dir: mdir,
         tools,
+        toolSocket,
         hostState: defaultHostState(hs),
         info: { id: hs.id, kind: 'host', hostId: hs.id, hostDir: mdir, vmid: null, hostProc: '/proc', cgroup: null },
         omit: ownPath(hs.id) ? (hs.omitTools ?? []) : null,
@@ -190,6 +198,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       await writeMachineFiles({
         dir: cdir,
         tools,
+        toolSocket,
         info: { id: cs.id, kind: 'container', hostId: cs.host, hostDir: host.dir, vmid: cs.vmid, hostProc: join(cdir, 'hostproc'), cgroup },
         omit: ownPath(cs.host) ? (cs.omitTools ?? []) : null,
       });

@@ -1,7 +1,11 @@
 /** What a fake tool knows about the machine it runs on (from FLEET_MACHINE_DIR, set by its bin/ wrapper). */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
 import { type HostState, type MachineInfo, readJson, writeJsonAtomic } from '../state.ts';
+
+/** A fake tool's answer: what it prints and its exit code, or 'hang' (no output, no exit). */
+export type ToolResult = CommandOutput | 'hang';
 
 export interface MachineContext {
   dir: string;
@@ -19,7 +23,16 @@ export function machineContext(): MachineContext {
     process.stderr.write('fleet tool: FLEET_MACHINE_DIR is not set (run through the machine bin/ wrapper)\n');
     process.exit(255);
   }
-  const info = readJson<MachineInfo>(join(dir, 'machine.json'));
+  return machineContextAt(dir);
+}
+
+/**
+ * The context of the machine at `dir`. The tool server runs in the host's namespaces, so it reads
+ * the host's /proc directly (`hostProc: '/proc'`) where a tool inside a container reads its bind mount.
+ */
+export function machineContextAt(dir: string, o: { hostProc?: string } = {}): MachineContext {
+  const read = readJson<MachineInfo>(join(dir, 'machine.json'));
+  const info = o.hostProc === undefined ? read : { ...read, hostProc: o.hostProc };
   const hostStatePath = join(info.hostDir, 'state.json');
   return {
     dir,

@@ -1,6 +1,6 @@
 /**
- * Fake `nvidia-smi`, bundled to plain .mjs at fleet start and run by node through the machine's
- * bin/ wrapper. Output is computed from the host state (GPUs, leaks, errors) and the live GPU
+ * Fake `nvidia-smi`, run by the fleet's tool server (tool-server.ts) for the machine's bin/
+ * wrapper's client, or standalone by node (standalone.ts). Output is computed from the host state (GPUs, leaks, errors) and the live GPU
  * holders, and printed with the shared writers in src/gpu/format (the exact real formats).
  *
  * Host view lists host PIDs; container view shows the same (global) memory but no processes, as
@@ -19,7 +19,7 @@ import {
 import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
 import type { Gpu, GpuProcess, ParsedOutput } from '../../../../src/gpu/types.ts';
 import { appendToolLog, gpuUsage, type GpuUsage, type HostState, readHolders } from '../state.ts';
-import { hangForever, type MachineContext, machineContext } from './machine-context.ts';
+import type { MachineContext, ToolResult } from './machine-context.ts';
 
 interface Args {
   queryGpu: string[] | null;
@@ -33,6 +33,11 @@ interface Args {
 }
 
 class UsageError extends Error {}
+
+/** What the real tool would print and exit with: thrown by `emit`, caught by `runNvidiaSmi`. */
+class Exit {
+  constructor(readonly out: CommandOutput) {}
+}
 
 const INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n";
 
@@ -95,9 +100,7 @@ function parseArgs(argv: string[]): Args {
 }
 
 function emit(o: CommandOutput): never {
-  process.stdout.write(o.stdout);
-  process.stderr.write(o.stderr);
-  process.exit(o.exitCode);
+  throw new Exit(o);
 }
 
 function targetIndices(state: HostState, ids: number[] | null): number[] {
@@ -186,18 +189,29 @@ function persistence(ctx: MachineContext, state: HostState, indices: number[], o
   emit({ stdout: `${targets.map((g) => `${verb} persistence mode for GPU ${g.busId}.\n`).join('')}All done.\n`, stderr: '', exitCode: 0 });
 }
 
-async function main(): Promise<void> {
-  const argv = process.argv.slice(2);
-  const ctx = machineContext();
+/** One call of the fake tool: its output and exit code, or 'hang' (a wedged driver never answers). */
+export function runNvidiaSmi(argv: string[], ctx: MachineContext): ToolResult {
+  const notes: string[] = [];
+  try {
+    body(argv, ctx, notes);
+  } catch (e) {
+    if (!(e instanceof Exit)) throw e;
+    return { ...e.out, stderr: notes.join('') + e.out.stderr };
+  }
+  // body returns without emitting only when the machine is hung.
+  return 'hang';
+}
+
+function body(argv: string[], ctx: MachineContext, notes: string[]): void {
   appendToolLog(ctx.dir, 'nvidia-smi', argv);
-  if (ctx.hung()) await hangForever();
+  if (ctx.hung()) return;
 
   let args: Args;
   try {
     args = parseArgs(argv);
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
-    process.stderr.write(`fake nvidia-smi: ${e.message}\n`);
+    notes.push(`fake nvidia-smi: ${e.message}\n`);
     emit({ stdout: INVALID_ARGS, stderr: '', exitCode: 2 });
   }
 
@@ -240,7 +254,7 @@ async function main(): Promise<void> {
   }
   if (args.query) {
     if (!args.xml) {
-      process.stderr.write('fake nvidia-smi: -q without -x is not simulated\n');
+      notes.push('fake nvidia-smi: -q without -x is not simulated\n');
       emit({ stdout: INVALID_ARGS, stderr: '', exitCode: 2 });
     }
     emit({ stdout: formatXml(parsed, { timestamp }), stderr: '', exitCode: 0 });
@@ -255,5 +269,3 @@ async function main(): Promise<void> {
     exitCode: 0,
   });
 }
-
-await main();
