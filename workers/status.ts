@@ -1,5 +1,6 @@
 import type { Inventory } from '../src/config/inventory.ts';
 import { findMachine, routeFor } from '../src/config/machines.ts';
+import { gpuTroubleOf } from '../src/gpu/gpu-trouble.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
 import type { Logger } from '../src/logger.ts';
 import { takeSnapshot } from '../src/playbooks/snapshot.ts';
@@ -19,8 +20,9 @@ export interface StatusWorkerDeps {
 
 /**
  * Reads every machine of the job in parallel; each result becomes one event, framed by `started`
- * and `finished` so the durable log alone tells who read, when, and how it ended. Read-only, so
- * safe to retry.
+ * and `finished` so the durable log alone tells who read, when, and how it ended: `ok` only when
+ * every machine was read with its GPUs answering (a lost GPU or a driver mismatch is not ok).
+ * Read-only, so safe to retry.
  */
 export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Promise<void> {
   const logger = deps.logger.child({ incident: job.incidentId });
@@ -49,7 +51,10 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
       const at = deps.now().toISOString();
       if (outcome.ok) {
         await deps.log.append(job.incidentId, { type: 'snapshot', at, label: 'status', snapshot: outcome.snapshot, commands: outcome.commands });
-        return true;
+        // Read, but its GPUs answered an error (or no memory figure): not a success.
+        const trouble = gpuTroubleOf(outcome.snapshot);
+        if (trouble) logger.warn({ machine: id, gpuTrouble: trouble.kind }, 'snapshot read with GPUs in error');
+        return trouble === null;
       } else {
         logger.warn({ machine: id, code: outcome.code }, 'snapshot failed');
         await deps.log.append(job.incidentId, {

@@ -4,6 +4,7 @@
  * reads the log and prints this. Nothing here is a secret: the log never holds any.
  */
 import type { AnyLoggedEvent } from './all-events.ts';
+import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import type { IncidentMeta } from './events.ts';
 
 const mib = (n: number | null): string => (n === null ? '?' : n.toLocaleString('en-US'));
@@ -26,18 +27,33 @@ const commandLine = (c: string): string => {
   return lines.length === 1 ? oneLine(c) : `${oneLine(lines[0] ?? '')} … (${lines.length - 1} more lines)`;
 };
 
+/**
+ * ` · GPU error on kpro5: GPU is lost` for every machine whose latest snapshot was read with its
+ * GPUs in error or unreadable (empty when none): such an incident is never just "ok".
+ */
+function gpuTroubleNote(events: readonly AnyLoggedEvent[]): string {
+  const latest = new Map<string, Extract<AnyLoggedEvent, { type: 'snapshot' }>['snapshot']>();
+  for (const e of events) if (e.type === 'snapshot') latest.set(e.snapshot.machineId, e.snapshot);
+  const notes = [...latest.values()].flatMap((s) => {
+    const t = gpuTroubleOf(s);
+    return t ? [`GPU error on ${oneLine(s.machineId)}: ${t.label}`] : [];
+  });
+  return notes.length > 0 ? ` · ${notes.join('; ')}` : '';
+}
+
 /** How the incident ended, from its events alone (`open` while nothing says it ended). */
 export function incidentState(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): string {
   const fin = lastOf(events, 'finished');
   const verdict = lastOf(events, 'verdict');
-  if (fin) return verdict ? `${verdict.verdict.title} (finished ${fin.outcome})` : `finished (${fin.outcome})`;
+  const trouble = gpuTroubleNote(events);
+  if (fin) return `${verdict ? `${verdict.verdict.title} (finished ${fin.outcome})` : `finished (${fin.outcome})`}${trouble}`;
   const pending = lastOf(events, 'approval_requested');
   if (pending && !events.some((e) => (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId === pending.approvalId)) {
     return `waiting for approval ${pending.approvalId}`;
   }
   if (meta.kind !== 'unstick') {
     const read = new Set(events.flatMap((e) => (e.type === 'snapshot' ? [e.snapshot.machineId] : e.type === 'machine_error' ? [e.machineId] : [])));
-    if (meta.targets.every((t) => read.has(t))) return 'done';
+    if (meta.targets.every((t) => read.has(t))) return `done${trouble}`;
   }
   return events.some((e) => e.type === 'started') ? 'running' : 'queued';
 }

@@ -1,5 +1,6 @@
 import type { types } from '@slack/bolt';
 import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
+import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
@@ -147,11 +148,16 @@ function resultsOf(events: LoggedEvent[]): Map<string, MachineResult> {
 function summaryRow(r: MachineResult): string[] {
   const s = r.snapshot;
   if (!s) return [r.machineId, 'unreachable', '-', '-', r.error?.code ?? '?'];
+  const trouble = gpuTroubleOf(s);
+  const flagText = (): string[] =>
+    flagsOf(s).map((f) => (f.kind === 'memory_without_process' ? `no-process GPU ${f.gpuIndex}` : f.kind === 'ram_pressure' ? `RAM ${f.usedPct}%` : f.kind.replace('_', ' ')));
+  // Read, but no GPU numbers: say what is wrong rather than "0 busy / 0 idle · 0 / 0 MiB".
+  if (trouble && s.gpus.length === 0) return [r.machineId, `GPU error: ${trouble.label}`, '-', ramLine(s).replace('RAM: ', ''), flagText().join(', ') || '-'];
   const busy = s.gpus.filter((g) => (g.memoryUsedMiB ?? 0) > 64).length;
   const held = s.gpus.reduce((a, g) => a + (g.memoryUsedMiB ?? 0), 0);
   const total = s.gpus.reduce((a, g) => a + (g.memoryTotalMiB ?? 0), 0);
-  const flags = flagsOf(s).map((f) => (f.kind === 'memory_without_process' ? `no-process GPU ${f.gpuIndex}` : f.kind === 'ram_pressure' ? `RAM ${f.usedPct}%` : f.kind.replace('_', ' ')));
-  return [r.machineId, `${busy} busy / ${s.gpus.length - busy} idle`, mibCell(held, total), ramLine(s).replace('RAM: ', ''), flags.length ? flags.join(', ') : '-'];
+  const flags = flagText();
+  return [r.machineId, `${busy} busy / ${s.gpus.length - busy} idle${trouble ? ` · ${trouble.label}` : ''}`, mibCell(held, total), ramLine(s).replace('RAM: ', ''), flags.length ? flags.join(', ') : '-'];
 }
 
 /** The whole thread as it should look given the log so far. Pure and deterministic. */
@@ -159,12 +165,18 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
   const results = resultsOf(events);
   const done = meta.targets.every((t) => results.has(t));
   const failed = [...results.values()].filter((r) => r.error).length;
+  // Machines read whose GPUs were not (nvidia-smi in error, memory unreadable): never green.
+  const troubled = meta.targets.flatMap((t) => {
+    const s = results.get(t)?.snapshot;
+    const trouble = s ? gpuTroubleOf(s) : null;
+    return trouble ? [`GPU error on ${code(t)}: ${esc(trouble.label)}`] : [];
+  });
   const what = meta.kind === 'status_all' ? `all machines (${meta.targets.length})` : meta.targets.map(code).join(', ');
   const state = !done
     ? `:hourglass_flowing_right: reading… (${results.size}/${meta.targets.length})`
-    : failed === 0
+    : failed === 0 && troubled.length === 0
       ? ':white_check_mark: done'
-      : `:warning: done; ${failed} of ${meta.targets.length} could not be read`;
+      : `:warning: done; ${[...(failed > 0 ? [`${failed} of ${meta.targets.length} could not be read`] : []), ...troubled].join('; ')}`;
   const parentText = `:mag: GPU status of ${what}, requested by ${mention(meta.requester)} · ${state}`;
   const views: MessageView[] = [
     {

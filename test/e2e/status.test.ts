@@ -107,12 +107,16 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     expect(before.some((k) => k.includes(':inc:'))).toBe(true);
   });
 
-  it('a GPU that reports an error instead of numbers is flagged in the thread', async () => {
+  it('a GPU that reports an error instead of numbers is flagged in the thread, and nothing says it went fine', async () => {
     await s.fleet.setGpuError('kpro5', 'nvml_version_mismatch');
     const r = await s.slash('status kpro5');
     const t = await s.threadOf(String(r.incidentId), { done: (th) => th.length === 2 && th[0]?.text.includes('done') === true });
     expect(t[1]?.text).toMatch(/nvidia-smi reported an error: .*Driver\/library version mismatch/);
     expect(t[1]?.text).toContain('No GPU numbers');
+    expect(t[0]?.text).not.toContain(':white_check_mark:');
+    expect(t[0]?.text).toContain('GPU error on `kpro5`: driver/library version mismatch');
+    const events = await new IncidentLog(s.redis, s.prefix).events(r.incidentId ?? '');
+    expect(events.at(-1)).toMatchObject({ type: 'finished', outcome: 'failed' });
     await s.fleet.setGpuError('kpro5', null);
     await s.fleet.setGpuError('kpro5', 'gpu_lost', 3);
     const r2 = await s.slash('status kpro5');

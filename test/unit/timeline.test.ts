@@ -50,4 +50,24 @@ describe('incident timeline (pure)', () => {
     const err5 = ev({ type: 'machine_error', at: '2026-11-30T03:12:46.000Z', machineId: 'kpro5', code: 'auth_failed', message: 'refused', commands: [] });
     expect(incidentState(m, [err, err5])).toBe('done');
   });
+
+  it('a status whose GPUs answered an error is shown for what it is, never "finished (ok)" alone', () => {
+    const m = meta({ kind: 'status', targets: ['kpro5'] });
+    const snapshot = {
+      machineId: 'kpro5',
+      view: 'host' as const,
+      takenAt: '2026-11-30T03:12:46.000Z',
+      gpus: [],
+      processes: [],
+      holders: [],
+      kernelMounts: [],
+      ram: null,
+      gpuError: { kind: 'gpu_lost' as const, message: 'Unable to determine the device handle for GPU0000:38:00.0: GPU is lost', busId: '00000000:38:00.0' },
+    };
+    const read = ev({ type: 'snapshot', at: '2026-11-30T03:12:46.000Z', label: 'status', snapshot, commands: [] });
+    expect(incidentState(m, [read])).toBe('done · GPU error on kpro5: GPU is lost');
+    // Even a log written by an older worker that called it ok.
+    const fin = ev({ type: 'finished', at: '2026-11-30T03:12:47.000Z', outcome: 'ok', durationMs: 900 });
+    expect(incidentState(m, [read, fin])).toBe('finished (ok) · GPU error on kpro5: GPU is lost');
+  });
 });
