@@ -1,15 +1,15 @@
 /**
- * The bot and the worker as separate child processes (`node --import tsx src/main.ts bot|worker`),
- * exactly as deployed, so each one's memory can be read from /proc and the benchmark's own load
+ * The bot and the worker as separate child processes (`node dist/src/main.js bot|worker`, the
+ * compiled build, built first), exactly as deployed, so each one's memory can be read from /proc and the benchmark's own load
  * generator and fake Slack do not share their event loop.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { openSync, closeSync, readFileSync, existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-const REPO = resolve(fileURLToPath(new URL('..', import.meta.url)));
-const MAIN = join(REPO, 'src/main.ts');
+import { buildDist } from '../test/deploy/build.ts';
+
+let built: Promise<string> | null = null;
 
 export type Role = 'bot' | 'worker';
 
@@ -54,8 +54,9 @@ async function waitForLog(child: ChildProcess, logPath: string, needle: string, 
 export async function startRole(role: Role, env: Record<string, string>, workDir: string, name: string): Promise<RoleProcess> {
   const logPath = join(workDir, `${name}.log`);
   const fd = openSync(logPath, 'a');
-  const tsx = import.meta.resolve('tsx');
-  const child = spawn(process.execPath, ['--import', tsx, MAIN, role], {
+  built ??= buildDist();
+  const main = await built;
+  const child = spawn(process.execPath, [main, role], {
     cwd: workDir,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },
     stdio: ['ignore', fd, fd],

@@ -17,6 +17,7 @@ import { runConfigCheck } from '../../src/cli/config-check.ts';
 import { EnvSchema, parseEnv, settingsFor } from '../../src/config/env.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import { routeFor } from '../../src/config/machines.ts';
+import { buildDist } from './build.ts';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -185,7 +186,7 @@ describe('docker-compose.yml', () => {
 
 // ------------------------------------------------------------------ healthcheck command -------
 
-/** The healthcheck is `[CMD, node, --import, tsx, src/main.ts, health, <role>]`; run exactly that here. */
+/** The healthcheck is `[CMD, node, dist/src/main.js, health, <role>]`; run exactly that here, on the build. */
 function healthArgv(service: string): string[] {
   const t = svc(service).healthcheck?.test;
   if (!Array.isArray(t) || t[0] !== 'CMD' || t[1] !== 'node') throw new Error(`${service}: healthcheck is not [CMD, node, ...]`);
@@ -204,16 +205,17 @@ async function runHealth(service: string, env: Record<string, string>): Promise<
 
 describe('bot and worker healthcheck command (reads the heartbeat the process writes)', () => {
   let dir: string;
-  beforeAll(() => {
+  beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'gpu-medic-health-'));
-  });
+    await buildDist();
+  }, 300_000);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const beat = (file: string, o: { ageMs?: number; checks?: Record<string, string | null>; role?: string } = {}) =>
     writeFileSync(file, JSON.stringify({ role: o.role ?? 'worker', pid: 4242, at: new Date(Date.now() - (o.ageMs ?? 0)).toISOString(), intervalMs: 10_000, checks: o.checks ?? { redis: null, queues: null } }));
 
-  it('is `gpu-medic health <role>` for each service, through the image entrypoint\'s runtime', () => {
-    expect(healthArgv('bot')).toEqual(['--import', 'tsx', 'src/main.ts', 'health', 'bot']);
-    expect(healthArgv('worker')).toEqual(['--import', 'tsx', 'src/main.ts', 'health', 'worker']);
+  it('is `gpu-medic health <role>` for each service, through the image entrypoint\'s compiled main', () => {
+    expect(healthArgv('bot')).toEqual(['dist/src/main.js', 'health', 'bot']);
+    expect(healthArgv('worker')).toEqual(['dist/src/main.js', 'health', 'worker']);
   });
 
   it('no heartbeat, a fresh healthy one, a failing check, a stale one: exit 1, 0, 1, 1 with the reason', async () => {
@@ -247,23 +249,46 @@ describe('Dockerfile and .dockerignore', () => {
     .filter((l) => l !== '' && !l.startsWith('#'));
   const instr = (name: string): string[] => lines.filter((l) => l.toUpperCase().startsWith(`${name} `));
 
-  it('node 20 slim, production deps from the lockfile, only the code that runs', () => {
-    expect(instr('FROM')).toEqual(['FROM node:20-slim']);
-    expect(instr('RUN').join(' ')).toMatch(/npm install --omit=dev/);
-    const copied = instr('COPY').join(' ');
-    for (const p of ['package.json', 'package-lock.json', 'tsconfig.json', 'src/', 'commands/', 'workers/']) expect(copied).toContain(p);
-    expect(copied).not.toMatch(/COPY \. /);
-    // tsx is the runtime, so it must be a production dependency.
-    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
-    expect(pkg.dependencies.tsx).toBeDefined();
+  /** The stages: `FROM ... AS build` compiles, the last FROM is what runs. */
+  const stages = (): string[][] => {
+    const out: string[][] = [];
+    for (const l of lines) {
+      if (l.toUpperCase().startsWith('FROM ')) out.push([]);
+      out[out.length - 1]?.push(l);
+    }
+    return out;
+  };
+
+  it('a build stage compiles with tsc (npm run build); the runtime stage takes only dist/ and production deps', () => {
+    const [build, runtime, ...more] = stages();
+    expect(more).toEqual([]);
+    expect(build?.[0]).toBe('FROM node:20-slim AS build');
+    expect(build?.join('\n')).toMatch(/^RUN npm run -s build$/m);
+    expect(runtime?.[0]).toBe('FROM node:20-slim');
+    const rt = (runtime ?? []).join('\n');
+    expect(rt).toMatch(/npm install --omit=dev/);
+    const copied = (runtime ?? []).filter((l) => l.startsWith('COPY '));
+    expect(copied).toEqual(['COPY package.json package-lock.json ./', 'COPY --from=build /app/dist/ ./dist/']);
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string>; dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json');
+    // No TypeScript loader or compiler among what production installs.
+    for (const dev of ['tsx', 'typescript']) {
+      expect(pkg.dependencies[dev], dev).toBeUndefined();
+      expect(pkg.devDependencies[dev], dev).toBeDefined();
+    }
   });
 
-  it('runs as a non-root user, node --import tsx src/main.ts, start by default', () => {
+  it('runs as a non-root user, node dist/src/main.js, start by default; npm start/bot/worker run the same file', () => {
     const users = instr('USER');
     expect(users.length).toBeGreaterThan(0);
     expect(users[users.length - 1]).not.toMatch(/^USER (root|0)(:|$)/);
-    expect(instr('ENTRYPOINT')).toEqual(['ENTRYPOINT ["node", "--import", "tsx", "src/main.ts"]']);
+    expect(instr('ENTRYPOINT')).toEqual(['ENTRYPOINT ["node", "dist/src/main.js"]']);
     expect(instr('CMD')).toEqual(['CMD ["start"]']);
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+    for (const role of ['start', 'bot', 'worker']) {
+      expect(pkg.scripts[role], role).toBe(`node dist/src/main.js ${role}`);
+      expect(pkg.scripts[`pre${role}`], `pre${role}`).toBe('npm run -s build');
+    }
   });
 
   it('keeps secrets and local state out of the build context', () => {

@@ -1,6 +1,6 @@
 /**
- * Each role started as a real process next to a .env that holds everything, as `npm run bot` /
- * `npm run worker` and the systemd units start them: the worker has no Slack secret in its
+ * Each role started as a real process (the compiled build) next to a .env that holds everything,
+ * as `npm run bot` / `npm run worker` and the systemd units start them: the worker has no Slack secret in its
  * environment or anywhere in its memory; the bot never opens a key file; both refuse to start
  * with the same full report as `config check`; HTTP mode listens on loopback unless told.
  */
@@ -9,12 +9,12 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, constants, mkdtempSync, openSync, readFileSync, readlinkSync, readdirSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REDIS_URL, newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+import { buildDist, MAIN_JS } from './build.ts';
+
 const FP = 'SHA256:' + 'A'.repeat(43);
 
 interface Proc {
@@ -24,10 +24,13 @@ interface Proc {
   gone: Promise<number | null>;
 }
 
-/** `gpu-medic <role>` in `cwd` with nothing but PATH and HOME inherited: settings come from cwd/.env. */
+// The compiled build, as `npm run bot|worker`, the systemd units and the image run it.
+beforeAll(() => buildDist(), 300_000);
+
+/** `node dist/src/main.js <role>` in `cwd` with nothing but PATH and HOME inherited: settings come from cwd/.env. */
 function startRole(role: string, cwd: string, env: Record<string, string> = {}, args: string[] = []): Proc {
   const chunks: string[] = [];
-  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), join(ROOT, 'src/main.ts'), role, ...args], {
+  const child = spawn(process.execPath, [MAIN_JS, role, ...args], {
     cwd,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
