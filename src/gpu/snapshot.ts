@@ -15,6 +15,12 @@ export interface MachineSnapshot {
   ram: HostMemory | null;
   /** nvidia-smi reported an error instead of (or besides) numbers. */
   gpuError: NvidiaError | null;
+  /**
+   * `fuser -v /dev/nvidia*` ran but its output could not be read as holders (no device files,
+   * no fuser on the machine, …): why, in its own words. Then `holders` is empty because they are
+   * unknown, not because there are none. Absent or null: fuser answered (or was not asked).
+   */
+  holdersError?: string | null;
 }
 
 export type Flag =

@@ -76,17 +76,22 @@ export async function takeSnapshot(machine: Machine, route: Route, deps: Snapsho
     }
     let holders: MachineSnapshot['holders'] = [];
     let kernelMounts: string[] = [];
+    let holdersError: string | null = null;
     if (fuserR && fuserR.stdout.trim() !== '') {
       const f = parseFuser(fuserR.stdout);
       if (f.ok) {
         holders = f.value.holders;
         kernelMounts = f.value.kernelMounts;
+      } else {
+        // Not silently "no holders": the thread shows why fuser could not list them.
+        const first = fuserR.stdout.trim().split('\n')[0]?.trim().slice(0, 200) ?? '';
+        holdersError = f.error.reason.includes(first) ? f.error.reason : `${f.error.reason}: ${first}`;
       }
     }
     return {
       ok: true,
       commands,
-      snapshot: { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError },
+      snapshot: { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) },
     };
   } catch (e) {
     const ce = asCodedError(e);

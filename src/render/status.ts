@@ -39,7 +39,9 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
   switch (f.kind) {
     case 'memory_without_process':
       return s.view === 'container'
-        ? `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; see holders below)`
+        ? `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; ${
+            s.holdersError ? 'fuser failed too, so its holders are unknown: see the fuser error' : s.holders.length > 0 ? 'see holders below' : 'fuser lists no process holding a GPU device either'
+          })`
         : `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use with no process holding it (leaked context: may need a host-level reset)`;
     case 'ram_pressure':
       return `RAM pressure: ${f.usedPct}% used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
@@ -94,6 +96,7 @@ export function snapshotViews(key: string, s: MachineSnapshot, title: string): M
   const extra = [
     ramLine(s),
     ...(holders.length > 0 ? ['Device holders (fuser, container PIDs):', ...holders] : []),
+    ...(s.holdersError ? [`:warning: fuser could not list the device holders: ${esc(s.holdersError)}`] : []),
     ...(s.view === 'container' && s.holders.length === 0 && s.kernelMounts.length > 0
       ? [`fuser shows only \`kernel mount\` rows (bind mounts, not processes)`]
       : []),

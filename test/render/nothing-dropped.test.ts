@@ -216,3 +216,26 @@ describe('tables say "+N more" and the full list is reachable in the thread', ()
     for (const p of s.processes) expect(all).toContain(p.name ?? '');
   });
 });
+
+describe('a failed fuser is shown with its error', () => {
+  it('container view: the fuser error is in the thread, and the flag does not point at holders that are not there', async () => {
+    const s: MachineSnapshot = {
+      ...busy('ct129', 2, 0),
+      view: 'container',
+      holders: [],
+      holdersError: 'fuser: Specified filename /dev/nvidia* does not exist.',
+    };
+    const meta: IncidentMeta = { id: INC, kind: 'status', requester: 'U0REQUEST', channel: C, targets: ['ct129'], text: '', reason: null, createdAt: AT };
+    const views = renderIncident(meta, [
+      { type: 'requested', at: AT, id: '1-0' },
+      { type: 'snapshot', at: AT, label: 'status', snapshot: s, commands: [], id: '1-1' },
+    ]);
+    await post(views);
+    const reply = views.find((v) => v.key === 'ev:1-1');
+    for (const shown of [reply?.text ?? '', visible(reply ?? { key: '', placement: 'reply', text: '', blocks: [] })]) {
+      expect(shown).toContain('fuser could not list the device holders: fuser: Specified filename /dev/nvidia∗ does not exist.');
+      expect(shown).not.toContain('see holders below');
+      expect(shown).toMatch(/GPU 0: 96,000 MiB in use and no process listed .*holders are unknown/);
+    }
+  });
+});
