@@ -395,7 +395,7 @@ describe('slack/manifest.yaml', () => {
   });
 
   it('asks for exactly the bot scopes the code uses, each justified in a comment, and no user scopes', () => {
-    expect([...m.oauth_config.scopes.bot].sort()).toEqual(['chat:write', 'chat:write.public', 'commands']);
+    expect([...m.oauth_config.scopes.bot].sort()).toEqual(['channels:history', 'chat:write', 'chat:write.public', 'commands', 'groups:history']);
     expect(m.oauth_config.scopes.user).toBeUndefined();
     const lines = raw.split('\n');
     for (const s of m.oauth_config.scopes.bot) {
