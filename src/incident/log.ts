@@ -98,8 +98,22 @@ export class IncidentLog {
     return out;
   }
 
+  /** Records the ref and, atomically, that the view is no longer being posted. */
   async setSlackRef(id: string, key: string, ref: { ts: string; hash: string }): Promise<void> {
-    await this.redis.hset(this.k('inc', id, 'slack'), key, JSON.stringify(ref));
+    await this.redis.multi().hset(this.k('inc', id, 'slack'), key, JSON.stringify(ref)).hdel(this.k('inc', id, 'posting'), key).exec();
+  }
+
+  /**
+   * Notes that a post of this view is about to go out (before chat.postMessage): if the process dies
+   * before `setSlackRef`, the next sync knows the message may already be in Slack and looks for it.
+   */
+  async markPosting(id: string, key: string): Promise<void> {
+    await this.redis.hset(this.k('inc', id, 'posting'), key, '1');
+  }
+
+  /** Views whose post went out (or was about to) with no ts recorded since. */
+  async posting(id: string): Promise<Set<string>> {
+    return new Set(await this.redis.hkeys(this.k('inc', id, 'posting')));
   }
 
   async recent(limit: number): Promise<string[]> {

@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { App, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
-import type { SlackPoster } from './outbox.ts';
+import { viewMetadata, viewTagOf, type SlackPoster } from './outbox.ts';
 import { requestTimeProblem, signatureProperties } from './replay-guard.ts';
 
 export interface SlackAppOptions {
@@ -31,6 +31,9 @@ export interface SlackApp {
   connectionProblem(): string | null;
   stop(): Promise<void>;
 }
+
+/** 200 messages a page: 10,000 messages of a thread or of the channel since the incident opened. */
+const LOOKUP_MAX_PAGES = 50;
 
 export function createSlackApp(o: SlackAppOptions): SlackApp {
   const clientOptions = {
@@ -64,11 +67,28 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
         text: m.text,
         ...(m.threadTs ? { thread_ts: m.threadTs } : {}),
         ...(m.blocks ? { blocks: m.blocks } : {}),
+        metadata: viewMetadata(m.tag),
         unfurl_links: false,
         unfurl_media: false,
       });
       if (typeof r.ts !== 'string') throw new Error('chat.postMessage returned no ts');
       return { ts: r.ts };
+    },
+    async findTagged(q) {
+      // Every page (cursor) is read: a long thread or a busy channel must not hide the message.
+      let cursor: string | undefined;
+      for (let page = 0; page < LOOKUP_MAX_PAGES; page++) {
+        const r = q.threadTs
+          ? await app.client.conversations.replies({ channel: q.channel, ts: q.threadTs, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {}) })
+          : await app.client.conversations.history({ channel: q.channel, oldest: q.oldest, inclusive: true, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {}) });
+        for (const msg of r.messages ?? []) {
+          const tag = viewTagOf(msg);
+          if (tag && tag.incident === q.incident && tag.viewKey === q.viewKey && typeof msg.ts === 'string') return { ts: msg.ts, viewHash: tag.viewHash };
+        }
+        cursor = r.response_metadata?.next_cursor || undefined;
+        if (!r.has_more || !cursor) return null;
+      }
+      throw new Error(`no answer after ${LOOKUP_MAX_PAGES} pages of ${q.channel}; will look again later`);
     },
     async update(m) {
       await app.client.chat.update({ channel: m.channel, ts: m.ts, text: m.text, ...(m.blocks ? { blocks: m.blocks } : {}) });

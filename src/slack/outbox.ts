@@ -1,15 +1,53 @@
 import { createHash } from 'node:crypto';
 import type { types } from '@slack/bolt';
+import type { IncidentMeta } from '../incident/events.ts';
 import type { IncidentLog } from '../incident/log.ts';
 import type { MessageView } from '../render/status.ts';
 import { renderThread } from '../render/thread.ts';
 import type { Logger } from '../logger.ts';
 
-/** The two Slack calls the outbox needs; a thin adapter over WebClient in production. */
-export interface SlackPoster {
-  post(m: { channel: string; threadTs?: string; text: string; blocks?: types.KnownBlock[] }): Promise<{ ts: string }>;
-  update(m: { channel: string; ts: string; text: string; blocks?: types.KnownBlock[] }): Promise<void>;
+/** What every message the outbox posts carries as Slack message metadata, to be found again after a crash. */
+export interface ViewTag {
+  incident: string;
+  viewKey: string;
+  /** Hash of the content posted, so a found message is updated only if the view changed since. */
+  viewHash: string;
 }
+
+/** Slack metadata event_type of gpu-medic's thread messages. */
+export const VIEW_EVENT_TYPE = 'gpu_medic_view';
+
+/** The Slack calls the outbox needs; a thin adapter over WebClient in production. */
+export interface SlackPoster {
+  post(m: { channel: string; threadTs?: string; text: string; blocks?: types.KnownBlock[]; tag: ViewTag }): Promise<{ ts: string }>;
+  update(m: { channel: string; ts: string; text: string; blocks?: types.KnownBlock[] }): Promise<void>;
+  /**
+   * The message carrying `tag` (incident and view key), if Slack has one: in the thread of
+   * `threadTs` (conversations.replies), or among the channel's top-level messages since `oldest`
+   * (conversations.history), both with include_all_metadata and followed through every page.
+   */
+  findTagged(q: { channel: string; threadTs?: string; oldest: string; incident: string; viewKey: string }): Promise<{ ts: string; viewHash: string } | null>;
+}
+
+/** A message's metadata when it is one of ours for this incident and view; anything else is not trusted. */
+export function viewTagOf(message: unknown): ViewTag | null {
+  if (typeof message !== 'object' || message === null) return null;
+  const md = (message as { metadata?: unknown }).metadata;
+  if (typeof md !== 'object' || md === null) return null;
+  const { event_type: type, event_payload: p } = md as { event_type?: unknown; event_payload?: unknown };
+  if (type !== VIEW_EVENT_TYPE || typeof p !== 'object' || p === null) return null;
+  const { incident, view_key: viewKey, view_hash: viewHash } = p as Record<string, unknown>;
+  if (typeof incident !== 'string' || typeof viewKey !== 'string' || typeof viewHash !== 'string') return null;
+  return { incident, viewKey, viewHash };
+}
+
+/** Slack metadata for a tag (event_payload keys in Slack's snake_case). */
+export function viewMetadata(t: ViewTag): { event_type: string; event_payload: Record<string, string> } {
+  return { event_type: VIEW_EVENT_TYPE, event_payload: { incident: t.incident, view_key: t.viewKey, view_hash: t.viewHash } };
+}
+
+/** Lookups start this long before the incident was opened (the bot's clock against Slack's). */
+const LOOKUP_SKEW_MS = 10 * 60 * 1000;
 
 /** Slack errors that will not go away by retrying the same message. */
 const BLOCK_ERRORS = new Set(['invalid_blocks', 'invalid_blocks_format', 'msg_blocks_too_long']);
@@ -121,16 +159,16 @@ export class Outbox {
     const cursor = events.length > 0 ? (events[events.length - 1]?.id ?? '0-0') : '0-0';
     const views = renderThread(meta, events);
     const refs = await this.o.log.slackRefs(id);
+    const posting = await this.o.log.posting(id);
     let parentTs = refs.get('parent')?.ts;
     if (!parentTs && views.some((v) => v.placement === 'reply')) {
       // First post of a thread whose results are already in: open it as "requested" and let the
       // final parent update below follow the replies, so "done" never shows above an empty thread.
       const opening = renderThread(meta, events.filter((e) => e.type === 'requested')).find((v) => v.placement === 'parent');
       if (opening) {
-        const { ts } = await this.withBlockFallback(opening, (blocks) => this.o.poster.post({ channel: meta.channel, text: opening.text, blocks }));
-        await this.o.log.setSlackRef(id, 'parent', { ts, hash: hashOf(opening) });
-        refs.set('parent', { ts, hash: hashOf(opening) });
-        parentTs = ts;
+        const ref = await this.postOnce(id, meta, opening, posting, undefined);
+        refs.set('parent', ref);
+        parentTs = ref.ts;
       }
     }
     // Replies first, then the parent's state line: a reader who sees "done" finds the whole thread.
@@ -145,13 +183,63 @@ export class Outbox {
         continue;
       }
       if (v.placement === 'reply' && !parentTs) throw new Error('thread parent not posted yet');
-      const { ts } = await this.withBlockFallback(v, (blocks) =>
-        this.o.poster.post({ channel: meta.channel, ...(v.placement === 'reply' && parentTs ? { threadTs: parentTs } : {}), text: v.text, blocks }),
-      );
-      await this.o.log.setSlackRef(id, v.key, { ts, hash });
-      if (v.placement === 'parent') parentTs = ts;
+      const posted = await this.postOnce(id, meta, v, posting, v.placement === 'reply' ? parentTs : undefined);
+      if (posted.hash !== hash) {
+        // Found in Slack from before a crash, with what the view said then: bring it up to date.
+        await this.withBlockFallback(v, (blocks) => this.o.poster.update({ channel: meta.channel, ts: posted.ts, text: v.text, blocks }));
+        await this.o.log.setSlackRef(id, v.key, { ts: posted.ts, hash });
+      }
+      if (v.placement === 'parent') parentTs = posted.ts;
     }
     await this.o.log.markRendered(id, cursor);
+  }
+
+  /**
+   * Posts a view that has no recorded ts, exactly once even across a crash: the intent is recorded
+   * before chat.postMessage and cleared with the ts; a view still marked from an earlier attempt is
+   * first looked up in Slack by its metadata tag (that attempt may have reached Slack with its
+   * answer lost), and only posted if Slack has no such message. Returns the ref recorded.
+   */
+  private async postOnce(id: string, meta: IncidentMeta, v: MessageView, posting: Set<string>, threadTs: string | undefined): Promise<{ ts: string; hash: string }> {
+    const hash = hashOf(v);
+    if (posting.has(v.key)) {
+      const found = await this.lookup(id, meta, v.key, threadTs);
+      if (found) {
+        this.o.logger.info({ incident: id, key: v.key, ts: found.ts }, 'message found in Slack from an attempt before a restart; not posting it again');
+        const ref = { ts: found.ts, hash: found.viewHash };
+        await this.o.log.setSlackRef(id, v.key, ref);
+        posting.delete(v.key);
+        return ref;
+      }
+    }
+    await this.o.log.markPosting(id, v.key);
+    posting.add(v.key);
+    const tag: ViewTag = { incident: id, viewKey: v.key, viewHash: hash };
+    const { ts } = await this.withBlockFallback(v, (blocks) =>
+      this.o.poster.post({ channel: meta.channel, ...(threadTs ? { threadTs } : {}), text: v.text, blocks, tag }),
+    );
+    await this.o.log.setSlackRef(id, v.key, { ts, hash });
+    posting.delete(v.key);
+    return { ts, hash };
+  }
+
+  /**
+   * Slack's copy of a view from an earlier attempt, or null. A refusal Slack will repeat (a missing
+   * history scope, a channel the bot left) must not block the thread for good: it is logged and the
+   * view is posted (a possible double, said so in the log). Anything transient (network, 5xx, 429)
+   * is thrown, so the sync is retried later and nothing is posted blind.
+   */
+  private async lookup(id: string, meta: IncidentMeta, key: string, threadTs: string | undefined): Promise<{ ts: string; viewHash: string } | null> {
+    const opened = Date.parse(meta.createdAt);
+    const oldestMs = Number.isFinite(opened) ? Math.max(0, opened - LOOKUP_SKEW_MS) : 0;
+    try {
+      return await this.o.poster.findTagged({ channel: meta.channel, ...(threadTs ? { threadTs } : {}), oldest: (oldestMs / 1000).toFixed(6), incident: id, viewKey: key });
+    } catch (err) {
+      const code = slackErrorCode(err);
+      if (code === null || code === 'ratelimited') throw err;
+      this.o.logger.error({ incident: id, key, slackError: code }, 'could not look for an earlier post of this message (Slack refused the lookup); posting it, it may show twice');
+      return null;
+    }
   }
 
   /** If Slack refuses our blocks (e.g. a table it cannot show), the monospace `text` still gets through. */

@@ -256,4 +256,56 @@ describe('fake Slack Web API', () => {
     await client.auth.test();
     await expect(fake.waitFor(() => fake.messages(C).length > 0, 50)).rejects.toThrow(/auth\.test 200/);
   });
+
+  it('keeps message metadata and returns it only with include_all_metadata, from history and replies', async () => {
+    const metadata = { event_type: 'gpu_medic_view', event_payload: { incident: 'inc_1', view_key: 'parent' } };
+    const p = await client.chat.postMessage({ channel: C, text: 'parent', metadata });
+    await client.chat.postMessage({ channel: C, text: 'reply', thread_ts: p.ts!, metadata: { event_type: 'gpu_medic_view', event_payload: { view_key: 'r' } } });
+    await client.chat.update({ channel: C, ts: p.ts!, text: 'parent, edited' });
+    const plain = await client.conversations.history({ channel: C });
+    expect(plain.messages?.[0]).not.toHaveProperty('metadata');
+    const withMd = await client.conversations.history({ channel: C, include_all_metadata: true });
+    expect(withMd.messages?.map((m) => [m.text, m.metadata])).toEqual([['parent, edited', metadata]]);
+    const replies = await client.conversations.replies({ channel: C, ts: p.ts!, include_all_metadata: true });
+    expect(replies.messages?.map((m) => m.metadata?.event_payload)).toEqual([metadata.event_payload, { view_key: 'r' }]);
+    await expect(client.apiCall('chat.postMessage', { channel: C, text: 'x', metadata: JSON.stringify({ event_type: 'has space', event_payload: {} }) })).rejects.toMatchObject({ data: { error: 'invalid_metadata_format' } });
+    await expect(client.apiCall('chat.postMessage', { channel: C, text: 'x', metadata: JSON.stringify({ event_type: 'ok' }) })).rejects.toMatchObject({ data: { error: 'invalid_metadata_format' } });
+  });
+
+  it('pages history (newest first, oldest exclusive unless inclusive) and replies (oldest first) with cursors', async () => {
+    const ts: string[] = [];
+    for (let i = 0; i < 5; i++) ts.push((await client.chat.postMessage({ channel: C, text: `m${i}` })).ts!);
+    for (let i = 0; i < 4; i++) await client.chat.postMessage({ channel: C, text: `r${i}`, thread_ts: ts[0]! });
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const r = await client.conversations.history({ channel: C, limit: 2, oldest: ts[1]!, ...(cursor ? { cursor } : {}) });
+      pages++;
+      seen.push(...(r.messages ?? []).map((m) => m.text ?? ''));
+      cursor = r.has_more ? r.response_metadata?.next_cursor : undefined;
+    } while (cursor);
+    expect(seen).toEqual(['m4', 'm3', 'm2']);
+    expect(pages).toBe(2);
+    const inclusive = await client.conversations.history({ channel: C, oldest: ts[1]!, inclusive: true });
+    expect(inclusive.messages?.map((m) => m.text)).toEqual(['m4', 'm3', 'm2', 'm1']);
+    const first = await client.conversations.replies({ channel: C, ts: ts[0]!, limit: 3 });
+    expect(first.messages?.map((m) => m.text)).toEqual(['m0', 'r0', 'r1']);
+    expect(first.has_more).toBe(true);
+    const rest = await client.conversations.replies({ channel: C, ts: ts[0]!, limit: 3, cursor: first.response_metadata!.next_cursor! });
+    expect(rest.messages?.map((m) => m.text)).toEqual(['r2', 'r3']);
+    expect(rest.has_more).toBe(false);
+    await expect(client.conversations.replies({ channel: C, ts: ts[0]!, cursor: 'bm90LW91cnM=' })).rejects.toMatchObject({ data: { error: 'invalid_cursor' } });
+  });
+
+  it('interceptNext performs the call or not, runs the hook, and drops the connection unanswered', async () => {
+    let hooked = 0;
+    fake.interceptNext({ method: 'chat.postMessage', perform: true, then: () => hooked++ });
+    await expect(client.chat.postMessage({ channel: C, text: 'lost answer' })).rejects.toThrow();
+    fake.interceptNext({ method: 'chat.postMessage', match: (b) => b.text === 'never', perform: false, then: () => hooked++ });
+    await client.chat.postMessage({ channel: C, text: 'through' });
+    await expect(client.chat.postMessage({ channel: C, text: 'never' })).rejects.toThrow();
+    expect(hooked).toBe(2);
+    expect(fake.messages(C).map((m) => m.text)).toEqual(['lost answer', 'through']);
+  });
 });

@@ -28,7 +28,7 @@ function results(events: readonly AnyLoggedEvent[]): Set<string> {
   return got;
 }
 
-export async function judgeThread(s: Stack, incidentId: string): Promise<ThreadVerdict> {
+export async function judgeThread(s: Pick<Stack, 'redis' | 'prefix' | 'slack'>, incidentId: string): Promise<ThreadVerdict> {
   const log = new IncidentLog(s.redis, s.prefix);
   const meta = await log.meta(incidentId);
   if (!meta) return { eventsComplete: false, threadExact: false, messagesOff: 1, detail: 'no incident meta (lost)' };

@@ -22,6 +22,19 @@
  *   undocumented: empty raw_text cells are rejected; we reject them as well.
  * - 429 carries `Retry-After: <seconds>` and `{ok:false,error:'ratelimited'}`.
  * - response_url: usable up to 5 times within 30 minutes.
+ * - Message metadata (docs.slack.dev/messaging/message-metadata): `metadata` on chat.postMessage /
+ *   chat.update is `{ event_type, event_payload }` (event_type a short alphanumeric/underscore
+ *   string, event_payload an object), else `invalid_metadata_format`; chat.update without
+ *   `metadata` keeps the message's metadata. Reading methods return a message's `metadata` only
+ *   when called with `include_all_metadata=true`.
+ * - conversations.history: top-level messages of a channel (thread replies only when broadcast),
+ *   newest first, within `oldest`/`latest` (exclusive unless `inclusive`), `limit` default 100,
+ *   at most 999 (Slack recommends ≤ 200). conversations.replies: parent then replies, oldest first,
+ *   `limit` default 1000; `ts` may be the parent or any reply; `thread_not_found` for an unknown
+ *   ts. Both paginate with cursors: `has_more` plus `response_metadata.next_cursor`
+ *   (base64 `next_ts:<ts>`, as Slack's look), `invalid_cursor` for one we did not issue. Both are
+ *   Tier 3 (50+/min) for internal apps; Slack's 2025 limits for commercially distributed
+ *   non-Marketplace apps (1 call/min, 15 messages) are not modelled (gpu-medic is an internal app).
  *
  * How @slack/web-api 8.2 (WebClient.makeRequest + p-retry 4) reacts to what this server sends:
  * - 429 with a numeric Retry-After: pauses the client's whole request queue for Retry-After
@@ -96,6 +109,20 @@ export interface StoredMessage {
   edited?: { user: string; ts: string };
   /** Earlier versions, oldest first, each as it was before a chat.update. */
   history: Array<{ text: string; blocks?: unknown[]; attachments?: unknown[] }>;
+  /** Message metadata as posted (Slack returns it only with include_all_metadata). */
+  metadata?: { event_type: string; event_payload: Record<string, unknown> };
+}
+
+/** What an intercepted call does (`interceptNext`): the hook runs, then the connection is dropped unanswered. */
+export interface Intercept {
+  /** Web API method, e.g. `chat.postMessage`; `'*'` for any. */
+  method: string;
+  /** Only calls whose parsed body satisfies this count (default: every call to `method`). */
+  match?: (body: Record<string, unknown>, method: string) => boolean;
+  /** `true`: Slack performs the call (the message is stored) and the answer is lost; `false`: the call never took effect. */
+  perform: boolean;
+  /** Runs after the call was (or was not) performed and before the connection is dropped, e.g. SIGKILL the caller. */
+  then: () => void;
 }
 
 export interface EphemeralMessage {
@@ -154,6 +181,7 @@ const DEFAULT_METHOD_LIMITS: Record<string, BucketSpec> = {
   'chat.postEphemeral': tier(100), // Tier 4
   'chat.delete': tier(50), // Tier 3
   'conversations.replies': tier(50), // Tier 3 for internal apps
+  'conversations.history': tier(50), // Tier 3 for internal apps
 };
 
 export interface FakeSlackOptions {
@@ -200,6 +228,11 @@ export interface FakeSlack {
    * `timeoutMs` (default 3000) with the recent calls in the message, to make failures readable.
    */
   waitFor<T>(predicate: () => T | undefined | null | false, timeoutMs?: number): Promise<T>;
+  /**
+   * The next call matching `i` is intercepted once: performed or not, then `i.then()` runs and the
+   * connection is destroyed without an answer (a crash of the caller at that point, or a lost reply).
+   */
+  interceptNext(i: Intercept): void;
   /** The next `count` calls to `method` (`'*'`: any method, `'response_url'`: response URLs) fail. */
   failNext(method: string, count: number, fault: Fault): void;
   enableRateLimits(config?: RateLimitConfig): void;
@@ -565,6 +598,7 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
   let rateLimits: { postMessage: BucketSpec; methods: Record<string, BucketSpec> } | undefined;
   let buckets = new Map<string, Bucket>();
   let unreachable = false;
+  let intercepts: Intercept[] = [];
   const sockets = new Set<Socket>();
 
   const nextTs = (channel: string): string => {
@@ -630,7 +664,7 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     return { status: fault.status, body: { ok: false, error: 'fatal_error', fake_body: fault.body ?? 'upstream failure' } };
   };
 
-  const toMessageView = (m: StoredMessage): Json => ({
+  const toMessageView = (m: StoredMessage, withMetadata = false): Json => ({
     type: 'message',
     ...(m.bot_id ? { subtype: 'bot_message', bot_id: m.bot_id, app_id: appId } : {}),
     user: m.user,
@@ -641,8 +675,55 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     ...(m.thread_ts ? { thread_ts: m.thread_ts } : {}),
     ...(m.thread_ts === undefined && m.reply_count > 0 ? { thread_ts: m.ts, reply_count: m.reply_count } : {}),
     ...(m.edited ? { edited: m.edited } : {}),
+    ...(withMetadata && m.metadata ? { metadata: m.metadata } : {}),
     team: teamId,
   });
+
+  /** `{event_type, event_payload}` or undefined when absent; Slack's error for anything else. */
+  const parseMetadata = (v: unknown): StoredMessage['metadata'] => {
+    if (v === undefined || v === '') return undefined;
+    if (!isRecord(v) || typeof v.event_type !== 'string' || !/^[A-Za-z0-9_]{1,255}$/.test(v.event_type) || !isRecord(v.event_payload)) {
+      throw new SlackApiError('invalid_metadata_format');
+    }
+    return { event_type: v.event_type, event_payload: { ...v.event_payload } };
+  };
+
+  /** One page of `list` (already in answer order) after `cursor`, Slack-style. */
+  const page = (list: StoredMessage[], body: Json, defaultLimit: number, maxLimit: number): { items: StoredMessage[]; next: string | undefined } => {
+    const rawLimit = str(body.limit);
+    const limit = rawLimit === undefined ? defaultLimit : Math.min(maxLimit, Math.max(1, Math.floor(Number(rawLimit)) || defaultLimit));
+    let start = 0;
+    const cursor = str(body.cursor);
+    if (cursor !== undefined && cursor !== '') {
+      const m = /^next_ts:(\d+\.\d{6})$/.exec(Buffer.from(cursor, 'base64').toString('utf8'));
+      const at = m?.[1] === undefined ? -1 : list.findIndex((x) => x.ts === m[1]);
+      if (at < 0) throw new SlackApiError('invalid_cursor');
+      start = at;
+    }
+    const items = list.slice(start, start + limit);
+    const following = list[start + limit];
+    return { items, next: following ? Buffer.from(`next_ts:${following.ts}`).toString('base64') : undefined };
+  };
+
+  /** `oldest` / `latest` / `inclusive` as Slack applies them (latest defaults to now). */
+  const inWindow = (body: Json): ((m: StoredMessage) => boolean) => {
+    const oldest = microsFromTs(normTs(str(body.oldest) ?? '0'));
+    const latest = str(body.latest) === undefined ? undefined : microsFromTs(normTs(str(body.latest) ?? '0'));
+    const inclusive = bool(body.inclusive) === true;
+    return (m) => {
+      const t = microsFromTs(m.ts) ?? 0n;
+      if (oldest !== undefined && (inclusive ? t < oldest : t <= oldest)) return false;
+      if (latest !== undefined && (inclusive ? t > latest : t >= latest)) return false;
+      return true;
+    };
+  };
+
+  /** `1764495287` or `1764495287.5` → `1764495287.500000` (Slack accepts both for oldest/latest). */
+  const normTs = (v: string): string => {
+    const m = /^(\d+)(?:\.(\d{1,6}))?$/.exec(v);
+    if (!m || m[1] === undefined) throw new SlackApiError('invalid_ts_oldest');
+    return `${m[1]}.${(m[2] ?? '').padEnd(6, '0')}`;
+  };
 
   const methods: Record<string, (body: Json) => Json> = {
     'api.test': (body) => ({ ok: true, args: body }),
@@ -667,10 +748,12 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
         parent = findMessage(channel, threadTs);
         if (!parent || parent.thread_ts !== undefined) throw new SlackApiError('thread_not_found');
       }
+      const metadata = parseMetadata(body.metadata);
       const ts = nextTs(channel);
       const msg: StoredMessage = {
         channel,
         ts,
+        ...(metadata ? { metadata } : {}),
         text: str(body.text) ?? '',
         user: botUserId,
         bot_id: botId,
@@ -694,6 +777,7 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       if (!msg) throw new SlackApiError('message_not_found');
       if (msg.bot_id !== botId) throw new SlackApiError('cant_update_message');
       checkMessagePayload(body, false);
+      const metadata = parseMetadata(body.metadata);
       const text = str(body.text);
       const blocks = Array.isArray(body.blocks) ? body.blocks : undefined;
       const attachments = Array.isArray(body.attachments) ? body.attachments : undefined;
@@ -713,6 +797,7 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
         if (attachments.length === 0) delete msg.attachments;
         else msg.attachments = attachments;
       }
+      if (metadata) msg.metadata = metadata;
       msg.edited = { user: botUserId, ts: tsFromMicros(BigInt(Math.floor(now())) * 1000n) };
       return { ok: true, channel, ts, text: msg.text, message: toMessageView(msg) };
     },
@@ -743,7 +828,29 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       const parentTs = ts === undefined ? undefined : (findMessage(channel, ts)?.thread_ts ?? ts);
       const thread = parentTs === undefined ? [] : threadOf(channel, parentTs);
       if (thread.length === 0) throw new SlackApiError('thread_not_found');
-      return { ok: true, messages: thread.map(toMessageView), has_more: false };
+      const { items, next } = page(thread.filter(inWindow(body)), body, 1000, 1000);
+      const withMetadata = bool(body.include_all_metadata) === true;
+      return {
+        ok: true,
+        messages: items.map((m) => toMessageView(m, withMetadata)),
+        has_more: next !== undefined,
+        ...(next !== undefined ? { response_metadata: { next_cursor: next } } : {}),
+      };
+    },
+    'conversations.history': (body) => {
+      const channel = str(body.channel);
+      if (!validChannel(channel)) throw new SlackApiError('channel_not_found');
+      const top = (channels.get(channel) ?? []).filter((m) => m.thread_ts === undefined || m.reply_broadcast === true);
+      const newestFirst = top.filter(inWindow(body)).sort((a, b) => compareTs(b.ts, a.ts));
+      const { items, next } = page(newestFirst, body, 100, 999);
+      const withMetadata = bool(body.include_all_metadata) === true;
+      return {
+        ok: true,
+        messages: items.map((m) => toMessageView(m, withMetadata)),
+        has_more: next !== undefined,
+        pin_count: 0,
+        ...(next !== undefined ? { response_metadata: { next_cursor: next } } : {}),
+      };
     },
   };
 
@@ -851,6 +958,16 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
           try {
             body = parseBody(raw, contentType);
             if (req.method === 'GET') for (const [k, v] of url.searchParams) body[k] = v;
+            const hit = intercepts.find((i) => (i.method === method || i.method === '*') && (i.match?.(body, method) ?? true));
+            if (hit) {
+              intercepts = intercepts.filter((i) => i !== hit);
+              const performed = hit.perform ? handleApi(method, body, req.headers.authorization) : { status: 0, body: { ok: false, error: 'intercepted' } };
+              const { token: _t, ...rest } = body;
+              calls.push({ method, body: rest, at, status: 0, response: { intercepted: true, performed: hit.perform, result: performed.body }, headers });
+              hit.then();
+              req.socket.destroy();
+              return;
+            }
             result = handleApi(method, body, req.headers.authorization);
           } catch (e) {
             if (!(e instanceof SlackApiError) && !(e instanceof SyntaxError)) throw e;
@@ -943,6 +1060,9 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
         await new Promise((r) => setTimeout(r, 10));
       }
     },
+    interceptNext: (i) => {
+      intercepts.push(i);
+    },
     failNext: (method, count, fault) => {
       faults.push({ method, remaining: count, fault });
     },
@@ -969,6 +1089,7 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       responses = [];
       responseUrls = new Map();
       faults = [];
+      intercepts = [];
       buckets = new Map();
     },
     close: () =>
