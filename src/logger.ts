@@ -13,6 +13,9 @@ const SECRET_KEYS = [
   'SLACK_BOT_TOKEN',
   'SLACK_APP_TOKEN',
   'SLACK_SIGNING_SECRET',
+  'GPU_MEDIC_WORKER_SECRET',
+  'workerSecret',
+  'planKey',
   'response_url',
   'responseUrl',
 ];

@@ -18,6 +18,7 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     logger: logger.child({ component: 'worker' }),
     sites: env.GPU_MEDIC_SITES,
     approvers: env.GPU_MEDIC_APPROVERS,
+    workerSecret: env.GPU_MEDIC_WORKER_SECRET,
     approvalTtlMs: env.GPU_MEDIC_APPROVAL_TTL_SEC * 1000,
     graceMs: env.GPU_MEDIC_TERM_GRACE_SEC * 1000,
     releaseTimeoutMs: env.GPU_MEDIC_RELEASE_TIMEOUT_SEC * 1000,

@@ -13,6 +13,7 @@ import { createDispatcher } from '../src/queue/dispatcher.ts';
 import type { Logger } from '../src/logger.ts';
 import { JobSchema, queueName } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
+import { planKeyFor } from './plan-key.ts';
 import { runStatusJob } from './status.ts';
 import { runDecisionJob, runExpireJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
 
@@ -28,6 +29,10 @@ export interface WorkerGroupOptions {
   /** Jobs run at once per site queue. Default 8. */
   concurrency?: number;
   now?: () => Date;
+  /** Key of the plan seal; default `planKeyFor(workerSecret, inventory)` (workers/plan-key.ts). */
+  planKey?: Buffer;
+  /** GPU_MEDIC_WORKER_SECRET: worker-only; the plan seal key is derived from it when set. */
+  workerSecret?: string;
   /** Slack user IDs who may approve host-level steps (frozen into each approval). */
   approvers?: string[];
   /** Default 900 s. */
@@ -65,6 +70,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     lock: new TargetLock(connection, o.prefix),
     dispatcher,
     approvers: o.approvers ?? [],
+    planKey: o.planKey ?? planKeyFor(o.workerSecret, o.inventory, o.logger),
     approvalTtlMs: o.approvalTtlMs ?? 900_000,
     timing: {
       graceMs: o.graceMs ?? 10_000,

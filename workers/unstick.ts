@@ -1,4 +1,4 @@
-import type { ApprovalStore } from '../src/approval/approval-store.ts';
+import { ApprovalStore } from '../src/approval/approval-store.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config/machines.ts';
 import { isStuck, type ContainerFailure, type Diagnosis } from '../src/gpu/diagnose.ts';
@@ -10,7 +10,8 @@ import type { IncidentLog } from '../src/incident/log.ts';
 import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
-import { planUnstick, stepHash, type Step } from '../src/playbooks/unstick-plan.ts';
+import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
+import { planUnstick, restrictStep, stepCommands, stepHash, type Step } from '../src/playbooks/unstick-plan.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
 import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
@@ -26,8 +27,16 @@ export interface UnstickWorkerDeps {
   lock: TargetLock;
   /** Schedules the expiry job: enqueue(site, { kind: 'expire', incidentId, approvalId }, jobId, { delayMs }). */
   dispatcher: Dispatcher;
-  /** Slack user IDs who may decide host-level steps; frozen into each approval when it is created. */
+  /**
+   * Slack user IDs who may decide host-level steps: frozen into each approval when it is created,
+   * and checked again (live) before an approved step runs.
+   */
   approvers: string[];
+  /**
+   * Key of the plan seal (src/playbooks/plan-seal.ts), held by workers only: an approved step runs
+   * only from a plan sealed with it, its commands rebuilt from the templates.
+   */
+  planKey: Buffer;
   approvalTtlMs: number;
   timing: { graceMs: number; releaseTimeoutMs: number; pollIntervalMs: number; commandTimeoutMs: number };
   now(): Date;
@@ -192,7 +201,12 @@ class IncidentRun {
     if (events.some((e) => e.type === 'approval_requested' && e.stepId === step.id)) return 'already';
     if (!(await this.claimOnce(`${APPROVAL_KEY}${step.id}`, (e) => e.type === 'approval_requested' && e.stepId === step.id))) return 'already';
     const now = this.deps.now().getTime();
+    // The seal names the approval, so a sealed plan cannot be moved to another approval or incident.
+    const id = ApprovalStore.newId();
+    const seal = sealStep({ incidentId: this.incidentId, approvalId: id, container: t.container.id, vmid: t.container.vmid, step }, this.deps.planKey);
     const approval = await this.deps.approvals.create({
+      id,
+      seal,
       incidentId: this.incidentId,
       stepId: step.id,
       planHash: stepHash(step),
@@ -281,6 +295,11 @@ export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): P
     await run.error('internal', `incident ${job.incidentId} has no record (requester unknown), so no approval could be asked for. Nothing was run.`);
     return run.finish(null, null);
   }
+  // The job's data is not the record: the incident names its target; a job naming another is refused (and closes nothing).
+  if (meta.targets[0] !== job.machineId) {
+    await run.error('job_mismatch', `this job names \`${job.machineId}\` but incident ${job.incidentId} is about \`${meta.targets[0] ?? '?'}\`; nothing was run.`);
+    return;
+  }
 
   const r0 = await run.read(t, 'before');
   if (!r0) {
@@ -297,7 +316,13 @@ export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): P
   const earlier = events.find((e): e is Ev<'step_started'> => e.type === 'step_started' && e.kind === 'container_signal');
   // It ran to its end before the worker died: this fresh look is its after; nothing is run again.
   if (earlier && events.some((e) => e.type === 'step_finished' && e.stepId === earlier.stepId)) return run.next(t, meta, first, before);
-  const tier1 = run.plan(t, earlier ? first : before).steps.find((s) => s.tier === 1);
+  // Only processes this attempt's own readings show as GPU holders now: the first attempt's plan
+  // comes back from Redis and is not trusted beyond that. None of them left: a fresh plan (new processes).
+  const fresh = run.plan(t, before).steps.find((s) => s.tier === 1);
+  const firstTier1 = earlier ? run.plan(t, first).steps.find((s) => s.tier === 1) : undefined;
+  const holdersNow = before.gpus.flatMap((g) => g.holders.map((h) => h.process));
+  const resumed = firstTier1 ? restrictStep(firstTier1, holdersNow, { timeoutMs: deps.timing.commandTimeoutMs }) : undefined;
+  const tier1 = resumed && resumed.targets.length > 0 ? resumed : fresh;
   if (!tier1) return run.next(t, meta, first, before);
 
   const res = await run.runStep(t, tier1, { gpus: r0.host.snapshot.gpus, apps: r0.host.snapshot.processes });
@@ -349,10 +374,9 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
     return;
   }
   const meta = await loadMeta(run);
-  const req = events.find((e): e is Ev<'approval_requested'> => e.type === 'approval_requested' && e.approvalId === approval.id);
   const before = firstBefore(events);
   const t = resolveTarget(deps, meta?.targets[0] ?? '');
-  if (!req || !before || !meta || typeof t === 'string') {
+  if (!before || !meta || typeof t === 'string') {
     await run.error('internal', `the incident record has no card for this approval (or no target); nothing was run.`);
     return run.finish(meta, null);
   }
@@ -361,21 +385,46 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
     const after = r ? await run.diagnose(t, r, 'after') : (latestDiagnosis(events) ?? before);
     return run.finish(meta, withNote(verdictOf(before, after), `Denied by <@${approval.decidedBy ?? '?'}>: nothing from the approval card was run.`));
   }
-  // What is run is what the card showed: the step stored with the request, checked against the approved hash.
-  if (stepHash(req.step) !== approval.planHash || req.step.id !== approval.stepId) {
-    await run.error('plan_changed', 'the step in the incident record does not match what was approved; nothing was run. Ask again with `/gpu unstick`.');
-    return run.finish(meta, verdictOf(before, latestDiagnosis(events) ?? before));
+  const stillStuck = (note: string) => run.finish(meta, withNote(verdictOf(before, latestDiagnosis(events) ?? before), note));
+  // The decider is checked again, here, against this worker's live list: Redis only says who decided.
+  const by = approval.decidedBy ?? '';
+  const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !deps.approvers.includes(by) || !approval.approvers.includes(by) ? 'not_approver' : null;
+  if (refusal !== null) {
+    await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: refusal });
+    logger.warn({ by, reason: refusal, event: 'approval_refused' }, 'approved by someone who may not approve it: nothing run');
+    return stillStuck(`The approval by <@${by}> was refused (${refusal === 'self_approval' ? 'the requester cannot approve their own request' : 'not a configured approver'}): nothing from the card was run.`);
   }
+  // What runs is what this worker sealed when it asked, rebuilt from its templates; the stream's copy of the step is only the card's text.
+  const opened = openSeal(approval.seal, deps.planKey);
+  const sealed = opened.ok ? opened.sealed : null;
+  const why = !opened.ok
+    ? opened.why
+    : sealed === null ||
+        sealed.incidentId !== job.incidentId ||
+        sealed.approvalId !== approval.id ||
+        sealed.step.id !== approval.stepId ||
+        sealed.step.tier !== 2 ||
+        sealed.container !== t.container.id ||
+        sealed.vmid !== t.container.vmid ||
+        sealed.step.machineId !== t.host.id
+      ? 'the sealed plan is for another approval, incident or machine'
+      : null;
+  if (sealed === null || why !== null) {
+    await run.error('plan_unverified', `${why ?? 'no sealed plan'}; nothing was run. Ask again with \`/gpu unstick\`.`);
+    logger.warn({ why }, 'approved step without a valid worker seal: nothing run');
+    return stillStuck('The approved step could not be verified as the one this worker planned; nothing from the card was run.');
+  }
+  const step: Step = { ...sealed.step, commands: stepCommands(sealed.step.kind, sealed.step.targets, sealed.step.gpus, { timeoutMs: deps.timing.commandTimeoutMs }) };
   // The step re-checks everything it acts on; the last host snapshot only sets the release baseline.
   const hostSnap = [...events].reverse().find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
-  const res = await run.runStep(t, req.step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });
+  const res = await run.runStep(t, step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });
   const r1 = await run.read(t, 'after');
   if (!r1) {
     await run.error('machine_error', `the approved step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\`.`);
     return run.finish(meta, null);
   }
   // What the container already failed to stop stays host-only in the verdict's next step.
-  const hostOnly: ContainerFailure[] = req.step.targets.map((x) => ({ process: x, reason: x.hostOnlyWhy ?? 'the container could not stop it' }));
+  const hostOnly: ContainerFailure[] = step.targets.map((x) => ({ process: x, reason: x.hostOnlyWhy ?? 'the container could not stop it' }));
   const after = await run.diagnose(t, r1, 'after', hostOnly);
   return run.next(t, meta, before, after);
 }

@@ -19,9 +19,17 @@ export interface Approval {
   state: ApprovalState;
   decidedBy: string | null;
   decidedAt: number | null;
+  /**
+   * The worker's sealed plan (src/playbooks/plan-seal.ts): what a worker acting on this approval
+   * rebuilds its commands from, after checking the seal. Null when none was stored.
+   */
+  seal: { body: string; mac: string } | null;
 }
 
 export interface CreateApproval {
+  /** Chosen by the caller (`ApprovalStore.newId()`) when the seal must name it; default a new one. */
+  id?: string;
+  seal?: { body: string; mac: string };
   incidentId: string;
   stepId: string;
   planHash: string;
@@ -96,6 +104,8 @@ const Stored = z.object({
   state: z.enum(['pending', 'approved', 'denied', 'expired']),
   decidedBy: z.string().optional(),
   decidedAt: z.coerce.number().int().optional(),
+  sealBody: z.string().optional(),
+  sealMac: z.string().optional(),
 });
 
 const Approvers = z.array(z.string());
@@ -127,8 +137,9 @@ export class ApprovalStore {
   }
 
   async create(input: CreateApproval): Promise<Approval> {
+    if (input.id !== undefined && !ApprovalStore.isId(input.id)) throw new Error('not an approval id');
     const approval: Approval = {
-      id: ApprovalStore.newId(),
+      id: input.id ?? ApprovalStore.newId(),
       incidentId: input.incidentId,
       stepId: input.stepId,
       planHash: input.planHash,
@@ -139,6 +150,7 @@ export class ApprovalStore {
       state: 'pending',
       decidedBy: null,
       decidedAt: null,
+      seal: input.seal ?? null,
     };
     const key = this.key(approval.id);
     await this.redis
@@ -153,6 +165,7 @@ export class ApprovalStore {
         createdAt: String(approval.createdAt),
         expiresAt: String(approval.expiresAt),
         state: approval.state,
+        ...(approval.seal ? { sealBody: approval.seal.body, sealMac: approval.seal.mac } : {}),
       })
       .pexpireat(key, approval.expiresAt + this.retentionMs)
       .exec();
@@ -165,13 +178,21 @@ export class ApprovalStore {
     if (Object.keys(raw).length === 0) return null;
     const s = Stored.safeParse(raw);
     if (!s.success) return null;
-    const approvers = Approvers.safeParse(JSON.parse(s.data.approvers));
+    let list: unknown;
+    try {
+      list = JSON.parse(s.data.approvers);
+    } catch {
+      return null;
+    }
+    const approvers = Approvers.safeParse(list);
     if (!approvers.success) return null;
+    const { sealBody, sealMac, ...rest } = s.data;
     return {
-      ...s.data,
+      ...rest,
       approvers: approvers.data,
       decidedBy: s.data.decidedBy ?? null,
       decidedAt: s.data.decidedAt ?? null,
+      seal: sealBody !== undefined && sealMac !== undefined ? { body: sealBody, mac: sealMac } : null,
     };
   }
 

@@ -45,6 +45,12 @@ export const EnvSchema = z.object({
   GPU_MEDIC_ALLOWED_USERS: list,
   /** Users who may approve host-level steps (Slack user IDs, never names). */
   GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+  /**
+   * Worker only (never give it to the bot): the key approved plans are sealed with, so that whoever
+   * writes Redis cannot change what a worker runs. Every worker of a site needs the same value.
+   * Empty: derived from the SSH key files the inventory names.
+   */
+  GPU_MEDIC_WORKER_SECRET: z.string().min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)').optional(),
   /** Seconds an approval stays open. At least 5 so a test can watch a card expire; production wants minutes. */
   GPU_MEDIC_APPROVAL_TTL_SEC: wholeNumber(5, 86_400, 900),
   GPU_MEDIC_TERM_GRACE_SEC: wholeNumber(1, 300, 10),

@@ -112,6 +112,49 @@ function planned(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec,
   return { role, on, argv: spec.argv, display: shellJoin(spec.argv), when, timeoutMs: spec.timeoutMs, ...(gpuHostIndex !== undefined ? { gpuHostIndex } : {}) };
 }
 
+/**
+ * The literal commands of a step, from the fixed templates, for the given targets (by PID) or GPUs
+ * (by host index). The one place a plan's commands are made: planning uses it, and a worker acting
+ * on an approval rebuilds the approved step's commands with it from its own sealed identity set
+ * (plan-seal.ts), never from argv read back from Redis.
+ */
+export function stepCommands(kind: StepKind, targets: readonly ProcessIdentity[], gpus: readonly TargetGpu[], t: { timeoutMs: number }): PlannedCommand[] {
+  switch (kind) {
+    case 'container_signal': {
+      const pids = targets.map((x) => x.containerPid);
+      return [
+        planned('read_procs', 'container', readProcs(pids, t), 'always'),
+        planned('term', 'container', signalPids('TERM', pids, t), 'always'),
+        planned('read_procs', 'container', readProcs(pids, t), 'always'),
+        planned('kill', 'container', signalPids('KILL', pids, t), 'survivors'),
+      ];
+    }
+    case 'host_kill':
+      return [
+        planned('read_procs', 'host', readProcs(targets.map((x) => x.hostPid), t), 'always'),
+        planned('check_apps', 'host', queryComputeApps(t), 'always'),
+        ...targets.map((x) => planned('kill', 'host', hostKill(x.hostPid, t), 'still_matching')),
+      ];
+    case 'host_reset':
+      return gpus.flatMap((g) => {
+        const i = g.hostIndex ?? -1;
+        return [
+          planned('check_apps', 'host', hostGpuApps(i, t), 'always', i),
+          planned('read_persistence', 'host', persistenceMode(i, t), 'always', i),
+          planned('persistence_off', 'host', setPersistence(i, false, t), 'persistence_was_on', i),
+          planned('reset', 'host', gpuReset(i, t), 'always', i),
+          planned('persistence_on', 'host', setPersistence(i, true, t), 'persistence_was_on', i),
+        ];
+      });
+  }
+}
+
+/** A step with only the given targets (same id: the step guard key), its commands rebuilt from the templates. */
+export function restrictStep(step: Step, keep: readonly ProcessIdentity[], t: { timeoutMs: number }): Step {
+  const targets = step.targets.filter((x) => keep.some((k) => sameProcess(k, x) && k.pidNs === x.pidNs));
+  return { ...step, targets, commands: targets.length > 0 || step.kind === 'host_reset' ? stepCommands(step.kind, targets, step.gpus, t) : [] };
+}
+
 /** `container_signal-3f9a0c1b2d4e`: same incident, kind and targets → same id, whatever the order. */
 export function stepId(incidentId: string, kind: StepKind, keys: readonly string[]): string {
   const h = createHash('sha256')
@@ -182,12 +225,7 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       machineId: d.target,
       targets: ct,
       gpus: [],
-      commands: [
-        planned('read_procs', 'container', readProcs(pids, t), 'always'),
-        planned('term', 'container', signalPids('TERM', pids, t), 'always'),
-        planned('read_procs', 'container', readProcs(pids, t), 'always'),
-        planned('kill', 'container', signalPids('KILL', pids, t), 'survivors'),
-      ],
+      commands: stepCommands('container_signal', ct, [], t),
       explanation:
         `Inside ${d.target}: SIGTERM exactly ${ct.length === 1 ? 'this process' : `these ${ct.length} processes`} (container PID ${pids.join(', ')}), ` +
         `wait ${secs(timing.graceMs)}, then SIGKILL only those still running as the same process (same PID and start time). ` +
@@ -206,11 +244,7 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       machineId: d.host,
       targets: host,
       gpus: [],
-      commands: [
-        planned('read_procs', 'host', readProcs(host.map((x) => x.hostPid), t), 'always'),
-        planned('check_apps', 'host', queryComputeApps(t), 'always'),
-        ...host.map((x) => planned('kill', 'host', hostKill(x.hostPid, t), 'still_matching')),
-      ],
+      commands: stepCommands('host_kill', host, [], t),
       explanation:
         `On ${d.host} itself, SIGKILL ${host.length === 1 ? 'this process' : `these ${host.length} processes`} of ${d.target} by host PID ` +
         `(not through \`pct exec\`: that enters the container's PID namespace, where its init ignores signals). ` +
@@ -223,16 +257,7 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
   const orphaned = d.gpus.filter((g) => g.kind === 'orphaned_memory' && g.hostIndex !== null);
   if (orphaned.length > 0) {
     const gpus: TargetGpu[] = orphaned.map((g) => ({ index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: g.usedMiB }));
-    const commands = orphaned.flatMap((g) => {
-      const i = g.hostIndex ?? -1;
-      return [
-        planned('check_apps', 'host', hostGpuApps(i, t), 'always', i),
-        planned('read_persistence', 'host', persistenceMode(i, t), 'always', i),
-        planned('persistence_off', 'host', setPersistence(i, false, t), 'persistence_was_on', i),
-        planned('reset', 'host', gpuReset(i, t), 'always', i),
-        planned('persistence_on', 'host', setPersistence(i, true, t), 'persistence_was_on', i),
-      ];
-    });
+    const commands = stepCommands('host_reset', [], gpus, t);
     const which = orphaned.map((g) => `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}, ${g.usedMiB === null ? '?' : fmt(g.usedMiB)} MiB)`).join(', ');
     steps.push({
       id: stepId(o.incidentId, 'host_reset', gpus.map(gpuKey)),

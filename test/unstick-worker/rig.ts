@@ -72,6 +72,8 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
   const prefix = randomPrefix();
   const { logger, text: logText } = captureLogger('unstick-worker-test');
   const enqueued: Enqueued[] = [];
+  // The workers' seal key: the same for every attempt in a rig, never known to a forger.
+  const planKey = randomBytes(32);
   const dispatcher: Dispatcher = {
     async enqueue(site, data, jobId, o) {
       enqueued.push({ site, data, jobId, delayMs: o?.delayMs });
@@ -101,6 +103,7 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
         lock: rig.lock,
         dispatcher,
         approvers: [APPROVER, 'U0APPROVE2'],
+        planKey,
         approvalTtlMs: TTL_MS,
         timing: TIMING,
         now: () => new Date(Date.now() + rig.clockOffsetMs),

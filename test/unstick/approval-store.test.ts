@@ -40,7 +40,7 @@ describe('ApprovalStore on real Redis', () => {
     expect(a.id).toMatch(/^apr_[A-Za-z0-9_-]{22}$/);
     expect((await store.create(input)).id).not.toBe(a.id);
     const { now: _now, ...fields } = input;
-    expect(await store.get(a.id)).toEqual({ ...fields, id: a.id, createdAt: T0, state: 'pending', decidedBy: null, decidedAt: null });
+    expect(await store.get(a.id)).toEqual({ ...fields, id: a.id, createdAt: T0, state: 'pending', decidedBy: null, decidedAt: null, seal: null });
     const ttl = await redis.pttl(`${prefix}:approval:${a.id}`);
     expect(ttl).toBeGreaterThan(6 * 24 * 3600 * 1000);
   });
