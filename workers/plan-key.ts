@@ -1,5 +1,5 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import type { Inventory } from '../src/config/inventory.ts';
 import type { Logger } from '../src/logger.ts';
 
@@ -16,8 +16,17 @@ export function planKeyFor(secret: string | undefined, inventory: Inventory, log
   if (secret !== undefined && secret !== '') return derive(Buffer.from(secret, 'utf8'), 'worker secret');
   const files = [inventory.defaults.keyFile, ...inventory.hosts.map((h) => h.keyFile), ...inventory.containers.map((c) => c.keyFile)];
   const paths = [...new Set(files.filter((f): f is string => typeof f === 'string' && f !== ''))].sort();
+  // Regular files only: a FIFO or device would block the start, and is not a stable key anyway.
+  const readable = paths.filter((p) => {
+    try {
+      const st = statSync(p);
+      return st.isFile() && st.size > 0 && st.size <= 64 * 1024;
+    } catch {
+      return false;
+    }
+  });
   try {
-    if (paths.length > 0) return derive(Buffer.concat(paths.map((p) => readFileSync(p))), 'ssh keys');
+    if (readable.length > 0) return derive(Buffer.concat(readable.map((p) => readFileSync(p))), 'ssh keys');
   } catch (err) {
     logger.warn({ err: { message: (err as Error).message } }, 'could not read the SSH key files to derive the plan seal key');
   }

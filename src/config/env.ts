@@ -121,7 +121,7 @@ export function settingsFor(role: Role): Setting[] {
 export const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
 
 /** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
-const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set(['GPU_MEDIC_SITES', 'GPU_MEDIC_ALLOWED_CHANNELS', 'GPU_MEDIC_ALLOWED_USERS', 'GPU_MEDIC_APPROVERS', 'GPU_MEDIC_HEALTH_FILE']);
+const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set(['GPU_MEDIC_SITES', 'GPU_MEDIC_ALLOWED_CHANNELS', 'GPU_MEDIC_ALLOWED_USERS', 'GPU_MEDIC_APPROVERS', 'GPU_MEDIC_HEALTH_FILE', 'GPU_MEDIC_WORKER_SECRET']);
 
 /** Names that look like ours: an unknown one is a typo of a real setting, never ignored in silence. */
 const OURS = /^(GPU_MEDIC_|SLACK_)/;
