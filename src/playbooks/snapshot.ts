@@ -12,6 +12,7 @@ import type { HostMemory, NvidiaError } from '../gpu/types.ts';
 import type { CommandRecord } from '../incident/events.ts';
 import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS, fuserDevices, hostMemory, queryComputeApps, queryGpus } from './commands.ts';
+import { machineRead, parseMachineRead } from './machine-read.ts';
 
 export interface SnapshotDeps {
   exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
@@ -28,30 +29,18 @@ export function recordOf(r: ExecResult): CommandRecord {
 }
 
 /**
- * One machine's GPUs, compute apps, holders and RAM, read in parallel over one (reused) SSH
- * connection. An nvidia-smi error becomes part of the snapshot; a machine we could not reach
+ * One machine's GPUs, compute apps, holders and RAM, read in parallel in one SSH session over one
+ * (reused) connection. An nvidia-smi error becomes part of the snapshot; a machine we could not reach
  * or a command that hung becomes a coded failure.
  */
 export async function takeSnapshot(machine: Machine, route: Route, deps: SnapshotDeps): Promise<SnapshotOutcome> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const commands: CommandRecord[] = [];
-  const run = async (spec: CommandSpec): Promise<ExecResult> => {
-    const r = await deps.exec(route, spec);
-    commands.push(recordOf(r));
-    if (r.timedOut)
-      throw new CodedError(ErrorCode.CommandTimeout, `\`${spec.argv[0]}\` did not answer within ${Math.round(spec.timeoutMs / 1000)} s and was ended`, {
-        command: r.command,
-      });
-    return r;
-  };
   const view = machine.kind === 'container' ? 'container' : 'host';
   try {
-    const [gpuR, appsR, memR, fuserR] = await Promise.all([
-      run(queryGpus(t)),
-      run(queryComputeApps(t)),
-      run(hostMemory(t)),
-      view === 'container' ? run(fuserDevices(t)) : Promise.resolve(null),
-    ]);
+    const parts = [queryGpus(t), queryComputeApps(t), hostMemory(t), ...(view === 'container' ? [fuserDevices(t)] : [])];
+    const [gpuR, appsR, memR, fuserR = null] = await readAll(route, parts, deps, commands);
+    if (gpuR === undefined || appsR === undefined || memR === undefined) throw new Error('machine read: missing answers');
     let gpuError: NvidiaError | null = null;
     let gpus: MachineSnapshot['gpus'] = [];
     let processes: MachineSnapshot['processes'] = [];
@@ -99,7 +88,40 @@ export async function takeSnapshot(machine: Machine, route: Route, deps: Snapsho
   }
 }
 
-function errorFrom(r: ExecResult): NvidiaError {
+type Answer = Pick<ExecResult, 'code' | 'signal' | 'stdout' | 'stderr'>;
+
+/**
+ * Runs `parts` as one read script in one SSH session (machine-read.ts) and returns one answer per
+ * part, in order; each part is recorded in the incident log with its own line and exit code. A part
+ * that hung ends the read as a timeout naming it, as a whole read that hung does.
+ */
+async function readAll(route: Route, parts: CommandSpec[], deps: SnapshotDeps, commands: CommandRecord[]): Promise<Answer[]> {
+  const batch = machineRead(parts);
+  const r = await deps.exec(route, batch);
+  if (r.timedOut) {
+    commands.push(recordOf(r));
+    throw new CodedError(ErrorCode.CommandTimeout, `the machine read did not answer within ${Math.round(batch.timeoutMs / 1000)} s and was ended`, { command: r.command });
+  }
+  const parsed = r.code === 0 ? parseMachineRead(parts, r.stdout) : null;
+  if (parsed === null || !parsed.ok) {
+    commands.push(recordOf(r));
+    const why = parsed === null ? `exited with ${r.code ?? r.signal}${r.stderr.trim() === '' ? '' : `: ${r.stderr.trim().split('\n')[0]?.slice(0, 200)}`}` : parsed.reason;
+    throw new CodedError(ErrorCode.ParseFailed, `the read script (sh, mktemp, timeout, base64) failed: ${why}`, { command: r.command });
+  }
+  for (const p of parsed.parts) {
+    commands.push({ machineId: r.machineId, command: p.command, code: p.code, signal: null, durationMs: r.durationMs, timedOut: p.timedOut });
+  }
+  const hung = parsed.parts.findIndex((p) => p.timedOut);
+  const hungSpec = parts[hung];
+  if (hungSpec !== undefined) {
+    throw new CodedError(ErrorCode.CommandTimeout, `\`${hungSpec.argv[0]}\` did not answer within ${Math.round(hungSpec.timeoutMs / 1000)} s and was ended`, {
+      command: parsed.parts[hung]?.command ?? r.command,
+    });
+  }
+  return parsed.parts.map((p) => ({ code: p.code, signal: null, stdout: p.stdout, stderr: p.stderr }));
+}
+
+function errorFrom(r: Answer): NvidiaError {
   const text = `${r.stdout}\n${r.stderr}`.trim();
   const parsed = parseNvidiaOutput(text, { exitCode: r.code });
   if (parsed.ok && parsed.value.error) return parsed.value.error;

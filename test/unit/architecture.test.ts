@@ -51,7 +51,7 @@ describe('architecture', () => {
     const pure = FILES.filter(
       (f) =>
         (f.startsWith('src/gpu/') && f !== 'src/gpu/parse/index.ts') ||
-        ['src/playbooks/unstick-plan.ts', 'src/playbooks/commands.ts', 'src/playbooks/unstick-commands.ts', 'src/approval/approval-policy.ts', 'src/approval/policy.ts'].includes(f) ||
+        ['src/playbooks/unstick-plan.ts', 'src/playbooks/commands.ts', 'src/playbooks/machine-read.ts', 'src/playbooks/unstick-commands.ts', 'src/approval/approval-policy.ts', 'src/approval/policy.ts'].includes(f) ||
         f.startsWith('src/render/') ||
         f.startsWith('src/doctor/') ||
         f === 'src/incident/timeline.ts' ||

@@ -5,6 +5,7 @@
  * `timeout` seconds. Anything else in a machine's command log is a breach.
  */
 import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../../../src/playbooks/commands.ts';
+import { machineRead } from '../../../src/playbooks/machine-read.ts';
 import {
   containerInitPid,
   gpuReset,
@@ -31,6 +32,9 @@ function templates(): CommandSpec[] {
     queryComputeApps(t),
     hostMemory(t),
     fuserDevices(t),
+    // A snapshot's one session: host and container reads.
+    machineRead([queryGpus(t), queryComputeApps(t), hostMemory(t)]),
+    machineRead([queryGpus(t), queryComputeApps(t), hostMemory(t), fuserDevices(t)]),
     signalPids('TERM', [PID_A], t),
     signalPids('KILL', [PID_A], t),
     signalPids('TERM', [PID_A, PID_B], t),
