@@ -474,3 +474,31 @@ describe('docs/deploy.md', () => {
     expect(doc).toMatch(/secrets split/i);
   });
 });
+
+// ------------------------------------------------------------------ README's two commands ------
+
+describe("README's two commands", () => {
+  const readme = read('README.md');
+  const section = readme.slice(readme.indexOf('## Two commands'), readme.indexOf('\n## ', readme.indexOf('## Two commands') + 1));
+  const commands = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => (m[1] ?? '').trim());
+
+  it('are the setup script then the demo, and .ci/run', () => {
+    expect(commands).toEqual(['bash scripts/setup.sh && npm run demo', 'bash .ci/run']);
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+    expect(pkg.scripts.demo).toBeDefined();
+  });
+
+  it('.ci/run uses the same setup script and runs the test command the README names', () => {
+    const ci = read('.ci/run').split('\n').filter((l) => !l.trim().startsWith('#'));
+    expect(ci).toContain('bash scripts/setup.sh --ci');
+    expect(ci.some((l) => /^npm test\b/.test(l.trim()))).toBe(true);
+    expect(section).toContain('`npm test`');
+  });
+
+  it('the setup script installs what the fleet, the demo and the tests need, and starts a local Redis', () => {
+    const setup = read('scripts/setup.sh');
+    for (const pkg of ['openssh-server', 'psmisc', 'gcc', 'util-linux', 'redis-server', 'nodejs']) expect(setup, pkg).toContain(pkg);
+    expect(setup).toMatch(/redis-server --daemonize yes --bind 127\.0\.0\.1 --port 6379/);
+    expect(setup).toContain('npm install');
+  });
+});

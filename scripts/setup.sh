@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Makes a fresh Debian/Ubuntu machine ready to run gpu-medic's demo and tests from this checkout:
+# installs what is missing (Node.js 20+, openssh-server, psmisc, gcc, util-linux, redis-server;
+# with --ci also docker-compose, to validate docker-compose.yml), starts a local Redis on
+# 127.0.0.1:6379 if none answers, then `npm install`. Safe to run again: it only adds what is
+# missing. Needs root (or sudo) only when something must be installed or Redis started.
+#
+#   bash scripts/setup.sh          # then: npm run demo   (README, "Two commands")
+#   bash scripts/setup.sh --ci     # what .ci/run uses before `npm test`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+ci=0
+for a in "$@"; do
+  case "$a" in
+    --ci) ci=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--ci]" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "setup: $*"; }
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else say "this step needs root and there is no sudo: run as root: $*" >&2; exit 1
+  fi
+}
+
+node_ok() { command -v node >/dev/null && [ "$(node -p 'Number(process.versions.node.split(".")[0])' 2>/dev/null || echo 0)" -ge 20 ]; }
+
+need=()
+node_ok || need+=(nodejs npm)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v fuser >/dev/null || need+=(psmisc)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v nsenter >/dev/null || need+=(util-linux)
+command -v redis-server >/dev/null || need+=(redis-server)
+if [ "$ci" -eq 1 ]; then command -v docker-compose >/dev/null || need+=(docker-compose); fi
+if [ "${#need[@]}" -gt 0 ]; then
+  command -v apt-get >/dev/null || { say "missing ${need[*]} and no apt-get here: install them by hand" >&2; exit 1; }
+  say "installing ${need[*]}"
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! node_ok; then
+  say "Node.js 20 or newer is needed; this system's package gives $(node --version 2>/dev/null || echo none)." >&2
+  say "Debian 13 / Ubuntu 24.04 ship it; on Debian 12 use https://github.com/nodesource/distributions (nodejs 20.x), then run this again." >&2
+  exit 1
+fi
+
+if ! redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; then
+  say "starting redis on 127.0.0.1:6379"
+  as_root mkdir -p /var/lib/redis /var/log/redis
+  as_root redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/gpu-medic-setup.log
+  for _ in $(seq 1 50); do redis-cli ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+fi
+redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG || { say "redis on 127.0.0.1:6379 does not answer" >&2; exit 1; }
+
+# npm install, not npm ci: the lockfile cannot list vite's optional Windows-only package (the
+# registry does not serve it) and npm ci refuses that; npm install follows the lock all the same.
+# `npm ls` only reads: it fails when a dependency of package.json is missing or does not match.
+if ! npm ls --depth=0 >/dev/null 2>&1; then
+  say "npm install"
+  npm install --no-audit --no-fund
+fi
+say "ready: npm run demo (the simulated fleet, bot, worker and a local Slack page), npm test (the suite)"
