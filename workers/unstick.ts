@@ -4,6 +4,7 @@ import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config
 import { isStuck, type ContainerFailure, type Diagnosis } from '../src/gpu/diagnose.ts';
 import type { Gpu, GpuProcess } from '../src/gpu/types.ts';
 import { verdictOf, type Verdict } from '../src/gpu/verdict.ts';
+import { verdictContextOf, type KnownDecision } from '../src/incident/verdict-context.ts';
 import type { AnyEvent, AnyLoggedEvent } from '../src/incident/all-events.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
@@ -11,7 +12,7 @@ import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
 import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
-import { planUnstick, restrictStep, stepCommands, stepHash, type Step } from '../src/playbooks/unstick-plan.ts';
+import { planUnstick, restrictStep, stepCommands, stepHash, type Step, type StepTarget } from '../src/playbooks/unstick-plan.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
 import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
@@ -155,6 +156,11 @@ class IncidentRun {
     );
   }
 
+  /** The verdict, with what the log says happened to the steps: the advice names what is really left and who can do it. */
+  verdictOf(before: Diagnosis, after: Diagnosis, meta: IncidentMeta | null, events: readonly AnyLoggedEvent[], known: readonly KnownDecision[] = []): Verdict {
+    return verdictOf(before, after, verdictContextOf(events, this.deps.approvers, meta?.requester ?? null, known));
+  }
+
   /** Verdict, `finished`, lock released: the incident's last three things. */
   async finish(meta: IncidentMeta | null, verdict: Verdict | null, outcome?: 'ok' | 'partial' | 'failed'): Promise<void> {
     // Once per incident, whichever job gets here first (a re-run job must not close it twice).
@@ -265,10 +271,10 @@ class IncidentRun {
     const tier2 = stuck ? this.plan(t, current).steps.filter((s) => s.tier === 2) : [];
     const fresh = tier2.filter((s) => !events.some((e) => e.type === 'approval_requested' && e.stepId === s.id));
     const step = fresh[0];
-    if (step === undefined) return this.finish(meta, verdictOf(before, current));
+    if (step === undefined) return this.finish(meta, this.verdictOf(before, current, meta, events));
     if (this.deps.approvers.length === 0) {
       await this.error('not_approver', 'no approvers configured: host-level steps cannot run; set GPU_MEDIC_APPROVERS');
-      return this.finish(meta, verdictOf(before, current));
+      return this.finish(meta, this.verdictOf(before, current, meta, events));
     }
     await this.requestApproval(t, meta, step, events);
   }
@@ -351,6 +357,11 @@ function latestDiagnosis(events: readonly AnyLoggedEvent[]): Diagnosis | null {
   return [...events].reverse().find((e): e is Ev<'diagnosis'> => e.type === 'diagnosis')?.diagnosis ?? null;
 }
 
+/** Targets of a host-level step: the container could not stop them, so only the host can. */
+function hostOnlyOf(targets: readonly StepTarget[]): ContainerFailure[] {
+  return targets.map((x) => ({ process: x, reason: x.hostOnlyWhy ?? 'the container could not stop it' }));
+}
+
 function withNote(v: Verdict, note: string): Verdict {
   return { ...v, nextStep: v.nextStep ? `${note} ${v.nextStep}` : note };
 }
@@ -381,11 +392,17 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
     return run.finish(meta, null);
   }
   if (approval.state === 'denied') {
+    // What the container already failed to stop stays host-only in the diagnosis and the advice
+    // (the sealed step's targets: words only, nothing is run from them here).
+    const opened = openSeal(approval.seal, deps.planKey);
+    const hostOnly = hostOnlyOf(opened.ok && opened.sealed !== null ? opened.sealed.step.targets : []);
     const r = await run.read(t, 'after');
-    const after = r ? await run.diagnose(t, r, 'after') : (latestDiagnosis(events) ?? before);
-    return run.finish(meta, withNote(verdictOf(before, after), `Denied by <@${approval.decidedBy ?? '?'}>: nothing from the approval card was run.`));
+    const after = r ? await run.diagnose(t, r, 'after', hostOnly) : (latestDiagnosis(events) ?? before);
+    const known = [{ approvalId: approval.id, decision: 'denied' as const, by: approval.decidedBy ?? '?' }];
+    const verdict = run.verdictOf(before, after, meta, await deps.log.events(job.incidentId), known);
+    return run.finish(meta, withNote(verdict, `Denied by <@${approval.decidedBy ?? '?'}>: nothing from the approval card was run.`));
   }
-  const stillStuck = (note: string) => run.finish(meta, withNote(verdictOf(before, latestDiagnosis(events) ?? before), note));
+  const stillStuck = (note: string) => run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
   // The decider is checked again, here, against this worker's live list: Redis only says who decided.
   const by = approval.decidedBy ?? '';
   const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !deps.approvers.includes(by) || !approval.approvers.includes(by) ? 'not_approver' : null;
@@ -423,8 +440,7 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
     await run.error('machine_error', `the approved step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\`.`);
     return run.finish(meta, null);
   }
-  // What the container already failed to stop stays host-only in the verdict's next step.
-  const hostOnly: ContainerFailure[] = step.targets.map((x) => ({ process: x, reason: x.hostOnlyWhy ?? 'the container could not stop it' }));
+  const hostOnly = hostOnlyOf(step.targets);
   const after = await run.diagnose(t, r1, 'after', hostOnly);
   return run.next(t, meta, before, after);
 }
@@ -447,6 +463,6 @@ export async function runExpireJob(job: ExpireJob, deps: UnstickWorkerDeps): Pro
   const meta = await loadMeta(run);
   const before = firstBefore(events);
   const latest = latestDiagnosis(events) ?? before;
-  const verdict = before && latest ? withNote(verdictOf(before, latest), 'The approval request expired without a decision; nothing from it was run.') : null;
+  const verdict = before && latest ? withNote(run.verdictOf(before, latest, meta, events), 'The approval request expired without a decision; nothing from it was run.') : null;
   return run.finish(meta, verdict);
 }
