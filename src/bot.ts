@@ -1,3 +1,4 @@
+import { webApi } from '@slack/bolt';
 import { Redis } from 'ioredis';
 import { registerCommands } from '../commands/index.ts';
 import type { Env } from './config/env.ts';
@@ -8,6 +9,8 @@ import { IncidentLog } from './incident/log.ts';
 import { TargetLock } from './incident/target-lock.ts';
 import type { HealthCheck } from './health/heartbeat.ts';
 import type { Logger } from './logger.ts';
+import type { Metrics } from './metrics/metrics.ts';
+import { ObservedIncidentLog, observedPoster } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
 import { Outbox } from './slack/outbox.ts';
@@ -54,6 +57,8 @@ const outboxStaleMs = (env: Env): number => Math.max(5000, env.GPU_MEDIC_HEALTH_
 /** What tests inject. `now`: the bot's clock (ms) for Slack's request window; default Date.now. */
 export interface BotDeps {
   now?: () => number;
+  /** Where Slack calls, retries and the bot's incident events (approval clicks) are counted. Default: not counted. */
+  metrics?: Metrics;
 }
 
 export async function startBot(env: Env, inventory: Inventory, logger: Logger, deps: BotDeps = {}): Promise<Bot> {
@@ -87,9 +92,17 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   // A correctly signed request delivered a second time (within Bolt's 5-minute window) runs nothing.
   slack.app.use(replayGuard({ redis: fast, prefix: env.GPU_MEDIC_PREFIX, logger: logger.child({ component: 'replay-guard' }), unavailableText: QUEUE_DOWN, ...(deps.now ? { now: deps.now } : {}) }));
   const dispatcher = createDispatcher({ connection: fast, prefix: env.GPU_MEDIC_PREFIX });
+  const metrics = deps.metrics;
+  if (metrics) {
+    // The Web API client waits out a 429 and sends the call again: that is a retry.
+    slack.app.client.on(webApi.WebClientEvent.RATE_LIMITED, (_sec: number, req: { url?: unknown }) => {
+      const method = typeof req?.url === 'string' ? /\/([a-z]+\.[a-zA-Z.]+)$/.exec(req.url)?.[1] : undefined;
+      metrics.slackRetries.inc({ method: method ?? 'unknown', reason: 'rate_limited' });
+    });
+  }
   registerCommands(slack.app, {
     inventory,
-    log: new IncidentLog(fast, env.GPU_MEDIC_PREFIX),
+    log: metrics ? new ObservedIncidentLog(fast, env.GPU_MEDIC_PREFIX, metrics) : new IncidentLog(fast, env.GPU_MEDIC_PREFIX),
     dispatcher,
     policy: { allowedChannels: env.GPU_MEDIC_ALLOWED_CHANNELS, allowedUsers: env.GPU_MEDIC_ALLOWED_USERS, approvers: env.GPU_MEDIC_APPROVERS },
     now: () => new Date(),
@@ -99,7 +112,11 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     approvals: new ApprovalStore(fast, env.GPU_MEDIC_PREFIX),
     lockTtlMs: (env.GPU_MEDIC_APPROVAL_TTL_SEC + 30 * 60) * 1000,
   });
-  const outbox = new Outbox({ log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX), poster: slack.poster, logger: logger.child({ component: 'outbox' }) });
+  const outbox = new Outbox({
+    log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX),
+    poster: metrics ? observedPoster(slack.poster, metrics) : slack.poster,
+    logger: logger.child({ component: 'outbox' }),
+  });
   const { port } = await slack.start();
   outbox.start();
   const startedAt = Date.now();

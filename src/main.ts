@@ -6,6 +6,8 @@
  * Each subcommand is loaded lazily so that `parse` never loads Slack or SSH code.
  */
 import type { Role } from './config/env.ts';
+import type { Logger } from './logger.ts';
+import type { Metrics } from './metrics/metrics.ts';
 
 const [sub, ...rest] = process.argv.slice(2);
 
@@ -49,17 +51,19 @@ async function run(role: Role): Promise<number> {
   const stops: Array<() => Promise<void>> = [];
   const checks: Record<string, () => Promise<string | null>> = {};
   const name = (part: string, check: string): string => (role === 'start' ? `${part}.${check}` : check);
+  // One registry per process: `start` serves the bot's and the worker's metrics on one port.
+  const metrics = env.GPU_MEDIC_METRICS_PORT === undefined ? undefined : await startMetrics(env.GPU_MEDIC_METRICS_BIND, env.GPU_MEDIC_METRICS_PORT, role, logger, stops);
   if (role === 'bot' || role === 'start') {
     const { startBot } = await import('./bot.ts');
     // The bot never gets SSH key paths it could open; it only needs machine ids and sites.
-    const bot = await startBot(env, inventory, logger);
+    const bot = await startBot(env, inventory, logger, metrics ? { metrics } : {});
     stops.push(() => bot.stop());
     for (const [k, c] of Object.entries(bot.health())) checks[name('bot', k)] = c;
   }
   if (role === 'worker' || role === 'start') {
     const { startWorkerProcess } = await import('./worker-process.ts');
     const workerEnv = { ...env, SLACK_BOT_TOKEN: undefined, SLACK_APP_TOKEN: undefined, SLACK_SIGNING_SECRET: undefined };
-    const w = await startWorkerProcess(workerEnv, inventory, logger);
+    const w = await startWorkerProcess(workerEnv, inventory, logger, metrics);
     stops.push(() => w.close());
     for (const [k, c] of Object.entries(w.health())) checks[name('worker', k)] = c;
   }
@@ -80,6 +84,19 @@ async function run(role: Role): Promise<number> {
   logger.info('shutting down');
   for (const s of stops) await s();
   return 0;
+}
+
+async function startMetrics(host: string, port: number, role: Role, logger: Logger, stops: Array<() => Promise<void>>): Promise<Metrics> {
+  const { createMetrics } = await import('./metrics/metrics.ts');
+  const { startMetricsServer } = await import('./metrics/server.ts');
+  const { collectDefaultMetrics, Registry } = await import('prom-client');
+  const registry = new Registry();
+  registry.setDefaultLabels({ role });
+  collectDefaultMetrics({ register: registry, prefix: 'gpu_medic_process_' });
+  const metrics = createMetrics(registry);
+  const server = await startMetricsServer({ registry, host, port, logger: logger.child({ component: 'metrics' }) });
+  stops.push(() => server.close());
+  return metrics;
 }
 
 async function main(): Promise<number> {

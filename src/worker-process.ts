@@ -2,10 +2,11 @@ import { startWorkers, type WorkerGroup } from '../workers/index.ts';
 import type { Env } from './config/env.ts';
 import type { Inventory } from './config/inventory.ts';
 import type { Logger } from './logger.ts';
+import type { Metrics } from './metrics/metrics.ts';
 import { createSshExecutor } from './ssh/executor.ts';
 
 /** The SSH-holding process: BullMQ workers for this worker's sites. Holds no Slack token. */
-export async function startWorkerProcess(env: Env, inventory: Inventory, logger: Logger): Promise<WorkerGroup> {
+export async function startWorkerProcess(env: Env, inventory: Inventory, logger: Logger, metrics?: Metrics): Promise<WorkerGroup> {
   const executor = createSshExecutor({
     connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
     logger: logger.child({ component: 'ssh' }),
@@ -25,5 +26,6 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     pollIntervalMs: env.GPU_MEDIC_POLL_MS,
     lockDurationMs: env.GPU_MEDIC_JOB_LOCK_MS,
     stalledIntervalMs: env.GPU_MEDIC_STALLED_MS,
+    ...(metrics ? { metrics } : {}),
   });
 }

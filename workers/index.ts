@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { Worker } from 'bullmq';
+import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
 import type { Inventory } from '../src/config/inventory.ts';
@@ -11,6 +11,8 @@ import { StepGuard } from '../src/playbooks/step-guard.ts';
 import { DEFAULT_POLL_INTERVAL_MS, DEFAULT_RELEASE_TIMEOUT_MS } from '../src/playbooks/unstick-plan.ts';
 import { createDispatcher } from '../src/queue/dispatcher.ts';
 import type { Logger } from '../src/logger.ts';
+import type { Metrics } from '../src/metrics/metrics.ts';
+import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.ts';
 import { JobSchema, queueName } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { planKeyFor } from './plan-key.ts';
@@ -46,6 +48,8 @@ export interface WorkerGroupOptions {
   lockDurationMs?: number;
   /** How often stalled jobs (lock lapsed) are looked for and handed back. Default 30 s. */
   stalledIntervalMs?: number;
+  /** Where jobs, incidents, steps and SSH results are counted. Default: not counted. */
+  metrics?: Metrics;
 }
 
 export interface WorkerGroup {
@@ -57,13 +61,15 @@ export interface WorkerGroup {
 /** One BullMQ worker per site queue; the processes holding SSH keys and no Slack token. */
 export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> {
   const connection = new Redis(o.redisUrl, { maxRetriesPerRequest: null });
-  const log = new IncidentLog(connection, o.prefix);
+  const metrics = o.metrics;
+  const log = metrics ? new ObservedIncidentLog(connection, o.prefix, metrics) : new IncidentLog(connection, o.prefix);
+  const executor = metrics ? observedExecutor(o.executor, metrics) : o.executor;
   const now = o.now ?? (() => new Date());
   const sites = o.sites && o.sites.length > 0 ? o.sites : sitesOf(o.inventory);
   const dispatcher = createDispatcher({ connection, prefix: o.prefix });
   const unstickDeps: UnstickWorkerDeps = {
     inventory: o.inventory,
-    executor: o.executor,
+    executor,
     log,
     approvals: new ApprovalStore(connection, o.prefix),
     steps: new StepGuard(connection, o.prefix),
@@ -86,43 +92,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   const workers = sites.map((site) => {
     const w = new Worker(
       queueName(site),
-      async (job) => {
-        const parsed = JobSchema.safeParse(job.data);
-        if (!parsed.success) {
-          o.logger.error({ jobId: job.id }, 'job data rejected');
-          throw new Error('job data rejected');
-        }
-        const data = parsed.data;
-        // Claims name the job and its attempt, so a re-run can tell its own dead attempt's claims.
-        const attempt = (): UnstickWorkerDeps => ({ ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`, jobId: String(job.id) });
-        switch (data.kind) {
-          case 'status':
-            await runStatusJob(data, {
-              inventory: o.inventory,
-              executor: o.executor,
-              log,
-              now,
-              commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
-              logger: o.logger,
-              workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
-            });
-            return;
-          case 'unstick':
-            await runUnstickJob(data, attempt());
-            return;
-          case 'decision':
-            await runDecisionJob(data, attempt());
-            return;
-          case 'expire':
-            await runExpireJob(data, attempt());
-            return;
-          default: {
-            // A job kind this worker does not know must fail loudly, never complete silently.
-            const unknown: never = data;
-            throw new Error(`unknown job kind ${JSON.stringify(unknown)}`);
-          }
-        }
-      },
+      async (job) => (metrics ? timed(metrics, job, () => processJob(job)) : processJob(job)),
       {
         connection,
         prefix: o.prefix,
@@ -133,6 +103,51 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     );
     w.on('error', (err) => o.logger.warn({ err, site }, 'worker error'));
     return w;
+  });
+  async function processJob(job: Job): Promise<void> {
+    const parsed = JobSchema.safeParse(job.data);
+    if (!parsed.success) {
+      o.logger.error({ jobId: job.id }, 'job data rejected');
+      throw new Error('job data rejected');
+    }
+    const data = parsed.data;
+    // Claims name the job and its attempt, so a re-run can tell its own dead attempt's claims.
+    const attempt = (): UnstickWorkerDeps => ({ ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`, jobId: String(job.id) });
+    switch (data.kind) {
+      case 'status':
+        await runStatusJob(data, {
+          inventory: o.inventory,
+          executor,
+          log,
+          now,
+          commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
+          logger: o.logger,
+          workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
+        });
+        return;
+      case 'unstick':
+        await runUnstickJob(data, attempt());
+        return;
+      case 'decision':
+        await runDecisionJob(data, attempt());
+        return;
+      case 'expire':
+        await runExpireJob(data, attempt());
+        return;
+      default: {
+        // A job kind this worker does not know must fail loudly, never complete silently.
+        const unknown: never = data;
+        throw new Error(`unknown job kind ${JSON.stringify(unknown)}`);
+      }
+    }
+  }
+  // Queue depth is read from Redis when Prometheus scrapes, not polled.
+  const depthQueues = metrics ? sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) })) : [];
+  const stopReading = metrics?.onScrape(async (g) => {
+    for (const { site, queue } of depthQueues) {
+      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'failed');
+      for (const [state, n] of Object.entries(counts)) g.set({ site, state }, n);
+    }
   });
   o.logger.info({ sites }, 'workers started');
   return {
@@ -145,9 +160,25 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     }),
     async close(force = false) {
       await Promise.all(workers.map((w) => w.close(force)));
+      stopReading?.();
+      await Promise.all(depthQueues.map((d) => d.queue.close()));
       await dispatcher.close();
-      await o.executor.close();
+      await executor.close();
       connection.disconnect();
     },
   };
+}
+
+/** A job's wait in its queue (beyond any delay it was given on purpose) and its run, by kind and result. */
+async function timed(m: Metrics, job: Job, run: () => Promise<void>): Promise<void> {
+  const kind = typeof job.name === 'string' && /^[a-z_]{1,20}$/.test(job.name) ? job.name : 'unknown';
+  const started = Date.now();
+  m.jobWaitSeconds.observe({ kind }, Math.max(0, started - job.timestamp - (job.opts.delay ?? 0)) / 1000);
+  try {
+    await run();
+    m.jobRunSeconds.observe({ kind, result: 'completed' }, (Date.now() - started) / 1000);
+  } catch (e) {
+    m.jobRunSeconds.observe({ kind, result: 'failed' }, (Date.now() - started) / 1000);
+    throw e;
+  }
 }

@@ -71,6 +71,18 @@ export const EnvSchema = z.object({
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
   GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
   LOG_LEVEL: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
+  /** Port of the Prometheus endpoint (`GET /metrics`); unset = no endpoint. `start` serves bot and worker on one. */
+  GPU_MEDIC_METRICS_PORT: z.coerce
+    .number({ error: 'must be a whole number from 1 to 65535' })
+    .int({ error: 'must be a whole number from 1 to 65535' })
+    .min(1, { error: 'must be a whole number from 1 to 65535' })
+    .max(65535, { error: 'must be a whole number from 1 to 65535' })
+    .optional(),
+  /** Address the metrics endpoint listens on. Loopback by default: scrape through a proxy or set 0.0.0.0 on a trusted network. */
+  GPU_MEDIC_METRICS_BIND: z
+    .string()
+    .regex(/^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/, 'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)')
+    .default('127.0.0.1'),
 });
 
 export type Env = z.output<typeof EnvSchema>;
@@ -108,6 +120,8 @@ export const SETTING_READERS = {
   GPU_MEDIC_HEALTH_FILE: 'both',
   GPU_MEDIC_HEALTH_INTERVAL_SEC: 'both',
   LOG_LEVEL: 'both',
+  GPU_MEDIC_METRICS_PORT: 'both',
+  GPU_MEDIC_METRICS_BIND: 'both',
 } as const satisfies Record<Setting, 'bot' | 'worker' | 'both'>;
 
 export const SETTINGS = Object.keys(EnvSchema.shape) as Setting[];
@@ -121,7 +135,16 @@ export function settingsFor(role: Role): Setting[] {
 export const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
 
 /** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
-const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set(['GPU_MEDIC_SITES', 'GPU_MEDIC_ALLOWED_CHANNELS', 'GPU_MEDIC_ALLOWED_USERS', 'GPU_MEDIC_APPROVERS', 'GPU_MEDIC_HEALTH_FILE', 'GPU_MEDIC_WORKER_SECRET']);
+const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
+  'GPU_MEDIC_SITES',
+  'GPU_MEDIC_ALLOWED_CHANNELS',
+  'GPU_MEDIC_ALLOWED_USERS',
+  'GPU_MEDIC_APPROVERS',
+  'GPU_MEDIC_HEALTH_FILE',
+  'GPU_MEDIC_WORKER_SECRET',
+  // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".
+  'GPU_MEDIC_METRICS_PORT',
+]);
 
 /** Names that look like ours: an unknown one is a typo of a real setting, never ignored in silence. */
 const OURS = /^(GPU_MEDIC_|SLACK_)/;

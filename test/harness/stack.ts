@@ -9,6 +9,8 @@ import type { Inventory } from '../../src/config/inventory.ts';
 import { listMachines, sitesOf } from '../../src/config/machines.ts';
 import { queueName } from '../../src/queue/jobs.ts';
 import { startWorkerProcess } from '../../src/worker-process.ts';
+import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
+import { startMetricsServer, type MetricsServer } from '../../src/metrics/server.ts';
 import type { WorkerGroup } from '../../workers/index.ts';
 import { startFleet } from './fleet/index.ts';
 import { removePrefix } from './redis-prefix.ts';
@@ -32,6 +34,9 @@ export interface Stack {
   signingSecret: string;
   prefix: string;
   redis: Redis;
+  /** With `metrics: true`: the registry bot and workers count into, and its endpoint (`GET /metrics`). */
+  metrics: Metrics | null;
+  metricsUrl: string | null;
   /** Every log line the bot and workers wrote (for secret checks). */
   logText(): string;
   slash(text: string, o?: { user?: string; channel?: string }): Promise<SignedResponse & { responseUrl: string; ackText: string; incidentId: string | null }>;
@@ -59,6 +64,8 @@ export interface StackOptions {
   socketMode?: boolean;
   /** Start no worker in this process (a test runs worker processes of its own). */
   noWorkers?: boolean;
+  /** Count into one registry served over HTTP on a free loopback port, as `start` with GPU_MEDIC_METRICS_PORT does. */
+  metrics?: boolean;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
@@ -91,10 +98,12 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const env = e.env;
   const b = o.botEnv ? parseEnv({ ...source, ...o.botEnv }, 'start') : e;
   if (!b.env) throw new Error(`bot env invalid: ${JSON.stringify(b.problems)}`);
-  const bot = await startBot(b.env, inventory, logger.child({ role: 'bot' }));
+  const metrics = o.metrics ? createMetrics() : null;
+  const metricsServer: MetricsServer | null = metrics ? await startMetricsServer({ registry: metrics.registry, host: '127.0.0.1', port: 0, logger: logger.child({ role: 'metrics' }) }) : null;
+  const bot = await startBot(b.env, inventory, logger.child({ role: 'bot' }), metrics ? { metrics } : {});
   const workers: WorkerGroup = o.noWorkers
     ? { health: () => ({}), close: async () => undefined }
-    : await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }));
+    : await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }), metrics ?? undefined);
   const redis = new Redis(redisUrl);
   // A test may stop its Redis on purpose; reconnecting is ioredis' job, the error is expected.
   redis.on('error', () => undefined);
@@ -111,6 +120,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     signingSecret,
     prefix,
     redis,
+    metrics,
+    metricsUrl: metricsServer ? `http://127.0.0.1:${metricsServer.port}/metrics` : null,
     logText,
     async slash(text, so = {}) {
       const responseUrl = slack.newResponseUrl();
@@ -161,6 +172,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     async stop() {
       await bot.stop().catch(() => undefined);
       await workers.close(true).catch(() => undefined);
+      await metricsServer?.close().catch(() => undefined);
       await slack.close().catch(() => undefined);
       await socket?.close().catch(() => undefined);
       await fleet.stop();
