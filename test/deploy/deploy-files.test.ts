@@ -15,7 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { runConfigCheck } from '../../src/cli/config-check.ts';
 import { EnvSchema, parseEnv, settingsFor } from '../../src/config/env.ts';
-import { validateInventory } from '../../src/config/load-inventory.ts';
+import { checkConfig } from '../../src/config/check.ts';
+import { loadInventoryFile, validateInventory } from '../../src/config/load-inventory.ts';
 import { routeFor } from '../../src/config/machines.ts';
 import { buildDist } from './build.ts';
 
@@ -329,6 +330,20 @@ describe('.env.example', () => {
     const active = Object.fromEntries([...entries].filter(([, e]) => !e.commented).map(([k, e]) => [k, e.value]));
     expect(parseEnv(active, 'bot').problems.map((p) => p.variable).sort()).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
     expect(parseEnv({ ...active, SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test' }, 'bot').problems).toEqual([]);
+  });
+
+  it('with the tokens filled in and the example inventory, it passes config check for a plain host (a local Redis) and for compose', async () => {
+    const active = Object.fromEntries([...entries].filter(([, e]) => !e.commented).map(([k, e]) => [k, e.value]));
+    const filled = { ...active, SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test', GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml') };
+    const local = await checkConfig(filled, 'start', loadInventoryFile);
+    expect(local.problems).toEqual([]);
+    expect(local.deployment).toBe('local');
+    expect(local.env?.REDIS_URL).toBe('redis://127.0.0.1:6379');
+    // Under compose, the compose file adds its own REDIS_URL and GPU_MEDIC_DEPLOYMENT.
+    const composeEnv = envMap(svc('bot'));
+    const inCompose = await checkConfig({ ...filled, GPU_MEDIC_DEPLOYMENT: String(composeEnv.GPU_MEDIC_DEPLOYMENT), REDIS_URL: interpolateDefault(String(composeEnv.REDIS_URL)) }, 'start', loadInventoryFile);
+    expect(inCompose.problems).toEqual([]);
+    expect(inCompose.deployment).toBe('compose');
   });
 
   it('commented-out examples are valid values, and those with a default show the default', () => {

@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REDIS_URL, newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
+import { freePort } from '../harness/sshd.ts';
 import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.ts';
 
 import { buildDist, MAIN_JS } from './build.ts';
@@ -218,6 +219,28 @@ describe('each role from a .env that holds everything (real processes)', () => {
       expect(tcp6.split('\n').some((l) => l.includes(`:${port.toString(16).toUpperCase().padStart(4, '0')} `) && / 0A /.test(l))).toBe(false);
     } finally {
       await stop(b);
+    }
+  });
+});
+
+describe('a bot that cannot reach Redis at start says why', () => {
+  it('names the URL and the reason (nothing listens there), without the password', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-noredis-'));
+    const port = await freePort();
+    writeFileSync(join(dir, 'inventory.yaml'), `defaults:\n  keyFile: /k\nhosts:\n  - id: kpro5\n    address: 192.0.2.15\n    hostKeys: [${FP}]\n`);
+    const slack = await startFakeSlack();
+    const env = `GPU_MEDIC_MODE=http\nSLACK_BOT_TOKEN=${slack.botToken}\nSLACK_SIGNING_SECRET=0123456789abcdef\nSLACK_API_URL=${slack.apiUrl}\nPORT=0\nREDIS_URL=redis://:hunter2pass@127.0.0.1:${port}\n`;
+    writeFileSync(join(dir, '.env'), env);
+    const b = startRole('bot', dir, { GPU_MEDIC_HEALTH_FILE: join(dir, 'bot.json') });
+    try {
+      await waitFor(b, 'Redis not reachable at start');
+      const line = b.output().split('\n').find((l) => l.includes('Redis not reachable at start')) ?? '';
+      expect(line).toContain(`redis://***@127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port} (nothing listens there: is Redis running?`);
+      expect(b.output()).not.toContain('hunter2pass');
+    } finally {
+      await stop(b);
+      await slack.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
