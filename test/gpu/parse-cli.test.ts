@@ -32,11 +32,9 @@ describe('npm run cli -- parse (real process)', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'parse-cli-'));
     const big = path.join(dir, 'big.txt');
     writeFileSync(big, Buffer.alloc(9 * 1024 * 1024, 0x41));
-    const t0 = Date.now();
     const refused = cli(['--json', big]);
     expect(refused.status).not.toBe(0);
     expect(refused.stderr).toMatch(/larger than 8 MiB/);
-    expect(Date.now() - t0).toBeLessThan(15_000);
     const binary = cli(['--json', '-'], Buffer.from([0x2b, 0x2d, 0x00, 0xff, 0xfe]));
     expect(binary.status).not.toBe(0);
     expect(binary.stderr).toMatch(/binary/);
