@@ -256,9 +256,18 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
 
   const orphaned = d.gpus.filter((g) => g.kind === 'orphaned_memory' && g.hostIndex !== null);
   if (orphaned.length > 0) {
-    const gpus: TargetGpu[] = orphaned.map((g) => ({ index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: g.usedMiB }));
+    const gpus: TargetGpu[] = orphaned.map((g) => ({ index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: g.unaccountedMiB ?? g.usedMiB }));
     const commands = stepCommands('host_reset', [], gpus, t);
-    const which = orphaned.map((g) => `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}, ${g.usedMiB === null ? '?' : fmt(g.usedMiB)} MiB)`).join(', ');
+    const mibOf = (n: number | null): string => (n === null ? '?' : fmt(n));
+    // What the card must show: how much no process holds, and which holders were ruled out and why.
+    const which = orphaned
+      .map((g) => {
+        const held = g.usedMiB !== null && g.unaccountedMiB !== null ? g.usedMiB - g.unaccountedMiB : null;
+        return `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}): ${mibOf(g.unaccountedMiB)} MiB unaccounted: ${mibOf(g.usedMiB)} MiB in use, ${mibOf(held)} MiB held by the processes host nvidia-smi lists on it`;
+      })
+      .join('; ');
+    const monitors = d.deviceOnly.map((m) => `PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor)`);
+    const ruledOut = [`host nvidia-smi lists no process on ${orphaned.length === 1 ? 'it' : 'them'}, and it sees every process on ${d.host} (every container and the host)`, ...monitors].join('; ');
     steps.push({
       id: stepId(o.incidentId, 'host_reset', gpus.map(gpuKey)),
       tier: 2,
@@ -268,7 +277,7 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       gpus,
       commands,
       explanation:
-        `${which}: memory in use and no process anywhere on ${d.host} holds it, so no kill can free it. ` +
+        `${which}. Ruled out: ${ruledOut}. No process anywhere on ${d.host} holds that memory, so no kill can free it. ` +
         `Reset on ${d.host} (never inside ${d.target}: a container cannot reset a GPU). For each GPU: check that no process anywhere on ${d.host} holds it ` +
         `(if one does, that GPU is skipped), switch persistence mode off if it is on, \`nvidia-smi --gpu-reset\`, then switch persistence back on. ` +
         `Needs a second person's approval.`,

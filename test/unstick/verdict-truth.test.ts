@@ -9,7 +9,7 @@ import { buildHolders } from '../../src/gpu/holders.ts';
 import type { Gpu, NvidiaError } from '../../src/gpu/types.ts';
 import { isGreen, verdictOf, type VerdictContext } from '../../src/gpu/verdict.ts';
 import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
-import { CT129_INIT, CT129_NS, CT131_JOB, TP0, TP2, app, gpus, readings, seedS2 } from './seed-fleet.ts';
+import { CT129_INIT, CT129_NS, CT131_JOB, MONITOR_CT_PID, TP0, TP2, app, gpus, readings, seedS2 } from './seed-fleet.ts';
 import { allClean, diagnoseWith, s2, s3 } from './scenarios.ts';
 
 const LOST: NvidiaError = { kind: 'gpu_lost', message: 'Unable to determine the device handle for GPU0000:38:00.0: GPU is lost', busId: '00000000:38:00.0' };
@@ -76,6 +76,18 @@ describe('finding 2: unaccounted memory counts every holder on the host', () => 
     expect(v.kind).toBe('still_stuck');
     expect(v.nextStep).toMatch(/^GPU 5: 8,192 MiB is held by no process, beside processes outside ct129 \(host PID 823001\)\. A reset can only run once the GPU has no process/);
     expect(v.gpus[5]).toMatchObject({ heldMiB: 8_192, leftMiB: 8_192, freedMiB: 0 });
+  });
+
+  it('the reset card says how much is unaccounted, which holders were ruled out and why', () => {
+    const { container } = seedS2();
+    const monitorOnly = { ...container, holders: container.holders.filter((h) => h.pid === MONITOR_CT_PID) };
+    const d = diagnoseWith({ gpus: gpus({ 7: 30_000 }), apps: [], procs: [], targetPidNs: CT129_NS }, monitorOnly);
+    const reset = planUnstick(d, { incidentId: 'inc_t', vmid: 129 }).steps.find((s) => s.kind === 'host_reset');
+    expect(reset?.gpus.map((g) => [g.index, g.usedMiB])).toEqual([[7, 30_000]]);
+    expect(reset?.explanation).toContain('GPU 7 (host GPU 7): 30,000 MiB unaccounted: 30,000 MiB in use, 0 MiB held by the processes host nvidia-smi lists on it');
+    expect(reset?.explanation).toContain(
+      'Ruled out: host nvidia-smi lists no process on it, and it sees every process on kpro5 (every container and the host); PID 90 `python3` in ct129 has /dev/nvidiactl, /dev/nvidia0 open but holds no GPU memory (a monitor).',
+    );
   });
 
   it('memory no process holds is still a reset candidate when nothing else is on the GPU', () => {
