@@ -3,8 +3,9 @@ import type { Inventory } from '../src/config/inventory.ts';
 import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config/machines.ts';
 import { isStuck, type ContainerFailure, type Diagnosis } from '../src/gpu/diagnose.ts';
 import type { Gpu, GpuProcess } from '../src/gpu/types.ts';
-import { verdictOf, type Verdict } from '../src/gpu/verdict.ts';
+import { adviceOf, verdictOf, type Verdict } from '../src/gpu/verdict.ts';
 import { verdictContextOf, type KnownDecision } from '../src/incident/verdict-context.ts';
+import { joinRich, say, user, type Rich } from '../src/render/rich.ts';
 import type { AnyEvent, AnyLoggedEvent } from '../src/incident/all-events.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
@@ -362,8 +363,9 @@ function hostOnlyOf(targets: readonly StepTarget[]): ContainerFailure[] {
   return targets.map((x) => ({ process: x, reason: x.hostOnlyWhy ?? 'the container could not stop it' }));
 }
 
-function withNote(v: Verdict, note: string): Verdict {
-  return { ...v, nextStep: v.nextStep ? `${note} ${v.nextStep}` : note };
+function withNote(v: Verdict, note: Rich): Verdict {
+  const rest = v.advice ?? (v.nextStep ? [v.nextStep] : null);
+  return { ...v, ...adviceOf(rest ? joinRich([note, rest], ' ') : note) };
 }
 
 /** A second person decided: run the approved step on the host, or close the incident if denied. */
@@ -400,16 +402,16 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
     const after = r ? await run.diagnose(t, r, 'after', hostOnly) : (latestDiagnosis(events) ?? before);
     const known = [{ approvalId: approval.id, decision: 'denied' as const, by: approval.decidedBy ?? '?' }];
     const verdict = run.verdictOf(before, after, meta, await deps.log.events(job.incidentId), known);
-    return run.finish(meta, withNote(verdict, `Denied by <@${approval.decidedBy ?? '?'}>: nothing from the approval card was run.`));
+    return run.finish(meta, withNote(verdict, say`Denied by ${user(approval.decidedBy ?? '?')}: nothing from the approval card was run.`));
   }
-  const stillStuck = (note: string) => run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
+  const stillStuck = (note: Rich) => run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
   // The decider is checked again, here, against this worker's live list: Redis only says who decided.
   const by = approval.decidedBy ?? '';
   const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !deps.approvers.includes(by) || !approval.approvers.includes(by) ? 'not_approver' : null;
   if (refusal !== null) {
     await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: refusal });
     logger.warn({ by, reason: refusal, event: 'approval_refused' }, 'approved by someone who may not approve it: nothing run');
-    return stillStuck(`The approval by <@${by}> was refused (${refusal === 'self_approval' ? 'the requester cannot approve their own request' : 'not a configured approver'}): nothing from the card was run.`);
+    return stillStuck(say`The approval by ${user(by)} was refused (${refusal === 'self_approval' ? 'the requester cannot approve their own request' : 'not a configured approver'}): nothing from the card was run.`);
   }
   // What runs is what this worker sealed when it asked, rebuilt from its templates; the stream's copy of the step is only the card's text.
   const opened = openSeal(approval.seal, deps.planKey);
@@ -429,7 +431,7 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
   if (sealed === null || why !== null) {
     await run.error('plan_unverified', `${why ?? 'no sealed plan'}; nothing was run. Ask again with \`/gpu unstick\`.`);
     logger.warn({ why }, 'approved step without a valid worker seal: nothing run');
-    return stillStuck('The approved step could not be verified as the one this worker planned; nothing from the card was run.');
+    return stillStuck(['The approved step could not be verified as the one this worker planned; nothing from the card was run.']);
   }
   const step: Step = { ...sealed.step, commands: stepCommands(sealed.step.kind, sealed.step.targets, sealed.step.gpus, { timeoutMs: deps.timing.commandTimeoutMs }) };
   // The step re-checks everything it acts on; the last host snapshot only sets the release baseline.
@@ -463,6 +465,6 @@ export async function runExpireJob(job: ExpireJob, deps: UnstickWorkerDeps): Pro
   const meta = await loadMeta(run);
   const before = firstBefore(events);
   const latest = latestDiagnosis(events) ?? before;
-  const verdict = before && latest ? withNote(run.verdictOf(before, latest, meta, events), 'The approval request expired without a decision; nothing from it was run.') : null;
+  const verdict = before && latest ? withNote(run.verdictOf(before, latest, meta, events), ['The approval request expired without a decision; nothing from it was run.']) : null;
   return run.finish(meta, verdict);
 }

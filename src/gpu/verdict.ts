@@ -1,6 +1,7 @@
 import { accountOf, isStuck, type Diagnosis, type DiagnosisKind, type GpuDiagnosis } from './diagnose.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { NvidiaError, NvidiaErrorKind } from './types.ts';
+import { joinRich, richPlain, say, user, type Part, type Rich } from '../render/rich.ts';
 
 /** What the after-view said about a GPU the target had before. */
 export type AfterState = 'read' | 'in_error' | 'missing';
@@ -47,8 +48,18 @@ export interface Verdict {
   totalFreedMiB: number;
   /** Changes caused by others, in plain words, one per GPU ("GPU 5: 60,000 MiB freed outside this incident"). */
   outside: string[];
-  /** What to do next, in plain words (null when there is nothing left to do). */
+  /** What to do next, in plain words (null when there is nothing left to do): `richPlain(advice)`. */
   nextStep: string | null;
+  /**
+   * The same advice as data (src/render/rich.ts): gpu-medic's words, its mentions and commands,
+   * and machine text apart, so the thread renders each once. Absent in verdicts logged before it.
+   */
+  advice?: Rich | null;
+}
+
+/** `advice` and its plain words `nextStep`, always together. */
+export function adviceOf(advice: Rich | null): Pick<Verdict, 'advice' | 'nextStep'> {
+  return { advice, nextStep: advice === null ? null : richPlain(advice) };
 }
 
 /** Verdicts that may be shown as a success (green mark, outcome `ok`). */
@@ -104,37 +115,37 @@ function incidentMiB(g: GpuDiagnosis): number | null {
 }
 
 /** Next step for one error kind: what it means and who can do what (field guide; fixtures in test/fixtures/nvidia-smi/errors). */
-export function errorAdvice(kind: NvidiaErrorKind, where: string, host: string): string {
+export function errorAdvice(kind: NvidiaErrorKind, where: string, host: string): Part[] {
   switch (kind) {
     case 'nvml_version_mismatch':
-      return `nvidia-smi on ${where} says "Driver/library version mismatch": the NVIDIA driver was upgraded while the old kernel module stayed loaded (or ${where}'s NVIDIA libraries differ from ${host}'s driver). A reset will not help and nothing was signalled: reload the nvidia kernel modules on ${host} once no process uses the GPUs, or reboot ${host}.`;
+      return say`nvidia-smi on ${where} says "Driver/library version mismatch": the NVIDIA driver was upgraded while the old kernel module stayed loaded (or ${where}'s NVIDIA libraries differ from ${host}'s driver). A reset will not help and nothing was signalled: reload the nvidia kernel modules on ${host} once no process uses the GPUs, or reboot ${host}.`;
     case 'gpu_lost':
-      return `the GPU has fallen off the bus ("GPU is lost", Xid 79 in dmesg on ${host}). A reset will not help and nothing was signalled: drain ${host}, reboot it and check the hardware (PCIe seating, power, temperature).`;
+      return say`the GPU has fallen off the bus ("GPU is lost", Xid 79 in dmesg on ${host}). A reset will not help and nothing was signalled: drain ${host}, reboot it and check the hardware (PCIe seating, power, temperature).`;
     case 'device_handle_unknown':
-      return `the driver cannot get a handle on the GPU ("Unknown Error"): usually a GPU that fell off the bus or failed. Look for Xid errors in dmesg on ${host}; a reset rarely helps: reboot ${host} and check the hardware.`;
+      return say`the driver cannot get a handle on the GPU ("Unknown Error"): usually a GPU that fell off the bus or failed. Look for Xid errors in dmesg on ${host}; a reset rarely helps: reboot ${host} and check the hardware.`;
     case 'driver_unreachable':
-      return `nvidia-smi cannot talk to the NVIDIA driver on ${where}: the kernel module is not loaded or has crashed. Check \`lsmod | grep nvidia\` and dmesg on ${host}; load the driver or reboot ${host}.`;
+      return say`nvidia-smi cannot talk to the NVIDIA driver on ${where}: the kernel module is not loaded or has crashed. Check \`lsmod | grep nvidia\` and dmesg on ${host}; load the driver or reboot ${host}.`;
     case 'no_devices':
-      return `nvidia-smi on ${where} finds no GPU: in a container, the GPU devices are not passed through (check its \`/dev/nvidia*\` entries in the Proxmox config); on ${host}, check \`lspci | grep -i nvidia\` and dmesg.`;
+      return say`nvidia-smi on ${where} finds no GPU: in a container, the GPU devices are not passed through (check its \`/dev/nvidia*\` entries in the Proxmox config); on ${host}, check \`lspci | grep -i nvidia\` and dmesg.`;
     case 'inforom_corrupted':
-      return `the GPU's infoROM is corrupted: numbers may still read, but the board needs a hardware check (infoROM update or RMA). Plan it with whoever owns ${host}.`;
+      return say`the GPU's infoROM is corrupted: numbers may still read, but the board needs a hardware check (infoROM update or RMA). Plan it with whoever owns ${host}.`;
     case 'insufficient_permissions':
-      return `nvidia-smi on ${where} was refused permission: run it as root, or fix the \`/dev/nvidia*\` permissions.`;
+      return say`nvidia-smi on ${where} was refused permission: run it as root, or fix the \`/dev/nvidia*\` permissions.`;
     case 'reset_not_supported':
     case 'reset_in_use':
     case 'unknown':
-      return `look on ${host} (\`nvidia-smi -q\`, dmesg for Xid errors) before anything else; a reset or a reboot of ${host} may be needed.`;
+      return say`look on ${host} (\`nvidia-smi -q\`, dmesg for Xid errors) before anything else; a reset or a reboot of ${host} may be needed.`;
   }
 }
 
-function errorNext(g: GpuDiagnosis | null, error: NvidiaError | null, d: Diagnosis): string {
-  const who = g ? `${gpuName(g)}: ` : '';
-  if (error === null) return `${who}its memory could not be read; run \`/gpu status ${d.target}\` and \`/gpu status ${d.host}\` and look at ${d.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
-  return `${who}${errorAdvice(error.kind, d.target, d.host)}`;
+function errorNext(g: GpuDiagnosis | null, error: NvidiaError | null, d: Diagnosis): Part[] {
+  const who = g ? say`${gpuName(g)}: ` : '';
+  if (error === null) return say`${who}its memory could not be read; run \`/gpu status ${d.target}\` and \`/gpu status ${d.host}\` and look at ${d.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
+  return say`${who}${errorAdvice(error.kind, d.target, d.host)}`;
 }
 
-function usersText(ids: readonly string[]): string {
-  return ids.map((u) => `<@${u}>`).join(', ');
+function usersText(ids: readonly string[]): Part[] {
+  return joinRich(ids.map((u) => [user(u)]), ', ');
 }
 
 /** Approvers still able to decide: configured, not the requester, not one who already denied. */
@@ -144,22 +155,22 @@ function otherApprovers(c: VerdictContext): string[] | null {
 }
 
 /** What happened to the tier-2 step that this GPU needs, and what is really left. */
-function tier2Next(what: string, kind: 'host_kill' | 'host_reset', step: StepHistory | undefined, c: VerdictContext, d: Diagnosis): string {
+function tier2Next(what: Rich, kind: 'host_kill' | 'host_reset', step: StepHistory | undefined, c: VerdictContext, d: Diagnosis): Part[] {
   const others = otherApprovers(c);
   const some = others !== null && others.length > 0;
-  const ask = some ? `ask another approver (${usersText(others)})` : 'no other approver is configured (GPU_MEDIC_APPROVERS)';
+  const ask = some ? say`ask another approver (${usersText(others)})` : 'no other approver is configured (GPU_MEDIC_APPROVERS)';
   const act = kind === 'host_kill' ? 'kill' : 'reset';
-  if (step === undefined) return others === null || some ? `${what}, approved by a second person.` : `${what}, and ${ask}, so it cannot run.`;
+  if (step === undefined) return others === null || some ? say`${what}, approved by a second person.` : say`${what}, and ${ask}, so it cannot run.`;
   switch (step.outcome) {
     case 'denied':
-      return `${what}; that ${act} was denied by <@${step.by ?? '?'}>. If it is still needed, ${some ? `${ask} to approve a new \`/gpu unstick ${d.target}\`` : others === null ? `ask another approver to approve a new \`/gpu unstick ${d.target}\`` : `${ask}: nobody else can approve it`}.`;
+      return say`${what}; that ${act} was denied by ${user(step.by ?? '?')}. If it is still needed, ${some ? say`${ask} to approve a new \`/gpu unstick ${d.target}\`` : others === null ? say`ask another approver to approve a new \`/gpu unstick ${d.target}\`` : say`${ask}: nobody else can approve it`}.`;
     case 'expired':
-      return `${what}; the approval request expired without a decision. Run \`/gpu unstick ${d.target}\` again when ${some ? `an approver (${usersText(others)})` : 'an approver'} can answer the card.`;
+      return say`${what}; the approval request expired without a decision. Run \`/gpu unstick ${d.target}\` again when ${some ? say`an approver (${usersText(others)})` : 'an approver'} can answer the card.`;
     case 'failed':
     case 'done':
       return kind === 'host_kill'
-        ? `${what}; the host-level kill ran and it still holds the GPU${step.message ? ` (${step.message})` : ''}. A process that survives SIGKILL on the host is stuck in the driver: check dmesg on ${d.host} for Xid errors; a reboot of ${d.host} may be needed.`
-        : `${what}; the host-level reset ran and the memory is still held${step.message ? ` (${step.message})` : ''}. A reset that does not free memory means a reboot of ${d.host}.`;
+        ? say`${what}; the host-level kill ran and it still holds the GPU${step.message ? say` (${step.message})` : ''}. A process that survives SIGKILL on the host is stuck in the driver: check dmesg on ${d.host} for Xid errors; a reboot of ${d.host} may be needed.`
+        : say`${what}; the host-level reset ran and the memory is still held${step.message ? say` (${step.message})` : ''}. A reset that does not free memory means a reboot of ${d.host}.`;
   }
 }
 
@@ -167,35 +178,35 @@ function lastStep(c: VerdictContext, kind: StepHistory['kind'], about: (s: StepH
   return [...c.steps].reverse().find((s) => s.kind === kind && about(s));
 }
 
-function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): string {
+function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
   const gpu = gpuName(g);
   switch (g.kind) {
     case 'held_in_container': {
       const ran = c.steps.some((s) => s.kind === 'container_signal');
       return ran
-        ? `${gpu}: held by processes of ${d.target} that this incident's container step did not cover (they started after its snapshot); if they should stop, run \`/gpu unstick ${d.target}\` again.`
-        : `${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
+        ? say`${gpu}: held by processes of ${d.target} that this incident's container step did not cover (they started after its snapshot); if they should stop, run \`/gpu unstick ${d.target}\` again.`
+        : say`${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
     }
     case 'held_host_only': {
       const pids = g.holders.filter((h) => h.reach === 'host').map((h) => h.process.hostPid);
       const step = lastStep(c, 'host_kill', (s) => pids.some((p) => s.hostPids.includes(p)));
-      const what = step === undefined ? `${gpu}: needs the host-level kill on ${d.host}` : `${gpu}: only a host-level kill on ${d.host} can free it (host PID ${pids.join(', ')})`;
+      const what = step === undefined ? say`${gpu}: needs the host-level kill on ${d.host}` : say`${gpu}: only a host-level kill on ${d.host} can free it (host PID ${pids.join(', ')})`;
       return tier2Next(what, 'host_kill', step, c, d);
     }
     case 'orphaned_memory': {
       const step = lastStep(c, 'host_reset', (s) => g.hostIndex !== null && s.gpuHostIndexes.includes(g.hostIndex));
-      const what = `${gpu}: memory with no process; a host-level GPU reset on ${d.host}`;
+      const what = say`${gpu}: memory with no process; a host-level GPU reset on ${d.host}`;
       return tier2Next(what, 'host_reset', step, c, d);
     }
     case 'leak_beside_holders':
-      return `${gpu}: ${g.unaccountedMiB === null ? '?' : fmt(g.unaccountedMiB)} MiB is held by no process, beside processes outside ${d.target} (host PID ${g.outside.map((h) => h.process.hostPid).join(', ')}). A reset can only run once the GPU has no process: when they have ended, \`/gpu unstick ${d.target}\` offers it.`;
+      return say`${gpu}: ${g.unaccountedMiB === null ? '?' : fmt(g.unaccountedMiB)} MiB is held by no process, beside processes outside ${d.target} (host PID ${g.outside.map((h) => h.process.hostPid).join(', ')}). A reset can only run once the GPU has no process: when they have ended, \`/gpu unstick ${d.target}\` offers it.`;
     case 'gpu_error':
       return errorNext(g, g.error, d);
     case 'unidentified':
-      return `${gpu}: holders changed while we looked; run \`/gpu status ${d.target}\` and try again.`;
+      return say`${gpu}: holders changed while we looked; run \`/gpu status ${d.target}\` and try again.`;
     case 'idle':
     case 'held_outside':
-      return '';
+      return [];
   }
 }
 
@@ -261,18 +272,18 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
             ? 'partially_recovered'
             : 'still_stuck';
 
-  const next: string[] = [];
+  const next: Rich[] = [];
   const machineError = after.error ?? (before.gpus.length === 0 ? before.error : null);
-  if (machineError !== null && !stillStuck.some((g) => g.error === machineError)) next.push(`nvidia-smi failed on ${after.target} or ${after.host}: ${errorAdvice(machineError.kind, after.target, after.host)}`);
+  if (machineError !== null && !stillStuck.some((g) => g.error === machineError)) next.push(say`nvidia-smi failed on ${after.target} or ${after.host}: ${errorAdvice(machineError.kind, after.target, after.host)}`);
   for (const g of missing) {
     const b = before.gpus.find((x) => (x.uuid !== null ? x.uuid === g.uuid : x.index === g.index));
     next.push(
-      `GPU ${g.index ?? '?'}: missing from ${after.target}'s nvidia-smi after the run${after.error ? ` (${after.error.message})` : ''}, so nothing can be said about its memory${b && isStuck(b) ? ` (${b.usedMiB === null ? '?' : fmt(b.usedMiB)} MiB were in use before)` : ''}. Run \`/gpu status ${after.host}\`; if the GPU stays missing, look for Xid 79 (fallen off the bus) in dmesg on ${after.host}: then only a reboot of ${after.host} helps.`,
+      say`GPU ${g.index ?? '?'}: missing from ${after.target}'s nvidia-smi after the run${after.error ? say` (${after.error.message})` : ''}, so nothing can be said about its memory${b && isStuck(b) ? say` (${b.usedMiB === null ? '?' : fmt(b.usedMiB)} MiB were in use before)` : ''}. Run \`/gpu status ${after.host}\`; if the GPU stays missing, look for Xid 79 (fallen off the bus) in dmesg on ${after.host}: then only a reboot of ${after.host} helps.`,
     );
   }
   for (const g of stillStuck) {
     const s = nextFor(g, after, context);
-    if (s !== '') next.push(s);
+    if (s.length > 0) next.push(s);
   }
   return {
     kind,
@@ -280,6 +291,6 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
     gpus,
     totalFreedMiB: gpus.reduce((n, g) => n + (g.freedMiB ?? 0), 0),
     outside: gpus.map(othersNote).filter((s): s is string => s !== null),
-    nextStep: next.length > 0 ? next.join(' ') : null,
+    ...adviceOf(next.length > 0 ? joinRich(next, ' ') : null),
   };
 }

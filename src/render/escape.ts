@@ -1,5 +1,5 @@
 /**
- * The one place that turns text gpu-medic did not write itself into Slack text. Pure, no imports.
+ * The one place that turns text gpu-medic did not write itself into Slack text. Pure.
  *
  * Machine text (process names, users and cmdlines from fuser or /proc, nvidia-smi error text,
  * SSH/worker error details, UUIDs, machine ids) and user text (the free-text reason of
@@ -25,14 +25,18 @@
  * - `mention(userId)`: the only way a `<@…>` reaches Slack: gpu-medic's own mention of a requester
  *   or approver, written once from a Slack user ID (`U…`/`W…`). Anything that is not a user ID is
  *   rendered as `code` text instead.
- * - `rich(parts)`: a sentence gpu-medic composed (diagnosis, verdict, advice) as parts: plain
- *   strings go through `text`, `{ code }` through `code`, `{ user }` through `mention`. Use it when a
- *   core function builds a sentence around machine text, instead of pre-formatting mrkdwn.
+ * - `rich(parts)`: a sentence gpu-medic composed (diagnosis, verdict, advice) as parts (build them
+ *   with the `say` tag of src/render/rich.ts): plain strings go through `text`, `{ code }` through
+ *   `code`, `{ user }` through `mention`. A core function that words a sentence around machine text
+ *   returns a Rich, never pre-formatted mrkdwn.
+ * - Clip before escaping (`clipChars`), never after: a cut would split an entity.
  *
  * Literals a renderer writes itself (`*Summary*`, `:warning:`, backticks around a fixed command
  * name) are markup and are not escaped. Never escape a string twice: escape where the data meets
  * the template, not the template.
  */
+
+import type { Rich } from './rich.ts';
 
 const LOOK_ALIKE: Record<string, string> = { '*': '∗', _: 'ˍ', '~': '∼', '`': 'ˋ' };
 
@@ -90,18 +94,9 @@ export function mention(userId: string): string {
   return USER_ID.test(userId) ? `<@${userId}>` : code(userId);
 }
 
-/** A part of a sentence gpu-medic composed: prose, machine text shown as code, or a user. */
-export type Part = string | { readonly code: string } | { readonly user: string };
-export type Rich = readonly Part[];
-
-/** A composed sentence as mrkdwn: every part escaped by its kind, once. */
+/** A composed sentence (src/render/rich.ts) as mrkdwn: every part escaped by its kind, once. */
 export function rich(parts: Rich): string {
   return parts.map((p) => (typeof p === 'string' ? text(p) : 'code' in p ? code(p.code) : mention(p.user))).join('');
-}
-
-/** The same sentence as plain words (logs, CLI, `plain_text`): code in backticks, users as @ID. */
-export function richPlain(parts: Rich): string {
-  return parts.map((p) => (typeof p === 'string' ? p : 'code' in p ? `\`${p.code}\`` : `@${p.user}`)).join('');
 }
 
 /** Cuts to at most `max` characters (code points), ending in "…" when cut; never splits a surrogate pair. */

@@ -7,7 +7,7 @@ import { shellQuote } from '../ssh/quote.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';
 import { snapshotViews, type MessageView } from './status.ts';
-import { clipChars, code, codeLine, mention, text as esc } from './escape.ts';
+import { clipChars, code, codeLine, mention, rich, text as esc } from './escape.ts';
 import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 
@@ -287,11 +287,11 @@ function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
   const outside = v.outside ?? [];
   const blocks: KnownBlock[] = [section(heading), buildTableBlock(header, rows).block];
   if (outside.length > 0) blocks.push(context(`Outside this incident: ${esc(outside.join(' '))}`));
-  if (v.nextStep) blocks.push(section(`*Next step:* ${esc(v.nextStep)}`));
-  const text = [heading, monospaceTable(header, rows), outside.length > 0 ? `Outside this incident: ${esc(outside.join(' '))}` : '', v.nextStep ? `Next step: ${esc(v.nextStep)}` : '']
-    .filter((x) => x !== '')
-    .join('\n');
-  return { key: `ev:${e.id}`, placement: 'reply', text, blocks };
+  // gpu-medic's advice as data (mentions and commands once); a verdict logged before `advice` existed is escaped whole.
+  const advice = v.advice ? rich(v.advice) : v.nextStep ? esc(v.nextStep) : null;
+  if (advice !== null) blocks.push(...sectionsOf([`*Next step:* ${advice}`]));
+  const text = fallbackText([heading, monospaceTable(header, rows), ...(outside.length > 0 ? [`Outside this incident: ${esc(outside.join(' '))}`] : []), ...(advice !== null ? [`Next step: ${advice}`] : [])]);
+  return { key: `ev:${e.id}`, placement: 'reply', text, blocks: limitBlocks(blocks) };
 }
 
 function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[], fin: Ev<'finished'>): MessageView {

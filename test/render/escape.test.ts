@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { cell, clipChars, code, codeLine, mention, rich, text } from '../../src/render/escape.ts';
+import { joinRich, richPlain, say, user } from '../../src/render/rich.ts';
 
 describe('the one escape for machine and user text', () => {
   it('text: Slack entities, look-alikes for * _ ~ and backtick, newlines and controls made visible', () => {
@@ -34,5 +35,25 @@ describe('the one escape for machine and user text', () => {
     expect(clipChars('abcdef', 4)).toBe('abc…');
     expect(clipChars('😀😀😀', 2)).toBe('😀…');
     expect(clipChars('abc', 3)).toBe('abc');
+  });
+});
+
+describe('say: sentences gpu-medic words around data', () => {
+  it('literal backticks make code parts, values inside them join the code, values outside are plain words', () => {
+    const r = say`GPU ${0}: denied by ${user('U0BOB')}; run \`/gpu unstick ${'ct129'}\` again (${'held by `x` <!channel>'}).`;
+    expect(r).toEqual(['GPU 0: denied by ', { user: 'U0BOB' }, '; run ', { code: '/gpu unstick ct129' }, ' again (held by `x` <!channel>).']);
+    expect(rich(r)).toBe('GPU 0: denied by <@U0BOB>; run `/gpu unstick ct129` again (held by ˋxˋ &lt;!channel&gt;).');
+    expect(richPlain(r)).toBe('GPU 0: denied by <@U0BOB>; run `/gpu unstick ct129` again (held by `x` <!channel>).');
+  });
+
+  it('a Rich value is spliced in whole; inside code it contributes its plain words', () => {
+    const who = joinRich([[user('U0A')], [user('U0B')]], ', ');
+    expect(say`ask ${who} to approve`).toEqual(['ask ', { user: 'U0A' }, ', ', { user: 'U0B' }, ' to approve']);
+    expect(say`\`kill ${say`${'12'}`}\``).toEqual([{ code: 'kill 12' }]);
+  });
+
+  it('a value cannot open or close a code part', () => {
+    const r = say`PID 1 ${'`*x*`'} left`;
+    expect(rich(r)).toBe('PID 1 ˋ∗x∗ˋ left');
   });
 });
