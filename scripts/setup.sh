@@ -64,4 +64,5 @@ if ! npm ls --depth=0 >/dev/null 2>&1; then
   say "npm install"
   npm install --no-audit --no-fund
 fi
+[ "$(id -u)" -eq 0 ] || say "note: npm run demo and npm test need root (the simulated containers are PID and mount namespaces)"
 say "ready: npm run demo (the simulated fleet, bot, worker and a local Slack page), npm test (the suite)"

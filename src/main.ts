@@ -14,7 +14,7 @@ const [sub, ...rest] = process.argv.slice(2);
 /** The role whose settings a subcommand may take from .env; null for `parse`, which reads none. */
 function settingsRole(): Role | null {
   if (sub === 'bot' || sub === 'worker' || sub === 'start') return sub;
-  if (sub === 'config') return rest[1] === 'bot' || rest[1] === 'worker' ? rest[1] : 'start';
+  if (sub === 'config') return rest[1] === 'bot' || rest[1] === 'worker' ? rest[1] : rest[1] === undefined || rest[1] === 'start' ? 'start' : 'worker';
   // health and incidents read Redis and file settings only: never a Slack secret.
   return sub === 'parse' ? null : 'worker';
 }
@@ -29,16 +29,22 @@ async function loadDotEnv(): Promise<void> {
   if (role === null) return;
   const { readEnvFile } = await import('./config/dotenv.ts');
   const { envFileKeyFilter } = await import('./config/check.ts');
-  const values = readEnvFile('.env', envFileKeyFilter(role)) ?? {};
-  for (const [k, v] of Object.entries(values)) if (process.env[k] === undefined) process.env[k] = v;
+  const file = readEnvFile('.env', envFileKeyFilter(role));
+  if (!file) return;
+  for (const [k, v] of Object.entries(file.values)) if (process.env[k] === undefined) process.env[k] = v;
+  // Reported with the other problems by checkConfig (never the line itself: it may hold a secret).
+  for (const n of file.badLines) envFileProblems.push(`.env line ${n} is not KEY=value (no spaces in the key, "#" for a comment); it was not used`);
 }
+
+/** Problems found in ./.env before any setting was parsed. */
+const envFileProblems: string[] = [];
 
 async function run(role: Role): Promise<number> {
   const { checkConfig, formatReport } = await import('./config/check.ts');
   const { loadInventoryFile } = await import('./config/load-inventory.ts');
   const { createLogger } = await import('./logger.ts');
   // The same report as `config check <role>`: every problem at once.
-  const report = await checkConfig(process.env, role, loadInventoryFile);
+  const report = await checkConfig(process.env, role, loadInventoryFile, envFileProblems);
   const { env } = report;
   const inventory = report.inventory;
   if (!env || !inventory) {
@@ -109,7 +115,7 @@ async function main(): Promise<number> {
     case 'config': {
       if (rest[0] !== 'check') break;
       const { runConfigCheck } = await import('./cli/config-check.ts');
-      return runConfigCheck(rest.slice(1), process.env, process.stdout);
+      return runConfigCheck(rest.slice(1), process.env, process.stdout, envFileProblems);
     }
     case 'health': {
       const { runHealthCommand } = await import('./cli/health-command.ts');
@@ -129,7 +135,7 @@ async function main(): Promise<number> {
     case 'start':
       return run(sub);
   }
-  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`);
+  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker|start]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`);
   return 2;
 }
 

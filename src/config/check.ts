@@ -30,10 +30,12 @@ export async function checkConfig(
   source: Record<string, string | undefined>,
   role: Role,
   loadInventory: (path: string) => Promise<{ inventory: Inventory | null; problems: InventoryProblem[] }>,
+  /** Problems found before parsing, e.g. lines of .env that are not KEY=value. */
+  earlier: readonly string[] = [],
 ): Promise<ConfigReport> {
   const e = parseEnv(source, role);
   const deployment: Deployment = source.GPU_MEDIC_DEPLOYMENT === 'compose' || source.GPU_MEDIC_DEPLOYMENT === 'systemd' ? source.GPU_MEDIC_DEPLOYMENT : 'local';
-  const problems = e.problems.map((p) => `${p.variable} ${p.message}`);
+  const problems = [...earlier, ...e.problems.map((p) => `${p.variable} ${p.message}`)];
   const redisUrl = source.REDIS_URL ?? 'redis://127.0.0.1:6379';
   if (deployment !== 'compose' && /^rediss?:\/\/([^@/]*@)?redis(:\d+)?(\/|$)/.test(redisUrl))
     problems.push(

@@ -5,9 +5,10 @@ import { readFileSync } from 'node:fs';
  * key is not kept is never turned into a string, and the file's bytes are zeroed once read: a
  * worker started next to a .env holding the Slack tokens keeps no copy of them in its memory.
  * Syntax: `KEY=value`, optional `export `, `#` comments, optional matching quotes around the value.
- * Returns null when there is no such file.
+ * Returns null when there is no such file. `badLines` are the numbers of lines that are neither
+ * blank, a comment nor `KEY=value` (named, never shown: such a line may hold a secret).
  */
-export function readEnvFile(path: string, keep: (key: string) => boolean): Record<string, string> | null {
+export function readEnvFile(path: string, keep: (key: string) => boolean): { values: Record<string, string>; badLines: number[] } | null {
   let buf: Buffer;
   try {
     buf = readFileSync(path);
@@ -15,20 +16,28 @@ export function readEnvFile(path: string, keep: (key: string) => boolean): Recor
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new Error(`cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? String(e)}`);
   }
-  const out: Record<string, string> = {};
+  const values: Record<string, string> = {};
+  const badLines: number[] = [];
   try {
     let start = 0;
-    while (start < buf.length) {
+    for (let line = 1; start < buf.length; line++) {
       let end = buf.indexOf(0x0a, start);
       if (end < 0) end = buf.length;
       const key = keyOf(buf, start, end);
-      if (key !== null && keep(key.name)) out[key.name] = valueOf(buf.toString('utf8', key.valueAt, end));
+      if (key !== null && keep(key.name)) values[key.name] = valueOf(buf.toString('utf8', key.valueAt, end));
+      else if (key === null && !blankOrComment(buf, start, end)) badLines.push(line);
       start = end + 1;
     }
   } finally {
     buf.fill(0);
   }
-  return out;
+  return { values, badLines };
+}
+
+function blankOrComment(buf: Buffer, start: number, end: number): boolean {
+  let i = start;
+  while (i < end && isSpace(buf[i])) i++;
+  return i === end || buf[i] === 0x23;
 }
 
 const isSpace = (c: number | undefined): boolean => c === 0x20 || c === 0x09 || c === 0x0d;

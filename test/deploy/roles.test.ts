@@ -250,7 +250,7 @@ describe('refusing to start: the same report as config check, every problem at o
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'gpu-medic-refuse-'));
     writeFileSync(join(dir, 'inventory.yaml'), `hosts:\n  - id: kpro5\n    adress: 10.0.0.5\n    hostKeys: [${FP}]\ncontainers:\n  - id: ct129\n    vmid: 129\n    host: kpro6\n`);
-    writeFileSync(join(dir, '.env'), 'GPU_MEDIC_MODE=http\nSLACK_BOT_TOKEN=xoxb-1\nPORT=\nGPU_MEDIC_POLL_MS=fast\n');
+    writeFileSync(join(dir, '.env'), 'GPU_MEDIC_MODE=http\nSLACK_BOT_TOKEN=xoxb-1\nPORT=\nGPU_MEDIC_POLL_MS=fast\nGPU_MEDIC_SITES lab\n');
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -268,6 +268,7 @@ describe('refusing to start: the same report as config check, every problem at o
       expect(out).toContain('host kpro5: address is missing');
       expect(out).toContain('host kpro5: unknown field "adress"; did you mean address?');
       expect(out).toContain('container ct129: host "kpro6" is not in hosts; did you mean kpro5?');
+      expect(out).toContain('.env line 5 is not KEY=value');
       if (role === 'worker') {
         expect(out).toContain('GPU_MEDIC_POLL_MS must be a whole number');
         expect(out).not.toContain('PORT'); // a bot setting: the worker does not read it

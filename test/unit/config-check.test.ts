@@ -130,6 +130,12 @@ containers:
     expect(compose.out).toContain('assuming docker compose');
   });
 
+  it('an unknown role is refused with the closest one, and nothing is checked', async () => {
+    const { code, out } = await check(['wroker'], {}, '{}');
+    expect(code).toBe(2);
+    expect(out).toBe('config check: "wroker" is not a role; did you mean worker? (usage: config check [bot|worker|start]; nothing was checked)\n');
+  });
+
   it('a missing inventory file says so in words and how to fix it', async () => {
     const r = await checkConfig({ GPU_MEDIC_INVENTORY: join(dir, 'nope.yaml') }, 'worker', loadInventoryFile);
     expect(r.problems).toEqual([`inventory ${join(dir, 'nope.yaml')}: ${join(dir, 'nope.yaml')}: cannot read the inventory file: there is no such file (copy inventory.example.yaml, or set GPU_MEDIC_INVENTORY)`]);
@@ -153,8 +159,17 @@ describe('each role reads only its own settings', () => {
     const path = join(dir, 'all.env');
     writeFileSync(path, '# comment\nSLACK_BOT_TOKEN=xoxb-secret-1\nexport SLACK_APP_TOKEN="xapp-secret-2"\nREDIS_URL=redis://127.0.0.1:6379 # local\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_SITE=typo\nPATH=/evil\n');
     // Unknown names that look like ours are kept, so that the check can name the typo.
-    expect(readEnvFile(path, envFileKeyFilter('worker'))).toEqual({ REDIS_URL: 'redis://127.0.0.1:6379', GPU_MEDIC_SITES: 'lab', GPU_MEDIC_SITE: 'typo' });
-    expect(readEnvFile(path, envFileKeyFilter('bot'))).toEqual({ SLACK_BOT_TOKEN: 'xoxb-secret-1', SLACK_APP_TOKEN: 'xapp-secret-2', REDIS_URL: 'redis://127.0.0.1:6379', GPU_MEDIC_SITE: 'typo' });
+    expect(readEnvFile(path, envFileKeyFilter('worker'))?.values).toEqual({ REDIS_URL: 'redis://127.0.0.1:6379', GPU_MEDIC_SITES: 'lab', GPU_MEDIC_SITE: 'typo' });
+    expect(readEnvFile(path, envFileKeyFilter('bot'))?.values).toEqual({ SLACK_BOT_TOKEN: 'xoxb-secret-1', SLACK_APP_TOKEN: 'xapp-secret-2', REDIS_URL: 'redis://127.0.0.1:6379', GPU_MEDIC_SITE: 'typo' });
     expect(readEnvFile(join(dir, 'missing.env'), () => true)).toBeNull();
+  });
+
+  it('a .env line that is not KEY=value is named by number (never shown) instead of dropped in silence', () => {
+    const path = join(dir, 'bad.env');
+    writeFileSync(path, '# ok\n\nSLACK_BOT_TOKEN: xoxb-secret-3\nREDIS_URL=redis://127.0.0.1:6379\n  \n1PORT=3\n');
+    const r = readEnvFile(path, envFileKeyFilter('worker'));
+    expect(r?.badLines).toEqual([3, 6]);
+    expect(r?.values).toEqual({ REDIS_URL: 'redis://127.0.0.1:6379' });
+    expect(JSON.stringify(r)).not.toContain('xoxb-secret-3');
   });
 });
