@@ -1,3 +1,4 @@
+import type { GpuMatch } from './gpu-map.ts';
 import { sameProcess, type DeviceOnlyHolder, type GpuHolder, type HolderReport, type ProcessIdentity, type UnresolvedHolder } from './holders.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { Gpu, NvidiaError } from './types.ts';
@@ -87,6 +88,12 @@ export interface DiagnoseInput {
   containerExecUid?: number | null;
   /** Holders a container-side step already failed to stop: only the host can now. */
   containerFailed?: readonly ContainerFailure[];
+  /**
+   * Per container GPU (same order as `containerGpus`): its host GPU by the host's own view
+   * (src/gpu/gpu-map.ts), or why it could not be matched. The unstick flow always passes it;
+   * without it GPUs are matched by the UUID the container reports (classification tests only).
+   */
+  gpuMap?: readonly GpuMatch[];
 }
 
 const fmt = (n: number): string => n.toLocaleString('en-US');
@@ -215,19 +222,26 @@ export function diagnose(input: DiagnoseInput): Diagnosis {
   // nvidia-smi failing on the host leaves a container GPU without its host numbers or holders:
   // that GPU is unreadable, never "memory with no process".
   const hostError = input.hostGpus.length === 0 ? (machineError ?? errors[0] ?? null) : null;
-  const gpus = input.containerGpus.map((cg): GpuDiagnosis => {
+  const gpus = input.containerGpus.map((cg, position): GpuDiagnosis => {
+    const match = input.gpuMap?.[position];
     const hg =
-      (cg.uuid !== null ? input.hostGpus.find((g) => g.uuid === cg.uuid) : undefined) ??
-      (cg.uuid === null ? input.hostGpus.find((g) => g.index === cg.index) : undefined) ??
-      null;
+      match !== undefined
+        ? match.host
+        : ((cg.uuid !== null ? input.hostGpus.find((g) => g.uuid === cg.uuid) : undefined) ??
+          (cg.uuid === null ? input.hostGpus.find((g) => g.index === cg.index) : undefined) ??
+          null);
     const hostIndex = hg?.index ?? null;
-    const uuid = cg.uuid ?? hg?.uuid ?? null;
+    // The host's UUID when the host matched it: what the container says is not taken for it.
+    const uuid = match !== undefined ? (hg?.uuid ?? null) : (cg.uuid ?? hg?.uuid ?? null);
+    const unmatched = match?.problem ?? null;
     const onThis = (x: { gpuIndex: number | null; gpuUuid: string | null }): boolean =>
       (uuid !== null && x.gpuUuid === uuid) || (x.gpuUuid === null && hostIndex !== null && x.gpuIndex === hostIndex);
     const mine = input.holders.holders.filter(onThis);
     const holders = mine.filter((h) => h.inTarget).map((h): DiagnosedHolder => ({ ...h, ...reachOf(h, input) }));
     const busId = cg.busId ?? hg?.busId ?? null;
-    const error = errors.find((e) => e.busId !== null && e.busId === busId) ?? (hg === null ? hostError : null);
+    // A GPU the host's view could not match is not acted on; a failing host nvidia-smi is the likelier cause, so it wins.
+    const mapError: NvidiaError | null = unmatched !== null ? { kind: 'unknown', message: unmatched, busId: null } : null;
+    const error = errors.find((e) => e.busId !== null && e.busId === busId) ?? (hg === null ? (hostError ?? mapError) : null);
     const usedMiB = hg?.memoryUsedMiB ?? cg.memoryUsedMiB;
     const totalMiB = hg?.memoryTotalMiB ?? cg.memoryTotalMiB;
     const held = {
@@ -248,7 +262,9 @@ export function diagnose(input: DiagnoseInput): Diagnosis {
     };
     const kind = kindOf(base, usedMiB === null);
     const d = { ...base, kind };
-    return { ...d, sentence: sentenceOf(d, input) };
+    const sentence =
+      mapError !== null && error === mapError ? `GPU ${cg.index ?? '?'}: ${unmatched ?? ''}. Nothing will be done to it from ${input.host}.` : sentenceOf(d, input);
+    return { ...d, sentence };
   });
   // An error about a GPU the target has no row for (nvidia-smi failed as a whole: `GPU is lost`
   // stops the query) is the diagnosis's error: never dropped, never read as "nothing stuck".

@@ -1,3 +1,4 @@
+import type { GpuPassing } from './gpu-map.ts';
 import type { ProcStat } from './parse/index.ts';
 import type { Gpu, GpuProcess, Holder } from './types.ts';
 
@@ -45,6 +46,11 @@ export interface HostReadings {
   procs: readonly ProcReading[];
   /** `readlink /proc/<init host pid>/ns/pid` of the target container's init (`lxc-info -n <vmid> -p`). */
   targetPidNs: string;
+  /**
+   * Which GPUs the host passed to the container (`pct config`) and each GPU's device minor
+   * (`nvidia-smi -q -x`): the host's own view that container GPUs are matched by. Absent = not read.
+   */
+  passing?: GpuPassing;
 }
 
 /** What the container tells: `fuser -v /dev/nvidia*` holders (container PIDs) and their /proc readings. */

@@ -3,7 +3,7 @@ import type { ProcReading } from '../gpu/holders.ts';
 import { parsePidNsLink } from '../gpu/holders.ts';
 import { parseProcStat } from '../gpu/parse/index.ts';
 import type { CommandSpec } from '../ssh/types.ts';
-import { APP_FIELDS } from './commands.ts';
+import { APP_FIELDS, GPU_FIELDS } from './commands.ts';
 
 /**
  * Fixed command templates of `/gpu unstick`. Every argv word is a constant of this file or a
@@ -25,11 +25,6 @@ function pidWords(pids: readonly number[]): string[] {
       throw new CodedError(ErrorCode.BadCommand, `A PID must be a positive integer, got ${String(p)}; nothing was run.`);
     return String(p);
   });
-}
-
-function gpuIndexWord(i: number): string {
-  if (!Number.isSafeInteger(i) || i < 0) throw new CodedError(ErrorCode.BadCommand, `A GPU index must be a non-negative integer, got ${String(i)}; nothing was run.`);
-  return String(i);
 }
 
 /** Container side (runs in the container's namespace): `kill -s TERM|KILL <pids...>`. */
@@ -75,26 +70,51 @@ export function containerInitPid(vmid: number, o: TemplateOptions): CommandSpec 
   return { argv: ['lxc-info', '-n', String(vmid), '-p'], timeoutMs: o.timeoutMs };
 }
 
+/** `GPU-` + 8-4-4-4-12 hex, as nvidia-smi prints a UUID. */
+export const GPU_UUID = /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** A GPU named by UUID (`nvidia-smi -i` accepts one): an index names whatever GPU has it at run time. */
+function gpuUuidWord(uuid: string): string {
+  if (!GPU_UUID.test(uuid)) throw new CodedError(ErrorCode.BadCommand, `A GPU must be named by its UUID, got ${JSON.stringify(uuid.slice(0, 60))}; nothing was run.`);
+  return uuid;
+}
+
+/** The host's own record of one GPU, by UUID: proves it is still there (and at which index) right before a reset. */
+export function hostGpuByUuid(uuid: string, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', `--query-gpu=${GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
+}
+
 /** Compute apps of one host GPU, to prove nothing anywhere holds it before a reset. */
-export function hostGpuApps(hostIndex: number, o: TemplateOptions): CommandSpec {
+export function hostGpuApps(uuid: string, o: TemplateOptions): CommandSpec {
   return {
-    argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits', '-i', gpuIndexWord(hostIndex)],
+    argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits', '-i', gpuUuidWord(uuid)],
     timeoutMs: o.timeoutMs,
   };
 }
 
 /** `0, Enabled`: whether persistence must be switched off for the reset and back on after. */
-export function persistenceMode(hostIndex: number, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', gpuIndexWord(hostIndex)], timeoutMs: o.timeoutMs };
+export function persistenceMode(uuid: string, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
 }
 
-export function setPersistence(hostIndex: number, on: boolean, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '-pm', on ? '1' : '0', '-i', gpuIndexWord(hostIndex)], timeoutMs: o.timeoutMs };
+export function setPersistence(uuid: string, on: boolean, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '-pm', on ? '1' : '0', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
 }
 
 /** Host only: a container is refused (`Resetting GPU ... is not supported.`), and must never be asked. */
-export function gpuReset(hostIndex: number, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '--gpu-reset', '-i', gpuIndexWord(hostIndex)], timeoutMs: o.timeoutMs };
+export function gpuReset(uuid: string, o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '--gpu-reset', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
+}
+
+/** The container's Proxmox configuration on its host (`devN: /dev/nvidiaM`: which GPUs it was given). */
+export function containerConfig(vmid: number, o: TemplateOptions): CommandSpec {
+  if (!Number.isSafeInteger(vmid) || vmid <= 0) throw new CodedError(ErrorCode.BadCommand, `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`);
+  return { argv: ['pct', 'config', String(vmid)], timeoutMs: o.timeoutMs };
+}
+
+/** The host's full GPU report: the device minor (`/dev/nvidia<minor>`) of each GPU, by UUID. */
+export function hostGpuReport(o: TemplateOptions): CommandSpec {
+  return { argv: ['nvidia-smi', '-q', '-x'], timeoutMs: o.timeoutMs, maxOutputBytes: 8 * 1024 * 1024 };
 }
 
 /** Every constant word the templates above may use. */
@@ -117,12 +137,17 @@ export const CONSTANT_WORDS: ReadonlySet<string> = new Set([
   '-i',
   '-pm',
   '--gpu-reset',
+  `--query-gpu=${GPU_FIELDS.join(',')}`,
+  'pct',
+  'config',
+  '-q',
+  '-x',
 ]);
 
 /** Refuses any argv with a word that is neither a template constant nor a decimal integer. */
 export function assertSafeArgv(argv: readonly string[]): void {
   for (const w of argv) {
-    if (CONSTANT_WORDS.has(w) || /^(0|[1-9]\d{0,14})$/.test(w)) continue;
+    if (CONSTANT_WORDS.has(w) || /^(0|[1-9]\d{0,14})$/.test(w) || GPU_UUID.test(w)) continue;
     throw new CodedError(ErrorCode.BadCommand, `A command word is not from a fixed template: ${JSON.stringify(w.slice(0, 40))}; nothing was run.`);
   }
 }
@@ -188,6 +213,37 @@ export function parseProcReadings(text: string): ProcReadings {
 export function parseLxcInitPid(text: string): number | null {
   const m = /^PID:\s+(\d{1,15})\s*$/m.exec(text);
   return m?.[1] !== undefined && Number(m[1]) > 0 ? Number(m[1]) : null;
+}
+
+/**
+ * Host device minors a container's config passes to it: `devN: /dev/nvidiaM[,opts]` or
+ * `devN: path=/dev/nvidiaM,...` (PVE 8.1+), and `lxc.mount.entry: /dev/nvidiaM dev/nvidiaM ...`
+ * (the older bind-mount recipe). Only the current config counts: `[snapshot]` sections are not it.
+ */
+export function parsePctConfigGpuMinors(text: string): number[] {
+  const out: number[] = [];
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('[')) break;
+    const m = /^dev\d+:\s*(?:path=)?\/dev\/nvidia(\d{1,4})(?:,|$)/.exec(line) ?? /^lxc\.mount\.entry:\s*\/dev\/nvidia(\d{1,4})\s/.exec(line);
+    const n = m?.[1] !== undefined ? Number(m[1]) : null;
+    if (n !== null && !out.includes(n)) out.push(n);
+  }
+  return out;
+}
+
+/** `nvidia-smi -q -x` → each `<gpu id="bus">`'s UUID and `<minor_number>` (`N/A` → null). */
+export function parseXmlGpuMinors(xml: string): Array<{ uuid: string | null; busId: string | null; minor: number | null }> {
+  const out: Array<{ uuid: string | null; busId: string | null; minor: number | null }> = [];
+  const blocks = xml.split(/<gpu id="/).slice(1);
+  for (const b of blocks) {
+    const busId = /^([^"]{1,32})"/.exec(b)?.[1] ?? null;
+    const uuid = /<uuid>\s*(GPU-[0-9A-Fa-f-]{36})\s*<\/uuid>/.exec(b)?.[1] ?? null;
+    const minorText = /<minor_number>\s*([^<]*?)\s*<\/minor_number>/.exec(b)?.[1];
+    const minor = minorText !== undefined && /^\d{1,4}$/.test(minorText) ? Number(minorText) : null;
+    out.push({ uuid, busId, minor });
+  }
+  return out;
 }
 
 /** `0, Enabled` → true; `Disabled` → false; anything else → null (unknown: treat as on, restore after). */

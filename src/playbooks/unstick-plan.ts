@@ -4,7 +4,7 @@ import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { queryComputeApps } from './commands.ts';
-import { assertSafeArgv, gpuReset, hostGpuApps, hostKill, persistenceMode, readProcs, setPersistence, signalPids } from './unstick-commands.ts';
+import { GPU_UUID, assertSafeArgv, gpuReset, hostGpuApps, hostGpuByUuid, hostKill, persistenceMode, readProcs, setPersistence, signalPids } from './unstick-commands.ts';
 
 export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
 export type Tier = 1 | 2;
@@ -40,8 +40,10 @@ export interface PlannedCommand {
    */
   when: 'always' | 'survivors' | 'still_matching' | 'persistence_was_on';
   timeoutMs: number;
-  /** Host GPU index the command is about (reset sequence). */
+  /** Host GPU index the command is about (reset sequence), as planned: display only, indices can change. */
   gpuHostIndex?: number;
+  /** UUID of the host GPU the command is about (reset sequence): what the runner groups and checks by. */
+  gpuUuid?: string;
 }
 
 export interface TargetGpu {
@@ -107,14 +109,22 @@ export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
 export const DEFAULT_POLL_INTERVAL_MS = 3_000;
 export const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
 
-function planned(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec, when: PlannedCommand['when'], gpuHostIndex?: number): PlannedCommand {
+function planned(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec, when: PlannedCommand['when'], gpu?: { hostIndex: number; uuid: string }): PlannedCommand {
   assertSafeArgv(spec.argv);
-  return { role, on, argv: spec.argv, display: shellJoin(spec.argv), when, timeoutMs: spec.timeoutMs, ...(gpuHostIndex !== undefined ? { gpuHostIndex } : {}) };
+  return {
+    role,
+    on,
+    argv: spec.argv,
+    display: shellJoin(spec.argv),
+    when,
+    timeoutMs: spec.timeoutMs,
+    ...(gpu !== undefined ? { gpuHostIndex: gpu.hostIndex, gpuUuid: gpu.uuid } : {}),
+  };
 }
 
 /**
  * The literal commands of a step, from the fixed templates, for the given targets (by PID) or GPUs
- * (by host index). The one place a plan's commands are made: planning uses it, and a worker acting
+ * (by UUID). The one place a plan's commands are made: planning uses it, and a worker acting
  * on an approval rebuilds the approved step's commands with it from its own sealed identity set
  * (plan-seal.ts), never from argv read back from Redis.
  */
@@ -136,14 +146,17 @@ export function stepCommands(kind: StepKind, targets: readonly ProcessIdentity[]
         ...targets.map((x) => planned('kill', 'host', hostKill(x.hostPid, t), 'still_matching')),
       ];
     case 'host_reset':
+      // By UUID (a GPU without one is refused by the template): an index may name another GPU by run time.
       return gpus.flatMap((g) => {
-        const i = g.hostIndex ?? -1;
+        const id = { hostIndex: g.hostIndex ?? -1, uuid: g.uuid ?? '' };
+        const u = id.uuid;
         return [
-          planned('check_apps', 'host', hostGpuApps(i, t), 'always', i),
-          planned('read_persistence', 'host', persistenceMode(i, t), 'always', i),
-          planned('persistence_off', 'host', setPersistence(i, false, t), 'persistence_was_on', i),
-          planned('reset', 'host', gpuReset(i, t), 'always', i),
-          planned('persistence_on', 'host', setPersistence(i, true, t), 'persistence_was_on', i),
+          planned('read_gpus', 'host', hostGpuByUuid(u, t), 'always', id),
+          planned('check_apps', 'host', hostGpuApps(u, t), 'always', id),
+          planned('read_persistence', 'host', persistenceMode(u, t), 'always', id),
+          planned('persistence_off', 'host', setPersistence(u, false, t), 'persistence_was_on', id),
+          planned('reset', 'host', gpuReset(u, t), 'always', id),
+          planned('persistence_on', 'host', setPersistence(u, true, t), 'persistence_was_on', id),
         ];
       });
   }
@@ -254,7 +267,8 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
     });
   }
 
-  const orphaned = d.gpus.filter((g) => g.kind === 'orphaned_memory' && g.hostIndex !== null);
+  // A reset names the GPU by its UUID (from the host's own view), never by an index that may name another GPU by run time.
+  const orphaned = d.gpus.filter((g) => g.kind === 'orphaned_memory' && g.hostIndex !== null && g.uuid !== null && GPU_UUID.test(g.uuid));
   if (orphaned.length > 0) {
     const gpus: TargetGpu[] = orphaned.map((g) => ({ index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: g.unaccountedMiB ?? g.usedMiB }));
     const commands = stepCommands('host_reset', [], gpus, t);
@@ -278,8 +292,8 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       commands,
       explanation:
         `${which}. Ruled out: ${ruledOut}. No process anywhere on ${d.host} holds that memory, so no kill can free it. ` +
-        `Reset on ${d.host} (never inside ${d.target}: a container cannot reset a GPU). For each GPU: check that no process anywhere on ${d.host} holds it ` +
-        `(if one does, that GPU is skipped), switch persistence mode off if it is on, \`nvidia-smi --gpu-reset\`, then switch persistence back on. ` +
+        `Reset on ${d.host} (never inside ${d.target}: a container cannot reset a GPU), naming each GPU by its UUID. For each GPU: check that ${d.host} still has that UUID ` +
+        `and that no process anywhere on ${d.host} holds it (if not, that GPU is skipped), switch persistence mode off if it is on, \`nvidia-smi --gpu-reset -i <UUID>\`, then switch persistence back on. ` +
         `Needs a second person's approval.`,
       ...timing,
     });
@@ -288,8 +302,8 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
   const leftAlone: string[] = [];
   for (const g of d.gpus) {
     if (g.outside.length > 0 || g.kind === 'gpu_error' || g.kind === 'unidentified') leftAlone.push(g.sentence);
-    else if (g.kind === 'orphaned_memory' && g.hostIndex === null)
-      leftAlone.push(`GPU ${g.index ?? '?'}: no matching host GPU was found, so no reset can be offered. ${g.sentence}`);
+    else if (g.kind === 'orphaned_memory' && (g.hostIndex === null || g.uuid === null || !GPU_UUID.test(g.uuid)))
+      leftAlone.push(`GPU ${g.index ?? '?'}: no matching host GPU with a UUID was found, so no reset can be offered. ${g.sentence}`);
   }
   for (const m of d.deviceOnly)
     leftAlone.push(`PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor?): left alone.`);

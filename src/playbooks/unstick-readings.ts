@@ -1,12 +1,22 @@
 import type { Machine } from '../config/machines.ts';
 import { diagnose, type ContainerFailure, type Diagnosis } from '../gpu/diagnose.ts';
+import { matchContainerGpus, type GpuPassing } from '../gpu/gpu-map.ts';
 import { buildHolders, type ContainerReadings, type HostReadings, type ProcReading } from '../gpu/holders.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
 import type { CommandRecord } from '../incident/events.ts';
 import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
 import { recordOf, takeSnapshot, type SnapshotDeps } from './snapshot.ts';
-import { containerInitPid, parseLxcInitPid, parseProcReadings, readProcs } from './unstick-commands.ts';
+import {
+  containerConfig,
+  containerInitPid,
+  hostGpuReport,
+  parseLxcInitPid,
+  parsePctConfigGpuMinors,
+  parseProcReadings,
+  parseXmlGpuMinors,
+  readProcs,
+} from './unstick-commands.ts';
 
 /**
  * The readings `/gpu unstick` decides from, gathered over the executor: each view's status
@@ -105,6 +115,28 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
   return { initHostPid, pidNs, problem, commands: results.map(recordOf), results };
 }
 
+/**
+ * What the host says the container was given: `pct config <vmid>` (its `/dev/nvidiaM` devices)
+ * and host `nvidia-smi -q -x` (each GPU's device minor, by UUID). A failed read leaves
+ * `minors` null with the reason: its GPUs are then matched to none.
+ */
+export async function readGpuPassing(hostRoute: Route, vmid: number, deps: ReadingDeps): Promise<{ passing: GpuPassing; results: ExecResult[] }> {
+  const t = { timeoutMs: deps.commandTimeoutMs };
+  const cfgSpec = containerConfig(vmid, t);
+  const xmlSpec = hostGpuReport(t);
+  const [cfg, xml] = await Promise.all([deps.exec(hostRoute, cfgSpec), deps.exec(hostRoute, xmlSpec)]);
+  if (cfg.timedOut) throw timeoutError(cfgSpec, cfg);
+  if (xml.timedOut) throw timeoutError(xmlSpec, xml);
+  const results = [cfg, xml];
+  const failed = (r: ExecResult, what: string): string => {
+    const said = firstLine(r.stderr) || firstLine(r.stdout);
+    return `\`${what}\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
+  };
+  if (cfg.code !== 0) return { passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] }, results };
+  if (xml.code !== 0 || xml.truncated) return { passing: { vmid, minors: null, problem: `${failed(xml, 'nvidia-smi -q -x')}, so the GPUs' device minors are unknown`, hostMinors: [] }, results };
+  return { passing: { vmid, minors: parsePctConfigGpuMinors(cfg.stdout), problem: null, hostMinors: parseXmlGpuMinors(xml.stdout) }, results };
+}
+
 /** Container view: its status snapshot (GPUs, `fuser -v /dev/nvidia*`) and /proc of every fuser holder. */
 export async function readContainer(machine: Machine, route: Route, deps: ReadingDeps): Promise<ReadOutcome<ContainerReadings>> {
   const snap = await takeSnapshot(machine, route, deps);
@@ -140,16 +172,20 @@ export async function readHost(host: Machine, hostRoute: Route, vmid: number, de
         ErrorCode.CommandFailed,
         `could not find container ${vmid}'s PID namespace on ${host.id}: ${init.problem ?? 'unknown reason'}. Nothing was signalled.`,
       );
-    const procs = await readProcsOn(
-      hostRoute,
-      snap.snapshot.processes.map((p) => p.pid),
-      deps,
-    );
+    const [procs, passing] = await Promise.all([
+      readProcsOn(
+        hostRoute,
+        snap.snapshot.processes.map((p) => p.pid),
+        deps,
+      ),
+      readGpuPassing(hostRoute, vmid, deps),
+    ]);
     if (procs) commands.push(recordOf(procs.result));
+    commands.push(...passing.results.map(recordOf));
     return {
       ok: true,
       snapshot: snap.snapshot,
-      readings: { gpus: snap.snapshot.gpus, apps: snap.snapshot.processes, procs: procs?.readings ?? [], targetPidNs: init.pidNs },
+      readings: { gpus: snap.snapshot.gpus, apps: snap.snapshot.processes, procs: procs?.readings ?? [], targetPidNs: init.pidNs, passing: passing.passing },
       commands,
     };
   } catch (e) {
@@ -196,11 +232,14 @@ export interface DiagnoseReadingsOptions {
 
 /** The per-GPU diagnosis of the target from both views' readings. Pure. */
 export function diagnoseReadings(targetId: string, hostId: string, r: TargetReadings, o: DiagnoseReadingsOptions): Diagnosis {
+  const passing = r.host.readings.passing ?? { vmid: 0, minors: null, problem: "the host's view of the container's GPUs was not read", hostMinors: [] };
   return diagnose({
     target: targetId,
     host: hostId,
     containerGpus: r.container.snapshot.gpus,
     hostGpus: r.host.snapshot.gpus,
+    // Which host GPU each container GPU is, by the host's own view, never by the container's word alone.
+    gpuMap: matchContainerGpus(r.container.snapshot.gpus, r.host.snapshot.gpus, passing, hostId),
     holders: buildHolders(r.host.readings, r.container.readings),
     errors: [r.host.snapshot.gpuError, r.container.snapshot.gpuError],
     containerExecUid: o.containerExecUid,

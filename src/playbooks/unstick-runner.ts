@@ -358,14 +358,24 @@ class Run {
     const notes: string[] = [];
     for (const g of step.gpus) {
       const hi = g.hostIndex;
-      const cmds = step.commands.filter((c) => c.gpuHostIndex === hi);
+      // By UUID: the index the plan saw may name another GPU by now (re-enumeration after a reboot or a GPU back on the bus).
+      const cmds = g.uuid === null ? [] : step.commands.filter((c) => c.gpuUuid === g.uuid);
       const get = (role: CommandRole): PlannedCommand | undefined => cmds.find((c) => c.role === role);
+      const present = get('read_gpus');
       const check = get('check_apps');
       const readPm = get('read_persistence');
       const reset = get('reset');
-      const label = `GPU ${g.index ?? '?'} (host GPU ${hi ?? '?'})`;
-      if (hi === null || !check || !readPm || !reset) {
+      const label = `GPU ${g.index ?? '?'} (host GPU ${hi ?? '?'}, ${g.uuid ?? 'no UUID'})`;
+      if (g.uuid === null || !present || !check || !readPm || !reset) {
         notes.push(`${label}: skipped, its commands are missing from the plan`);
+        continue;
+      }
+      const p = await this.exec('read_gpus', 'host', { argv: present.argv, timeoutMs: present.timeoutMs });
+      const seen = p.code === 0 && !p.timedOut ? parseQueryGpuCsv(p.stdout, [...GPU_FIELDS]) : null;
+      const now = seen && seen.ok && seen.value.error === null ? seen.value.gpus.find((x) => x.uuid === g.uuid) : undefined;
+      if (now === undefined) {
+        const said = `${p.stdout}\n${p.stderr}`.trim().split('\n')[0] ?? '';
+        notes.push(`${label}: skipped, ${step.machineId} no longer lists that UUID (${p.timedOut ? 'timed out' : `exit ${p.code ?? p.signal}`}${said ? `: ${said.slice(0, 120)}` : ''})`);
         continue;
       }
       const c = await this.exec('check_apps', 'host', { argv: check.argv, timeoutMs: check.timeoutMs });

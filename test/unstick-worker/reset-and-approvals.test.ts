@@ -72,12 +72,15 @@ describe('S5: memory held with no process anywhere', () => {
       ['persistence_on', 'host', 'kpro5'],
     ]);
     expect(cmds.find((c) => c.role === 'reset')?.record).toMatchObject({ code: 0 });
-    expect(cmds.find((c) => c.role === 'reset')?.record.command).toMatch(/nvidia-smi --gpu-reset -i 7$/);
+    // Host GPU 7, named by its UUID.
+    const u7 = req?.step.gpus[0]?.uuid ?? '?';
+    expect(u7).toMatch(/^GPU-[0-9a-f-]{36}$/);
+    expect(cmds.find((c) => c.role === 'reset')?.record.command).toMatch(new RegExp(`nvidia-smi --gpu-reset -i ${u7}$`));
     const host = toolCalls('kpro5');
-    const resetAt = host.findIndex((c) => /--gpu-reset -i 7/.test(c));
+    const resetAt = host.findIndex((c) => c.endsWith(`--gpu-reset -i ${u7}`));
     expect(resetAt).toBeGreaterThan(0);
-    expect(host.slice(0, resetAt).some((c) => /-pm 0 -i 7/.test(c))).toBe(true);
-    expect(host.slice(resetAt).some((c) => /-pm 1 -i 7/.test(c))).toBe(true);
+    expect(host.slice(0, resetAt).some((c) => c.endsWith(`-pm 0 -i ${u7}`))).toBe(true);
+    expect(host.slice(resetAt).some((c) => c.endsWith(`-pm 1 -i ${u7}`))).toBe(true);
     // The container was only ever read.
     expect(rig.fleet.commandLog('ct129').filter((c) => RESET_OR_PM.test(c.cmd))).toEqual([]);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');

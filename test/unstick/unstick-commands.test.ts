@@ -8,9 +8,11 @@ import {
   CONSTANT_WORDS,
   READ_PROCS_SCRIPT,
   assertSafeArgv,
+  containerConfig,
   containerInitPid,
   gpuReset,
   hostGpuApps,
+  hostGpuReport,
   hostKill,
   parseKillOutcomes,
   parseLxcInitPid,
@@ -31,11 +33,14 @@ describe('command templates', () => {
     expect(shellJoin(signalPids('KILL', [63], t).argv)).toBe('kill -s KILL 63');
     expect(shellJoin(hostKill(812_345, t).argv)).toBe('kill -s KILL 812345');
     expect(shellJoin(containerInitPid(129, t).argv)).toBe('lxc-info -n 129 -p');
-    expect(shellJoin(hostGpuApps(2, t).argv)).toBe("nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i 2");
-    expect(shellJoin(persistenceMode(2, t).argv)).toBe("nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i 2");
-    expect(shellJoin(setPersistence(2, false, t).argv)).toBe('nvidia-smi -pm 0 -i 2');
-    expect(shellJoin(gpuReset(2, t).argv)).toBe('nvidia-smi --gpu-reset -i 2');
-    expect(shellJoin(setPersistence(2, true, t).argv)).toBe('nvidia-smi -pm 1 -i 2');
+    // GPUs are named by UUID: an index names whatever GPU holds it at run time.
+    const U = 'GPU-0d6e7c1a-2b3f-4a5b-8c9d-0e1f2a3b4c5d';
+    expect(shellJoin(hostGpuApps(U, t).argv)).toBe(`nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i ${U}`);
+    expect(shellJoin(persistenceMode(U, t).argv)).toBe(`nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i ${U}`);
+    expect(shellJoin(setPersistence(U, false, t).argv)).toBe(`nvidia-smi -pm 0 -i ${U}`);
+    expect(shellJoin(gpuReset(U, t).argv)).toBe(`nvidia-smi --gpu-reset -i ${U}`);
+    expect(shellJoin(setPersistence(U, true, t).argv)).toBe(`nvidia-smi -pm 1 -i ${U}`);
+    expect(shellJoin(containerConfig(129, t).argv)).toBe('pct config 129');
     expect(readProcs([57, 63], t).argv).toEqual(['sh', '-c', READ_PROCS_SCRIPT, 'sh', '57', '63']);
   });
 
@@ -43,14 +48,15 @@ describe('command templates', () => {
     for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 60])
       expect(() => signalPids('KILL', [57, bad], t)).toThrow(/positive integer/);
     expect(() => signalPids('TERM', [], t)).toThrow(/No PIDs/);
-    expect(() => gpuReset(-1, t)).toThrow(/GPU index/);
+    for (const bad of ['2', 'GPU-x', '00000000:01:00.0', 'GPU-0d6e7c1a-2b3f-4a5b-8c9d-0e1f2a3b4c5d;id']) expect(() => gpuReset(bad, t)).toThrow(/by its UUID/);
     expect(() => containerInitPid(0, t)).toThrow(/container id/);
   });
 
   it('every argv word is a template constant or an integer (property)', () => {
     const pid = fc.integer({ min: 1, max: 4_194_304 });
     fc.assert(
-      fc.property(fc.array(pid, { minLength: 1, maxLength: 16 }), fc.integer({ min: 0, max: 15 }), fc.boolean(), (pids, gpu, on) => {
+      fc.property(fc.array(pid, { minLength: 1, maxLength: 16 }), fc.uuid(), fc.boolean(), (pids, u, on) => {
+        const gpu = `GPU-${u}`;
         const specs = [
           signalPids('TERM', pids, t),
           signalPids('KILL', pids, t),
@@ -61,9 +67,11 @@ describe('command templates', () => {
           persistenceMode(gpu, t),
           setPersistence(gpu, on, t),
           gpuReset(gpu, t),
+          containerConfig(pids[0] ?? 1, t),
+          hostGpuReport(t),
         ];
         for (const s of specs) {
-          for (const w of s.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w)).toBe(true);
+          for (const w of s.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w) || w === gpu).toBe(true);
           expect(() => assertSafeArgv(s.argv)).not.toThrow();
         }
       }),

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { buildHolders } from '../../src/gpu/holders.ts';
 import { diagnose } from '../../src/gpu/diagnose.ts';
 import type { FakeProc } from './seed-fleet.ts';
-import { CONSTANT_WORDS } from '../../src/playbooks/unstick-commands.ts';
+import { CONSTANT_WORDS, GPU_UUID } from '../../src/playbooks/unstick-commands.ts';
 import { planUnstick, stepHash, stepId, survivorKill } from '../../src/playbooks/unstick-plan.ts';
 import { CT129_NS, CT131_NS, HOST_NS, app, gpus, readings } from './seed-fleet.ts';
 import { s2, s3, s5 } from './scenarios.ts';
@@ -64,19 +64,21 @@ describe('planUnstick', () => {
   it('S5: a host-level reset per GPU, persistence handled, never `nvidia-smi -r`, never in the container', () => {
     const p = planUnstick(s5(), opts);
     expect(p.steps.map((s) => [s.kind, s.tier, s.machineId])).toEqual([['host_reset', 2, 'kpro5']]);
-    expect(displays(p, 0)).toEqual([
-      "host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i 0",
-      "host: nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i 0",
-      'host: nvidia-smi -pm 0 -i 0',
-      'host: nvidia-smi --gpu-reset -i 0',
-      'host: nvidia-smi -pm 1 -i 0',
-      "host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i 2",
-      "host: nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i 2",
-      'host: nvidia-smi -pm 0 -i 2',
-      'host: nvidia-smi --gpu-reset -i 2',
-      'host: nvidia-smi -pm 1 -i 2',
-    ]);
-    expect(p.steps[0]?.commands.map((c) => c.when)).toEqual(['always', 'always', 'persistence_was_on', 'always', 'persistence_was_on', 'always', 'always', 'persistence_was_on', 'always', 'persistence_was_on']);
+    // Each GPU is named by the UUID the host reported for it, and is first looked up by that UUID.
+    const [u0, u2] = p.steps[0]?.gpus.map((g) => g.uuid) ?? [];
+    expect([u0, u2].map((u) => /^GPU-[0-9a-f-]{36}$/.test(u ?? ''))).toEqual([true, true]);
+    const perGpu = (u: string | null | undefined) => [
+      `host: nvidia-smi '--query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total,utilization.gpu' '--format=csv,noheader,nounits' -i ${u}`,
+      `host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i ${u}`,
+      `host: nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i ${u}`,
+      `host: nvidia-smi -pm 0 -i ${u}`,
+      `host: nvidia-smi --gpu-reset -i ${u}`,
+      `host: nvidia-smi -pm 1 -i ${u}`,
+    ];
+    expect(displays(p, 0)).toEqual([...perGpu(u0), ...perGpu(u2)]);
+    expect(p.steps[0]?.gpus.map((g) => g.hostIndex)).toEqual([0, 2]);
+    const when = ['always', 'always', 'always', 'persistence_was_on', 'always', 'persistence_was_on'];
+    expect(p.steps[0]?.commands.map((c) => c.when)).toEqual([...when, ...when]);
     expect(p.steps[0]?.commands.some((c) => c.argv.includes('-r'))).toBe(false);
     expect(p.steps[0]?.explanation).toContain('never inside ct129');
   });
@@ -148,7 +150,7 @@ describe('planUnstick property: only constants and integers reach a command, onl
         });
         const plan = planUnstick(d, opts);
         for (const s of plan.steps) {
-          for (const c of s.commands) for (const w of c.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w)).toBe(true);
+          for (const c of s.commands) for (const w of c.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w) || GPU_UUID.test(w)).toBe(true);
           for (const t of s.targets) expect(t.pidNs).toBe(CT129_NS);
           const outsidePids = ps.filter((p) => p.ns !== CT129_NS).map((p) => String(p.hostPid));
           if (s.kind === 'host_kill') for (const c of s.commands.filter((c) => c.role === 'kill')) expect(outsidePids).not.toContain(c.argv[3]);

@@ -1,15 +1,18 @@
 /**
  * The allow-list of command lines gpu-medic may send to a machine, built from the template
  * functions themselves (src/playbooks/commands.ts, unstick-commands.ts) through the same
- * buildRemoteCommand the executor uses. Only integers vary: PIDs, vmids, GPU indexes and the
- * `timeout` seconds. Anything else in a machine's command log is a breach.
+ * buildRemoteCommand the executor uses. Only integers and GPU UUIDs vary: PIDs, vmids, GPU UUIDs and
+ * the `timeout` seconds. Anything else in a machine's command log is a breach.
  */
 import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../../../src/playbooks/commands.ts';
 import { machineRead } from '../../../src/playbooks/machine-read.ts';
 import {
+  containerConfig,
   containerInitPid,
   gpuReset,
   hostGpuApps,
+  hostGpuByUuid,
+  hostGpuReport,
   hostKill,
   persistenceMode,
   readProcs,
@@ -23,7 +26,7 @@ import type { CommandSpec, Route, SshEndpoint } from '../../../src/ssh/types.ts'
 const PID_A = 424242;
 const PID_B = 434343;
 const VMID = 4747;
-const GPU = 4848;
+const GPU = 'GPU-48484848-4848-4848-4848-484848484848';
 
 function templates(): CommandSpec[] {
   const t = { timeoutMs: 987_000 };
@@ -48,6 +51,9 @@ function templates(): CommandSpec[] {
     setPersistence(GPU, true, t),
     setPersistence(GPU, false, t),
     gpuReset(GPU, t),
+    hostGpuByUuid(GPU, t),
+    hostGpuReport(t),
+    containerConfig(VMID, t),
   ];
 }
 
@@ -60,7 +66,7 @@ function generalise(literal: string): string {
   re = re.replaceAll(`${PID_A} ${PID_B}`, `${INT}(?: ${INT})*`);
   re = re.replaceAll(String(PID_A), INT);
   re = re.replaceAll(String(VMID), INT);
-  re = re.replaceAll(String(GPU), '\\d{1,4}');
+  re = re.replaceAll(GPU, 'GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}');
   re = re.replace(/timeout -k \S+ \S+/g, 'timeout -k \\d+(?:\\.\\d+)? \\d+(?:\\.\\d+)?');
   return re;
 }

@@ -5,7 +5,8 @@
  *     shows the PID namespace of whoever mounted it), so the fake nvidia-smi inside can still
  *     check the liveness of every holder on the host by host PID;
  *   - puts a private tmpfs on /dev with the basic nodes, and bind-mounts the host's device files
- *     onto /dev/nvidia*, so real `fuser -v /dev/nvidia*` prints `kernel mount` rows, as in LXC;
+ *     onto /dev/nvidia* (only the GPUs passed to it, under their host names, as Proxmox `devN:`
+ *     does), so real `fuser -v /dev/nvidia*` prints `kernel mount` rows, as in LXC;
  *   - bind-mounts its own bin/ over the host's bin/ path: `pct exec` keeps the host's PATH, and
  *     finds the container's tools there, as it finds the container rootfs' binaries on Proxmox;
  *     likewise its sys/ (system PATH minus the programs it lacks) over the host's, when they have one;
@@ -26,7 +27,7 @@ export interface RunningContainer {
   exited: Promise<{ code: number | null; signal: string | null }>;
 }
 
-function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null; hideProc: boolean; systemPath: boolean }): string {
+function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null; hideProc: boolean; systemPath: boolean; gpus: number[] | null }): string {
   const q = shellQuote;
   return `#!/bin/bash
 set -euo pipefail
@@ -45,7 +46,9 @@ mount --rbind "$CT/hostdev/pts" /dev/pts
 mount --rbind "$CT/hostdev/shm" /dev/shm
 ln -s /proc/self/fd /dev/fd; ln -s /proc/self/fd/0 /dev/stdin; ln -s /proc/self/fd/1 /dev/stdout; ln -s /proc/self/fd/2 /dev/stderr
 for f in "$HOSTDIR"/dev/*; do
-  n=$(basename "$f"); touch "/dev/$n"; mount --bind "$f" "/dev/$n"
+  n=$(basename "$f")
+  ${o.gpus === null ? '' : `case "$n" in nvidia[0-9]*) case " ${o.gpus.map((g) => `nvidia${g}`).join(' ')} " in *" $n "*) ;; *) continue ;; esac ;; esac`}
+  touch "/dev/$n"; mount --bind "$f" "/dev/$n"
 done
 umount -R "$CT/hostdev"
 mount --bind "$CT/bin" "$HOSTDIR/bin"
@@ -68,9 +71,11 @@ export async function startContainer(o: {
   hideProc?: boolean;
   /** It and its host have a sys/ dir (a PATH without some programs): bind its own over the host's. */
   systemPath?: boolean;
+  /** Host GPU indices whose device files it gets (null: all), as Proxmox `devN: /dev/nvidiaM` passes them. */
+  gpus?: number[] | null;
 }): Promise<RunningContainer> {
   const script = join(o.ctDir, 'setup.sh');
-  await writeFile(script, setupScript({ ...o, holder: o.tools.holder, hideProc: o.hideProc === true, systemPath: o.systemPath === true }), { mode: 0o755 });
+  await writeFile(script, setupScript({ ...o, holder: o.tools.holder, hideProc: o.hideProc === true, systemPath: o.systemPath === true, gpus: o.gpus ?? null }), { mode: 0o755 });
   const r = await spawnReady(
     'unshare',
     ['--pid', '--fork', '--mount', '--uts', '--propagation', 'private', '--', '/bin/bash', script],

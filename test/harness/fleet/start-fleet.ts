@@ -28,7 +28,18 @@ import {
   writeOwner,
 } from './registry.ts';
 import { spawnReady } from './spawn-ready.ts';
-import { gpuUsage, type HostState, machineDir, readHolders, readJson, type ToolLogEntry, writeJsonAtomic } from './state.ts';
+import {
+  gpuUsage,
+  type GpuSpoof,
+  type HostState,
+  type MachineInfo,
+  machineDir,
+  readHolders,
+  readJson,
+  type ToolLogEntry,
+  visibleGpus,
+  writeJsonAtomic,
+} from './state.ts';
 import type { CommandLogEntry, ContainerSpec, Fleet, FleetOptions, FleetSpec, HostSpec, MachineView } from './types.ts';
 
 const GiB = 1024 ** 3;
@@ -199,10 +210,28 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         dir: cdir,
         tools,
         toolSocket,
-        info: { id: cs.id, kind: 'container', hostId: cs.host, hostDir: host.dir, vmid: cs.vmid, hostProc: join(cdir, 'hostproc'), cgroup },
+        info: {
+          id: cs.id,
+          kind: 'container',
+          hostId: cs.host,
+          hostDir: host.dir,
+          vmid: cs.vmid,
+          hostProc: join(cdir, 'hostproc'),
+          cgroup,
+          ...(cs.gpus === undefined ? {} : { gpus: cs.gpus }),
+        },
         omit: ownPath(cs.host) ? (cs.omitTools ?? []) : null,
       });
-      const running = await startContainer({ ctDir: cdir, hostDir: host.dir, hostname: cs.id, tools, cgroup, hideProc: cs.hideProc === true, systemPath: ownPath(cs.host) });
+      const running = await startContainer({
+        ctDir: cdir,
+        hostDir: host.dir,
+        hostname: cs.id,
+        tools,
+        cgroup,
+        hideProc: cs.hideProc === true,
+        systemPath: ownPath(cs.host),
+        gpus: cs.gpus ?? null,
+      });
       recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
       recordPid(dir, running.initHostPid, `init of ${cs.id}`);
       writeJsonAtomic(join(cdir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });
@@ -327,8 +356,14 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     async spawnHolder(machineId, o) {
       const t = target(machineId);
       const s = readJson<HostState>(join(t.hostDir, 'state.json'));
-      for (const g of o.gpus) gpuOf(s, machineId, g.index);
-      return procs.spawn(t, 'holder', o);
+      // A container names its GPUs as it numbers them; the holder registers (and opens) the host's.
+      const shown = visibleGpus(s, readJson<MachineInfo>(join(t.machineDir, 'machine.json')));
+      const gpus = o.gpus.map((g) => {
+        const hit = shown.find((x) => x.index === g.index);
+        if (hit === undefined) throw new Error(`fleet: ${machineId} has no GPU ${g.index}`);
+        return { ...g, index: hit.gpu.index };
+      });
+      return procs.spawn(t, 'holder', { ...o, gpus });
     },
 
     async spawnBystander(machineId, o) {
@@ -394,6 +429,27 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
           // exited meanwhile
         }
       }
+    },
+
+    async spoofGpuIdentity(containerId, containerIndex, asHostIndex) {
+      const c = ctOf(containerId);
+      const path = join(c.dir, 'spoof.json');
+      const spoof: GpuSpoof = existsSync(path) ? readJson<GpuSpoof>(path) : {};
+      if (asHostIndex === null) delete spoof[String(containerIndex)];
+      else {
+        const g = gpuOf(readJson<HostState>(hostStatePath(c.host.spec.id)), c.host.spec.id, asHostIndex);
+        spoof[String(containerIndex)] = { uuid: g.uuid, busId: g.busId };
+      }
+      writeJsonAtomic(path, spoof);
+    },
+
+    async renumberHostGpus(hostId, order) {
+      await updateState(hostId, (s) => {
+        if ([...order].sort((a, b) => a - b).join() !== s.gpus.map((g) => g.index).sort((a, b) => a - b).join())
+          throw new Error(`fleet: ${JSON.stringify(order)} is not an order of ${hostId}'s GPUs`);
+        const next = order.map((from, i) => ({ ...gpuOf(s, hostId, from), index: i }));
+        s.gpus = next;
+      });
     },
 
     async removeTool(machineId, tool) {

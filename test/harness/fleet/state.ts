@@ -52,6 +52,8 @@ export interface MachineInfo {
   hostProc: string;
   /** A container's cgroup (path under the v2 hierarchy containing `/lxc/<vmid>/`); null when none. */
   cgroup: string | null;
+  /** A container's GPUs: host indices passed to it (absent: all of the host's). */
+  gpus?: number[];
 }
 
 export interface HolderRecord {
@@ -76,6 +78,22 @@ export interface ContainerRecord {
   id: string;
   vmid: number;
   dir: string;
+}
+
+/** `m/<container>/spoof.json`: container GPU index → identity its nvidia-smi reports instead. */
+export type GpuSpoof = Record<string, { uuid: string; busId: string }>;
+
+/**
+ * The GPUs a machine's nvidia-smi shows, with the index it shows them under: a host all of its
+ * own; a container the ones passed to it, in bus-id order, renumbered from 0 (NVML's order).
+ */
+export function visibleGpus(state: HostState, info: Pick<MachineInfo, 'kind' | 'gpus'>): Array<{ gpu: GpuState; index: number }> {
+  if (info.kind === 'host' || info.gpus === undefined) return state.gpus.map((gpu) => ({ gpu, index: gpu.index }));
+  const passed = new Set(info.gpus);
+  return state.gpus
+    .filter((g) => passed.has(g.index))
+    .sort((a, b) => (a.busId < b.busId ? -1 : a.busId > b.busId ? 1 : 0))
+    .map((gpu, index) => ({ gpu, index }));
 }
 
 export interface ToolLogEntry {

@@ -36,6 +36,13 @@ export interface ContainerSpec {
   omitTools?: string[];
   /** Its /proc is mounted with `hidepid=invisible`: a non-root login sees only its own processes. */
   hideProc?: boolean;
+  /**
+   * Host GPU indices passed to the container (Proxmox `devN: /dev/nvidiaM`, listed by `pct config`).
+   * Only their device files exist in its /dev (under their host names), and its nvidia-smi shows
+   * them renumbered from 0 in bus-id order, as NVML does. Default: every GPU of the host, same numbers.
+   * `spawnHolder` on the container takes the container's numbering.
+   */
+  gpus?: number[];
 }
 
 export interface FleetSpec {
@@ -152,6 +159,17 @@ export interface Fleet {
    * connections stay open and silent.
    */
   freezeMachine(hostId: string, on: boolean): Promise<void>;
+  /**
+   * The container's nvidia-smi reports its GPU `containerIndex` with the UUID and bus id of host GPU
+   * `asHostIndex` (a container root that replaced nvidia-smi); null undoes it. Host views are untouched.
+   */
+  spoofGpuIdentity(containerId: string, containerIndex: number, asHostIndex: number | null): Promise<void>;
+  /**
+   * The host enumerates its GPUs in a new order (a reboot or a GPU that fell off the bus and came
+   * back): the GPU now at index `order[i]` gets index i. Leaks, errors and persistence follow the
+   * GPU (its UUID); holders registered by index stay on that index.
+   */
+  renumberHostGpus(hostId: string, order: number[]): Promise<void>;
   /** Removes one fake tool (`lxc-info`, `pct`, `nvidia-smi`, `free`) from the machine's PATH: running it then exits 127. */
   removeTool(machineId: string, tool: 'lxc-info' | 'pct' | 'nvidia-smi' | 'free'): Promise<void>;
   /** Host: its sshd stops (unreachable). Container: the container stops (pct says stopped). */

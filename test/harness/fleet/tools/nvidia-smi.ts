@@ -5,7 +5,9 @@
  *
  * Host view lists host PIDs; container view shows the same (global) memory but no processes, as
  * the real driver does. Supported: no args (table), --query-gpu, --query-compute-apps,
- * --format=csv[,noheader][,nounits], -q -x, -r/--gpu-reset, -pm 0|1, -i <list>.
+ * --format=csv[,noheader][,nounits], -q -x, -r/--gpu-reset, -pm 0|1, -i <list> (index as this
+ * machine numbers it, UUID or bus id). A container shows only the GPUs passed to it, renumbered
+ * from 0 in bus-id order (state.ts visibleGpus), and may be told to misreport one (spoof.json).
  */
 import {
   formatComputeAppsCsv,
@@ -18,14 +20,16 @@ import {
 } from '../../../../src/gpu/format/index.ts';
 import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
 import type { Gpu, GpuProcess, ParsedOutput } from '../../../../src/gpu/types.ts';
-import { appendToolLog, gpuUsage, type GpuUsage, type HostState, readHolders } from '../state.ts';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { appendToolLog, gpuUsage, type GpuSpoof, type GpuState, type GpuUsage, type HostState, readHolders, readJson, visibleGpus } from '../state.ts';
 import type { MachineContext, ToolResult } from './machine-context.ts';
 
 interface Args {
   queryGpu: string[] | null;
   queryApps: string[] | null;
   format: string[] | null;
-  ids: number[] | null;
+  ids: string[] | null;
   query: boolean;
   xml: boolean;
   reset: boolean;
@@ -67,11 +71,7 @@ function parseArgs(argv: string[]): Args {
         break;
       case '-i':
       case '--id':
-        a.ids = list(value()).map((s) => {
-          const n = Number(s);
-          if (!Number.isInteger(n) || n < 0) throw new UsageError(`bad GPU id ${s}`);
-          return n;
-        });
+        a.ids = list(value());
         break;
       case '-q':
       case '--query':
@@ -103,28 +103,46 @@ function emit(o: CommandOutput): never {
   throw new Exit(o);
 }
 
-function targetIndices(state: HostState, ids: number[] | null): number[] {
-  const all = state.gpus.map((g) => g.index);
-  if (ids === null) return all;
-  for (const id of ids) {
-    if (!all.includes(id)) {
-      emit({ stdout: `No devices were found\n`, stderr: '', exitCode: 6 });
-    }
-  }
-  return ids;
+/** A GPU as this machine shows it: the host's record and the index it is listed under here. */
+type Shown = { gpu: GpuState; index: number };
+
+function busKey(b: string): string {
+  const t = b.trim().toUpperCase();
+  return t.length === 12 ? `0000${t}` : t;
 }
 
-function snapshot(ctx: MachineContext, state: HostState, indices: number[], now: number): { parsed: ParsedOutput; usage: GpuUsage[] } {
-  const usage = gpuUsage(state, readHolders(ctx.info.hostDir), ctx.info.hostProc, now).filter((u) => indices.includes(u.gpu.index));
-  const gpus: Gpu[] = usage.map((u) => ({
-    index: u.gpu.index,
-    name: u.gpu.name,
-    busId: u.gpu.busId,
-    uuid: u.gpu.uuid,
-    memoryUsedMiB: u.usedMiB,
-    memoryTotalMiB: u.gpu.memoryTotalMiB,
-    utilizationPct: u.processes.length > 0 ? 100 : 0,
-  }));
+/** `-i` accepts an index (this machine's numbering), a UUID or a PCI bus id, as the real one does. */
+function targets(shown: Shown[], ids: string[] | null): Shown[] {
+  if (ids === null) return shown;
+  return ids.map((id) => {
+    const hit = /^\d+$/.test(id)
+      ? shown.find((x) => x.index === Number(id))
+      : id.startsWith('GPU-')
+        ? shown.find((x) => x.gpu.uuid === id)
+        : shown.find((x) => busKey(x.gpu.busId) === busKey(id));
+    if (hit === undefined) emit({ stdout: `No devices were found\n`, stderr: '', exitCode: 6 });
+    return hit;
+  });
+}
+
+function snapshot(ctx: MachineContext, state: HostState, chosen: Shown[], now: number): { parsed: ParsedOutput; usage: GpuUsage[] } {
+  const spoofPath = join(ctx.dir, 'spoof.json');
+  const spoof: GpuSpoof = ctx.info.kind === 'container' && existsSync(spoofPath) ? readJson<GpuSpoof>(spoofPath) : {};
+  const all = gpuUsage(state, readHolders(ctx.info.hostDir), ctx.info.hostProc, now);
+  const usage = chosen.map((c) => all.find((u) => u.gpu === c.gpu) ?? { gpu: c.gpu, usedMiB: c.gpu.leakMiB, processes: [] });
+  const gpus: Gpu[] = usage.map((u, i) => {
+    const index = chosen[i]?.index ?? u.gpu.index;
+    const lie = spoof[String(index)];
+    return {
+      index,
+      name: u.gpu.name,
+      busId: lie?.busId ?? u.gpu.busId,
+      uuid: lie?.uuid ?? u.gpu.uuid,
+      memoryUsedMiB: u.usedMiB,
+      memoryTotalMiB: u.gpu.memoryTotalMiB,
+      utilizationPct: u.processes.length > 0 ? 100 : 0,
+    };
+  });
   // The driver reports host PIDs; in a container they can't be resolved and the panel is empty.
   const processes: GpuProcess[] =
     ctx.info.kind === 'container'
@@ -157,12 +175,12 @@ function snapshot(ctx: MachineContext, state: HostState, indices: number[], now:
   };
 }
 
-function reset(ctx: MachineContext, state: HostState, indices: number[], now: number): never {
-  const targets = state.gpus.filter((g) => indices.includes(g.index));
+function reset(ctx: MachineContext, state: HostState, chosen: Shown[], now: number): never {
+  const targets = chosen.map((c) => c.gpu);
   const first = targets[0]?.busId ?? null;
   // Needs CAP_SYS_ADMIN in the initial user namespace: a container is always refused.
   if (ctx.info.kind === 'container') emit(formatNvidiaError('reset_not_supported', first));
-  const { usage } = snapshot(ctx, state, indices, now);
+  const { usage } = snapshot(ctx, state, chosen, now);
   const busy = usage.find((u) => u.processes.length > 0 || u.gpu.persistence);
   if (busy !== undefined) emit(formatNvidiaError('reset_in_use', busy.gpu.busId));
   for (const g of targets) {
@@ -173,8 +191,8 @@ function reset(ctx: MachineContext, state: HostState, indices: number[], now: nu
   emit(formatGpuResetSuccess(targets.map((g) => g.busId)));
 }
 
-function persistence(ctx: MachineContext, state: HostState, indices: number[], on: boolean): never {
-  const targets = state.gpus.filter((g) => indices.includes(g.index));
+function persistence(ctx: MachineContext, state: HostState, chosen: Shown[], on: boolean): never {
+  const targets = chosen.map((c) => c.gpu);
   if (ctx.info.kind === 'container') {
     const bus = targets[0]?.busId ?? '';
     emit({
@@ -217,18 +235,18 @@ function body(argv: string[], ctx: MachineContext, notes: string[]): void {
 
   const state = ctx.readHostState();
   if (state.error !== null) emit(formatNvidiaError(state.error));
-  const indices = targetIndices(state, args.ids);
-  const lost = state.gpus.filter((g) => g.error === 'gpu_lost' && indices.includes(g.index));
+  const chosen = targets(visibleGpus(state, ctx.info), args.ids);
+  const lost = chosen.map((c) => c.gpu).filter((g) => g.error === 'gpu_lost');
   if (lost.length > 0) {
     const outs = lost.map((g) => formatNvidiaError('gpu_lost', g.busId));
     emit({ stdout: outs.map((o) => o.stdout).join(''), stderr: '', exitCode: outs[0]?.exitCode ?? 15 });
   }
   const now = Date.now();
 
-  if (args.reset) reset(ctx, state, indices, now);
-  if (args.persistence !== null) persistence(ctx, state, indices, args.persistence === '1');
+  if (args.reset) reset(ctx, state, chosen, now);
+  if (args.persistence !== null) persistence(ctx, state, chosen, args.persistence === '1');
 
-  const { parsed } = snapshot(ctx, state, indices, now);
+  const { parsed } = snapshot(ctx, state, chosen, now);
   const timestamp = new Date(now);
   if (args.queryGpu !== null || args.queryApps !== null) {
     if (args.format === null || !args.format.includes('csv')) {
@@ -239,7 +257,7 @@ function body(argv: string[], ctx: MachineContext, notes: string[]): void {
       units: !args.format.includes('nounits'),
       timestamp,
       driverVersion: state.driverVersion,
-      persistenceModes: parsed.gpus.map((g) => state.gpus.find((x) => x.uuid === g.uuid)?.persistence ?? false),
+      persistenceModes: chosen.map((c) => c.gpu.persistence),
     };
     try {
       const text =
@@ -260,9 +278,7 @@ function body(argv: string[], ctx: MachineContext, notes: string[]): void {
     emit({ stdout: formatXml(parsed, { timestamp }), stderr: '', exitCode: 0 });
   }
   if (args.xml) emit({ stdout: INVALID_ARGS, stderr: '', exitCode: 2 });
-  const gpuDetails = parsed.gpus.map((g) => ({
-    persistence: state.gpus.find((s) => s.index === g.index)?.persistence === true ? 'On' : 'Off',
-  }));
+  const gpuDetails = chosen.map((c) => ({ persistence: c.gpu.persistence ? 'On' : 'Off' }));
   emit({
     stdout: formatTable(parsed, { timestamp, containerView: ctx.info.kind === 'container', gpuDetails }),
     stderr: '',

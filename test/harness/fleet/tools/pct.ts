@@ -1,5 +1,7 @@
 /**
- * Fake Proxmox `pct` on a host: `list`, `status <vmid>`, `exec <vmid> [--keep-env 0|1] -- cmd...`.
+ * Fake Proxmox `pct` on a host: `list`, `status <vmid>`, `config <vmid>`, `exec <vmid> [--keep-env 0|1] -- cmd...`.
+ * `config` prints the container's configuration as PVE does (sorted `key: value` lines), with
+ * one `devN: /dev/nvidiaM` line per GPU passed to it (PVE 8.1+ device passthrough).
  * Formats from pve-container src/PVE/CLI/pct.pm (see docs/field-guide.md). `exec` enters the
  * container's PID + mount + UTS namespaces with nsenter, as lxc-attach does; its exit status is
  * the command's own (128+signal when killed).
@@ -64,6 +66,29 @@ switch (sub) {
   case 'status': {
     const c = find(rest[0]);
     process.stdout.write(`status: ${runningInit(c) ? 'running' : 'stopped'}\n`);
+    process.exit(0);
+    break;
+  }
+  case 'config': {
+    const c = find(rest[0]);
+    const info = readJson<MachineInfo>(join(c.dir, 'machine.json'));
+    const gpus = info.gpus ?? ctx.readHostState().gpus.map((g) => g.index);
+    const devs = [...gpus.map((i) => `/dev/nvidia${i}`), '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools'];
+    const lines: Array<[string, string]> = [
+      ['arch', 'amd64'],
+      ['cores', '32'],
+      ...devs.map((d, i): [string, string] => [`dev${i}`, d]),
+      ['hostname', c.id],
+      ['memory', '460800'],
+      ['net0', 'name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:3A:01,ip=dhcp,type=veth'],
+      ['ostype', 'ubuntu'],
+      ['rootfs', `local-zfs:subvol-${c.vmid}-disk-0,size=500G`],
+      ['swap', '0'],
+      ['unprivileged', '1'],
+    ];
+    const key = (k: string) => k.replace(/\d+$/, (d) => d.padStart(4, '0'));
+    lines.sort((a, b) => (key(a[0]) < key(b[0]) ? -1 : 1));
+    process.stdout.write(lines.map(([k, v]) => `${k}: ${v}\n`).join(''));
     process.exit(0);
     break;
   }
