@@ -32,6 +32,10 @@ export const EnvSchema = z.object({
     .regex(/^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/, 'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)')
     .default('127.0.0.1'),
   REDIS_URL: z.string().regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379').default('redis://127.0.0.1:6379'),
+  /** Redis Sentinel: `host:port` of each sentinel (comma list); empty = REDIS_URL is the server itself. */
+  REDIS_SENTINELS: list.pipe(z.array(z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port entries, e.g. 10.0.0.5:26379,10.0.0.6:26379'))),
+  /** The primary's name in the sentinels' `sentinel monitor <name> ...` (only with REDIS_SENTINELS). */
+  REDIS_SENTINEL_NAME: z.string().regex(/^[A-Za-z0-9._-]+$/, 'may hold only letters, digits, ".", "_" and "-"').default('gpu-medic'),
   GPU_MEDIC_INVENTORY: z.string().default('./inventory.yaml'),
   /** Which documented way of running this is; only changes what `config check` says and checks. */
   GPU_MEDIC_DEPLOYMENT: oneOf(['local', 'systemd', 'compose'], 'local'),
@@ -103,6 +107,8 @@ export const SETTING_READERS = {
   PORT: 'bot',
   GPU_MEDIC_BIND_ADDRESS: 'bot',
   REDIS_URL: 'both',
+  REDIS_SENTINELS: 'both',
+  REDIS_SENTINEL_NAME: 'both',
   GPU_MEDIC_INVENTORY: 'both',
   GPU_MEDIC_DEPLOYMENT: 'both',
   GPU_MEDIC_PREFIX: 'both',
@@ -136,6 +142,7 @@ export const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_
 
 /** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
 const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
+  'REDIS_SENTINELS',
   'GPU_MEDIC_SITES',
   'GPU_MEDIC_ALLOWED_CHANNELS',
   'GPU_MEDIC_ALLOWED_USERS',
