@@ -1,5 +1,6 @@
 import { webApi } from '@slack/bolt';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { connectRedis } from './redis/connection.ts';
 import { registerCommands } from '../commands/index.ts';
 import type { Env } from './config/env.ts';
 import type { Inventory } from './config/inventory.ts';
@@ -63,8 +64,8 @@ export interface BotDeps {
 
 export async function startBot(env: Env, inventory: Inventory, logger: Logger, deps: BotDeps = {}): Promise<Bot> {
   // Commands must fail fast when Redis is down (the ack is due within 3 s): no offline queue.
-  const fast = new Redis(env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-  const steady = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+  const fast = connectRedis(env, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+  const steady = connectRedis(env, { maxRetriesPerRequest: null });
   let lastRedisError: Error | null = null;
   fast.on('error', (err: Error) => {
     lastRedisError = err;

@@ -12,7 +12,7 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     logger: logger.child({ component: 'ssh' }),
   });
   return startWorkers({
-    redisUrl: env.REDIS_URL,
+    redis: env,
     prefix: env.GPU_MEDIC_PREFIX,
     inventory,
     executor,

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { Queue, Worker, type Job } from 'bullmq';
-import { Redis } from 'ioredis';
+import { connectRedis, type RedisSettings } from '../src/redis/connection.ts';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { sitesOf } from '../src/config/machines.ts';
@@ -20,7 +20,8 @@ import { runStatusJob } from './status.ts';
 import { runDecisionJob, runExpireJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
 
 export interface WorkerGroupOptions {
-  redisUrl: string;
+  /** REDIS_URL, or the sentinels that name the primary (src/redis/connection.ts). */
+  redis: RedisSettings;
   /** BullMQ and incident-log key prefix. */
   prefix: string;
   inventory: Inventory;
@@ -60,7 +61,7 @@ export interface WorkerGroup {
 
 /** One BullMQ worker per site queue; the processes holding SSH keys and no Slack token. */
 export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> {
-  const connection = new Redis(o.redisUrl, { maxRetriesPerRequest: null });
+  const connection = connectRedis(o.redis, { maxRetriesPerRequest: null });
   const metrics = o.metrics;
   const log = metrics ? new ObservedIncidentLog(connection, o.prefix, metrics) : new IncidentLog(connection, o.prefix);
   const executor = metrics ? observedExecutor(o.executor, metrics) : o.executor;

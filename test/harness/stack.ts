@@ -1,7 +1,8 @@
 import { captureLogger } from './capture-logger.ts';
 import { randomBytes } from 'node:crypto';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { connectRedis } from '../../src/redis/connection.ts';
 import { startBot, type Bot } from '../../src/bot.ts';
 import { parseEnv, type Env } from '../../src/config/env.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
@@ -104,7 +105,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const workers: WorkerGroup = o.noWorkers
     ? { health: () => ({}), close: async () => undefined }
     : await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }), metrics ?? undefined);
-  const redis = new Redis(redisUrl);
+  // Through the same settings as the bot and workers (a Sentinel set when the test configures one).
+  const redis = connectRedis(env);
   // A test may stop its Redis on purpose; reconnecting is ioredis' job, the error is expected.
   redis.on('error', () => undefined);
   const eventsUrl = `http://127.0.0.1:${bot.port}/slack/events`;
