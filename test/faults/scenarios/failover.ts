@@ -115,13 +115,15 @@ export async function failover(o: FailoverOptions): Promise<Figures & { failover
       }
       f.failoverMs.push(await sentinelSet.waitForFailover(oldPort, 30_000));
       // Work resumes with the same bot and workers: the first command queued after the kill.
+      let lastAnswer = '';
       const resumed = await pollUntil(async () => {
         const r = await stack.slash('status kpro8');
         f.ackMs.push(r.elapsedMs);
+        lastAnswer = `${r.status} ${r.ackText}`;
         if (r.incidentId) acked.push(r.incidentId);
         return r.incidentId;
       }, 30_000, 250);
-      if (!check(resumed !== null, `round ${round}: no command queued within 30 s of the failover`)) continue;
+      if (!check(resumed !== null, `round ${round}: no command queued within 30 s of the failover (last answer: ${lastAnswer})`)) continue;
       f.recoverMs.push(Date.now() - killedAt);
 
       // The approval survived the failover and is still pending; the approver's click works now.
