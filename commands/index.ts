@@ -3,6 +3,7 @@ import { canRequest } from '../src/approval/policy.ts';
 import { registerApprovalActions } from './approval-actions.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { HELP_TEXT, parseCommandText } from './parse-text.ts';
+import { doctorCommand } from './doctor.ts';
 import { statusCommand } from './status.ts';
 import { unstickCommand } from './unstick.ts';
 
@@ -21,6 +22,8 @@ export async function handleSlash(input: SlashInput, deps: CommandDeps): Promise
       return statusCommand(cmd.target, input, deps);
     case 'unstick':
       return unstickCommand(cmd.target, cmd.reason, input, deps);
+    case 'doctor':
+      return doctorCommand(cmd.target, input, deps);
   }
 }
 

@@ -5,9 +5,10 @@ export type ParsedCommand =
   | { kind: 'help' }
   | { kind: 'status'; target: string | 'all' }
   | { kind: 'unstick'; target: string; reason: string | null }
+  | { kind: 'doctor'; target: string | 'all' }
   | { kind: 'invalid'; message: string };
 
-export const SUBCOMMANDS = ['status', 'unstick', 'help'] as const;
+export const SUBCOMMANDS = ['status', 'unstick', 'doctor', 'help'] as const;
 export const MAX_TEXT = 500;
 const TARGET = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -27,6 +28,12 @@ export function parseCommandText(raw: string): ParsedCommand {
       if (t === 'all') return { kind: 'status', target: 'all' };
       if (!TARGET.test(t)) return { kind: 'invalid', message: `"${printable(rest[0] ?? '')}" is not a machine name` };
       return { kind: 'status', target: t };
+    }
+    case 'doctor': {
+      if (rest.length > 1) return { kind: 'invalid', message: '`doctor` takes one target, e.g. `/gpu doctor ct129` or `/gpu doctor all`' };
+      const t = (rest[0] ?? 'all').toLowerCase();
+      if (t !== 'all' && !TARGET.test(t)) return { kind: 'invalid', message: `"${printable(rest[0] ?? '')}" is not a machine name` };
+      return { kind: 'doctor', target: t };
     }
     case 'unstick': {
       if (rest.length === 0) return { kind: 'invalid', message: '`unstick` needs a target, e.g. `/gpu unstick ct129 hung TP ranks`' };
@@ -55,5 +62,6 @@ export const HELP_TEXT = [
   '• `/gpu status <machine>`: GPU table (memory, util, holders) and RAM of a host or container',
   '• `/gpu status` or `/gpu status all`: one summary row per machine',
   '• `/gpu unstick <container> [reason]`: stop the processes holding its GPUs; host-level kills need a second approver',
+  '• `/gpu doctor [machine|all]` (admins): check, read-only, that the machines have what gpu-medic needs',
   '• `/gpu help`: this text',
 ].join('\n');

@@ -1,8 +1,8 @@
 import { findMachine, listMachines, type Machine } from '../src/config/machines.ts';
 import { closest } from '../src/config/suggest.ts';
 import { isCodedError } from '../src/errors.ts';
-import type { IncidentMeta } from '../src/incident/events.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
+import { readOnlyIncident } from './read-only-incident.ts';
 
 export const QUEUE_DOWN =
   ':warning: The work queue (Redis) is not answering, so nothing was done and nothing was queued. Try again in a minute; if it persists, check the Redis behind gpu-medic.';
@@ -21,19 +21,8 @@ export async function statusCommand(target: string, input: SlashInput, deps: Com
     }
     machines = [m];
   }
-  const id = deps.newIncidentId();
-  const meta: IncidentMeta = {
-    id,
-    kind: target === 'all' ? 'status_all' : 'status',
-    requester: input.userId,
-    channel: input.channelId,
-    targets: machines.map((m) => m.id),
-    text: input.text.slice(0, 500),
-    reason: null,
-    createdAt: deps.now().toISOString(),
-  };
-  const bySite = new Map<string, string[]>();
-  for (const m of machines) bySite.set(m.site, [...(bySite.get(m.site) ?? []), m.id]);
+  const { meta, bySite } = readOnlyIncident(target === 'all' ? 'status_all' : 'status', machines, input, deps);
+  const id = meta.id;
   try {
     await deps.log.create(meta);
     for (const [site, ids] of bySite) await deps.dispatcher.enqueue(site, { kind: 'status', incidentId: id, machines: ids }, `${id}-${site}`);

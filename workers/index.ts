@@ -16,7 +16,8 @@ import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.t
 import { JobSchema, queueName } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { planKeyFor } from './plan-key.ts';
-import { runStatusJob } from './status.ts';
+import { runDoctorJob } from './doctor.ts';
+import { runStatusJob, type StatusWorkerDeps } from './status.ts';
 import { runDecisionJob, runExpireJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
 
 export interface WorkerGroupOptions {
@@ -114,20 +115,24 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     const data = parsed.data;
     // Claims name the job and its attempt, so a re-run can tell its own dead attempt's claims.
     const attempt = (): UnstickWorkerDeps => ({ ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`, jobId: String(job.id) });
+    const readOnly = (): StatusWorkerDeps => ({
+      inventory: o.inventory,
+      executor,
+      log,
+      now,
+      commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
+      logger: o.logger,
+      workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
+    });
     switch (data.kind) {
       case 'status':
-        await runStatusJob(data, {
-          inventory: o.inventory,
-          executor,
-          log,
-          now,
-          commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
-          logger: o.logger,
-          workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
-        });
+        await runStatusJob(data, readOnly());
         return;
       case 'unstick':
         await runUnstickJob(data, attempt());
+        return;
+      case 'doctor':
+        await runDoctorJob(data, readOnly());
         return;
       case 'decision':
         await runDecisionJob(data, attempt());

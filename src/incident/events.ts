@@ -1,11 +1,12 @@
 import { z } from 'zod';
+import type { Finding } from '../doctor/judge.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 
-export type IncidentKind = 'status' | 'status_all' | 'unstick';
+export type IncidentKind = 'status' | 'status_all' | 'unstick' | 'doctor';
 
 export const IncidentMetaSchema = z.object({
   id: z.string().regex(/^inc_[a-z0-9_]+$/),
-  kind: z.enum(['status', 'status_all', 'unstick']),
+  kind: z.enum(['status', 'status_all', 'unstick', 'doctor']),
   requester: z.string(),
   channel: z.string(),
   /** Machine ids the incident is about, resolved against the inventory. */
@@ -33,6 +34,8 @@ export type IncidentEvent =
   | { type: 'snapshot'; at: string; label: 'status' | 'before' | 'after'; snapshot: MachineSnapshot; commands: CommandRecord[] }
   | { type: 'machine_error'; at: string; machineId: string; code: string; message: string; commands: CommandRecord[] }
   | { type: 'finished'; at: string; outcome: 'ok' | 'partial' | 'failed'; durationMs: number }
+  /** `/gpu doctor`'s result: every finding on the machines it was asked about (see src/doctor/). */
+  | { type: 'doctor_report'; at: string; machines: string[]; findings: Finding[]; failed: number; warned: number }
   | { type: 'error'; at: string; code: string; message: string };
 
 export type EventType = IncidentEvent['type'];

@@ -107,6 +107,11 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       const v = e.verdict;
       return `verdict: ${v.title}, ${mib(v.totalFreedMiB)} MiB freed${v.nextStep ? `; next: ${oneLine(v.nextStep)}` : ''}`;
     }
+    case 'doctor_report':
+      return `doctor: ${e.failed} failed, ${e.warned} warnings on ${e.machines.join(', ')}${e.findings
+        .filter((f) => f.status === 'fail')
+        .map((f) => `; ${f.machineId} ${f.check}: ${oneLine(f.detail)}`)
+        .join('')}`;
     default: {
       const unknown: never = e;
       return `(unknown event ${JSON.stringify(unknown).slice(0, 200)})`;

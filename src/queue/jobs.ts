@@ -24,7 +24,11 @@ export type DecisionJob = z.infer<typeof DecisionJobSchema>;
 export const ExpireJobSchema = z.object({ kind: z.literal('expire'), incidentId, approvalId });
 export type ExpireJob = z.infer<typeof ExpireJobSchema>;
 
-export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema]);
+/** `/gpu doctor`: read-only checks of these machines (and the hosts of the containers among them). */
+export const DoctorJobSchema = z.object({ kind: z.literal('doctor'), incidentId, machines: z.array(machineId).min(1).max(500) });
+export type DoctorJob = z.infer<typeof DoctorJobSchema>;
+
+export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema, DoctorJobSchema]);
 export type JobData = z.infer<typeof JobSchema>;
 
 export function queueName(site: string): string {

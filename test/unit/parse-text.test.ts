@@ -9,6 +9,15 @@ describe('parseCommandText', () => {
     expect(parseCommandText('status')).toEqual({ kind: 'status', target: 'all' });
     expect(parseCommandText('status all')).toEqual({ kind: 'status', target: 'all' });
   });
+  it('reads doctor with a machine, all, or nothing (all); refuses two targets and odd names', () => {
+    expect(parseCommandText('doctor')).toEqual({ kind: 'doctor', target: 'all' });
+    expect(parseCommandText('doctor CT129')).toEqual({ kind: 'doctor', target: 'ct129' });
+    expect(parseCommandText('doctor all')).toEqual({ kind: 'doctor', target: 'all' });
+    expect(parseCommandText('doctor a b').kind).toBe('invalid');
+    expect(parseCommandText('doctor $(reboot)')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('is not a machine name') });
+    expect(parseCommandText('docter ct129')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('did you mean `doctor`') });
+  });
+
   it('treats empty text and help words as help', () => {
     for (const t of ['', '   ', 'help', '--help']) expect(parseCommandText(t)).toEqual({ kind: 'help' });
   });
