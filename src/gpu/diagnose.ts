@@ -2,6 +2,7 @@ import type { GpuMatch } from './gpu-map.ts';
 import { sameProcess, type DeviceOnlyHolder, type GpuHolder, type HolderReport, type ProcessIdentity, type UnresolvedHolder } from './holders.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { Gpu, NvidiaError } from './types.ts';
+import { joinRich, richPlain, say, type Part, type Rich } from '../render/rich.ts';
 
 /**
  * What is wrong with one GPU, in the terms the plan acts on.
@@ -52,8 +53,13 @@ export interface GpuDiagnosis {
   outside: GpuHolder[];
   unresolved: UnresolvedHolder[];
   error: NvidiaError | null;
-  /** One plain-words sentence for the thread. */
+  /** One plain-words sentence for the thread: `richPlain(parts)` (logs, CLI). */
   sentence: string;
+  /**
+   * The same sentence as data (src/render/rich.ts): cmdlines and ids as code parts, so the thread
+   * shows them as code spans that the data cannot close. Absent in diagnoses logged before it.
+   */
+  parts?: Rich;
 }
 
 export interface Diagnosis {
@@ -110,8 +116,8 @@ function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'rea
   return { reach: 'container', hostOnlyWhy: null };
 }
 
-function who(p: ProcessIdentity): string {
-  return `PID ${p.containerPid} (host PID ${p.hostPid}) \`${p.cmdline.slice(0, 80)}\``;
+function who(p: ProcessIdentity): Part[] {
+  return say`PID ${p.containerPid} (host PID ${p.hostPid}) \`${p.cmdline.slice(0, 80)}\``;
 }
 
 function plural(n: number, one: string, many: string): string {
@@ -126,52 +132,53 @@ function distinct<T extends { process: ProcessIdentity }>(hs: readonly T[]): T[]
 }
 
 /** `host PID 823001 \`python3 train.py\` (40,211 MiB)`, for processes outside the target. */
-function outsiders(hs: readonly GpuHolder[]): string {
-  return distinct(hs)
-    .map((h) => `host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))))})`)
-    .join(', ');
+function outsiders(hs: readonly GpuHolder[]): Part[] {
+  return joinRich(
+    distinct(hs).map((h) => say`host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))))})`),
+    ', ',
+  );
 }
 
-function sentenceOf(d: Omit<GpuDiagnosis, 'sentence'>, input: DiagnoseInput): string {
+function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: DiagnoseInput): Part[] {
   const gpu = `GPU ${d.index ?? d.hostIndex ?? '?'}`;
   const used = mib(d.usedMiB);
-  const outsideNote = d.outside.length > 0 ? ` Also used by something outside ${input.target} (${outsiders(d.outside)}): left alone.` : '';
+  const outsideNote = d.outside.length > 0 ? say` Also used by something outside ${input.target} (${outsiders(d.outside)}): left alone.` : '';
   const leakNote =
     d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB
-      ? ` Another ${mib(d.unaccountedMiB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
+      ? say` Another ${mib(d.unaccountedMiB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
       : '';
   const dNote = d.holders.some((h) => h.process.state === 'D')
     ? ' A holder is in uninterruptible sleep (D): a kill takes effect when it wakes, and memory can take tens of seconds to come back.'
     : '';
   switch (d.kind) {
     case 'idle':
-      return `${gpu} is idle (${used} used, no process).`;
+      return say`${gpu} is idle (${used} used, no process).`;
     case 'gpu_error':
-      return `${gpu} is in error: ${d.error?.message ?? 'its memory could not be read'}. Nothing will be signalled; this needs a look on ${input.host} (reset or reboot).`;
+      return say`${gpu} is in error: ${d.error?.message ?? 'its memory could not be read'}. Nothing will be signalled; this needs a look on ${input.host} (reset or reboot).`;
     case 'held_in_container': {
       const hs = distinct(d.holders);
-      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${hs.map((h) => who(h.process)).join(', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;
+      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(hs.map((h) => who(h.process)), ', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;
     }
     case 'held_host_only': {
       const hs = distinct(d.holders);
       const hostOnly = hs.filter((h) => h.reach === 'host');
       const ct = hs.filter((h) => h.reach === 'container');
-      const hostPart = hostOnly.map((h) => `${who(h.process)}: only the host can stop it, because ${h.hostOnlyWhy ?? 'the container cannot'}`).join('; ');
-      const ctPart = ct.length > 0 ? ` The container can stop ${ct.map((h) => who(h.process)).join(', ')} itself.` : '';
-      return `${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${leakNote}${outsideNote}`;
+      const hostPart = joinRich(hostOnly.map((h) => say`${who(h.process)}: only the host can stop it, because ${h.hostOnlyWhy ?? 'the container cannot'}`), '; ');
+      const ctPart = ct.length > 0 ? say` The container can stop ${joinRich(ct.map((h) => who(h.process)), ', ')} itself.` : '';
+      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${leakNote}${outsideNote}`;
     }
     case 'orphaned_memory':
-      return `${gpu}: ${mib(d.unaccountedMiB ?? d.usedMiB)} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
+      return say`${gpu}: ${mib(d.unaccountedMiB ?? d.usedMiB)} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
     case 'leak_beside_holders':
-      return (
-        `${gpu}: ${mib(d.unaccountedMiB)} of the ${used} in use is held by no process anywhere on ${input.host} (a leaked context); ` +
-        `the rest is held outside ${input.target} by ${outsiders(d.outside)}. A GPU reset would end ${distinct(d.outside).length === 1 ? 'that process' : 'those processes'} ` +
-        `(and the driver refuses one while any process uses the GPU), so none is offered: the leak can be reset once the GPU has no process. Nothing will be signalled.`
-      );
+      return [
+        ...say`${gpu}: ${mib(d.unaccountedMiB)} of the ${used} in use is held by no process anywhere on ${input.host} (a leaked context); `,
+        ...say`the rest is held outside ${input.target} by ${outsiders(d.outside)}. A GPU reset would end ${distinct(d.outside).length === 1 ? 'that process' : 'those processes'} `,
+        ...say`(and the driver refuses one while any process uses the GPU), so none is offered: the leak can be reset once the GPU has no process. Nothing will be signalled.`,
+      ];
     case 'held_outside':
-      return `${gpu}: ${used} held by something outside ${input.target} (${outsiders(d.outside)}, another container or the host itself): left alone.`;
+      return say`${gpu}: ${used} held by something outside ${input.target} (${outsiders(d.outside)}, another container or the host itself): left alone.`;
     case 'unidentified':
-      return `${gpu}: ${used} held by host PID ${d.unresolved.map((u) => u.hostPid).join(', ')}, which exited or could not be read while we looked. Nothing will be signalled; take a new snapshot.`;
+      return say`${gpu}: ${used} held by host PID ${d.unresolved.map((u) => u.hostPid).join(', ')}, which exited or could not be read while we looked. Nothing will be signalled; take a new snapshot.`;
   }
 }
 
@@ -262,9 +269,9 @@ export function diagnose(input: DiagnoseInput): Diagnosis {
     };
     const kind = kindOf(base, usedMiB === null);
     const d = { ...base, kind };
-    const sentence =
-      mapError !== null && error === mapError ? `GPU ${cg.index ?? '?'}: ${unmatched ?? ''}. Nothing will be done to it from ${input.host}.` : sentenceOf(d, input);
-    return { ...d, sentence };
+    const parts =
+      mapError !== null && error === mapError ? say`GPU ${cg.index ?? '?'}: ${unmatched ?? ''}. Nothing will be done to it from ${input.host}.` : sentenceOf(d, input);
+    return { ...d, sentence: richPlain(parts), parts };
   });
   // An error about a GPU the target has no row for (nvidia-smi failed as a whole: `GPU is lost`
   // stops the query) is the diagnosis's error: never dropped, never read as "nothing stuck".

@@ -62,7 +62,8 @@ const REFUSAL_TEXT: Record<string, string> = {
 function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   const d: Diagnosis = e.diagnosis;
   const idle = d.gpus.filter((g) => g.kind === 'idle').map((g) => g.index ?? '?');
-  const lines = d.gpus.filter((g) => g.kind !== 'idle').map((g) => `• ${esc(g.sentence)}`);
+  // gpu-medic's sentence as data: its cmdlines become code spans; one logged before `parts` existed is escaped whole.
+  const lines = d.gpus.filter((g) => g.kind !== 'idle').map((g) => `• ${g.parts ? rich(g.parts) : esc(g.sentence)}`);
   if (idle.length > 0) lines.push(`• ${idle.length === 1 ? 'GPU' : 'GPUs'} ${idle.join(', ')}: idle.`);
   if (d.error) lines.push(`• nvidia-smi failed: ${esc(d.error.message)}`);
   for (const m of d.deviceOnly)

@@ -1,6 +1,7 @@
 /**
- * Issue 11 finding 4, render side: the mentions and commands gpu-medic writes into its advice are
- * rendered once, as mentions and code, while machine text inside the same advice stays inert.
+ * Issue 11 findings 4 and 5, render side: the mentions and commands gpu-medic writes into its
+ * advice and diagnoses render once, as mentions and code spans, while machine text inside the same
+ * sentences (step messages, cmdlines) stays inert and cannot close its span.
  */
 import { describe, expect, it } from 'vitest';
 import type { Diagnosis } from '../../src/gpu/diagnose.ts';
@@ -8,7 +9,7 @@ import { verdictOf, type StepHistory } from '../../src/gpu/verdict.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
-import { CT129_INIT, CT129_NS, app, gpus, readings } from '../unstick/seed-fleet.ts';
+import { CT129_INIT, CT129_NS, CT131_JOB, app, gpus, readings } from '../unstick/seed-fleet.ts';
 import { diagnoseWith, s3 } from '../unstick/scenarios.ts';
 
 const AT = '2026-11-30T09:20:00.000Z';
@@ -53,5 +54,33 @@ describe('the verdict advice renders gpu-medic’s mentions and commands once', 
       expect(s).not.toContain('<@U0EVIL>');
       expect(s).toContain('skipped &lt;!channel&gt; &lt;@U0EVIL&gt; ∗x∗ ˋyˋ');
     }
+  });
+});
+
+describe('diagnosis lines show cmdlines as code spans the data cannot close', () => {
+  const diagnosisView = (d: Diagnosis) => {
+    const v = renderUnstick(meta, [
+      { type: 'requested', at: AT, id: '1-0' },
+      { type: 'diagnosis', at: AT, label: 'before', diagnosis: d, id: '1-1' },
+    ]).find((x) => x.key === 'ev:1-1');
+    if (!v) throw new Error('no diagnosis view');
+    return { text: v.text, blocks: JSON.stringify(v.blocks) };
+  };
+
+  it('a plain cmdline is a real code span, not look-alike quotes', () => {
+    const shown = diagnosisView(s3());
+    expect(shown.text).toContain('PID 1 (host PID 811900) `/sbin/init`: only the host can stop it');
+    expect(shown.text).toContain('PID 63 (host PID 812351) `sglang::scheduler_TP2`');
+  });
+
+  it('a hostile cmdline stays inside its span: no mention, no forged line, no live formatting', () => {
+    const evil = { ...CT131_JOB, cmdline: ['x`*FORGED*`', '\n• host PID *1*', '<!channel>'] };
+    const d = diagnoseWith({ gpus: gpus({ 0: 40_000 }), apps: [app(evil, 0, 40_000)], procs: readings([evil.pid], [evil]), targetPidNs: CT129_NS }, { holders: [], procs: [] });
+    const shown = diagnosisView(d);
+    for (const s of [shown.text, shown.blocks]) {
+      expect(s).toContain('`xˋ*FORGED*ˋ ␤• host PID *1* &lt;!channel&gt;`');
+      expect(s).not.toContain('<!channel>');
+    }
+    expect(shown.text.split('\n').some((l) => l.startsWith('• host PID'))).toBe(false);
   });
 });
