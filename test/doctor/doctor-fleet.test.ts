@@ -55,6 +55,8 @@ beforeAll(async () => {
       { id: 'ct131', vmid: 131, host: 'kpro5', omitTools: ['timeout'] },
       { id: 'ct132', vmid: 132, host: 'kpro5', ownAddress: true, hideProc: true },
       { id: 'ct133', vmid: 133, host: 'kpro5' },
+      { id: 'ct134', vmid: 134, host: 'kpro5', omitTools: ['nvidia-smi'] },
+      { id: 'ct140', vmid: 140, host: 'kpro6', ownAddress: true },
     ],
   });
   const inv: InventoryInput = fleet.inventory();
@@ -63,7 +65,8 @@ beforeAll(async () => {
   // ct132 logs in as a non-root user, for whom hidepid hides root's /proc entries.
   for (const c of containers) if (c.id === 'ct132') c.user = 'fleetuser';
   // ct133's inventory entry is mis-pinned: its address (and pinned key) are ct129's sshd.
-  const mispinned = containers.map((c) => (c.id === 'ct133' && ct129 ? { ...ct129, id: 'ct133', vmid: 133 } : c));
+  // ct140 (really on kpro6) is listed under kpro5: its GPUs are not kpro5's, and kpro5 has no vmid 140.
+  const mispinned = containers.map((c) => (c.id === 'ct133' && ct129 ? { ...ct129, id: 'ct133', vmid: 133 } : c.id === 'ct140' ? { ...c, host: 'kpro5' } : c));
   inventoryPath = join(fleet.dir, 'inventory.yaml');
   await writeFile(inventoryPath, stringify({ ...inv, containers: mispinned }));
   holder = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 4096 }], title: 'python3 train.py' });
@@ -125,11 +128,21 @@ describe('gpu-medic doctor on the fleet (real sshd, namespaces, pinned keys)', (
     expect(f.detail).toMatch(/lands in pid:\[\d+\], but vmid 133's init \(PID \d+ on kpro5\) is in pid:\[\d+\]: this login is another machine/);
   });
 
+  it('nvidia-smi missing in a container: fail with where to get it; its GPU check is skipped, not passed', () => {
+    expect(find(report, 'ct134', 'nvidia-smi')).toMatchObject({ status: 'fail', detail: 'nvidia-smi not found', hint: expect.stringContaining('same version') });
+    expect(find(report, 'ct134', 'GPU UUIDs').status).toBe('skip');
+  });
+
+  it('a container listed under the wrong host: its GPU UUIDs are not that host\'s, and that host has no such vmid', () => {
+    expect(find(report, 'ct140', 'GPU UUIDs')).toMatchObject({ status: 'fail', detail: expect.stringMatching(/^container GPU 0 \(GPU-[0-9a-f-]+\) not on kpro5$/) });
+    expect(find(report, 'kpro5', 'pct')).toMatchObject({ status: 'fail', detail: 'not on this host: ct140 (vmid 140)' });
+  });
+
   it('read-only: no process was signalled, the holder lives, and no GPU reset or persistence change ran', async () => {
     expect(fleet.signals()).toEqual([]);
     const alive = await Promise.race([holder.exited.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 100))]);
     expect(alive).toBe(true);
-    for (const id of ['kpro5', 'kpro6', 'ct129', 'ct130', 'ct131', 'ct132', 'ct133']) {
+    for (const id of ['kpro5', 'kpro6', 'ct129', 'ct130', 'ct131', 'ct132', 'ct133', 'ct134', 'ct140']) {
       const log = fleet.commandLog(id);
       expect(log.filter((c) => c.via === 'ssh' && /\bkill\b|pidfd_send_signal\(|syscall\(424/.test(c.cmd))).toEqual([]);
       expect(log.filter((c) => c.via === 'tool' && c.cmd.startsWith('nvidia-smi') && /\s(-r|--gpu-reset|-pm)\b/.test(c.cmd))).toEqual([]);

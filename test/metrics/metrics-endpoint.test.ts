@@ -40,6 +40,15 @@ async function scrape(): Promise<Series> {
   expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
   return parse(await res.text());
 }
+/** Scrapes until `ready` holds (bounded), then returns that scrape; the assertions that follow are exact. */
+async function scrapeUntil(ready: (s: Series) => boolean): Promise<Series> {
+  let last = await scrape();
+  for (let i = 0; i < 50 && !ready(last); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    last = await scrape();
+  }
+  return last;
+}
 const sshCount = (machine: string): number => s.fleet.commandLog(machine).filter((c) => c.via === 'ssh').length;
 const okCalls = (method: string): number => s.slack.calls(method).filter((c) => c.status === 200 && (c.response as { ok?: boolean }).ok === true).length;
 
@@ -79,7 +88,8 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     const r = await s.slash('status kpro5');
     await s.threadOf(String(r.incidentId));
     await s.quiet();
-    const after = await scrape();
+    // The fake Slack stores a call before the bot has its answer (and counts it): let the last answers land.
+    const after = await scrapeUntil((x) => sum(x, 'gpu_medic_slack_api_calls_total', { result: 'ok' }) - sum(before, 'gpu_medic_slack_api_calls_total', { result: 'ok' }) >= okCalls('chat.postMessage') - post0 + okCalls('chat.update') - upd0);
     const d = (name: string, labels: Record<string, string> = {}) => sum(after, name, labels) - sum(before, name, labels);
     expect(d('gpu_medic_incidents_total', { kind: 'status', outcome: 'ok' })).toBe(1);
     expect(d('gpu_medic_incidents_total')).toBe(1);
@@ -150,11 +160,7 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     await s.threadOf(id, { timeoutMs: 40000, done: (t) => t.some((m) => /Recovered/.test(m.text)) });
     await holder.exited;
     // Not s.quiet(): the approval's expiry job stays delayed on the queue. The incident's end is counted last.
-    let after = await scrape();
-    for (let i = 0; i < 100 && sum(after, 'gpu_medic_incidents_total', { kind: 'unstick' }) === sum(before, 'gpu_medic_incidents_total', { kind: 'unstick' }); i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      after = await scrape();
-    }
+    const after = await scrapeUntil((x) => sum(x, 'gpu_medic_job_run_seconds_count', { kind: 'decision' }) > sum(before, 'gpu_medic_job_run_seconds_count', { kind: 'decision' }));
     const d = (name: string, labels: Record<string, string> = {}) => sum(after, name, labels) - sum(before, name, labels);
 
     expect(d('gpu_medic_approval_decisions_total', { outcome: 'refused', reason: 'self_approval' })).toBe(1);
