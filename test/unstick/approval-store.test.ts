@@ -5,7 +5,8 @@ import { canDecide, type ApprovalState } from '../../src/approval/approval-polic
 import { ApprovalStore, type CreateApproval } from '../../src/approval/approval-store.ts';
 import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 
-const T0 = Date.parse('2026-11-30T09:20:00Z');
+// Real time: the record's Redis TTL is counted from the real clock (a fixed date made the TTL check fail a day later).
+const T0 = Date.now();
 const TTL = 15 * 60 * 1000;
 const input: CreateApproval = {
   incidentId: 'inc_20261130_092000_k3x9q2',
