@@ -19,6 +19,7 @@ import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
 import type { DecisionJob, ExpireJob, UnstickJob } from '../src/queue/jobs.ts';
 import type { Executor, Route } from '../src/ssh/types.ts';
+import { CodedError, ErrorCode } from '../src/errors.ts';
 
 export interface UnstickWorkerDeps {
   inventory: Inventory;
@@ -51,6 +52,8 @@ export interface UnstickWorkerDeps {
    * finish a once-only write that an earlier attempt of the same job claimed and died before doing.
    */
   jobId?: string;
+  /** How long an attempt's heartbeat lasts unrefreshed (a successor waits this long for a dead one). Default 5 s. */
+  aliveMs?: number;
 }
 
 type Container = Extract<Machine, { kind: 'container' }>;
@@ -134,7 +137,52 @@ class IncidentRun {
     return planUnstick(d, { incidentId: this.incidentId, vmid: t.container.vmid, graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs });
   }
 
-  async runStep(t: Target, step: Step, hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] }): Promise<StepResult> {
+  /** The name attempts of this job share in the fence: the BullMQ job id (a direct call: this attempt alone). */
+  get job(): string {
+    return this.deps.jobId ?? this.deps.workerId;
+  }
+
+  /** True while this attempt holds its job's fence (no later attempt took over). */
+  async current(): Promise<boolean> {
+    return this.deps.steps.holdsFence(this.incidentId, this.job, this.deps.workerId);
+  }
+
+  private sameJob(by: string): boolean {
+    return this.deps.jobId !== undefined && by !== this.deps.workerId && by.includes(`:${this.deps.jobId}:`);
+  }
+
+  /**
+   * Runs a step through the runner, fenced: every command first checks that this attempt still
+   * holds its job's fence, and the step is claimed only while it does. A host-level step an earlier
+   * attempt of this job claimed and left unfinished (it is gone: this attempt took the fence over)
+   * is finished here instead of given up: minus the processes the log says it already signalled,
+   * and, for a reset, only if it had not reached a destructive command. A step already finished
+   * is not run again.
+   */
+  async runStep(t: Target, planned: Step, hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] }): Promise<StepResult> {
+    const { steps, workerId } = this.deps;
+    let step = planned;
+    const st = await steps.stepState(this.incidentId, step.id);
+    if (st.state === 'finished') return { outcome: st.outcome, containerFailed: [], sent: 0, released: null, message: 'finished by an earlier attempt', error: null };
+    if (st.state === 'claimed' && this.sameJob(st.by) && step.kind !== 'container_signal') {
+      const events = await this.deps.log.events(this.incidentId);
+      const mine = (e: AnyLoggedEvent): boolean => 'stepId' in e && e.stepId === step.id;
+      const destructive = events.some((e) => mine(e) && e.type === 'command' && (e.role === 'reset' || e.role === 'persistence_off' || e.role === 'persistence_on'));
+      if (!(step.kind === 'host_reset' && destructive) && (await steps.dropClaim(this.incidentId, step.id, st.by))) {
+        const sent = new Set(events.filter((e): e is Ev<'signalled'> => mine(e) && e.type === 'signalled' && e.result === 'sent' && e.signal === 'KILL').map((e) => e.hostPid));
+        const left = step.targets.filter((x) => !sent.has(x.hostPid));
+        this.logger.warn({ stepId: step.id, by: st.by, alreadySent: [...sent] }, 'an earlier attempt of this job claimed this step and is gone: finishing it');
+        if (step.kind === 'host_kill' && left.length === 0) {
+          const now = this.deps.now().getTime();
+          if ((await steps.claimStepFenced(this.incidentId, step.id, workerId, now, this.job)) !== 'claimed') return this.superseded(step);
+          await steps.finishStep(this.incidentId, step.id, workerId, 'done', now);
+          const message = `The earlier attempt (its worker stopped) had already sent every signal of this step; nothing is sent again.`;
+          await this.append({ type: 'step_finished', at: this.at(), stepId: step.id, outcome: 'done', durationMs: 0, message });
+          return { outcome: 'done', containerFailed: [], sent: 0, released: null, message, error: null };
+        }
+        if (step.kind === 'host_kill') step = restrictStep(step, left, { timeoutMs: this.deps.timing.commandTimeoutMs });
+      }
+    }
     return runStep(
       step,
       {
@@ -146,12 +194,18 @@ class IncidentRun {
         hostApps: hostNow.apps,
       },
       {
-        exec: (route, spec) => this.deps.executor.exec(route, spec),
+        exec: async (route, spec) => {
+          if (!(await this.current())) throw new CodedError(ErrorCode.Internal, 'a later attempt of this job took over; this attempt stopped before its next command');
+          return this.deps.executor.exec(route, spec);
+        },
         append: (e) => this.append(e),
-        steps: this.deps.steps,
+        steps: {
+          claimStep: async (incidentId, stepId, by, now) => (await steps.claimStepFenced(incidentId, stepId, by, now, this.job)) === 'claimed',
+          finishStep: (incidentId, stepId, by, outcome, now) => steps.finishStep(incidentId, stepId, by, outcome, now),
+        },
         now: this.deps.now,
         sleep: this.deps.sleep,
-        workerId: this.deps.workerId,
+        workerId,
         commandTimeoutMs: this.deps.timing.commandTimeoutMs,
       },
     );
@@ -160,6 +214,11 @@ class IncidentRun {
   /** The verdict, with what the log says happened to the steps: the advice names what is really left and who can do it. */
   verdictOf(before: Diagnosis, after: Diagnosis, meta: IncidentMeta | null, events: readonly AnyLoggedEvent[], known: readonly KnownDecision[] = []): Verdict {
     return verdictOf(before, after, verdictContextOf(events, this.deps.approvers, meta?.requester ?? null, known));
+  }
+
+  private superseded(step: Step): StepResult {
+    this.logger.warn({ stepId: step.id }, 'a later attempt of this job holds the fence: this attempt runs nothing more');
+    return { outcome: 'interrupted', containerFailed: [], sent: 0, released: null, message: 'superseded by a later attempt', error: null };
   }
 
   /** Verdict, `finished`, lock released: the incident's last three things. */
@@ -186,7 +245,12 @@ class IncidentRun {
    */
   private async claimOnce(key: string, written: (e: AnyLoggedEvent) => boolean): Promise<boolean> {
     const { steps, workerId, jobId } = this.deps;
-    if (await steps.claimStep(this.incidentId, key, workerId, this.deps.now().getTime())) return true;
+    const c = await steps.claimStepFenced(this.incidentId, key, workerId, this.deps.now().getTime(), this.job);
+    if (c === 'claimed') return true;
+    if (c === 'superseded') {
+      this.logger.warn({ key }, 'a later attempt of this job holds the fence: this attempt does not write this');
+      return false;
+    }
     if (!jobId) return false;
     const st = await steps.stepState(this.incidentId, key);
     if (st.state !== 'claimed' || st.by === workerId || !st.by.includes(`:${jobId}:`)) return false;
@@ -281,6 +345,41 @@ class IncidentRun {
   }
 }
 
+const DEFAULT_ALIVE_MS = 5000;
+/** Longest wait for a live earlier attempt of the same job (its steps are bounded far below this). */
+const MAX_WAIT_FOR_EARLIER_MS = 30 * 60 * 1000;
+
+/**
+ * Every job attempt runs inside this: a heartbeat while it runs, and the fence of its job. An
+ * earlier attempt of the same job that is still alive (BullMQ re-ran the job because its lock
+ * lapsed, not because it died) keeps the fence: this attempt waits until it ended or its
+ * heartbeat lapsed, then takes the fence, and only then reads the log and acts. The fence is
+ * checked before every command, every claim and the finish, so an attempt that lost it (a
+ * stalled one waking up) runs nothing more and never finishes the incident.
+ */
+async function asAttempt(run: IncidentRun, body: () => Promise<void>): Promise<void> {
+  const { steps, workerId } = run.deps;
+  const aliveMs = run.deps.aliveMs ?? DEFAULT_ALIVE_MS;
+  await steps.beat(workerId, aliveMs);
+  const timer = setInterval(() => void steps.beat(workerId, aliveMs).catch(() => undefined), Math.max(50, Math.floor(aliveMs / 5)));
+  try {
+    const since = run.deps.now().getTime();
+    for (;;) {
+      const holder = await steps.fenceHolder(run.incidentId, run.job);
+      const gone = holder === null || holder === workerId || !(await steps.isAlive(holder)) || run.deps.now().getTime() - since > MAX_WAIT_FOR_EARLIER_MS;
+      if (gone && (await steps.takeFence(run.incidentId, run.job, workerId, holder))) {
+        if (holder !== null && holder !== workerId) run.deps.logger.warn({ incident: run.incidentId, from: holder }, 'took over from an earlier attempt of this job');
+        break;
+      }
+      await run.deps.sleep(Math.min(run.deps.timing.pollIntervalMs, aliveMs / 2));
+    }
+    await body();
+  } finally {
+    clearInterval(timer);
+    await steps.gone(workerId).catch(() => undefined);
+  }
+}
+
 async function loadMeta(run: IncidentRun): Promise<IncidentMeta | null> {
   return run.deps.log.meta(run.incidentId);
 }
@@ -291,6 +390,10 @@ async function loadMeta(run: IncidentRun): Promise<IncidentMeta | null> {
  */
 export async function runUnstickJob(job: UnstickJob, deps: UnstickWorkerDeps): Promise<void> {
   const run = new IncidentRun(job.incidentId, deps);
+  return asAttempt(run, () => unstickJob(run, job, deps));
+}
+
+async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorkerDeps): Promise<void> {
   const meta = await loadMeta(run);
   await run.append({ type: 'started', at: run.at(), worker: deps.workerId });
   const t = resolveTarget(deps, job.machineId);
@@ -371,12 +474,18 @@ function withNote(v: Verdict, note: Rich): Verdict {
 /** A second person decided: run the approved step on the host, or close the incident if denied. */
 export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps): Promise<void> {
   const run = new IncidentRun(job.incidentId, deps);
+  return asAttempt(run, () => decisionJob(run, job, deps));
+}
+
+async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWorkerDeps): Promise<void> {
   const logger = deps.logger.child({ incident: job.incidentId, approvalId: job.approvalId });
   const approval = await deps.approvals.get(job.approvalId);
   if (!approval || approval.incidentId !== job.incidentId) {
     logger.warn('decision job for an unknown approval (or another incident): nothing run');
     return;
   }
+  // Taken up: the sweep for decisions whose job was never queued leaves this one alone.
+  await deps.approvals.dispatched(approval.id);
   if (approval.state !== 'approved' && approval.state !== 'denied') {
     logger.info({ state: approval.state }, 'decision job for an undecided or expired approval: nothing run');
     return;
@@ -450,6 +559,10 @@ export async function runDecisionJob(job: DecisionJob, deps: UnstickWorkerDeps):
 /** The approval's time ran out: if it was still pending, say so and close the incident; nothing runs. */
 export async function runExpireJob(job: ExpireJob, deps: UnstickWorkerDeps): Promise<void> {
   const run = new IncidentRun(job.incidentId, deps);
+  return asAttempt(run, () => expireJob(run, job, deps));
+}
+
+async function expireJob(run: IncidentRun, job: ExpireJob, deps: UnstickWorkerDeps): Promise<void> {
   const res = await deps.approvals.expire(job.approvalId, deps.now().getTime());
   // Already expired with the incident still open: an earlier attempt of this job expired it and
   // died before saying so; the log decides what is still to be written.
