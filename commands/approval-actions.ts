@@ -3,6 +3,7 @@ import { ApprovalStore, type StoreRefusalCode } from '../src/approval/approval-s
 import { findMachine } from '../src/config/machines.ts';
 import type { Approval } from '../src/approval/approval-store.ts';
 import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/render/unstick.ts';
+import { decisionJobId } from '../src/queue/jobs.ts';
 import type { CommandDeps } from './deps.ts';
 import { mention } from '../src/render/escape.ts';
 
@@ -65,10 +66,23 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
   if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts) return refuse('wrong_card', approval);
   // Checked against the live configuration as well as the card's frozen list, in the same atomic step.
   const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: deps.policy.approvers });
-  if (!r.ok) return refuse(r.code, r.approval);
-  await deps.log.append(approval.incidentId, { type: 'approval_decided', at, approvalId: approval.id, stepId: approval.stepId, decision: click.decision, by: click.user });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
-  await deps.dispatcher.enqueue(site, { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id }, `${approval.incidentId}-decision-${approval.id}`);
+  const enqueue = () => deps.dispatcher.enqueue(site, { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id }, decisionJobId(approval.incidentId, approval.id));
+  if (!r.ok) {
+    // A retry of a click whose job was never queued: queue it now (same job id: never twice).
+    if (r.code === 'approval_decided' && (await deps.approvals.isUndispatched(approval.id))) await enqueue().catch(() => undefined);
+    return refuse(r.code, r.approval);
+  }
+  await deps.log.append(approval.incidentId, { type: 'approval_decided', at, approvalId: approval.id, stepId: approval.stepId, decision: click.decision, by: click.user });
+  try {
+    await enqueue();
+  } catch (err) {
+    // The decision is stored (and indexed as not yet taken up): a worker's sweep queues its job.
+    deps.logger.warn({ err, incident: approval.incidentId, approval: approval.id }, 'decision stored, its job not queued: left to the workers\' sweep');
+    return click.decision === 'approved'
+      ? ':white_check_mark: Approved and recorded. Handing it to a worker failed just now; a worker picks it up on its own within seconds (nothing runs twice). Results follow in the thread.'
+      : ':x: Denied and recorded. Nothing will run on the host; a worker closes the incident within seconds.';
+  }
   return click.decision === 'approved'
     ? ':white_check_mark: Approved. The worker re-checks every process (PID and start time) before it signals anything; results follow in the thread.'
     : ':x: Denied. Nothing will run on the host; the thread will show the final state.';

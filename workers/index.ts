@@ -15,6 +15,7 @@ import type { Metrics } from '../src/metrics/metrics.ts';
 import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.ts';
 import { JobSchema, queueName } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
+import { sweepDecisions } from './decision-sweep.ts';
 import { planKeyFor } from './plan-key.ts';
 import { runDoctorJob } from './doctor.ts';
 import { runStatusJob, type StatusWorkerDeps } from './status.ts';
@@ -52,6 +53,8 @@ export interface WorkerGroupOptions {
   stalledIntervalMs?: number;
   /** Where jobs, incidents, steps and SSH results are counted. Default: not counted. */
   metrics?: Metrics;
+  /** How often decisions whose job was never queued are looked for (workers/decision-sweep.ts). Default 5 s. */
+  decisionSweepMs?: number;
 }
 
 export interface WorkerGroup {
@@ -155,6 +158,18 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       for (const [state, n] of Object.entries(counts)) g.set({ site, state }, n);
     }
   });
+  // A decision stored by the bot whose job it then failed to queue is not lost: queued from here.
+  const sweepDeps = { approvals: unstickDeps.approvals, log, inventory: o.inventory, dispatcher, now, logger: o.logger, graceMs: 3000 };
+  let sweeping = false;
+  const sweep = setInterval(() => {
+    if (sweeping) return;
+    sweeping = true;
+    sweepDecisions(sweepDeps)
+      .catch((err: unknown) => o.logger.warn({ err }, 'decision sweep failed'))
+      .finally(() => {
+        sweeping = false;
+      });
+  }, o.decisionSweepMs ?? 5000);
   o.logger.info({ sites }, 'workers started');
   return {
     health: () => ({
@@ -165,6 +180,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       },
     }),
     async close(force = false) {
+      clearInterval(sweep);
       await Promise.all(workers.map((w) => w.close(force)));
       stopReading?.();
       await Promise.all(depthQueues.map((d) => d.queue.close()));

@@ -60,7 +60,9 @@ const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
  * decided and expired are final, then the requester ban, then the approvers stored with the
  * approval, then the decider's live list (someone removed since the card was posted is refused).
  * First decision wins; later clicks read who decided.
- * ARGV: user, decision, now (ms), live approvers (JSON array, or '' when the caller has none to add).
+ * ARGV: user, decision, now (ms), live approvers (JSON array, or '' when the caller has none to add), id.
+ * In the same step the decision joins the "decided, not yet taken up by a worker" index (KEYS[2]):
+ * if queueing its job fails afterwards, a worker's sweep finds it there and queues it.
  */
 const DECIDE = `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'approval_not_found' end
@@ -78,6 +80,7 @@ if ARGV[4] ~= '' then
   if not live then return 'not_approver' end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decidedBy', ARGV[1], 'decidedAt', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[5])
 return 'ok'
 `;
 
@@ -126,6 +129,26 @@ export class ApprovalStore {
 
   private key(id: string): string {
     return `${this.prefix}:approval:${id}`;
+  }
+
+  private undispatchedKey(): string {
+    return `${this.prefix}:approvals:undispatched`;
+  }
+
+  /** Decisions made at or before `before` (ms) that no worker has taken up yet: their decision job may never have been queued. */
+  async undispatched(before: number, limit = 100): Promise<string[]> {
+    const ids = await this.redis.zrangebyscore(this.undispatchedKey(), '-inf', String(before), 'LIMIT', 0, limit);
+    return ids.filter((id) => ApprovalStore.isId(id));
+  }
+
+  /** A worker took the decision up (its job runs): the sweep leaves it alone from now on. */
+  async dispatched(id: string): Promise<void> {
+    await this.redis.zrem(this.undispatchedKey(), id);
+  }
+
+  /** Whether a decision still waits for a worker to take it up. */
+  async isUndispatched(id: string): Promise<boolean> {
+    return (await this.redis.zscore(this.undispatchedKey(), id)) !== null;
   }
 
   static newId(): string {
@@ -204,7 +227,7 @@ export class ApprovalStore {
   async decide(id: string, d: { user: string; decision: ApprovalDecision; now: number; liveApprovers?: readonly string[] }): Promise<DecideResult> {
     if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
     const live = d.liveApprovers === undefined ? '' : JSON.stringify([...d.liveApprovers]);
-    const res = String(await this.redis.eval(DECIDE, 1, this.key(id), d.user, d.decision, String(d.now), live));
+    const res = String(await this.redis.eval(DECIDE, 2, this.key(id), this.undispatchedKey(), d.user, d.decision, String(d.now), live, id));
     const approval = await this.get(id);
     if (res === 'ok' && approval !== null) return { ok: true, approval };
     const code = RefusalCode.safeParse(res);

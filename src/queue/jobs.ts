@@ -34,3 +34,8 @@ export type JobData = z.infer<typeof JobSchema>;
 export function queueName(site: string): string {
   return `site-${site}`;
 }
+
+/** The decision job's id: the bot and the workers' sweep use the same one, so the job is queued once. */
+export function decisionJobId(incidentId: string, approvalId: string): string {
+  return `${incidentId}-decision-${approvalId}`;
+}
