@@ -5,7 +5,7 @@
  *   npm run soak -- --rounds 3        # repeat everything (figures add up)
  *   npm run soak -- --quick           # CI-sized settings (a couple of minutes)
  *   npm run soak -- --seed 42         # another fuzz seed (default: the CI seed)
- *   npm run soak -- --only fuzz,load  # a subset: requests, redis, slack, ssh, fuzz, load, crash
+ *   npm run soak -- --only fuzz,load  # a subset: requests, clock, redis, failover, slack, ssh, fuzz, load, crash, botcrash
  *
  * Exits 1 when any scenario reported a failure (each is printed under the table).
  */
@@ -18,7 +18,9 @@ import { emptyFigures, figuresTable, mergeFigures, type Figures } from './lib/fi
 import { load } from './scenarios/load.ts';
 import { fuzz } from './scenarios/fuzz.ts';
 import { redisRestart } from './scenarios/redis-restart.ts';
-import { finalChecks, interactionFaults, policyFaults, REQUEST_MACHINES, signedRequestFaults, startRequestsStack } from './scenarios/requests.ts';
+import { botCrash } from './scenarios/bot-crash.ts';
+import { failover } from './scenarios/failover.ts';
+import { clockSkewFaults, finalChecks, interactionFaults, policyFaults, REQUEST_MACHINES, signedRequestFaults, startRequestsStack } from './scenarios/requests.ts';
 import { slackFaults } from './scenarios/slack-faults.ts';
 import { sshFaults } from './scenarios/ssh-faults.ts';
 
@@ -27,7 +29,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '1' },
     quick: { type: 'boolean', default: false },
     seed: { type: 'string', default: '20261130' },
-    only: { type: 'string', default: 'requests,redis,slack,ssh,fuzz,load,crash' },
+    only: { type: 'string', default: 'requests,clock,redis,failover,slack,ssh,fuzz,load,crash,botcrash' },
   },
 });
 const rounds = Math.max(1, Math.min(100, Number(values.rounds)));
@@ -54,7 +56,47 @@ const scenarios: Scenario[] = [
       }
     },
   },
+  {
+    // Signed requests dated outside |now − ts| ≤ 300 s, and fresh ones to bots whose clock is an hour off.
+    name: 'clock',
+    async run() {
+      const s = await startRequestsStack();
+      try {
+        let sent = 0;
+        let refused = 0;
+        let f = emptyFigures();
+        for (let i = 0; i < (quick ? 1 : 5); i++) {
+          const r = await clockSkewFaults(s);
+          sent += r.skewedSent;
+          refused += r.skewedRefused;
+          f = mergeFigures(f, r);
+        }
+        notes.push(`clock: skewed-clock requests refused: ${refused} of ${sent} (401 like a stale one; nothing opened)`);
+        return f;
+      } finally {
+        await s.stop();
+      }
+    },
+  },
   { name: 'redis', run: () => redisRestart(quick ? { outages: 2, outageMs: 2500, inFlight: 4, duringOutage: 4 } : { outages: 3, outageMs: 15_000, inFlight: 10, duringOutage: 10 }) },
+  {
+    // A private primary, replica and three sentinels; the primary SIGKILLed mid-incident.
+    name: 'failover',
+    async run() {
+      const f = await failover({ failovers: 1, inFlight: quick ? 4 : 10, duringFailover: quick ? 4 : 10 });
+      notes.push(`failover: failovers survived: ${f.failoversSurvived} of ${f.runs}; sentinels elected a new primary in ${f.failoverMs.map((ms) => (ms / 1000).toFixed(1)).join(', ') || '-'} s`);
+      return f;
+    },
+  },
+  {
+    // A real bot process SIGKILLed before a post, after it (ts not recorded), and after the record.
+    name: 'botcrash',
+    async run() {
+      const f = await botCrash({ messages: quick ? [1, 3] : [1, 2, 3, 4], runs: quick ? 1 : 2 });
+      notes.push(`botcrash: ${f.crashes} bot crashes; messages duplicated after bot crashes: ${f.duplicates}`);
+      return f;
+    },
+  },
   { name: 'slack', run: () => slackFaults(quick ? { incidentsPerPhase: 4, burst: 3, outageMs: 8000, settleMs: 60_000 } : { incidentsPerPhase: 12, burst: 6, outageMs: 60_000, settleMs: 150_000 }) },
   { name: 'ssh', run: () => sshFaults({ rounds: quick ? 1 : 3, connectTimeoutSec: 2, commandTimeoutSec: 2 }) },
   { name: 'fuzz', run: (r) => fuzz({ seed: seed + r, cases: quick ? 10_000 : 50_000, viaBolt: quick ? 300 : 1000 }) },
