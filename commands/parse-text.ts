@@ -1,5 +1,5 @@
 import { closest } from '../src/config/suggest.ts';
-import { clipChars, text } from '../src/render/escape.ts';
+import { clipChars, code, text } from '../src/render/escape.ts';
 
 export type ParsedCommand =
   | { kind: 'help' }
@@ -46,7 +46,7 @@ export function parseCommandText(raw: string): ParsedCommand {
       const guess = closest(sub, SUBCOMMANDS);
       return {
         kind: 'invalid',
-        message: `"${printable(words[0] ?? '')}" is not a gpu-medic command${guess ? `; did you mean \`${guess}\`?` : ''}`,
+        message: `"${printable(words[0] ?? '')}" is not a gpu-medic command${guess ? `; did you mean ${code(guess)}?` : ''}`,
       };
     }
   }

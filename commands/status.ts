@@ -3,6 +3,7 @@ import { closest } from '../src/config/suggest.ts';
 import { isCodedError } from '../src/errors.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { readOnlyIncident } from './read-only-incident.ts';
+import { code } from '../src/render/escape.ts';
 
 export const QUEUE_DOWN =
   ':warning: The work queue (Redis) is not answering, so nothing was done and nothing was queued. Try again in a minute; if it persists, check the Redis behind gpu-medic.';
@@ -17,7 +18,7 @@ export async function statusCommand(target: string, input: SlashInput, deps: Com
     const m = findMachine(deps.inventory, target);
     if (!m) {
       const guess = closest(target, listMachines(deps.inventory).map((x) => x.id));
-      return `:question: I don't know a machine called \`${target}\`${guess ? `; did you mean \`${guess}\`?` : '.'} Nothing was queued. \`/gpu status all\` lists every machine.`;
+      return `:question: I don't know a machine called ${code(target)}${guess ? `; did you mean ${code(guess)}?` : '.'} Nothing was queued. \`/gpu status all\` lists every machine.`;
     }
     machines = [m];
   }
@@ -32,6 +33,6 @@ export async function statusCommand(target: string, input: SlashInput, deps: Com
     return QUEUE_DOWN;
   }
   deps.logger.info({ incident: id, targets: meta.targets, user: input.userId }, 'status queued');
-  const what = target === 'all' ? `all ${machines.length} machines` : `\`${target}\``;
-  return `:mag: Reading ${what}; the table will appear in a thread in this channel (incident \`${id}\`).`;
+  const what = target === 'all' ? `all ${machines.length} machines` : code(target);
+  return `:mag: Reading ${what}; the table will appear in a thread in this channel (incident ${code(id)}).`;
 }

@@ -3,7 +3,7 @@ import { nearCertainTypo } from '../src/config/suggest.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { QUEUE_DOWN } from './status.ts';
-import { code, mention, text } from '../src/render/escape.ts';
+import { code, codeLine, mention, text } from '../src/render/escape.ts';
 
 function hhmm(iso: string): string {
   return `${iso.slice(11, 16)} UTC`;
@@ -16,11 +16,11 @@ export async function unstickCommand(target: string, reason: string | null, inpu
     // A destructive command proposes only a near-certain typo, never merely the closest other container.
     const guess = nearCertainTypo(target, listMachines(deps.inventory).filter((x) => x.kind === 'container').map((x) => x.id));
     return guess
-      ? `:question: I don't know a container called \`${target}\`; did you mean \`${guess}\`? Nothing was done: run \`/gpu unstick ${guess}\` if so.`
-      : `:question: I don't know a container called \`${target}\`. Nothing was done. \`/gpu status all\` lists every machine.`;
+      ? `:question: I don't know a container called ${code(target)}; did you mean ${code(guess)}? Nothing was done: run \`/gpu unstick ${codeLine(guess)}\` if so.`
+      : `:question: I don't know a container called ${code(target)}. Nothing was done. \`/gpu status all\` lists every machine.`;
   }
   if (m.kind !== 'container')
-    return `:information_source: \`${target}\` is a Proxmox host. \`unstick\` works on a container (e.g. \`/gpu unstick ct129\`): it stops exactly the processes holding that container's GPUs. Nothing was done. \`/gpu status ${target}\` shows who holds its GPUs.`;
+    return `:information_source: ${code(target)} is a Proxmox host. \`unstick\` works on a container (e.g. \`/gpu unstick ct129\`): it stops exactly the processes holding that container's GPUs. Nothing was done. \`/gpu status ${codeLine(target)}\` shows who holds its GPUs.`;
   const id = deps.newIncidentId();
   const now = deps.now().toISOString();
   try {
@@ -53,5 +53,5 @@ export async function unstickCommand(target: string, reason: string | null, inpu
     return QUEUE_DOWN;
   }
   deps.logger.info({ incident: id, target: m.id, user: input.userId }, 'unstick queued');
-  return `:ambulance: Unsticking \`${m.id}\`: before snapshot, diagnosis and container-level steps follow in a thread in this channel (incident \`${id}\`). Host-level kills will need a second approver.`;
+  return `:ambulance: Unsticking ${code(m.id)}: before snapshot, diagnosis and container-level steps follow in a thread in this channel (incident ${code(id)}). Host-level kills will need a second approver.`;
 }

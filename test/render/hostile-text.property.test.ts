@@ -12,6 +12,8 @@ import type { Step } from '../../src/playbooks/unstick-plan.ts';
 import { explainMachineError } from '../../src/render/explain.ts';
 import { renderIncident, type MessageView } from '../../src/render/status.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
+import { renderDoctor } from '../../src/render/doctor.ts';
+import type { Finding } from '../../src/doctor/judge.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
 
 /**
@@ -250,6 +252,25 @@ describe('machine and user text is data, never markup, in every renderer', () =>
         // gpu-medic's own mentions are written once, not escaped.
         expect(views[0]?.text).toContain(`<@${REQUESTER}>`);
         if (decision !== 'pending') expect(views.find((v) => v.key === `approval:${APR}`)?.text).toContain(`<@${APPROVER}>`);
+      }),
+      RUNS,
+    );
+  });
+
+  it('doctor thread: machine details in the table and in the fixes, errors', () => {
+    fc.assert(
+      fc.property(hostiles, (h) => {
+        const findings: Finding[] = [
+          { machineId: 'kpro5', kind: 'host', check: 'fuser', status: 'fail', detail: h.detail, hint: h.error },
+          { machineId: 'ct129', kind: 'container', check: 'fuser', status: 'warn', detail: h.name, hint: h.cmdline },
+        ];
+        const events: LoggedEvent[] = [
+          { type: 'requested', at: AT, id: '1-0' },
+          { type: 'doctor_report', at: AT, machines: ['kpro5', 'ct129'], findings, failed: 1, warned: 1, id: '1-1' },
+          { type: 'error', at: AT, code: 'internal', message: h.error, id: '1-2' },
+          { type: 'finished', at: AT, outcome: 'partial', durationMs: 10, id: '1-3' },
+        ];
+        expect(check(renderDoctor(meta('doctor', h, ['kpro5', 'ct129']), events))).toEqual([]);
       }),
       RUNS,
     );

@@ -27,6 +27,16 @@ describe('demo web page', () => {
     expect(html).toContain("fetch('/state')");
   });
 
+  it('the page shows message text as Slack would: Slack’s entities decoded once, then HTML-escaped once; own mentions as @id', async () => {
+    const html = await (await fetch(demo.url)).text();
+    const defs = ['esc', 'slackText'].map((name) => new RegExp(`^const ${name} = .*;$`, 'm').exec(html)?.[0] ?? '');
+    expect(defs.every((d) => d !== '')).toBe(true);
+    const slackText = new Function(`${defs.join('\n')}\nreturn slackText;`)() as (s: string) => string;
+    // What src/render/escape.ts made of "<!channel> &lt; x" typed by a user, and a mention gpu-medic wrote.
+    expect(slackText('reason: &lt;!channel&gt; &amp;lt; x · by <@U0REQUEST>')).toBe('reason: &lt;!channel&gt; &amp;lt; x · by @U0REQUEST');
+    expect(slackText('<img src=x onerror=alert(1)>')).toBe('&lt;img src=x onerror=alert(1)&gt;');
+  });
+
   it('POST /command queues the command as the chosen user; GET /state shows the thread', async () => {
     const bad = await fetch(new URL('/command', demo.url), { method: 'POST', body: JSON.stringify({ user: 'mallory', text: '/gpu status kpro5' }) });
     expect(bad.status).toBe(400);
