@@ -245,7 +245,7 @@ export class ScenarioRuntime {
           ...(h.site !== undefined ? { site: h.site } : {}),
           ...(h.ram ? { ramTotalGiB: h.ram.totalGiB, ramUsedGiB: h.ram.usedGiB } : {}),
         })),
-        containers: scenario.fleet.containers.map((c) => ({ id: c.id, vmid: c.vmid, host: c.host, ownAddress: c.ownAddress })),
+        containers: scenario.fleet.containers.map((c) => ({ id: c.id, vmid: c.vmid, host: c.host, ownAddress: c.ownAddress, ...(c.gpus !== undefined ? { gpus: c.gpus } : {}) })),
       },
       env,
       tweakInventory: (inv: Inventory) => {

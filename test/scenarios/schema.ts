@@ -72,6 +72,11 @@ const Container = z
     ownAddress: z.boolean().default(false),
     /** The Unix user the bot logs in as (only with ownAddress). A non-root user cannot kill root's processes. */
     sshUser: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).optional(),
+    /**
+     * Host GPU indices passed to it (`pct config`: `devN: /dev/nvidiaM`); it sees them renumbered
+     * from 0 in bus order, and its holders name GPUs in its own numbering. Default: all, same numbers.
+     */
+    gpus: z.array(z.number().int().min(0).max(15)).min(1).max(16).optional(),
   })
   .strict();
 

@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { expectRunClean, file } from './report-helpers.ts';
 import { runScenario, type Report } from './run-scenario.ts';
+import type { Step } from '../../src/playbooks/unstick-plan.ts';
 import { loadScenario } from './schema.ts';
 
 /** Runs the scenario once per describe block, lazily, and skips the block when the file is pending. */
@@ -107,5 +108,23 @@ scenario('s7-', (get) => {
     for (const n of ['monitor', 'host-monitor', 'ct130-job']) expect(r.processes[n]?.alive).toBe(true);
     expect(r.gpuMemory.kpro5?.[3]?.usedMiB).toBe(40960);
     expect(threadText(r)).toMatch(/outside ct129.*left alone/);
+  }, 120_000);
+});
+
+scenario('s9-', (get) => {
+  it("reads, resets and reports host GPU 2 for ct131's GPU 0: the card and the reset name its UUID, host GPU 0 is untouched", async () => {
+    const r = await get();
+    const req = approvalEvents(r).find((e) => e.type === 'approval_requested');
+    // The report's events are loose JSON; this one is an approval_requested event with its planned step.
+    const step = req?.['step'] as Step | undefined;
+    expect(step?.kind).toBe('host_reset');
+    expect(step?.gpus.map((g) => [g.index, g.hostIndex])).toEqual([[0, 2]]);
+    const uuid = step?.gpus[0]?.uuid ?? '?';
+    expect(uuid).toMatch(/^GPU-[0-9a-f-]{36}$/);
+    // The reset ran on kpro5 by that UUID, and nothing named host GPU 0's.
+    const resets = (r.commands.kpro5 ?? []).filter((c) => c.via === 'ssh' && /--gpu-reset/.test(c.cmd));
+    expect(resets.map((c) => c.cmd.endsWith(`--gpu-reset -i ${uuid}`))).toEqual([true]);
+    expect(threadText(r)).toContain(uuid);
+    expect(r.gpuMemory.kpro5?.map((g) => g.usedMiB)).toEqual([12000, 0, 0, 0, 0, 0, 0, 0]);
   }, 120_000);
 });
