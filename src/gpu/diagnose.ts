@@ -1,5 +1,6 @@
 import type { GpuMatch } from './gpu-map.ts';
 import { sameProcess, type DeviceOnlyHolder, type GpuHolder, type HolderReport, type ProcessIdentity, type UnresolvedHolder } from './holders.ts';
+import { errorAdvice } from './error-advice.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { Gpu, NvidiaError } from './types.ts';
 import { joinRich, richPlain, say, type Part, type Rich } from '../render/rich.ts';
@@ -154,7 +155,9 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
     case 'idle':
       return say`${gpu} is idle (${used} used, no process).`;
     case 'gpu_error':
-      return say`${gpu} is in error: ${d.error?.message ?? 'its memory could not be read'}. Nothing will be signalled; this needs a look on ${input.host} (reset or reboot).`;
+      return d.error
+        ? say`${gpu} is in error: ${d.error.message}. Nothing will be signalled: ${errorAdvice(d.error.kind, input.target, input.host)}`
+        : say`${gpu}: its memory could not be read. Nothing will be signalled; look at ${input.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
     case 'held_in_container': {
       const hs = distinct(d.holders);
       return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(hs.map((h) => who(h.process)), ', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;

@@ -105,7 +105,8 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       return `a click on approval ${e.approvalId} by ${e.by} was refused: ${e.reason}`;
     case 'verdict': {
       const v = e.verdict;
-      return `verdict: ${v.title}, ${mib(v.totalFreedMiB)} MiB freed${v.nextStep ? `; next: ${oneLine(v.nextStep)}` : ''}`;
+      const outside = v.outside ?? [];
+      return `verdict: ${v.title}, ${mib(v.totalFreedMiB)} MiB freed by this incident${outside.length > 0 ? `; outside it: ${oneLine(outside.join(' '))}` : ''}${v.nextStep ? `; next: ${oneLine(v.nextStep)}` : ''}`;
     }
     case 'doctor_report':
       return `doctor: ${e.failed} failed, ${e.warned} warnings on ${e.machines.join(', ')}${e.findings

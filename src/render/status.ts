@@ -1,10 +1,11 @@
 import type { types } from '@slack/bolt';
 import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
+import { errorAdvice } from '../gpu/error-advice.ts';
 import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
-import { code, codeLine, mention, text as esc } from './escape.ts';
+import { code, codeLine, mention, text as esc, rich } from './escape.ts';
 import { BLOCKS_PER_MESSAGE, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 
 type KnownBlock = types.KnownBlock;
@@ -46,7 +47,7 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
     case 'ram_pressure':
       return `RAM pressure: ${f.usedPct}% used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
     case 'gpu_error':
-      return `nvidia-smi reported an error: ${esc(f.error.message)}${f.error.busId ? ` (GPU ${esc(f.error.busId)})` : ''}`;
+      return `nvidia-smi reported an error: ${esc(f.error.message)}${f.error.busId ? ` (GPU ${esc(f.error.busId)})` : ''}. Next step: ${rich(errorAdvice(f.error.kind, s.machineId, s.machineId))}`;
     case 'gpu_unreadable':
       return `GPU ${f.gpuIndex ?? '?'}: memory could not be read`;
   }

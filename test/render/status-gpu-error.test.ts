@@ -62,6 +62,14 @@ describe('status with GPUs in error', () => {
     expect(views[0]?.text).toContain('done; GPU error on `kpro5`: driver/library version mismatch');
   });
 
+  it('the snapshot message gives each error kind its own next step', () => {
+    const lost = renderIncident(meta('status', ['kpro5']), events(snap('kpro5', LOST)))[1]?.text ?? '';
+    expect(lost).toContain('A reset will not help and nothing was signalled: drain kpro5, reboot it and check the hardware');
+    const mismatch = renderIncident(meta('status', ['kpro5']), events(snap('kpro5', MISMATCH)))[1]?.text ?? '';
+    expect(mismatch).toContain('the NVIDIA driver was upgraded while the old kernel module stayed loaded');
+    expect(mismatch).not.toContain('fallen off the bus');
+  });
+
   it('every GPU read: still green', () => {
     expect(renderIncident(meta('status', ['kpro6']), events(snap('kpro6', null)))[0]?.text).toContain(':white_check_mark: done');
   });

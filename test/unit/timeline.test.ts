@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { AnyEvent, AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
-import { incidentState, renderTimeline } from '../../src/incident/timeline.ts';
+import { describeEvent, incidentState, renderTimeline } from '../../src/incident/timeline.ts';
 
 const meta = (o: Partial<IncidentMeta> = {}): IncidentMeta => ({
   id: 'inc_20261130_031245_ab12cd34',
@@ -69,5 +69,18 @@ describe('incident timeline (pure)', () => {
     // Even a log written by an older worker that called it ok.
     const fin = ev({ type: 'finished', at: '2026-11-30T03:12:47.000Z', outcome: 'ok', durationMs: 900 });
     expect(incidentState(m, [read, fin])).toBe('finished (ok) · GPU error on kpro5: GPU is lost');
+  });
+
+  it('the verdict line says what others changed apart from what the incident freed', () => {
+    const verdict = {
+      kind: 'recovered' as const,
+      title: 'Recovered',
+      gpus: [],
+      totalFreedMiB: 50_000,
+      outside: ['GPU 1: 60,000 MiB freed outside this incident.'],
+      nextStep: null,
+    };
+    const out = describeEvent(meta(), ev({ type: 'verdict', at: '2026-11-30T03:13:00.000Z', verdict }));
+    expect(out).toBe('verdict: Recovered, 50,000 MiB freed by this incident; outside it: GPU 1: 60,000 MiB freed outside this incident.');
   });
 });

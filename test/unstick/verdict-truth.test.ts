@@ -146,6 +146,13 @@ describe('finding 3: no false green on GPU errors', () => {
     expect(v.nextStep).not.toMatch(/GPU is lost/);
   });
 
+  it('the diagnosis of a lost GPU gives the lost GPU’s own next step, not "reset or reboot"', () => {
+    const g = gpus();
+    const d = diagnoseWith(seedS2().host, seedS2().container, { errors: [{ ...LOST, busId: g[2]?.busId ?? null }] });
+    expect(d.gpus[2]?.sentence).toMatch(/^GPU 2 is in error: .*GPU is lost\. Nothing will be signalled: the GPU has fallen off the bus .*A reset will not help/);
+    expect(d.gpus[2]?.sentence).not.toContain('reset or reboot');
+  });
+
   it('host nvidia-smi failing leaves the container’s GPU unreadable, not "memory with no process"', () => {
     // The container still lists its GPUs while the host's nvidia-smi fails.
     const mixed = diagnoseWithViews(gpus({ 0: 96_413 }), [], [MISMATCH]);
