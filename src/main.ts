@@ -98,7 +98,7 @@ async function startMetrics(host: string, port: number, role: Role, logger: Logg
   const { collectDefaultMetrics, Registry } = await import('prom-client');
   const registry = new Registry();
   registry.setDefaultLabels({ role });
-  collectDefaultMetrics({ register: registry, prefix: 'gpu_medic_process_' });
+  collectDefaultMetrics({ register: registry, prefix: 'gpu_medic_' });
   const metrics = createMetrics(registry);
   const server = await startMetricsServer({ registry, host, port, logger: logger.child({ component: 'metrics' }) });
   stops.push(() => server.close());

@@ -1,0 +1,70 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { REDIS_URL, newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
+import { freePort } from '../harness/sshd.ts';
+
+/** `gpu-medic worker` as a real process with GPU_MEDIC_METRICS_PORT set: its endpoint answers, labelled by role. */
+const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-metrics-'));
+const prefix = randomPrefix('metrics');
+const redis = newRedis();
+
+afterAll(async () => {
+  await removePrefix(redis, prefix);
+  redis.disconnect();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('the metrics endpoint of a started role', () => {
+  it('worker: GET /metrics on the configured port and loopback, with the queue gauge and process metrics, labelled role="worker"', async () => {
+    const inventory = join(dir, 'inventory.yaml');
+    writeFileSync(inventory, `defaults:\n  user: root\n  keyFile: ${join(dir, 'none')}\nhosts:\n  - id: kpro5\n    address: 192.0.2.5\n    hostKeys: ['SHA256:${'A'.repeat(43)}']\n`);
+    const port = await freePort();
+    const out: string[] = [];
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'worker'], {
+      cwd: join(import.meta.dirname, '..', '..'),
+      env: {
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        HOME: process.env.HOME ?? '/root',
+        REDIS_URL,
+        GPU_MEDIC_PREFIX: prefix,
+        GPU_MEDIC_INVENTORY: inventory,
+        GPU_MEDIC_HEALTH_FILE: join(dir, 'worker.health.json'),
+        GPU_MEDIC_METRICS_PORT: String(port),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout?.on('data', (c: Buffer) => out.push(c.toString()));
+    child.stderr?.on('data', (c: Buffer) => out.push(c.toString()));
+    const gone = new Promise<void>((r) => child.once('exit', () => r()));
+    try {
+      // The endpoint is up before the workers are; their queue gauge follows once they started.
+      for (let i = 0; i < 600 && !out.join('').includes('workers started'); i++) {
+        if (child.exitCode !== null) throw new Error(`worker exited ${child.exitCode}:\n${out.join('')}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      expect(text).toMatch(/^gpu_medic_queue_jobs\{site="default",state="waiting",role="worker"\} 0$/m);
+      expect(text).toMatch(/^gpu_medic_process_resident_memory_bytes\{role="worker"\} \d+/m);
+      expect(text).toMatch(/^gpu_medic_nodejs_eventloop_lag_seconds\{role="worker"\} /m);
+      expect(text).toContain('# TYPE gpu_medic_ssh_errors_total counter');
+      expect(out.join('')).toMatch(/metrics endpoint listening/);
+      // Listening on loopback only (the default bind): /proc/net/tcp's LISTEN rows for that port.
+      const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+      const listening = [readFileSync('/proc/net/tcp', 'utf8'), readFileSync('/proc/net/tcp6', 'utf8')]
+        .join('\n')
+        .split('\n')
+        .map((l) => l.trim().split(/\s+/))
+        .filter((f) => f[1]?.endsWith(`:${hexPort}`) && f[3] === '0A')
+        .map((f) => f[1]);
+      expect(listening).toEqual([`0100007F:${hexPort}`]);
+    } finally {
+      child.kill('SIGKILL');
+      await gone;
+    }
+  }, 90_000);
+});
