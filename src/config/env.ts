@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { closest } from './suggest.ts';
+import { closest, editDistance } from './suggest.ts';
 
 /** A comma list; empty or unset is the empty list (compose passes `${VAR:-}` for an unset one). */
 const list = z
@@ -139,6 +139,8 @@ export function settingsFor(role: Role): Setting[] {
 
 /** Settings that hold secrets only the bot may have. */
 export const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
+/** Settings that hold secrets only the worker may have. */
+export const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET'];
 
 /** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
 const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
@@ -176,10 +178,10 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
   for (const [k, v] of Object.entries(source)) {
     if (v === undefined) continue;
     if (!isSetting(k)) {
-      if (OURS.test(k)) {
-        const near = closest(k, SETTINGS);
+      const near = closest(k, SETTINGS);
+      // REDIS_* is a common prefix of other tools' settings: only a near miss of ours is a typo.
+      if (OURS.test(k) || (k.startsWith('REDIS_') && near !== null && editDistance(k, near) <= 2))
         problems.push({ variable: k, message: `is not a gpu-medic setting${near ? `; did you mean ${near}?` : ''}` });
-      }
       continue;
     }
     if (!mine.has(k)) {
@@ -187,6 +189,11 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
         problems.push({
           variable: k,
           message: 'is in the worker\'s environment: the worker holds the SSH keys and must never hold a Slack secret. Start it without it (compose: no env_file; systemd: the unit\'s own settings; a shell: unset it)',
+        });
+      if (role === 'bot' && WORKER_SECRETS.includes(k) && v !== '')
+        problems.push({
+          variable: k,
+          message: 'is in the bot\'s environment: it is the worker\'s secret and the bot must never hold it. Start the bot without it (compose: keep it out of the bot\'s env_file; systemd: only in the worker\'s settings; a shell: unset it)',
         });
       continue;
     }

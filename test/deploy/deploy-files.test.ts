@@ -460,7 +460,8 @@ describe.skipIf(!hasCompose)(`docker-compose config (${hasCompose ? COMPOSE_BIN 
   it('as compose resolves it, the Slack tokens in .env reach the bot and never the worker', async () => {
     const bot = 'xoxb-not-a-real-token-for-the-test';
     const app = 'xapp-not-a-real-token-for-the-test';
-    writeFileSync(join(dir, '.env'), `${read('.env.example')}\nSLACK_BOT_TOKEN=${bot}\nSLACK_APP_TOKEN=${app}\nSLACK_SIGNING_SECRET=not-a-real-secret\nGPU_MEDIC_SITES=lab\n`);
+    const workerSecret = 'w0rker-secret-not-real-0123456789abcdef0123456789';
+    writeFileSync(join(dir, '.env'), `${read('.env.example')}\nSLACK_BOT_TOKEN=${bot}\nSLACK_APP_TOKEN=${app}\nSLACK_SIGNING_SECRET=not-a-real-secret\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_WORKER_SECRET=${workerSecret}\n`);
     const { stdout } = await compose('config');
     const resolved = parseYaml(stdout) as ComposeFile;
     const botEnv = envMap(resolved.services.bot ?? {});
@@ -471,6 +472,11 @@ describe.skipIf(!hasCompose)(`docker-compose config (${hasCompose ? COMPOSE_BIN 
     const workerText = JSON.stringify(worker);
     for (const secret of [bot, app, 'not-a-real-secret']) expect(workerText).not.toContain(secret);
     expect(envMap(worker).GPU_MEDIC_SITES).toBe('lab'); // the worker still gets its settings from .env
+    // The reverse: the worker's secret in the same .env reaches the worker and never the bot.
+    expect(envMap(worker).GPU_MEDIC_WORKER_SECRET).toBe(workerSecret);
+    expect(botEnv.GPU_MEDIC_WORKER_SECRET).toBe('');
+    expect(JSON.stringify(resolved.services.bot)).not.toContain(workerSecret);
+    expect(parseEnv(Object.fromEntries(Object.entries(botEnv).map(([k, v]) => [k, v ?? ''])), 'bot').problems).toEqual([]);
   });
 });
 

@@ -121,6 +121,7 @@ describe('each role from a .env that holds everything (real processes)', () => {
   const prefix = randomPrefix('roles');
   const appToken = `xapp-1-${randomBytes(12).toString('hex')}`;
   const signingSecret = randomBytes(16).toString('hex');
+  const workerSecret = randomBytes(32).toString('hex');
   const redis = newRedis();
 
   beforeAll(async () => {
@@ -147,6 +148,7 @@ describe('each role from a .env that holds everything (real processes)', () => {
         'GPU_MEDIC_INVENTORY=./inventory.yaml',
         `GPU_MEDIC_HEALTH_FILE=${join(dir, 'health.json')}`,
         'GPU_MEDIC_SITES=lab',
+        `GPU_MEDIC_WORKER_SECRET=${workerSecret}`,
         '',
       ].join('\n'),
     );
@@ -165,6 +167,8 @@ describe('each role from a .env that holds everything (real processes)', () => {
       const environ = readFileSync(`/proc/${w.pid}/environ`, 'utf8').split('\0');
       expect(environ.filter((kv) => kv.startsWith('SLACK_'))).toEqual([]);
       expect(memoryHolds(w.pid, [slack.botToken, appToken, signingSecret])).toEqual([]);
+      // The same search finds the worker's own secret, read from the same file.
+      expect(memoryHolds(w.pid, [workerSecret])).toEqual([workerSecret]);
       // The worker did read the same file: its own settings reached it.
       expect(w.output()).toContain('"sites":["lab"]');
     } finally {
@@ -172,11 +176,11 @@ describe('each role from a .env that holds everything (real processes)', () => {
     }
   });
 
-  it('the bot starts holding its tokens (the memory search finds them), and never opens the key file', async () => {
+  it('the bot starts holding its tokens (the memory search finds them) and not the worker\'s secret, and never opens the key file', async () => {
     const b = startRole('bot', dir, { GPU_MEDIC_HEALTH_FILE: join(dir, 'bot.json') });
     try {
       await waitFor(b, '"msg":"bot started"');
-      expect(memoryHolds(b.pid, [slack.botToken, signingSecret]).sort()).toEqual([slack.botToken, signingSecret].sort());
+      expect(memoryHolds(b.pid, [slack.botToken, signingSecret, workerSecret]).sort()).toEqual([slack.botToken, signingSecret].sort());
       expect(fifoHasReader(keyFifo)).toBe(false);
       expect(openFiles(b.pid)).not.toContain(keyFifo);
     } finally {

@@ -155,6 +155,19 @@ describe('each role reads only its own settings', () => {
     expect(JSON.stringify(r)).not.toContain('xoxb-123');
   });
 
+  it('the bot refuses the worker\'s secret in its inherited environment, naming it', () => {
+    const r = parseEnv({ SLACK_BOT_TOKEN: 'xoxb-1', SLACK_APP_TOKEN: 'xapp-1', GPU_MEDIC_WORKER_SECRET: 'w'.repeat(40) }, 'bot');
+    expect(r.problems.map((p) => p.variable)).toEqual(['GPU_MEDIC_WORKER_SECRET']);
+    expect(JSON.stringify(r)).not.toContain('w'.repeat(40));
+    expect(parseEnv({ GPU_MEDIC_WORKER_SECRET: 'w'.repeat(40) }, 'worker').problems).toEqual([]);
+  });
+
+  it('a REDIS_ name is flagged only when it is a near miss of a real setting', () => {
+    expect(parseEnv({ REDIS_SENTINEL: 'a:1', REDIS_HOST: 'x', REDIS_PASSWORD_FILE: '/p' }, 'worker').problems).toEqual([
+      { variable: 'REDIS_SENTINEL', message: 'is not a gpu-medic setting; did you mean REDIS_SENTINELS?' },
+    ]);
+  });
+
   it('a .env holding everything gives the worker none of the Slack lines and the bot all of them', () => {
     const path = join(dir, 'all.env');
     writeFileSync(path, '# comment\nSLACK_BOT_TOKEN=xoxb-secret-1\nexport SLACK_APP_TOKEN="xapp-secret-2"\nREDIS_URL=redis://127.0.0.1:6379 # local\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_SITE=typo\nPATH=/evil\n');
