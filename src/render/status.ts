@@ -164,6 +164,32 @@ function summaryRow(r: MachineResult): string[] {
   return [r.machineId, `${busy} busy / ${s.gpus.length - busy} idle${trouble ? ` · ${trouble.label}` : ''}`, mibCell(held, total), ramLine(s).replace('RAM: ', ''), flags.length ? flags.join(', ') : '-'];
 }
 
+/**
+ * The status-all summary: one table per message (Slack allows one), so past one table's rows the
+ * summary goes on in `summary:2`, `summary:3`, … until every machine has its row; the error lines
+ * follow the last table, over as many sections as they need.
+ */
+function summaryViews(machines: number, header: string[], rows: string[][], errors: string[]): MessageView[] {
+  const pages: Array<{ block: KnownBlock; rows: string[][] }> = [];
+  let rest = rows;
+  do {
+    const built = buildTableBlock(header, rest);
+    // A table that had to fold rows is rebuilt from the rows it showed, so it has no "… more" row.
+    const shown = built.omittedRows > 0 ? Math.max(1, built.shownRows) : rest.length;
+    const pageRows = rest.slice(0, shown);
+    pages.push({ block: shown < rest.length ? buildTableBlock(header, pageRows).block : built.block, rows: pageRows });
+    rest = rest.slice(shown);
+  } while (rest.length > 0);
+  return pages.map((page, i) => {
+    const last = i === pages.length - 1;
+    const part = pages.length > 1 ? ` (part ${i + 1} of ${pages.length}: ${page.rows.length} machines)` : '';
+    const heading = `*Summary of ${machines} machines*${part}`;
+    const tail = last ? errors : [];
+    const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, page.block, ...sectionsOf(tail)];
+    return { key: i === 0 ? 'summary' : `summary:${i + 1}`, placement: 'reply' as const, text: fallbackText([heading, monospaceTable(header, page.rows), ...tail]), blocks: limitBlocks(blocks) };
+  });
+}
+
 /** The whole thread as it should look given the log so far. Pure and deterministic. */
 export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): MessageView[] {
   const results = resultsOf(events);
@@ -206,10 +232,7 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
     const header = ['Machine', 'GPUs', 'Memory held', 'RAM', 'Flags'];
     const rows = ordered.map(summaryRow);
     const errors = ordered.filter((r) => r.error).map((r) => explainMachineError(r.machineId, r.error?.code ?? '', r.error?.message ?? '').split('\n')[0] ?? '');
-    const heading = `*Summary of ${ordered.length} machines*`;
-    const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, buildTableBlock(header, rows).block];
-    if (errors.length > 0) blocks.push({ type: 'section', text: { type: 'mrkdwn', text: errors.join('\n').slice(0, 3000) } });
-    views.push({ key: 'summary', placement: 'reply', text: [heading, monospaceTable(header, rows), ...errors].join('\n'), blocks });
+    views.push(...summaryViews(ordered.length, header, rows, errors));
   }
   return views;
 }

@@ -239,3 +239,21 @@ describe('a failed fuser is shown with its error', () => {
     }
   });
 });
+
+describe('status all over more machines than one table holds', () => {
+  it('250 machines, 60 unreachable: every machine has a row in some summary table and every error its line; Slack accepts each message', async () => {
+    const ids = Array.from({ length: 250 }, (_, i) => `kpro${String(i).padStart(3, '0')}`);
+    const meta: IncidentMeta = { id: INC, kind: 'status_all', requester: 'U0REQUEST', channel: C, targets: ids, text: '', reason: null, createdAt: AT };
+    const events: LoggedEvent[] = [{ type: 'requested', at: AT, id: '1-0' }];
+    ids.forEach((m, i) => {
+      if (i % 4 === 1 && i < 240) events.push({ type: 'machine_error', at: AT, machineId: m, code: 'connect_failed', message: `connect ECONNREFUSED 10.0.${i}.5:22 (a long enough reason to fill the line)`, commands: [], id: `2-${i}` });
+      else events.push({ type: 'snapshot', at: AT, label: 'status', snapshot: busy(m, 8, 1), commands: [], id: `2-${i}` });
+    });
+    const views = renderIncident(meta, events);
+    await post(views);
+    const tableRows = views.flatMap((v) => v.blocks.filter((b) => b.type === 'table').flatMap((b) => (b as { rows: Array<Array<{ text: string }>> }).rows.slice(1)));
+    expect(tableRows.map((r) => r[0]?.text).sort()).toEqual([...ids].sort());
+    const shown = views.map(visible).join('\n');
+    for (let i = 1; i < 240; i += 4) expect(shown).toContain(`10.0.${i}.5:22`);
+  });
+});
