@@ -53,6 +53,7 @@ describe('architecture', () => {
         (f.startsWith('src/gpu/') && f !== 'src/gpu/parse/index.ts') ||
         ['src/playbooks/unstick-plan.ts', 'src/playbooks/commands.ts', 'src/playbooks/machine-read.ts', 'src/playbooks/unstick-commands.ts', 'src/approval/approval-policy.ts', 'src/approval/policy.ts'].includes(f) ||
         f.startsWith('src/render/') ||
+        f.startsWith('src/watchdog/') ||
         f.startsWith('src/doctor/') ||
         f === 'src/incident/timeline.ts' ||
         f === 'src/health/report.ts',
