@@ -46,11 +46,12 @@ const find = (r: DoctorReport, machine: string, check: Finding['check']): Findin
 beforeAll(async () => {
   fleet = await startFleet({
     hosts: [
-      { id: 'kpro5', gpus: [{}, { persistence: true }] },
+      { id: 'kpro5', gpus: [{}, { persistence: true }, {}] },
       { id: 'kpro6', gpus: 1, omitTools: ['pct', 'lxc-info', 'perl', 'python3'] },
     ],
     containers: [
-      { id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true },
+      // Sees only host GPU 2, as its GPU 0 (as Proxmox passthrough does).
+      { id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true, gpus: [2] },
       { id: 'ct130', vmid: 130, host: 'kpro5', ownAddress: true, omitTools: ['fuser'] },
       { id: 'ct131', vmid: 131, host: 'kpro5', omitTools: ['timeout'] },
       { id: 'ct132', vmid: 132, host: 'kpro5', ownAddress: true, hideProc: true },
@@ -92,7 +93,8 @@ describe('gpu-medic doctor on the fleet (real sshd, namespaces, pinned keys)', (
 
   it('a healthy host and container pass every check they have', () => {
     expect(report.findings.filter((f) => f.machineId === 'ct129' && f.status !== 'ok')).toEqual([]);
-    expect(find(report, 'kpro5', 'nvidia-smi').detail).toBe('driver 590.48.01, 2 GPUs');
+    expect(find(report, 'kpro5', 'nvidia-smi').detail).toBe('driver 590.48.01, 3 GPUs');
+    expect(find(report, 'ct129', 'GPU UUIDs').detail).toBe('all 1 on kpro5 (container→host index 0→2)');
     expect(find(report, 'ct129', 'pid namespace').detail).toMatch(/^login lands in pid:\[\d+\], the namespace of vmid 129's init$/);
     expect(find(report, 'ct131', 'ssh').detail).toBe('pct exec 131 on kpro5 (pinned host key)');
   });
@@ -147,7 +149,7 @@ describe('gpu-medic doctor on the fleet (real sshd, namespaces, pinned keys)', (
       expect(log.filter((c) => c.via === 'ssh' && /\bkill\b|pidfd_send_signal\(|syscall\(424/.test(c.cmd))).toEqual([]);
       expect(log.filter((c) => c.via === 'tool' && c.cmd.startsWith('nvidia-smi') && /\s(-r|--gpu-reset|-pm)\b/.test(c.cmd))).toEqual([]);
     }
-    expect(fleet.gpuMemory('kpro5')[0]?.usedMiB).toBe(4096);
+    expect(fleet.gpuMemory('kpro5').map((g) => g.usedMiB)).toEqual([0, 0, 4096]);
   });
 
   it('one machine by name: its table on stdout and exit 0 when nothing fails there', async () => {
