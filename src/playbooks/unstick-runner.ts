@@ -310,7 +310,7 @@ class Run {
     const matching: StepTarget[] = [];
     for (const t of step.targets) {
       let reason: string | null = null;
-      if (init.pidNs === null) reason = `container ${this.ctx.vmid}'s PID namespace could not be read (is it running?)`;
+      if (init.pidNs === null) reason = `container ${this.ctx.vmid}'s PID namespace could not be read: ${init.problem ?? 'unknown reason'}`;
       else if (init.pidNs !== t.pidNs) reason = 'the container was restarted since the plan (its PID namespace changed)';
       else if (readings === null || !readings.complete) reason = 'its /proc entry could not be read completely';
       else if (gpuPids === null) reason = 'host nvidia-smi could not list the GPU processes, so "still holds GPU memory" could not be confirmed';

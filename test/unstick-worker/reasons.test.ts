@@ -4,9 +4,9 @@
  * read are posted even when a later read fails, and no advice points at a command that works.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runUnstickJob } from '../../workers/unstick.ts';
+import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { ofType, procStart, startRig, type Rig } from './rig.ts';
+import { APPROVER, inventoryOf, ofType, procStart, startRig, type Rig } from './rig.ts';
 
 let rig: Rig;
 let holder: FleetProcess;
@@ -18,6 +18,31 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await rig?.stop();
+});
+
+describe('a host that loses lxc-info between the card and the approval', () => {
+  it('the approved host kill is skipped, and the reason names lxc-info and its exit code, not "is it running?"', async () => {
+    // A login as fleetuser cannot signal root's holder: tier 1 fails and a host-kill card follows.
+    const inventory = inventoryOf(rig.fleet, (inv) => {
+      const c = inv.containers.find((x) => x.id === 'ct129');
+      if (c) c.user = 'fleetuser';
+    });
+    const id = await rig.newIncident('ct129');
+    await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ inventory }));
+    const req = ofType(await rig.events(id), 'approval_requested')[0];
+    expect(req?.step.kind).toBe('host_kill');
+    await rig.fleet.removeTool('kpro5', 'lxc-info');
+    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps({ inventory }));
+    const ev = await rig.events(id);
+    const skipped = ofType(ev, 'signalled').filter((e) => e.signal === 'KILL');
+    expect(skipped.map((e) => [e.hostPid, e.result])).toEqual([[holder.hostPid, 'skipped']]);
+    expect(skipped[0]?.reason).toMatch(/`lxc-info` was not found on kpro5 \(exit 127/);
+    expect(skipped[0]?.reason).not.toMatch(/is it running/);
+    expect(rig.fleet.signals()).toEqual([]);
+    expect(procStart(holder.hostPid)).toBe(holder.startTime);
+    expect(await rig.lock.holder('ct129')).toBeNull();
+  });
 });
 
 describe('a host without lxc-info', () => {

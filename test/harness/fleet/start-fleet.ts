@@ -453,7 +453,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     },
 
     async removeTool(machineId, tool) {
-      await rm(join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool));
+      await rm(join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool), { force: true });
     },
 
     async stopMachine(machineId) {
