@@ -3,12 +3,12 @@
  * from Redis, without Slack. For post-mortems, and for the night Slack itself is down. Read-only:
  * it never appends, renders into Slack or queues anything.
  */
-import { Redis } from 'ioredis';
 import { EnvSchema } from '../config/env.ts';
 import { IncidentLog } from '../incident/log.ts';
+import { connectRedis } from '../redis/connection.ts';
 import { incidentListLine, renderTimeline } from '../incident/timeline.ts';
 
-const ReadEnv = EnvSchema.pick({ REDIS_URL: true, GPU_MEDIC_PREFIX: true });
+const ReadEnv = EnvSchema.pick({ REDIS_URL: true, REDIS_SENTINELS: true, REDIS_SENTINEL_NAME: true, GPU_MEDIC_PREFIX: true });
 const INCIDENT_ID = /^inc_[a-z0-9_]+$/;
 
 export interface IncidentsIo {
@@ -51,7 +51,8 @@ export async function runIncidentsCommand(sub: 'incidents' | 'incident', args: s
   }
 
   // Fail fast and plainly when Redis is not there: no retry loop, no offline queue.
-  const redis = new Redis(env.data.REDIS_URL, { lazyConnect: true, connectTimeout: 3000, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+  // With REDIS_SENTINELS, the primary the sentinels name (after a failover: the new one).
+  const redis = connectRedis(env.data, { lazyConnect: true, connectTimeout: 3000, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, sentinelRetryStrategy: () => null });
   redis.on('error', () => undefined);
   try {
     try {

@@ -8,7 +8,9 @@
  * failover ends with its thread exact, the pending approval is still pending and is approved
  * after the failover, and the host kill runs exactly once, on exactly the holder.
  */
+import { Writable } from 'node:stream';
 import { ApprovalStore } from '../../../src/approval/approval-store.ts';
+import { runIncidentsCommand } from '../../../src/cli/incidents-command.ts';
 import { blockActionPayload, sendInteraction } from '../../harness/slack/signed-request.ts';
 import type { StoredMessage } from '../../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../../harness/stack.ts';
@@ -151,6 +153,16 @@ export async function failover(o: FailoverOptions): Promise<Figures & { failover
         f.messagesLost += v.messagesOff;
         check(v.eventsComplete && v.threadExact, `round ${round}: incident ${id} after the failover: ${v.detail}${v.eventsComplete ? '' : ' (events lost)'}`);
       }
+      // The incident log can be read without Slack through the sentinels too (the new primary).
+      const out: string[] = [];
+      const sink = (into: string[]) => new Writable({ write: (c, _e, cb) => (into.push(String(c)), cb()) });
+      const errs: string[] = [];
+      const code = await runIncidentsCommand('incident', [unstickId], {
+        env: { REDIS_URL: 'redis://127.0.0.1:6379/0', REDIS_SENTINELS: sentinelSet.sentinels, REDIS_SENTINEL_NAME: sentinelSet.name, GPU_MEDIC_PREFIX: stack.prefix },
+        out: sink(out),
+        err: sink(errs),
+      });
+      check(code === 0 && out.join('').includes('approv'), `round ${round}: \`incident ${unstickId}\` through the sentinels: exit ${code}, ${errs.join('').slice(0, 300)}${out.join('').slice(0, 300)}`);
       if (f.failures.length === 0) f.failoversSurvived++;
     }
   } finally {
