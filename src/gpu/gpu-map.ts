@@ -61,7 +61,7 @@ export function matchContainerGpus(containerGpus: readonly Gpu[], hostGpus: read
   for (const cg of containerGpus) if (cg.uuid !== null) claims.set(cg.uuid, (claims.get(cg.uuid) ?? 0) + 1);
   return containerGpus.map((cg): GpuMatch => {
     const label = `GPU ${cg.index ?? '?'}`;
-    if (passed === null) return { host: null, problem: `which host GPU ${label} is could not be told from ${where.host}'s own view: ${passing.problem ?? 'its configuration could not be read'}` };
+    if (passed === null) return { host: null, problem: `which host GPU the container's ${label} is could not be told from ${where.host}'s own view: ${passing.problem ?? 'its configuration could not be read'}` };
     if (cg.uuid === null) return { host: null, problem: `the container reports no UUID for ${label}, so it cannot be matched to a GPU ${where.host} passed to it` };
     if ((claims.get(cg.uuid) ?? 0) > 1) return { host: null, problem: `the container reports ${cg.uuid} for more than one GPU, so ${label} cannot be matched` };
     const hg = passed.find((g) => g.uuid === cg.uuid);
