@@ -27,8 +27,15 @@ export interface RunningContainer {
   exited: Promise<{ code: number | null; signal: string | null }>;
 }
 
-function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null; hideProc: boolean; systemPath: boolean; gpus: number[] | null }): string {
+/** Environment of the container's PID 1 beyond FLEET_MODE (a GPU-holding init: FLEET_DEVS, FLEET_ARGV, ...). */
+export type InitEnv = Record<string, string>;
+
+function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null; hideProc: boolean; systemPath: boolean; gpus: number[] | null; initEnv?: InitEnv }): string {
   const q = shellQuote;
+  const initEnv = { FLEET_ARGV: '/sbin/init', ...(o.initEnv ?? {}) };
+  const envWords = Object.entries(initEnv)
+    .map(([k, v]) => `${k}=${q(v)}`)
+    .join(' ');
   return `#!/bin/bash
 set -euo pipefail
 ${o.cgroup === null ? '' : `echo 0 > ${q(join(o.cgroup, 'cgroup.procs'))} || true`}
@@ -57,7 +64,7 @@ hostname ${q(o.hostname)}
 # Our host PID and start time: the redirection is done by bash itself, so "self" is this process.
 read -r -a F < "$CT/hostproc/self/stat"
 echo "READY \${F[0]} \${F[21]}"
-exec env FLEET_MODE=init FLEET_ARGV=/sbin/init ${q(o.holder)}
+exec env FLEET_MODE=init ${envWords} ${q(o.holder)}
 `;
 }
 
@@ -73,6 +80,7 @@ export async function startContainer(o: {
   systemPath?: boolean;
   /** Host GPU indices whose device files it gets (null: all), as Proxmox `devN: /dev/nvidiaM` passes them. */
   gpus?: number[] | null;
+  initEnv?: InitEnv;
 }): Promise<RunningContainer> {
   const script = join(o.ctDir, 'setup.sh');
   await writeFile(script, setupScript({ ...o, holder: o.tools.holder, hideProc: o.hideProc === true, systemPath: o.systemPath === true, gpus: o.gpus ?? null }), { mode: 0o755 });

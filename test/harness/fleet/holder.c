@@ -4,7 +4,13 @@
  *   FLEET_MODE=holder (default)  a GPU holder or a bystander: opens + mmaps the device files in
  *                                FLEET_DEVS (colon-separated), logs every catchable signal it gets to
  *                                FLEET_SIGLOG, prints "READY <pid> <host-pid>" and sleeps until killed.
- *   FLEET_MODE=init              a container's PID 1: reaps orphans forever.
+ *   FLEET_MODE=init              a container's PID 1: reaps orphans forever (with FLEET_DEVS also a
+ *                                GPU holder: opens the devices and logs signals, as a holder does).
+ *   FLEET_MODE=launch            starts a holder on a chosen PID: FLEET_AT_HOST (host PID) and, with
+ *                                FLEET_NS_PID (host PID of a container's init), FLEET_AT_CT (its PID
+ *                                in that container), via /proc/sys/kernel/ns_last_pid in each PID
+ *                                namespace; retries while something else takes the PID first, and
+ *                                then waits for it and dies as it died (as nsenter does).
  *
  * The process title is FLEET_ARGV (e.g. "sglang::scheduler_TP0"): the program re-execs itself with it,
  * and comm is set to basename(argv[0]) so `ps -o comm` and `fuser -v` show it too.
@@ -20,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -80,6 +87,125 @@ static int run_init(void) {
   return 0;
 }
 
+
+static int write_last_pid(long v) {
+  int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%ld", v);
+  ssize_t w = write(fd, buf, (size_t)n);
+  close(fd);
+  return w == n ? 0 : -1;
+}
+
+/* Innermost NSpid of a host PID, read through the host's /proc (dirfd opened before any setns). */
+static long inner_pid(int hostproc, pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "%d/status", (int)pid);
+  int fd = openat(hostproc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char *line = strstr(buf, "\nNSpid:");
+  if (line == NULL) return -1;
+  char *end = strchr(line + 1, '\n');
+  if (end != NULL) *end = '\0';
+  char *last = strrchr(line, '\t');
+  char *sp = strrchr(line, ' ');
+  if (sp != NULL && (last == NULL || sp > last)) last = sp;
+  return last == NULL ? -1 : atol(last + 1);
+}
+
+static int run_launch(char **argv) {
+  const char *ns_pid = getenv("FLEET_NS_PID");
+  const char *at_host_s = getenv("FLEET_AT_HOST");
+  const char *at_ct_s = getenv("FLEET_AT_CT");
+  long at_host = at_host_s != NULL ? atol(at_host_s) : 0;
+  long at_ct = at_ct_s != NULL ? atol(at_ct_s) : 0;
+  if (at_host < 2) {
+    fprintf(stderr, "fleet-launch: FLEET_AT_HOST must be a PID > 1\n");
+    return 4;
+  }
+  int hostproc = open("/proc", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+  if (ns_pid != NULL && ns_pid[0] != '\0') {
+    const char *kinds[] = {"pid", "mnt", "uts"};
+    const int flags[] = {CLONE_NEWPID, CLONE_NEWNS, CLONE_NEWUTS};
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+      char path[128];
+      snprintf(path, sizeof path, "/proc/%s/ns/%s", ns_pid, kinds[i]);
+      fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+      if (fds[i] < 0) {
+        perror("fleet-launch: open ns");
+        return 4;
+      }
+    }
+    for (int i = 0; i < 3; i++) {
+      if (setns(fds[i], flags[i]) != 0) {
+        perror("fleet-launch: setns");
+        return 4;
+      }
+      close(fds[i]);
+    }
+    if (chdir("/") != 0) return 4;
+  }
+  unsetenv("FLEET_AT_HOST");
+  unsetenv("FLEET_AT_CT");
+  unsetenv("FLEET_NS_PID");
+  setenv("FLEET_MODE", "holder", 1);
+  for (int attempt = 0; attempt < 500; attempt++) {
+    if (at_ct > 1) {
+      /* Only a process inside the container's PID namespace may set its ns_last_pid. */
+      pid_t c = fork();
+      if (c == 0) _exit(write_last_pid(at_ct - 1) == 0 ? 0 : 1);
+      int st = 0;
+      waitpid(c, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "fleet-launch: cannot set the container's ns_last_pid\n");
+        return 4;
+      }
+    }
+    int go[2];
+    if (pipe(go) != 0) return 4;
+    if (write_last_pid(at_host - 1) != 0) {
+      perror("fleet-launch: ns_last_pid");
+      return 4;
+    }
+    pid_t c = fork();
+    if (c < 0) return 4;
+    if (c == 0) {
+      close(go[1]);
+      char b = 0;
+      if (read(go[0], &b, 1) != 1 || b != 'g') _exit(0);
+      close(go[0]);
+      execv("/proc/self/exe", argv);
+      _exit(2);
+    }
+    close(go[0]);
+    int ok = c == (pid_t)at_host && (at_ct <= 1 || inner_pid(hostproc, c) == at_ct);
+    ssize_t w = write(go[1], ok ? "g" : "n", 1);
+    (void)w;
+    close(go[1]);
+    if (!ok) {
+      waitpid(c, NULL, 0);
+      continue;
+    }
+    int st = 0;
+    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(st)) {
+      signal(WTERMSIG(st), SIG_DFL);
+      raise(WTERMSIG(st));
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+  }
+  fprintf(stderr, "fleet-launch: PID %ld (container PID %ld) was taken by something else every time\n", at_host, at_ct);
+  return 5;
+}
+
 /* FLEET_ARGV ("\x1f"-separated) = the argv to show: re-exec ourselves under it (nsenter can't set argv[0]). */
 static void reexec_with_title(void) {
   const char *spec = getenv("FLEET_ARGV");
@@ -100,7 +226,9 @@ int main(int argc, char **argv) {
   reexec_with_title();
   const char *mode = getenv("FLEET_MODE");
   if (argv[0] != NULL) set_comm(argv[0]);
-  if (mode != NULL && strcmp(mode, "init") == 0) return run_init();
+  if (mode != NULL && strcmp(mode, "launch") == 0) return run_launch(argv);
+  int init_mode = mode != NULL && strcmp(mode, "init") == 0;
+  if (init_mode && getenv("FLEET_DEVS") == NULL) return run_init();
 
   /* Join the container's cgroup (as lxc-attach moves attached processes), best effort. */
   const char *cgroup = getenv("FLEET_CGROUP");
@@ -146,6 +274,8 @@ int main(int argc, char **argv) {
     perror("fleet-holder: setuid");
     return 2;
   }
+  /* As a process that user started itself: its /proc/<pid>/fd readable by that user (setuid clears it). */
+  prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -186,6 +316,10 @@ int main(int argc, char **argv) {
       return 3;
     }
     fclose(f);
+  }
+  if (init_mode) {
+    /* A container's PID 1 that holds a GPU: said ready on stdout by the container's setup script. */
+    return run_init();
   }
   printf("READY %d %ld\n", (int)getpid(), host_pid);
   fflush(stdout);

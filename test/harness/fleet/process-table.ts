@@ -22,7 +22,7 @@ import { nsenterArgs } from './container.ts';
 import { recordPid } from './registry.ts';
 import { type HolderRecord, procStartTime, readJson, writeJsonAtomic } from './state.ts';
 import { spawnReady } from './spawn-ready.ts';
-import type { FleetProcess, HolderOptions, SignalRecord, SpawnOptions } from './types.ts';
+import type { AtPid, FleetProcess, HolderOptions, SignalRecord, SpawnOptions } from './types.ts';
 
 const execFileP = promisify(execFile);
 
@@ -111,6 +111,10 @@ export class ProcessTable {
     this.quiet.add(machineId);
   }
 
+  unquietMachine(machineId: string): void {
+    this.quiet.delete(machineId);
+  }
+
   stopAll(): void {
     this.stopping = true;
   }
@@ -119,8 +123,8 @@ export class ProcessTable {
     return [...this.entries.values()].map((e) => e.proc);
   }
 
-  async spawn(target: ProcessTarget, kind: 'holder' | 'bystander', o: SpawnOptions & Partial<HolderOptions>): Promise<FleetProcess> {
-    const id = `${kind === 'holder' ? 'h' : 'b'}${++this.seq}`;
+  /** Environment of a fleet process (holder.c): title, devices, signal log, id, user. */
+  private async envFor(target: ProcessTarget, id: string, kind: 'holder' | 'bystander', o: SpawnOptions & Partial<HolderOptions>): Promise<NodeJS.ProcessEnv> {
     const title = o.title ?? (kind === 'holder' ? DEFAULT_HOLDER_TITLE : 'python3');
     const argv = title.split(' ').filter((s) => s !== '');
     const gpus = kind === 'holder' ? (o.gpus ?? []) : [];
@@ -144,10 +148,76 @@ export class ProcessTable {
       env['FLEET_UID'] = String(ids.uid);
       env['FLEET_GID'] = String(ids.gid);
     }
-    const [file, args] =
-      target.kind === 'host' || target.initHostPid === null
-        ? [this.tools.holder, []]
-        : ['nsenter', [...nsenterArgs(target.initHostPid), this.tools.holder]];
+    return env;
+  }
+
+  private nextId(kind: 'holder' | 'bystander'): string {
+    return `${kind === 'holder' ? 'h' : 'b'}${++this.seq}`;
+  }
+
+  /**
+   * The environment for a container's PID 1 that holds GPUs (the container's setup script execs
+   * holder.c in init mode with it), and the id it will be registered under by `adoptInit`.
+   */
+  async initEnv(target: Omit<ProcessTarget, 'initHostPid'>, o: HolderOptions): Promise<{ id: string; env: Record<string, string> }> {
+    const id = this.nextId('holder');
+    const env = await this.envFor({ ...target, initHostPid: null }, id, 'holder', o);
+    const out: Record<string, string> = {};
+    for (const k of ['FLEET_ARGV', 'FLEET_DEVS', 'FLEET_SIGLOG', 'FLEET_HOLDER_ID', 'FLEET_IGNORE_TERM']) {
+      const v = env[k];
+      if (v !== undefined && v !== '') out[k] = v;
+    }
+    return { id, env: out };
+  }
+
+  /** Registers a container's init started with `initEnv` as a GPU holder (memory, signals, exit). */
+  adoptInit(target: ProcessTarget, id: string, o: HolderOptions, init: { hostPid: number; startTime: number; exited: FleetProcess['exited'] }): FleetProcess {
+    const proc: FleetProcess = { id, machine: target.machineId, hostPid: init.hostPid, containerPid: 1, startTime: init.startTime, cmdline: readCmdline(init.hostPid), exited: init.exited };
+    const recordPath = join(target.hostDir, 'holders', `${id}.json`);
+    const rec: HolderRecord = {
+      id,
+      machine: target.machineId,
+      hostPid: init.hostPid,
+      containerPid: 1,
+      startTime: init.startTime,
+      cmdline: proc.cmdline,
+      user: o.user ?? 'root',
+      gpus: o.gpus,
+      dieDelayMs: o.dieDelayMs ?? 0,
+      registeredAt: Date.now(),
+      exitedAt: null,
+    };
+    writeJsonAtomic(recordPath, rec);
+    const entry: Entry = { proc, kind: 'holder', recordPath };
+    this.entries.set(id, entry);
+    void init.exited.then(({ signal }) => this.onExit(entry, signal));
+    return proc;
+  }
+
+  async spawn(target: ProcessTarget, kind: 'holder' | 'bystander', o: SpawnOptions & Partial<HolderOptions> & { atPid?: AtPid }): Promise<FleetProcess> {
+    const id = this.nextId(kind);
+    const gpus = kind === 'holder' ? (o.gpus ?? []) : [];
+    const user = o.user ?? 'root';
+    const env = await this.envFor(target, id, kind, o);
+    let file: string;
+    let args: string[];
+    if (o.atPid !== undefined) {
+      // holder.c's launch mode forks it on the chosen PID(s) through ns_last_pid, in the container's namespaces.
+      file = this.tools.holder;
+      args = [];
+      env['FLEET_MODE'] = 'launch';
+      env['FLEET_AT_HOST'] = String(o.atPid.hostPid);
+      if (target.kind === 'container' && target.initHostPid !== null) {
+        env['FLEET_NS_PID'] = String(target.initHostPid);
+        if (o.atPid.containerPid !== undefined) env['FLEET_AT_CT'] = String(o.atPid.containerPid);
+      }
+    } else if (target.kind === 'host' || target.initHostPid === null) {
+      file = this.tools.holder;
+      args = [];
+    } else {
+      file = 'nsenter';
+      args = [...nsenterArgs(target.initHostPid), this.tools.holder];
+    }
     const r = await spawnReady(file, args, { env, stderrPath: join(target.machineDir, 'processes.log') });
     const m = /^READY (\d+) (\d+)$/.exec(r.line);
     if (m === null) throw new Error(`${id}: bad ready line ${JSON.stringify(r.line)}`);
@@ -156,7 +226,7 @@ export class ProcessTable {
     const startTime = procStartTime('/proc', hostPid);
     if (startTime === null) throw new Error(`${id}: process ${hostPid} vanished right after start`);
     recordPid(this.fleetDir, hostPid, `${kind} ${id}`);
-    if (r.child.pid !== undefined && r.child.pid !== hostPid) recordPid(this.fleetDir, r.child.pid, `nsenter for ${id}`);
+    if (r.child.pid !== undefined && r.child.pid !== hostPid) recordPid(this.fleetDir, r.child.pid, `launcher for ${id}`);
 
     const proc: FleetProcess = {
       id,
@@ -202,7 +272,7 @@ export class ProcessTable {
     }
     if (signal !== 'SIGKILL' || this.stopping || this.quiet.has(e.proc.machine)) return;
     const p = e.proc;
-    this.kills.push({ ts: Date.now(), machine: p.machine, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, signal, by: null, kind: e.kind });
+    this.kills.push({ ts: Date.now(), id: p.id, machine: p.machine, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, signal, by: null, kind: e.kind });
   }
 
   signals(): SignalRecord[] {
@@ -220,6 +290,7 @@ export class ProcessTable {
       const p = e.proc;
       out.push({
         ts: Number(f[0]),
+        id: p.id,
         machine: p.machine,
         hostPid: p.hostPid,
         containerPid: p.containerPid,

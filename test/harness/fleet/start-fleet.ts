@@ -40,7 +40,7 @@ import {
   visibleGpus,
   writeJsonAtomic,
 } from './state.ts';
-import type { CommandLogEntry, ContainerSpec, Fleet, FleetOptions, FleetSpec, HostSpec, MachineView } from './types.ts';
+import type { CommandLogEntry, ContainerSpec, Fleet, FleetOptions, FleetProcess, FleetSpec, HolderOptions, HostSpec, MachineView } from './types.ts';
 
 const GiB = 1024 ** 3;
 const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -65,6 +65,8 @@ interface CtRt {
   current: string | null;
   /** Host PID of its sshd listener. */
   sshdHostPid: number | null;
+  /** Its init as a GPU holder (`initHolds`), or null. */
+  initHolder: FleetProcess | null;
 }
 
 function validate(spec: FleetSpec): void {
@@ -177,10 +179,12 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   };
 
   /** Starts the shared test sshd inside the container (see tools/container-sshd.ts). */
-  const startContainerSshd = async (c: CtRt, port?: number): Promise<void> => {
+  const startContainerSshd = async (c: CtRt, port?: number, keepKey = false): Promise<void> => {
     if (c.running === null) throw new Error(`fleet: container ${c.spec.id} is stopped`);
     const o: SshdOptions = {
       dir: join(c.dir, 'sshd'),
+      // A restarted container keeps its host key, as a real one does.
+      ...(keepKey ? { hostKeyPath: join(c.dir, 'sshd', 'ssh_host_ed25519_key') } : {}),
       authorizedKeys: [client.publicKey],
       pathPrefix: join(c.dir, 'bin'),
       ...basePath(c.dir, ownPath(c.spec.host)),
@@ -199,7 +203,50 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     if (c.sshdHostPid !== null) recordPid(dir, c.sshdHostPid, `sshd in ${c.spec.id}`);
   };
 
+  /** A container names its GPUs as it numbers them; a holder registers (and opens) the host's. */
+  const hostGpusOf = (machineId: string, t: { hostDir: string; machineDir: string }, gpus: HolderOptions['gpus']): HolderOptions['gpus'] => {
+    const s = readJson<HostState>(join(t.hostDir, 'state.json'));
+    const shown = visibleGpus(s, readJson<MachineInfo>(join(t.machineDir, 'machine.json')));
+    return gpus.map((g) => {
+      const hit = shown.find((x) => x.index === g.index);
+      if (hit === undefined) throw new Error(`fleet: ${machineId} has no GPU ${g.index}`);
+      return { ...g, index: hit.gpu.index };
+    });
+  };
+
   const cts = new Map<string, CtRt>();
+  /** Starts (or starts again) a container: new init, new PID namespace; its own sshd on its old port. */
+  const bootContainer = async (c: CtRt): Promise<void> => {
+    const cs = c.spec;
+    c.cgroup ??= createContainerCgroup(dir, cs.vmid);
+    const baseTarget = { machineId: cs.id, hostDir: c.host.dir, kind: 'container' as const, hostProc: join(c.dir, 'hostproc'), machineDir: c.dir, cgroup: c.cgroup };
+    const initHolds = cs.initHolds === undefined ? null : { ...cs.initHolds, gpus: hostGpusOf(cs.id, { hostDir: c.host.dir, machineDir: c.dir }, cs.initHolds.gpus) };
+    const initHolder = initHolds === null ? null : await procs.initEnv(baseTarget, initHolds);
+    const running = await startContainer({
+      ctDir: c.dir,
+      hostDir: c.host.dir,
+      hostname: cs.id,
+      tools,
+      cgroup: c.cgroup,
+      hideProc: cs.hideProc === true,
+      systemPath: ownPath(cs.host),
+      gpus: cs.gpus ?? null,
+      ...(initHolder ? { initEnv: initHolder.env } : {}),
+    });
+    recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
+    recordPid(dir, running.initHostPid, `init of ${cs.id}`);
+    writeJsonAtomic(join(c.dir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });
+    writeJsonAtomic(join(c.host.dir, 'containers', `${cs.vmid}.json`), { id: cs.id, vmid: cs.vmid, dir: c.dir });
+    c.running = running;
+    if (initHolder && initHolds) {
+      c.initHolder = procs.adoptInit({ ...baseTarget, initHostPid: running.initHostPid }, initHolder.id, initHolds, {
+        hostPid: running.initHostPid,
+        startTime: running.initStartTime,
+        exited: running.exited,
+      });
+    }
+    if (cs.ownAddress === true) await startContainerSshd(c, c.port ?? undefined, c.pinned !== null);
+  };
   await Promise.all(
     (spec.containers ?? []).map(async (cs) => {
       const host = hostOf(cs.host);
@@ -222,23 +269,9 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         },
         omit: ownPath(cs.host) ? (cs.omitTools ?? []) : null,
       });
-      const running = await startContainer({
-        ctDir: cdir,
-        hostDir: host.dir,
-        hostname: cs.id,
-        tools,
-        cgroup,
-        hideProc: cs.hideProc === true,
-        systemPath: ownPath(cs.host),
-        gpus: cs.gpus ?? null,
-      });
-      recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
-      recordPid(dir, running.initHostPid, `init of ${cs.id}`);
-      writeJsonAtomic(join(cdir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });
-      writeJsonAtomic(join(host.dir, 'containers', `${cs.vmid}.json`), { id: cs.id, vmid: cs.vmid, dir: cdir });
-      const c: CtRt = { spec: cs, dir: cdir, host, running, cgroup, port: null, pinned: null, current: null, sshdHostPid: null };
+      const c: CtRt = { spec: cs, dir: cdir, host, running: null, cgroup, port: null, pinned: null, current: null, sshdHostPid: null, initHolder: null };
       cts.set(cs.id, c);
-      if (cs.ownAddress === true) await startContainerSshd(c);
+      await bootContainer(c);
     }),
   );
 
@@ -277,7 +310,6 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     await waitGone([c.running.initHostPid], 5000);
     removeContainerCgroup(c.cgroup);
     c.running = null;
-    c.port = null;
     c.sshdHostPid = null;
   };
 
@@ -346,7 +378,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         hostId: c.spec.host,
         vmid: c.spec.vmid,
         dir: c.dir,
-        sshPort: c.port,
+        sshPort: c.running === null ? null : c.port,
         hostKeyFingerprint: c.current,
         initHostPid: c.running?.initHostPid ?? null,
         cgroup: c.cgroup,
@@ -355,19 +387,51 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
 
     async spawnHolder(machineId, o) {
       const t = target(machineId);
-      const s = readJson<HostState>(join(t.hostDir, 'state.json'));
-      // A container names its GPUs as it numbers them; the holder registers (and opens) the host's.
-      const shown = visibleGpus(s, readJson<MachineInfo>(join(t.machineDir, 'machine.json')));
-      const gpus = o.gpus.map((g) => {
-        const hit = shown.find((x) => x.index === g.index);
-        if (hit === undefined) throw new Error(`fleet: ${machineId} has no GPU ${g.index}`);
-        return { ...g, index: hit.gpu.index };
-      });
-      return procs.spawn(t, 'holder', { ...o, gpus });
+      return procs.spawn(t, 'holder', { ...o, gpus: hostGpusOf(machineId, t, o.gpus) });
     },
 
     async spawnBystander(machineId, o) {
       return procs.spawn(target(machineId), 'bystander', o);
+    },
+
+    async takePid(machineId, at, o) {
+      const t = target(machineId);
+      const holding = o.gpus !== undefined && o.gpus.length > 0;
+      const gpus = holding ? hostGpusOf(machineId, t, o.gpus ?? []) : [];
+      const p = await procs.spawn(t, holding ? 'holder' : 'bystander', { ...o, gpus, atPid: at });
+      if (p.hostPid !== at.hostPid || (at.containerPid !== undefined && p.containerPid !== at.containerPid))
+        throw new Error(`fleet: ${p.id} got PID ${p.hostPid}/${p.containerPid}, not ${at.hostPid}/${at.containerPid ?? '-'}`);
+      return p;
+    },
+
+    async endProcess(p) {
+      killQuietly(p.hostPid);
+      await p.exited;
+      const left = await waitGone([p.hostPid], 5000);
+      if (left.length > 0) throw new Error(`fleet: ${p.id} (PID ${p.hostPid}) still there after SIGKILL`);
+    },
+
+    async restartContainer(containerId) {
+      const c = ctOf(containerId);
+      await stopContainer(c);
+      procs.unquietMachine(containerId);
+      await bootContainer(c);
+    },
+
+    async startMachine(machineId) {
+      if (isHost(machineId)) {
+        const h = hostOf(machineId);
+        if (h.sshd === null) h.sshd = await startHostSshd(h, h.port);
+        return;
+      }
+      const c = ctOf(machineId);
+      if (c.running !== null) return;
+      procs.unquietMachine(machineId);
+      await bootContainer(c);
+    },
+
+    initHolder(containerId) {
+      return ctOf(containerId).initHolder;
     },
 
     async setLeak(hostId, gpuIndex, mib) {

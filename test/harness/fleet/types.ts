@@ -43,6 +43,11 @@ export interface ContainerSpec {
    * `spawnHolder` on the container takes the container's numbering.
    */
   gpus?: number[];
+  /**
+   * The container's PID 1 is a GPU holder (an application run as the container's init): it opens
+   * the devices and holds this memory; killing it stops the container. Registered as a holder.
+   */
+  initHolds?: HolderOptions;
 }
 
 export interface FleetSpec {
@@ -92,6 +97,14 @@ export interface HolderOptions extends SpawnOptions {
   dieDelayMs?: number;
 }
 
+/** A PID a new process must take (set through `/proc/sys/kernel/ns_last_pid` in each PID namespace). */
+export interface AtPid {
+  /** Its PID in the host's namespace. */
+  hostPid: number;
+  /** Its PID inside the container (container processes only); default: whatever comes. */
+  containerPid?: number;
+}
+
 export interface FleetProcess {
   /** Fleet-wide id (also the tag in the signal log). */
   id: string;
@@ -108,6 +121,8 @@ export interface FleetProcess {
 
 export interface SignalRecord {
   ts: number;
+  /** The fleet process's id (`FleetProcess.id`): tells a process from a later one on the same PID. */
+  id: string;
   machine: string;
   hostPid: number;
   containerPid: number | null;
@@ -144,6 +159,20 @@ export interface Fleet {
   spawnHolder(machineId: string, o: HolderOptions): Promise<FleetProcess>;
   /** A process holding no GPU (e.g. a monitoring `python3 monitor.py`): must never be signalled. */
   spawnBystander(machineId: string, o: SpawnOptions & { title: string }): Promise<FleetProcess>;
+  /**
+   * A new process that takes the given PID (host, and in a container also its container PID),
+   * e.g. one the test just ended: a holder when `gpus` is given and non-empty, else a bystander.
+   * Retries while something else on the machine takes the PID first; throws if it never gets it.
+   */
+  takePid(machineId: string, at: AtPid, o: SpawnOptions & { gpus?: HolderOptions['gpus']; dieDelayMs?: number }): Promise<FleetProcess>;
+  /** SIGKILLs one fleet process from outside (as if it died on its own) and waits until its PID is free. */
+  endProcess(p: FleetProcess): Promise<void>;
+  /** Stops a container and starts it again: a new init, a new PID namespace; its processes are gone. */
+  restartContainer(containerId: string): Promise<void>;
+  /** Starts a stopped container again (new PID namespace). */
+  startMachine(machineId: string): Promise<void>;
+  /** The container's init as a GPU holder (`initHolds`), or null. */
+  initHolder(containerId: string): FleetProcess | null;
   /** Memory held with no process (only a host-level `nvidia-smi -r` frees it). */
   setLeak(hostId: string, gpuIndex: number, mib: number): Promise<void>;
   /** `gpu_lost` marks one GPU (default 0); `nvml_version_mismatch` breaks the whole driver; null clears (one GPU or all). */
