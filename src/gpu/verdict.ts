@@ -165,6 +165,9 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
         : say`${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
     }
     case 'held_host_only': {
+      // Killing a container's init stops the whole container: that is not a process kill, and gpu-medic does not do it.
+      if (g.holders.length > 0 && g.holders.every((h) => h.isContainerInit))
+        return say`${gpu}: held by ${d.target}'s init (PID 1); only stopping the container frees it, and every process in it ends with it. gpu-medic does not stop containers: if ${d.target} may stop, run \`pct stop\` for it on ${d.host} yourself.`;
       const pids = g.holders.filter((h) => h.reach === 'host').map((h) => h.process.hostPid);
       const step = lastStep(c, 'host_kill', (s) => pids.some((p) => s.hostPids.includes(p)));
       const what = step === undefined ? say`${gpu}: needs the host-level kill on ${d.host}` : say`${gpu}: only a host-level kill on ${d.host} can free it (host PID ${pids.join(', ')})`;

@@ -17,7 +17,7 @@ describe('verdictOf', () => {
     expect(v.nextStep).toBeNull();
   });
 
-  it('S3 after tier 1 only → Partially recovered, next step is the approved host-level kill', () => {
+  it('S3 after tier 1 only, the init still holding GPU 0 → Partially recovered, next step is stopping the container by hand (no kill offered)', () => {
     const afterTier1 = diagnoseWith(
       { ...seedS2().host, gpus: gpus({ 0: 96_413, 5: 40_211 }), apps: [app(CT129_INIT, 0, 96_413), app(CT131_JOB, 5, 40_211)], procs: readings([CT129_INIT.pid, CT131_JOB.pid], [CT129_INIT, CT131_JOB]) },
       { holders: [], procs: [] },
@@ -25,7 +25,9 @@ describe('verdictOf', () => {
     const v = verdictOf(s3(), afterTier1);
     expect(v.kind).toBe('partially_recovered');
     expect(v.totalFreedMiB).toBe(96_417);
-    expect(v.nextStep).toBe('GPU 0: needs the host-level kill on kpro5, approved by a second person.');
+    expect(v.nextStep).toBe(
+      "GPU 0: held by ct129's init (PID 1); only stopping the container frees it, and every process in it ends with it. gpu-medic does not stop containers: if ct129 may stop, run `pct stop` for it on kpro5 yourself.",
+    );
   });
 
   it('kill done but memory still leaked → Still stuck, next step is a host reset', () => {
