@@ -22,6 +22,10 @@ export type UnstickEvent =
       stepId: string;
       hostPid: number;
       containerPid: number;
+      /** The start time the identity was checked against at the moment of the signal. */
+      startTimeTicks?: number;
+      /** `pidfd`: checked and signalled as one race-free act; `shell`: checked then killed in one shell (not race-free). */
+      check?: 'pidfd' | 'shell';
       signal: 'TERM' | 'KILL';
       cmdline: string;
       /** `sent`: signal delivered; `gone`: exited before it; `skipped`: re-check failed, not signalled. */

@@ -4,6 +4,7 @@ import { parsePidNsLink } from '../gpu/holders.ts';
 import { parseProcStat } from '../gpu/parse/index.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS } from './commands.ts';
+import { SIGNAL_SCRIPT, SIGNAL_SIDES, type SignalName } from './signal/template.ts';
 
 /**
  * Fixed command templates of `/gpu unstick`. Every argv word is a constant of this file or a
@@ -15,7 +16,8 @@ export interface TemplateOptions {
   timeoutMs: number;
 }
 
-export type Signal = 'TERM' | 'KILL';
+/** Signals are sent only by the check-and-signal template of `./signal/` (the one place that signals). */
+export type Signal = SignalName;
 
 /** Integers only, positive, safe: a PID of 0 or -1 would signal a process group or everything. */
 function pidWords(pids: readonly number[]): string[] {
@@ -25,19 +27,6 @@ function pidWords(pids: readonly number[]): string[] {
       throw new CodedError(ErrorCode.BadCommand, `A PID must be a positive integer, got ${String(p)}; nothing was run.`);
     return String(p);
   });
-}
-
-/** Container side (runs in the container's namespace): `kill -s TERM|KILL <pids...>`. */
-export function signalPids(signal: Signal, pids: readonly number[], o: TemplateOptions): CommandSpec {
-  return { argv: ['kill', '-s', signal, ...pidWords(pids)], timeoutMs: o.timeoutMs };
-}
-
-/**
- * Host side: `kill -s KILL <hostpid>`, run on the Proxmox host itself. Not through `pct exec`:
- * that enters the container's PID namespace, where its init ignores signals.
- */
-export function hostKill(hostPid: number, o: TemplateOptions): CommandSpec {
-  return { argv: ['kill', '-s', 'KILL', ...pidWords([hostPid])], timeoutMs: o.timeoutMs };
 }
 
 /**
@@ -119,10 +108,10 @@ export function hostGpuReport(o: TemplateOptions): CommandSpec {
 
 /** Every constant word the templates above may use. */
 export const CONSTANT_WORDS: ReadonlySet<string> = new Set([
-  'kill',
-  '-s',
   'TERM',
   'KILL',
+  SIGNAL_SCRIPT,
+  ...SIGNAL_SIDES,
   'sh',
   '-c',
   READ_PROCS_SCRIPT,
@@ -251,38 +240,4 @@ export function parsePersistenceMode(text: string): boolean | null {
   const m = /^\s*\d+,\s*(Enabled|Disabled)\s*$/m.exec(text);
   if (!m) return null;
   return m[1] === 'Enabled';
-}
-
-export type KillOutcome = { pid: number; result: 'sent' } | { pid: number; result: 'failed'; reason: 'no_such_process' | 'not_permitted' | 'other'; message: string };
-
-/**
- * Per-PID outcome of `kill -s SIG <pids...>` from its exit code and stderr. procps prints
- * `kill: (123): No such process`; util-linux `kill: sending signal to 123 failed: No such process`;
- * shells' builtins `kill: 123: No such process` / `kill: (123) - No such process`.
- */
-export function parseKillOutcomes(pids: readonly number[], code: number | null, stderr: string): KillOutcome[] {
-  const asked = new Set(pids);
-  const failures = new Map<number, { reason: 'no_such_process' | 'not_permitted' | 'other'; message: string }>();
-  let unexplained = false;
-  for (const raw of stderr.split('\n')) {
-    const line = raw.trim();
-    if (line === '') continue;
-    const m = /\(?(?:sending signal to )?\b(\d{1,15})\)?(?: failed)?\s*[:-]\s*(.+)$/.exec(line);
-    const pid = m ? Number(m[1]) : null;
-    if (m === null || pid === null || !asked.has(pid)) {
-      unexplained = true;
-      continue;
-    }
-    const msg = (m[2] ?? '').trim();
-    const reason = /no such process/i.test(msg) ? 'no_such_process' : /not permitted/i.test(msg) ? 'not_permitted' : 'other';
-    failures.set(pid, { reason, message: msg });
-  }
-  return pids.map((pid): KillOutcome => {
-    const f = failures.get(pid);
-    if (f) return { pid, result: 'failed', ...f };
-    // A failure we cannot pin on a PID: no PID of this call may be reported as signalled.
-    if (code !== 0 && (unexplained || failures.size === 0))
-      return { pid, result: 'failed', reason: 'other', message: `kill exited with ${code ?? 'a signal'}: ${stderr.trim().split('\n')[0] ?? ''}`.trim() };
-    return { pid, result: 'sent' };
-  });
 }

@@ -4,7 +4,8 @@ import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { queryComputeApps } from './commands.ts';
-import { GPU_UUID, assertSafeArgv, gpuReset, hostGpuApps, hostGpuByUuid, hostKill, persistenceMode, readProcs, setPersistence, signalPids } from './unstick-commands.ts';
+import { signalCommand, type SignalName, type SignalSide } from './signal/template.ts';
+import { GPU_UUID, assertSafeArgv, gpuReset, hostGpuApps, hostGpuByUuid, persistenceMode, readProcs, setPersistence } from './unstick-commands.ts';
 
 export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
 export type Tier = 1 | 2;
@@ -134,16 +135,16 @@ export function stepCommands(kind: StepKind, targets: readonly ProcessIdentity[]
       const pids = targets.map((x) => x.containerPid);
       return [
         planned('read_procs', 'container', readProcs(pids, t), 'always'),
-        planned('term', 'container', signalPids('TERM', pids, t), 'always'),
+        planned('term', 'container', signalOf('container', 'TERM', targets, t), 'always'),
         planned('read_procs', 'container', readProcs(pids, t), 'always'),
-        planned('kill', 'container', signalPids('KILL', pids, t), 'survivors'),
+        planned('kill', 'container', signalOf('container', 'KILL', targets, t), 'survivors'),
       ];
     }
     case 'host_kill':
       return [
         planned('read_procs', 'host', readProcs(targets.map((x) => x.hostPid), t), 'always'),
         planned('check_apps', 'host', queryComputeApps(t), 'always'),
-        ...targets.map((x) => planned('kill', 'host', hostKill(x.hostPid, t), 'still_matching')),
+        planned('kill', 'host', signalOf('host', 'KILL', targets, t), 'still_matching'),
       ];
     case 'host_reset':
       // By UUID (a GPU without one is refused by the template): an index may name another GPU by run time.
@@ -196,11 +197,31 @@ export function stepHash(step: Step): string {
   return createHash('sha256').update(canonical).digest('hex');
 }
 
+/**
+ * The check-and-signal command a step shows and runs for these targets (the runner rebuilds it
+ * from the same template for whoever is still to be signalled at run time).
+ */
+function signalOf(side: SignalSide, signal: SignalName, targets: readonly ProcessIdentity[], t: { timeoutMs: number }): CommandSpec {
+  const pidNs = targets[0]?.pidNs ?? null;
+  return signalCommand(
+    side,
+    signal,
+    pidNs,
+    targets.map((x) => ({ pid: side === 'host' ? x.hostPid : x.containerPid, startTimeTicks: x.startTimeTicks, containerPid: side === 'host' ? x.containerPid : null })),
+    t,
+  );
+}
+
+/** A container's init (PID 1) holding a GPU: a kill would stop the whole container, so it is never a kill target. */
+function isInit(h: DiagnosedHolder): boolean {
+  return h.process.containerPid === 1;
+}
+
 function targetsOf(gpus: readonly GpuDiagnosis[], reach: DiagnosedHolder['reach']): StepTarget[] {
   const out: StepTarget[] = [];
   for (const g of gpus) {
     for (const h of g.holders) {
-      if (h.reach !== reach) continue;
+      if (h.reach !== reach || isInit(h)) continue;
       const gpu: TargetGpu = { index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: h.usedMiB };
       const seen = out.find((t) => sameProcess(t, h.process));
       if (seen) seen.gpus.push(gpu);
@@ -262,6 +283,7 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
         `On ${d.host} itself, SIGKILL ${host.length === 1 ? 'this process' : `these ${host.length} processes`} of ${d.target} by host PID ` +
         `(not through \`pct exec\`: that enters the container's PID namespace, where its init ignores signals). ` +
         `Just before, each one is re-checked: same PID and start time, still in ${d.target}'s PID namespace, still holding GPU memory; ` +
+        `then one command on ${d.host} checks each again and signals it through a pidfd, so a PID that changed hands is never signalled; ` +
         `any that changed is skipped and reported. Needs a second person's approval.`,
       ...timing,
     });
@@ -305,15 +327,17 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
     else if (g.kind === 'orphaned_memory' && (g.hostIndex === null || g.uuid === null || !GPU_UUID.test(g.uuid)))
       leftAlone.push(`GPU ${g.index ?? '?'}: no matching host GPU with a UUID was found, so no reset can be offered. ${g.sentence}`);
   }
+  for (const g of d.gpus)
+    for (const h of g.holders.filter(isInit)) {
+      const p = h.process;
+      leftAlone.push(
+        `GPU ${g.index ?? '?'}: held by the init (PID 1) of ${d.target} (host PID ${p.hostPid}, \`${p.cmdline}\`, ${h.usedMiB === null ? '?' : fmt(h.usedMiB)} MiB). ` +
+          `Killing a container's init is not a process kill: every process in ${d.target} dies with it and the container stops. ` +
+          `gpu-medic does not stop containers. If ${d.target} may stop, run \`pct stop ${o.vmid}\` on ${d.host} yourself (then \`pct start ${o.vmid}\`); ` +
+          `otherwise restart that workload from inside the container.`,
+      );
+    }
   for (const m of d.deviceOnly)
     leftAlone.push(`PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
   return { incidentId: o.incidentId, target: d.target, host: d.host, vmid: o.vmid, steps, leftAlone };
-}
-
-/** The commands a step runs for the targets/survivors chosen at run time, built from the same templates. */
-export function survivorKill(step: Step, survivors: readonly ProcessIdentity[], timeoutMs: number): PlannedCommand | null {
-  if (survivors.length === 0) return null;
-  const t = { timeoutMs };
-  if (step.kind === 'container_signal') return planned('kill', 'container', signalPids('KILL', survivors.map((s) => s.containerPid), t), 'survivors');
-  return null;
 }

@@ -9,16 +9,10 @@ import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS, queryComputeApps, queryGpus } from './commands.ts';
 import { recordOf } from './snapshot.ts';
 import type { StepOutcome } from './step-guard.ts';
-import {
-  assertSafeArgv,
-  parseKillOutcomes,
-  parsePersistenceMode,
-  parseProcReadings,
-  signalPids,
-  type KillOutcome,
-  type Signal,
-} from './unstick-commands.ts';
-import { survivorKill, type CommandRole, type PlannedCommand, type Step, type StepTarget, type TargetGpu } from './unstick-plan.ts';
+import { sendSignals, type SignalledTarget } from './signal/send.ts';
+import { outcomeText } from './signal/template.ts';
+import { assertSafeArgv, parsePersistenceMode, parseProcReadings, readProcs, type Signal } from './unstick-commands.ts';
+import type { CommandRole, PlannedCommand, Step, StepTarget, TargetGpu } from './unstick-plan.ts';
 import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
 
 /**
@@ -124,6 +118,11 @@ function isStatusRead(argv: readonly string[]): boolean {
   return STATUS_READS.includes(argv.join('\0'));
 }
 
+/** A stale re-check in the words the signal room uses, so a reused PID reads the same wherever it was caught. */
+function staleText(s: StaleReason): string {
+  return s === 'pid_reused' ? outcomeText({ pid: 0, result: 'skipped', reason: 'pid_reused' }) : staleReasonText(s);
+}
+
 function sameGpu(g: Gpu, t: TargetGpu): boolean {
   return t.uuid !== null ? g.uuid === t.uuid : g.index === t.hostIndex;
 }
@@ -166,7 +165,7 @@ class Run {
     });
   }
 
-  private async signalled(t: ProcessIdentity, signal: Signal, result: 'sent' | 'gone' | 'skipped', reason: string | null): Promise<void> {
+  private async signalled(t: ProcessIdentity, signal: Signal, result: 'sent' | 'gone' | 'skipped', reason: string | null, check?: 'pidfd' | 'shell' | null): Promise<void> {
     if (result === 'sent') this.sent++;
     await this.deps.append({
       type: 'signalled',
@@ -174,6 +173,8 @@ class Run {
       stepId: this.step.id,
       hostPid: t.hostPid,
       containerPid: t.containerPid,
+      startTimeTicks: t.startTimeTicks,
+      ...(check ? { check } : {}),
       signal,
       cmdline: t.cmdline,
       result,
@@ -192,21 +193,23 @@ class Run {
     return recheckTarget(t, { reading, view: 'container', targetPidNs: t.pidNs, gpuHostPids: null });
   }
 
-  private async sendSignal(signal: Signal, targets: readonly StepTarget[], cmd: PlannedCommand | null): Promise<Map<number, KillOutcome>> {
-    const out = new Map<number, KillOutcome>();
-    if (targets.length === 0) return out;
-    const pids = targets.map((t) => t.containerPid);
-    const spec: CommandSpec = cmd ? { argv: cmd.argv, timeoutMs: cmd.timeoutMs } : signalPids(signal, pids, { timeoutMs: this.deps.commandTimeoutMs });
-    const r = await this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec);
-    if (r.timedOut) throw new CodedError(ErrorCode.CommandTimeout, `\`kill -s ${signal}\` did not return in time`);
-    for (const o of parseKillOutcomes(pids, r.code, r.stderr)) out.set(o.pid, o);
-    for (const t of targets) {
-      const o = out.get(t.containerPid);
-      if (!o || o.result === 'sent') await this.signalled(t, signal, 'sent', null);
-      else if (o.reason === 'no_such_process') await this.signalled(t, signal, 'gone', 'it exited before the signal');
-      else await this.signalled(t, signal, 'skipped', `the container may not signal it: ${o.message}`);
+  /** Container side: the check-and-signal command for exactly these targets, by container PID. */
+  private async sendSignal(signal: Signal, targets: readonly StepTarget[]): Promise<Map<number, SignalledTarget>> {
+    const out = new Map<number, SignalledTarget>();
+    const pidNs = targets[0]?.pidNs ?? null;
+    const done = await sendSignals(
+      { side: 'container', signal, pidNs, targets },
+      { exec: (spec) => this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec), commandTimeoutMs: this.deps.commandTimeoutMs },
+    );
+    for (const s of done) {
+      out.set(s.identity.containerPid, s);
+      await this.logSignal(s, s.outcome.result === 'failed' ? `the container may not signal it: ${s.reason ?? ''}` : s.reason);
     }
     return out;
+  }
+
+  private async logSignal(s: SignalledTarget, reason: string | null): Promise<void> {
+    await this.signalled(s.identity, s.signal, s.result === 'failed' ? 'skipped' : s.result, reason, s.check);
   }
 
   /** Tier 1: TERM exactly the targets, wait for them (by PID + start time), KILL the survivors, wait for the memory. */
@@ -225,19 +228,20 @@ class Run {
       const stale = pre && pre.complete ? this.recheckInContainer(t, pre.readings) : 'unreadable';
       if (stale === null) live.push(t);
       else {
-        await this.signalled(t, 'TERM', stale === 'gone' ? 'gone' : 'skipped', staleReasonText(stale));
+        await this.signalled(t, 'TERM', stale === 'gone' ? 'gone' : 'skipped', staleText(stale));
         // Still holding per the host, yet the container cannot see it as the same process: the host must look.
         if (stale === 'gone') unseen.push({ process: t, reason: 'the container does not see it' });
-        else if (stale !== 'pid_reused') failed.push({ process: t, reason: `the container could not read it (${staleReasonText(stale)})` });
+        else if (stale !== 'pid_reused') failed.push({ process: t, reason: `the container could not read it (${staleText(stale)})` });
       }
     }
-    const planTerm = step.commands.find((c) => c.role === 'term');
-    const sameAsPlanned = planTerm !== undefined && live.length === step.targets.length;
-    const termOut = await this.sendSignal('TERM', live, sameAsPlanned ? planTerm : null);
+    const termOut = await this.sendSignal('TERM', live);
     let waiting = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent');
     for (const t of live) {
       const o = termOut.get(t.containerPid);
-      if (o && o.result === 'failed' && o.reason !== 'no_such_process') failed.push({ process: t, reason: o.message });
+      if (o?.result === 'failed') failed.push({ process: t, reason: o.reason ?? 'the signal failed' });
+      // Refused by the identity check inside the container: the host looks again with its own view.
+      else if (o?.result === 'skipped' && o.outcome.result === 'skipped' && o.outcome.reason !== 'pid_reused' && o.outcome.reason !== 'not_holding')
+        failed.push({ process: t, reason: `the container could not check it (${o.reason ?? '?'})` });
     }
 
     // Grace: poll identities, so a process that exits early ends the wait early.
@@ -265,19 +269,21 @@ class Run {
       for (const t of waiting) {
         const stale = r && r.complete ? this.recheckInContainer(t, r.readings) : 'unreadable';
         if (stale === null) survivors.push(t);
-        else if (stale !== 'gone') await this.signalled(t, 'KILL', 'skipped', staleReasonText(stale));
+        else if (stale !== 'gone') await this.signalled(t, 'KILL', 'skipped', staleText(stale));
       }
-      const cmd = survivorKill(step, survivors, this.deps.commandTimeoutMs);
-      const killOut = await this.sendSignal('KILL', survivors, cmd);
+      const killOut = await this.sendSignal('KILL', survivors);
       killed = [...killOut.values()].filter((o) => o.result === 'sent').length;
       for (const t of survivors) {
         const o = killOut.get(t.containerPid);
-        if (o && o.result === 'failed' && o.reason !== 'no_such_process') failed.push({ process: t, reason: o.message });
+        if (o?.result === 'failed') failed.push({ process: t, reason: o.reason ?? 'the signal failed' });
       }
     }
 
     const termed = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent').length;
-    const release = this.sent > 0 ? await this.waitRelease(step.targets.flatMap((t) => t.gpus), step.targets) : null;
+    // Only the memory of what was signalled is waited for: a holder the container could not stop
+    // goes to the host-level card at once, not after the release timeout.
+    const signalled = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent' && !failed.some((f) => f.process === t));
+    const release = signalled.length > 0 ? await this.waitRelease(signalled.flatMap((t) => t.gpus), signalled) : null;
     const parts: string[] = [];
     if (termed > 0) parts.push(`SIGTERM reached ${termed} of ${step.targets.length} process(es)`);
     if (killed > 0) parts.push(`${killed} ignored it for ${secs(step.graceMs)} and got SIGKILL`);
@@ -290,7 +296,7 @@ class Run {
     return { outcome, containerFailed: [...failed, ...unseen], sent: this.sent, released: release?.released ?? null, message: `${parts.join('; ')}.`, error: null };
   }
 
-  /** Tier 2 kill: re-check each target on the host, then `kill -s KILL <hostpid>` on the host for those that still match. */
+  /** Tier 2 kill: re-check each target on the host, then check-and-SIGKILL (one act, by pidfd) on the host for those that still match. */
   async hostKill(): Promise<StepRun> {
     const { step } = this;
     const init = await readContainerInit(this.ctx.hostRoute, this.ctx.vmid, {
@@ -298,11 +304,10 @@ class Run {
       now: this.deps.now,
       commandTimeoutMs: this.deps.commandTimeoutMs,
     });
-    const planRead = step.commands.find((c) => c.role === 'read_procs');
-    const planApps = step.commands.find((c) => c.role === 'check_apps');
-    if (!planRead || !planApps) throw new CodedError(ErrorCode.BadCommand, 'the host-level kill step has no re-check commands; nothing was run');
-    const readR = await this.exec('read_procs', 'host', { argv: planRead.argv, timeoutMs: planRead.timeoutMs });
-    const appsR = await this.exec('check_apps', 'host', { argv: planApps.argv, timeoutMs: planApps.timeoutMs });
+    // Built here from the templates and the step's identity set, never from argv read back.
+    const t0 = { timeoutMs: this.deps.commandTimeoutMs };
+    const readR = await this.exec('read_procs', 'host', readProcs(step.targets.map((x) => x.hostPid), t0));
+    const appsR = await this.exec('check_apps', 'host', queryComputeApps(t0));
     const readings = readR.timedOut ? null : parseProcReadings(readR.stdout);
     const apps = appsR.code === 0 && !appsR.timedOut ? parseComputeAppsCsv(appsR.stdout, [...APP_FIELDS]) : null;
     const gpuPids = apps && apps.ok && apps.value.error === null ? new Set(apps.value.processes.map((p) => p.pid)) : null;
@@ -316,32 +321,27 @@ class Run {
       else if (gpuPids === null) reason = 'host nvidia-smi could not list the GPU processes, so "still holds GPU memory" could not be confirmed';
       else {
         const stale = recheckTarget(t, { reading: readings.readings.find((r) => r.pid === t.hostPid), view: 'host', targetPidNs: init.pidNs, gpuHostPids: gpuPids });
-        if (stale !== null) reason = staleReasonText(stale);
+        if (stale !== null) reason = staleText(stale);
       }
       if (reason === null) matching.push(t);
       else await this.signalled(t, 'KILL', 'skipped', reason);
     }
 
+    // Check and signal as one act on the host (pidfd): PID, start time, the container's PID
+    // namespace as read just now, its container PID, an open GPU device; then SIGKILL.
+    const done = await sendSignals(
+      { side: 'host', signal: 'KILL', pidNs: init.pidNs, targets: matching },
+      { exec: (spec) => this.exec('kill', 'host', spec), commandTimeoutMs: this.deps.commandTimeoutMs },
+    );
     let sent = 0;
     const refused: string[] = [];
-    for (const t of matching) {
-      const cmd = step.commands.find((c) => c.role === 'kill' && c.argv[c.argv.length - 1] === String(t.hostPid));
-      if (!cmd) {
-        await this.signalled(t, 'KILL', 'skipped', 'no planned command for it');
-        continue;
-      }
-      const r = await this.exec('kill', 'host', { argv: cmd.argv, timeoutMs: cmd.timeoutMs });
-      const o = parseKillOutcomes([t.hostPid], r.code, r.stderr)[0];
-      if (!r.timedOut && o?.result === 'sent') {
-        sent++;
-        await this.signalled(t, 'KILL', 'sent', null);
-      } else if (o?.result === 'failed' && o.reason === 'no_such_process') await this.signalled(t, 'KILL', 'gone', 'it exited before the signal');
-      else {
-        refused.push(`host PID ${t.hostPid}`);
-        await this.signalled(t, 'KILL', 'skipped', o?.result === 'failed' ? o.message : 'kill did not return in time');
-      }
+    for (const d of done) {
+      if (d.result === 'sent') sent++;
+      if (d.result === 'failed') refused.push(`host PID ${d.identity.hostPid}`);
+      await this.logSignal(d, d.reason);
     }
-    const release = sent > 0 ? await this.waitRelease(step.targets.flatMap((t) => t.gpus), step.targets) : null;
+    const hit = done.filter((d) => d.result === 'sent').map((d) => d.identity);
+    const release = sent > 0 ? await this.waitRelease(step.targets.filter((t) => hit.includes(t)).flatMap((t) => t.gpus), hit) : null;
     const skipped = step.targets.length - sent;
     const parts = [`SIGKILL on ${step.machineId} reached ${sent} of ${step.targets.length} process(es)`];
     if (skipped > 0) parts.push(`${skipped} not signalled (see above)`);

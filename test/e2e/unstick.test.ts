@@ -67,7 +67,7 @@ describe('/gpu unstick end to end through Slack (real Redis, sshd, namespaces, B
     const card = withCard.find((m) => buttonsOf(m).length === 2);
     if (!card) throw new Error('no card');
     expect(card.text).toContain(String(holder.hostPid));
-    expect(card.text).toContain(`kill -s KILL ${holder.hostPid}`);
+    expect(card.text).toMatch(new RegExp(`host KILL \\d+ ${holder.hostPid} ${holder.startTime} `));
     const approve = buttonsOf(card).find((b) => b.action_id === 'gpu_approve');
     if (!approve) throw new Error('no approve button');
     expect(approve.value).toMatch(/^apr_/);

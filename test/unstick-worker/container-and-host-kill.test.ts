@@ -16,7 +16,8 @@ import type { Executor } from '../../src/ssh/types.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { APPROVER, REQUESTER, TIMING, inventoryOf, ofType, procStart, startDeviceMonitor, startRig, type DeviceMonitor, type Rig } from './rig.ts';
+import { isSignalCommand } from '../../src/playbooks/signal/template.ts';
+import { APPROVER, REQUESTER, TIMING, inventoryOf, ofType, procStart, signalTail, startDeviceMonitor, startRig, type DeviceMonitor, type Rig } from './rig.ts';
 
 let rig: Rig;
 let monitor: DeviceMonitor;
@@ -90,9 +91,10 @@ describe('S2 + S7: holders visible in the container', () => {
     const termCmd = cmds.find((c) => c.role === 'term');
     expect(termCmd?.on).toBe('container');
     expect(termCmd?.record.machineId).toBe('ct129');
-    expect(termCmd?.record.command).toContain(`kill -s TERM ${[tp0, tp2].sort((a, b) => a.hostPid - b.hostPid).map((p) => p.containerPid).join(' ')}`);
+    const byHostPid = [tp0, tp2].sort((a, b) => a.hostPid - b.hostPid).map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
+    expect(termCmd?.record.command).toMatch(new RegExp(signalTail('container', 'TERM', byHostPid)));
     const killCmd = cmds.find((c) => c.role === 'kill');
-    expect(killCmd?.record.command).toMatch(new RegExp(`kill -s KILL ${tp2.containerPid}$`));
+    expect(killCmd?.record.command).toMatch(new RegExp(signalTail('container', 'KILL', [{ pid: tp2.containerPid ?? 0, start: tp2.startTime }])));
     for (const c of cmds) expect(typeof c.record.durationMs).toBe('number');
     expect(cmds.every((c) => c.record.code !== null)).toBe(true);
     const sig = ofType(ev, 'signalled');
@@ -145,7 +147,7 @@ describe('a destructive step never runs twice', () => {
     const dying: Executor = {
       async exec(route, spec) {
         const res = await rig.executor.exec(route, spec);
-        if (spec.argv[0] === 'kill') throw new Error('connection lost (worker died)');
+        if (isSignalCommand(spec.argv)) throw new Error('connection lost (worker died)');
         return res;
       },
       close: async () => undefined,
@@ -225,7 +227,7 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     ev = await rig.events(id);
     const hostKill = ofType(ev, 'command').filter((c) => c.role === 'kill');
     expect(hostKill.map((c) => [c.on, c.record.machineId])).toEqual([['host', 'kpro5']]);
-    expect(hostKill[0]?.record.command).toMatch(new RegExp(`kill -s KILL ${h.hostPid}$`));
+    expect(hostKill[0]?.record.command).toMatch(new RegExp(signalTail('host', 'KILL', [{ pid: h.hostPid, start: h.startTime, ctPid: h.containerPid }])));
     expect(hostKill[0]?.record.command).not.toContain('pct');
     expect(ofType(ev, 'signalled').filter((s) => s.result === 'sent').map((s) => [s.signal, s.hostPid])).toEqual([['KILL', h.hostPid]]);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
@@ -238,7 +240,7 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     if (!meta) throw new Error('no meta');
     const text = renderUnstick(meta, ev).map((v) => v.text).join('\n');
     expect(text).toMatch(/Recovered/);
-    expect(text).toContain(`kill -s KILL ${h.hostPid}`);
+    expect(text).toMatch(new RegExp(`host KILL \\d+ ${h.hostPid} ${h.startTime} ${h.containerPid}`));
     expect(text).toMatch(new RegExp(`SIGTERM PID ${h.containerPid} \\(host PID ${h.hostPid}\\).*skipped`));
     expect(text).toContain(`Approved by <@${APPROVER}>`);
   });
@@ -285,7 +287,7 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
       const s = ofType(ev, 'signalled').filter((x) => x.signal === 'KILL');
       expect(s.map((x) => [x.hostPid, x.result])).toEqual([[h.hostPid, 'skipped']]);
       expect(ofType(ev, 'command').filter((c) => c.role === 'kill')).toEqual([]);
-      expect(rig.fleet.commandLog('kpro5').some((c) => c.cmd.includes(`kill -s KILL ${h.hostPid}`))).toBe(false);
+      expect(rig.fleet.commandLog('kpro5').some((c) => new RegExp(` host KILL \\d+ ${h.hostPid} `).test(c.cmd))).toBe(false);
       if (reuse.pid === h.hostPid) {
         expect(s[0]?.reason).toMatch(/different process|start time/);
         expect(procStart(reuse.pid)).toBe(reuse.startTime);

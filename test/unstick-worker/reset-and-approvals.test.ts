@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDecisionJob, runExpireJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { APPROVER, TTL_MS, ofType, procStart, startRig, type Rig } from './rig.ts';
+import { APPROVER, TTL_MS, ofType, procStart, signalTail, startRig, type Rig } from './rig.ts';
 
 let rig: Rig;
 let outsider: FleetProcess;
@@ -201,10 +201,10 @@ describe('tier 1 through pct exec (container without its own address)', () => {
     const ev = await rig.events(id);
     const term = ofType(ev, 'command').find((c) => c.role === 'term');
     // Targets in host-PID order, each by its container PID.
-    const pids = [h, outsider].sort((a, b) => a.hostPid - b.hostPid).map((p) => p.containerPid);
+    const pids = [h, outsider].sort((a, b) => a.hostPid - b.hostPid).map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
     // Reached through its host: the SSH session is kpro5's, the command runs inside ct130.
     expect(term?.on).toBe('container');
-    expect(term?.record.command).toMatch(new RegExp(`pct exec 130 -- timeout -k 1 10 kill -s TERM ${pids.join(' ')}$`));
+    expect(term?.record.command).toMatch(new RegExp(`pct exec 130 -- timeout -k 1 10 sh -c .*${signalTail('container', 'TERM', pids)}`, 's'));
     const sig = rig.fleet.signals().filter((s) => s.ts >= t0);
     expect(sig.map((s) => [s.hostPid, s.signal]).sort()).toEqual(
       [

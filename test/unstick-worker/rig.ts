@@ -196,3 +196,11 @@ type Ev<T extends AnyLoggedEvent['type']> = Extract<AnyLoggedEvent, { type: T }>
 export function ofType<T extends AnyLoggedEvent['type']>(events: readonly AnyLoggedEvent[], type: T): Array<Ev<T>> {
   return events.filter((e): e is Ev<T> => e.type === type);
 }
+
+/**
+ * The words a logged signal command line ends with: side, signal, namespace inode, then per
+ * target its PID, start time and (host side) container PID. A RegExp source.
+ */
+export function signalTail(side: 'host' | 'container', signal: 'TERM' | 'KILL', targets: ReadonlyArray<{ pid: number; start: number; ctPid?: number | null }>): string {
+  return ` ${side} ${signal} \\d+ ${targets.map((t) => `${t.pid} ${t.start} ${side === 'host' ? (t.ctPid ?? 0) : 0}`).join(' ')}$`;
+}

@@ -99,6 +99,8 @@ export function readings(pids: readonly number[], procs: readonly FakeProc[]): P
 export const TP0: FakeProc = { pid: 812_345, nsPids: [812_345, 57], uid: 100_000, ns: CT129_NS, comm: 'sglang::schedul', start: 48_113_902, cmdline: ['sglang::scheduler_TP0'] };
 export const TP2: FakeProc = { pid: 812_351, nsPids: [812_351, 63], uid: 100_000, ns: CT129_NS, comm: 'sglang::schedul', start: 48_113_955, cmdline: ['sglang::scheduler_TP2'] };
 export const CT129_INIT: FakeProc = { pid: 811_900, nsPids: [811_900, 1], uid: 100_000, ns: CT129_NS, comm: 'systemd', start: 40_000_001, cmdline: ['/sbin/init'] };
+/** A root process in ct129 that the container login could not stop (`Operation not permitted`): host-only, and not the init. */
+export const CT129_SERVER: FakeProc = { pid: 811_900, nsPids: [811_900, 71], uid: 100_000, ns: CT129_NS, comm: 'python3', start: 40_000_001, cmdline: ['python3', '/opt/serve.py'] };
 export const CT131_JOB: FakeProc = { pid: 823_001, nsPids: [823_001, 44], uid: 100_000, ns: CT131_NS, comm: 'python3', start: 51_002_417, cmdline: ['python3', 'train.py', '--epochs', '3'] };
 
 /** The same ranks as ct129's own /proc shows them (container PIDs, container uid 0). */

@@ -4,9 +4,9 @@ import { buildHolders } from '../../src/gpu/holders.ts';
 import { diagnose } from '../../src/gpu/diagnose.ts';
 import type { FakeProc } from './seed-fleet.ts';
 import { CONSTANT_WORDS, GPU_UUID } from '../../src/playbooks/unstick-commands.ts';
-import { planUnstick, stepHash, stepId, survivorKill } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, stepHash, stepId } from '../../src/playbooks/unstick-plan.ts';
 import { CT129_NS, CT131_NS, HOST_NS, app, gpus, readings } from './seed-fleet.ts';
-import { s2, s3, s5 } from './scenarios.ts';
+import { s2, s3, s3HostKill, s5 } from './scenarios.ts';
 
 const INC = 'inc_20261130_091447_k3x9q2';
 const opts = { incidentId: INC, vmid: 129 };
@@ -23,9 +23,9 @@ describe('planUnstick', () => {
     ]);
     expect(displays(p, 0)).toEqual([
       expect.stringMatching(/^container: sh -c '.*' sh 57 63$/s),
-      'container: kill -s TERM 57 63',
+      expect.stringMatching(/^container: sh -c '.*' sh container TERM 4026532845 57 48113902 0 63 48113955 0$/s),
       expect.stringMatching(/^container: sh -c '.*' sh 57 63$/s),
-      'container: kill -s KILL 57 63',
+      expect.stringMatching(/^container: sh -c '.*' sh container KILL 4026532845 57 48113902 0 63 48113955 0$/s),
     ]);
     expect(step?.commands[3]?.when).toBe('survivors');
     expect(step?.graceMs).toBe(10_000);
@@ -45,8 +45,8 @@ describe('planUnstick', () => {
     ]);
   });
 
-  it('S3: the init goes to a tier-2 host kill by host PID, the rank to tier 1', () => {
-    const p = planUnstick(s3(), opts);
+  it('S3: a holder the container could not stop goes to a tier-2 check-and-signal on the host by host PID, the rank to tier 1', () => {
+    const p = planUnstick(s3HostKill(), opts);
     expect(p.steps.map((s) => [s.kind, s.tier, s.machineId])).toEqual([
       ['container_signal', 1, 'ct129'],
       ['host_kill', 2, 'kpro5'],
@@ -54,11 +54,21 @@ describe('planUnstick', () => {
     expect(displays(p, 1)).toEqual([
       expect.stringMatching(/^host: sh -c '.*' sh 811900$/s),
       "host: nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits'",
-      'host: kill -s KILL 811900',
+      expect.stringMatching(/^host: sh -c '.*' sh host KILL 4026532845 811900 40000001 71$/s),
     ]);
     expect(p.steps[1]?.commands[2]?.when).toBe('still_matching');
-    expect(p.steps[1]?.targets[0]).toMatchObject({ hostPid: 811_900, containerPid: 1, gpus: [{ index: 0, hostIndex: 0, usedMiB: 96_413 }] });
+    expect(p.steps[1]?.targets[0]).toMatchObject({ hostPid: 811_900, containerPid: 71, gpus: [{ index: 0, hostIndex: 0, usedMiB: 96_413 }] });
     expect(p.steps[1]?.explanation).toContain('not through `pct exec`');
+    expect(p.steps[1]?.explanation).toContain('pidfd');
+  });
+
+  it('S3 with the container’s init (PID 1) holding GPU 0: no step ever signals it; it is left alone with the advice to stop the container', () => {
+    const p = planUnstick(s3(), opts);
+    expect(p.steps.map((s) => [s.kind, s.tier])).toEqual([['container_signal', 1]]);
+    expect(p.steps.flatMap((s) => s.targets.map((t) => t.containerPid))).toEqual([63]);
+    expect(p.steps.flatMap((s) => s.commands.flatMap((c) => c.argv))).not.toContain('811900');
+    expect(p.leftAlone).toContainEqual(expect.stringMatching(/^GPU 0: held by the init \(PID 1\) of ct129 \(host PID 811900, `\/sbin\/init`, 96,413 MiB\)\. Killing a container's init is not a process kill: every process in ct129 dies with it/));
+    expect(p.leftAlone.join(' ')).toContain('run `pct stop 129` on kpro5 yourself');
   });
 
   it('S5: a host-level reset per GPU, persistence handled, never `nvidia-smi -r`, never in the container', () => {
@@ -83,14 +93,6 @@ describe('planUnstick', () => {
     expect(p.steps[0]?.explanation).toContain('never inside ct129');
   });
 
-  it('builds the SIGKILL for the survivors only, from the same template', () => {
-    const step = planUnstick(s2(), opts).steps[0];
-    if (!step) throw new Error('fixture');
-    const survivor = step.targets.filter((t) => t.containerPid === 63);
-    expect(survivorKill(step, survivor, 15_000)).toMatchObject({ role: 'kill', on: 'container', argv: ['kill', '-s', 'KILL', '63'], display: 'kill -s KILL 63', when: 'survivors' });
-    expect(survivorKill(step, [], 15_000)).toBeNull();
-  });
-
   it('step ids are deterministic from incident, kind and targets, whatever the order', () => {
     expect(planUnstick(s2(), opts).steps[0]?.id).toBe(planUnstick(s2(), opts).steps[0]?.id);
     expect(stepId(INC, 'host_kill', ['1@2', '3@4'])).toBe(stepId(INC, 'host_kill', ['3@4', '1@2']));
@@ -100,7 +102,7 @@ describe('planUnstick', () => {
   });
 
   it('stepHash changes when a target or a command changes', () => {
-    const step = planUnstick(s3(), opts).steps[1];
+    const step = planUnstick(s3HostKill(), opts).steps[1];
     if (!step) throw new Error('fixture');
     const h = stepHash(step);
     expect(stepHash(structuredClone(step))).toBe(h);
@@ -153,7 +155,13 @@ describe('planUnstick property: only constants and integers reach a command, onl
           for (const c of s.commands) for (const w of c.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w) || GPU_UUID.test(w)).toBe(true);
           for (const t of s.targets) expect(t.pidNs).toBe(CT129_NS);
           const outsidePids = ps.filter((p) => p.ns !== CT129_NS).map((p) => String(p.hostPid));
-          if (s.kind === 'host_kill') for (const c of s.commands.filter((c) => c.role === 'kill')) expect(outsidePids).not.toContain(c.argv[3]);
+          // The signal template's targets are (pid, start, ctpid) triples from argv[7] on.
+          for (const c of s.commands.filter((c) => c.role === 'kill' || c.role === 'term')) {
+            const pids = c.argv.slice(7).filter((_, i) => i % 3 === 0);
+            if (s.kind === 'host_kill') for (const pid of pids) expect(outsidePids).not.toContain(pid);
+          }
+          // A container's init is never a kill target (killing it stops the container).
+          for (const t of s.targets) expect(t.containerPid).not.toBe(1);
         }
       }),
       { numRuns: 300 },

@@ -13,12 +13,11 @@ import {
   hostGpuApps,
   hostGpuByUuid,
   hostGpuReport,
-  hostKill,
   persistenceMode,
   readProcs,
   setPersistence,
-  signalPids,
 } from '../../../src/playbooks/unstick-commands.ts';
+import { signalCommand } from '../../../src/playbooks/signal/template.ts';
 import { buildRemoteCommand } from '../../../src/ssh/remote-command.ts';
 import type { CommandSpec, Route, SshEndpoint } from '../../../src/ssh/types.ts';
 
@@ -27,6 +26,10 @@ const PID_A = 424242;
 const PID_B = 434343;
 const VMID = 4747;
 const GPU = 'GPU-48484848-4848-4848-4848-484848484848';
+/** Signal template sentinels: start time, container PID, namespace inode. */
+const START = 454545;
+const CT = 464646;
+const NS = 4026599999;
 
 function templates(): CommandSpec[] {
   const t = { timeoutMs: 987_000 };
@@ -38,11 +41,12 @@ function templates(): CommandSpec[] {
     // A snapshot's one session: host and container reads.
     machineRead([queryGpus(t), queryComputeApps(t), hostMemory(t)]),
     machineRead([queryGpus(t), queryComputeApps(t), hostMemory(t), fuserDevices(t)]),
-    signalPids('TERM', [PID_A], t),
-    signalPids('KILL', [PID_A], t),
-    signalPids('TERM', [PID_A, PID_B], t),
-    signalPids('KILL', [PID_A, PID_B], t),
-    hostKill(PID_A, t),
+    ...(['TERM', 'KILL'] as const).flatMap((sig) => [
+      signalCommand('container', sig, `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: null }], t),
+      signalCommand('container', sig, `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: null }, { pid: PID_B, startTimeTicks: START, containerPid: null }], t),
+    ]),
+    signalCommand('host', 'KILL', `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: CT }], t),
+    signalCommand('host', 'KILL', `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: CT }, { pid: PID_B, startTimeTicks: START, containerPid: CT }], t),
     readProcs([PID_A], t),
     readProcs([PID_A, PID_B], t),
     containerInitPid(VMID, t),
@@ -63,6 +67,12 @@ const INT = '[1-9]\\d{0,14}';
 /** A command line (or argv joined by spaces) with the sentinels turned into integer patterns. */
 function generalise(literal: string): string {
   let re = escape(literal);
+  // Signal template: (pid start ctpid) triples after the namespace inode.
+  re = re.replaceAll(`${PID_A} ${START} ${CT} ${PID_B} ${START} ${CT}`, `${INT} \\d+ ${INT}(?: ${INT} \\d+ ${INT})*`);
+  re = re.replaceAll(`${PID_A} ${START} 0 ${PID_B} ${START} 0`, `${INT} \\d+ 0(?: ${INT} \\d+ 0)*`);
+  re = re.replaceAll(`${PID_A} ${START} ${CT}`, `${INT} \\d+ ${INT}`);
+  re = re.replaceAll(`${PID_A} ${START} 0`, `${INT} \\d+ 0`);
+  re = re.replaceAll(String(NS), '\\d+');
   re = re.replaceAll(`${PID_A} ${PID_B}`, `${INT}(?: ${INT})*`);
   re = re.replaceAll(String(PID_A), INT);
   re = re.replaceAll(String(VMID), INT);

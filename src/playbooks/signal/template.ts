@@ -1,0 +1,308 @@
+import { CodedError, ErrorCode } from '../../errors.ts';
+import type { CommandSpec } from '../../ssh/types.ts';
+
+/**
+ * The one command that signals processes, on the host or inside a container: per PID it checks
+ * identity and signals in the same remote process, race-free where the machine allows.
+ *
+ * With perl (every Proxmox host has it) or python3 ≥ 3.9: `pidfd_open(pid)` first, then the
+ * identity is read through `/proc/<pid>` and confirmed to be the pidfd's process (signal 0
+ * through the pidfd after the reads: a PID cannot change hands while its process is alive or
+ * unreaped), then `pidfd_send_signal`. A PID reused at any point before the signal is either
+ * refused by the start-time check or gets ESRCH from the pidfd; it is never signalled.
+ * Inside a container with neither, the narrowest check-then-kill in one shell, and the output
+ * says so (`@method shell`): that check is not race-free. The host never falls back.
+ *
+ * Checks, in order: may be signalled at all (signal 0; EPERM is said as such) → start time (`/proc/<pid>/stat` field 22) → PID namespace inode
+ * (`/proc/<pid>/ns/pid`, when given) → innermost NSpid (host side: the planned container PID,
+ * and never 1: a namespace's init is not a process kill) → an open `/dev/nvidia<N>` in
+ * `/proc/<pid>/fd` → still the pidfd's process (signal 0) → signal.
+ *
+ * argv: `sh -c SCRIPT sh <host|container> <TERM|KILL> <ns inode|0> (<pid> <start> <ctpid|0>)...`;
+ * every word is a constant of this file or a decimal integer the worker read itself.
+ */
+
+export type SignalSide = 'host' | 'container';
+export type SignalName = 'TERM' | 'KILL';
+
+export interface SignalTarget {
+  /** PID in the namespace the command runs in (host PID on the host, container PID inside). */
+  pid: number;
+  /** `/proc/<pid>/stat` field 22 as planned. */
+  startTimeTicks: number;
+  /** Host side: the innermost NSpid it must still have (its container PID); null = not checked. */
+  containerPid: number | null;
+}
+
+/** pidfd_open / pidfd_send_signal share one number on x86_64 and aarch64 (asm-generic table); other arches are refused. */
+export const SYSCALLS = { x86_64: { pidfdOpen: 434, pidfdSendSignal: 424 }, aarch64: { pidfdOpen: 434, pidfdSendSignal: 424 } } as const;
+
+const PERL = String.raw`use strict; use warnings; use POSIX ();
+my ($side, $sig, $ns, @t) = @ARGV;
+my %NO = (TERM => 15, KILL => 9); my $signo = $NO{$sig};
+my $arch = (POSIX::uname())[4];
+my %SYS = (x86_64 => [434, 424], aarch64 => [434, 424]);
+die "bad signal\n" unless defined $signo;
+my $sys = $SYS{$arch};
+if (!$sys) { print "\@method none arch $arch\n"; exit 3; }
+print "\@method pidfd perl\n";
+sub slurp { my ($p) = @_; open(my $h, "<", $p) or return undef; local $/; my $s = <$h>; close $h; return $s; }
+sub en { return (grep { $!{$_} } keys %!)[0] // ("errno" . ($! + 0)); }
+sub check {
+  my ($fd, $pid, $start, $ct) = @_;
+  my $st = slurp("/proc/$pid/stat");
+  return "unreadable" unless defined $st;
+  my ($rest) = $st =~ /\) (.*)$/s; return "unreadable" unless defined $rest;
+  my @f = split / /, $rest;
+  return "reused" unless defined $f[19] && $f[19] eq $start;
+  if ($ns ne "0") {
+    my $l = readlink("/proc/$pid/ns/pid");
+    if (defined $l) { return "wrong_ns" unless $l eq "pid:[$ns]"; }
+    elsif ($side eq "host") { return "unreadable"; }
+  }
+  if ($side eq "host") {
+    my $status = slurp("/proc/$pid/status") // ""; my ($nsl) = $status =~ /^NSpid:\s*([\d\s]+?)\s*$/m;
+    return "unreadable" unless defined $nsl;
+    my @n = split /\s+/, $nsl; my $last = $n[-1];
+    return "init" if $last eq "1" && @n > 1;
+    return "wrong_ns" if $ct ne "0" && $last ne $ct;
+  }
+  opendir(my $d, "/proc/$pid/fd") or return "unreadable";
+  my $hold = 0;
+  for my $e (readdir $d) { my $l = readlink("/proc/$pid/fd/$e"); $hold = 1 if defined $l && $l =~ m{^/dev/nvidia\d+$}; }
+  closedir $d;
+  return "not_holding" unless $hold;
+  return "";
+}
+sub one {
+  my ($pid, $start, $ct) = @_;
+  my $fd = syscall($sys->[0], $pid + 0, 0);
+  if ($fd < 0) { return $!{ESRCH} ? "gone" : "failed " . en(); }
+  my $r;
+  # Signal 0 first: a process we may not signal at all is refused as such, before any check.
+  if (syscall($sys->[1], $fd + 0, 0, 0, 0) != 0) { $r = $!{EPERM} ? "eperm" : "gone"; POSIX::close($fd); return $r; }
+  my $why = check($fd, $pid, $start, $ct);
+  if (syscall($sys->[1], $fd + 0, 0, 0, 0) != 0) { $r = "gone"; }
+  elsif ($why ne "") { $r = $why; }
+  elsif (syscall($sys->[1], $fd + 0, $signo + 0, 0, 0) == 0) { $r = "sent"; }
+  else { $r = $!{ESRCH} ? "gone" : $!{EPERM} ? "eperm" : "failed " . en(); }
+  POSIX::close($fd);
+  return $r;
+}
+while (@t >= 3) { my ($p, $s, $c) = splice(@t, 0, 3); print "\@sig $p " . one($p, $s, $c) . "\n"; }
+print "\@done\n";
+`;
+
+const PYTHON = String.raw`import errno, os, re, signal, sys
+side, sig, ns = sys.argv[1:4]
+t = sys.argv[4:]
+signo = {"TERM": 15, "KILL": 9}[sig]
+if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
+    print("@method none python"); sys.exit(3)
+print("@method pidfd python", flush=True)
+def slurp(p):
+    try:
+        with open(p) as f: return f.read()
+    except OSError: return None
+def check(pid, start, ct):
+    st = slurp("/proc/%s/stat" % pid)
+    if st is None or ") " not in st: return "unreadable"
+    f = st[st.rindex(") ") + 2:].split(" ")
+    if len(f) < 20 or f[19] != start: return "reused"
+    if ns != "0":
+        try:
+            if os.readlink("/proc/%s/ns/pid" % pid) != "pid:[%s]" % ns: return "wrong_ns"
+        except OSError:
+            if side == "host": return "unreadable"
+    if side == "host":
+        m = re.search(r"^NSpid:\s*([\d\s]+?)\s*$", slurp("/proc/%s/status" % pid) or "", re.M)
+        if not m: return "unreadable"
+        n = m.group(1).split()
+        if n[-1] == "1" and len(n) > 1: return "init"
+        if ct != "0" and n[-1] != ct: return "wrong_ns"
+    try: fds = os.listdir("/proc/%s/fd" % pid)
+    except OSError: return "unreadable"
+    for e in fds:
+        try:
+            if re.match(r"^/dev/nvidia\d+$", os.readlink("/proc/%s/fd/%s" % (pid, e))): return ""
+        except OSError: pass
+    return "not_holding"
+def en(e): return errno.errorcode.get(e.errno, "errno%s" % e.errno)
+def one(pid, start, ct):
+    try: fd = os.pidfd_open(int(pid))
+    except OSError as e: return "gone" if e.errno == errno.ESRCH else "failed " + en(e)
+    try:
+        try: signal.pidfd_send_signal(fd, 0)
+        except OSError as e: return "eperm" if e.errno == errno.EPERM else "gone"
+        why = check(pid, start, ct)
+        try: signal.pidfd_send_signal(fd, 0)
+        except OSError: return "gone"
+        if why: return why
+        try: signal.pidfd_send_signal(fd, signo); return "sent"
+        except OSError as e: return "gone" if e.errno == errno.ESRCH else "eperm" if e.errno == errno.EPERM else "failed " + en(e)
+    finally: os.close(fd)
+for i in range(0, len(t) - 2, 3): print("@sig %s %s" % (t[i], one(t[i], t[i + 1], t[i + 2])), flush=True)
+print("@done")
+`;
+
+/** Not race-free (a PID may change hands between the start-time read and `kill`): containers with neither perl nor python3 only. */
+const SHELL_FALLBACK = [
+  'echo "@method shell"',
+  'one() {',
+  '  st=$(cat "/proc/$1/stat" 2>/dev/null) || { echo gone; return; }',
+  '  r=${st##*) }',
+  '  set -- "$1" "$2" $r',
+  '  p=$1; s=$2; shift 21',
+  '  [ "$1" = "$s" ] || { echo reused; return; }',
+  '  if [ "$NS" != 0 ]; then l=$(readlink "/proc/$p/ns/pid" 2>/dev/null) && [ "$l" != "pid:[$NS]" ] && { echo wrong_ns; return; }; fi',
+  '  [ -r "/proc/$p/fd" ] || { echo unreadable; return; }',
+  '  h=0',
+  '  for f in /proc/$p/fd/*; do case $(readlink "$f" 2>/dev/null) in /dev/nvidia[0-9]|/dev/nvidia[0-9][0-9]|/dev/nvidia[0-9][0-9][0-9]) h=1;; esac; done',
+  '  [ $h = 1 ] || { echo not_holding; return; }',
+  '  if e=$(kill -s "$SIG" "$p" 2>&1); then echo sent; else case $e in *ermitted*) echo eperm;; *"No such"*) echo gone;; *) echo failed kill;; esac; fi',
+  '}',
+  'while [ $# -ge 3 ]; do echo "@sig $1 $(one "$1" "$2")"; shift 3; done',
+  'echo @done',
+].join('\n');
+
+export const SIGNAL_SCRIPT = [
+  'SIDE=$1 SIG=$2 NS=$3; shift 3',
+  'case $SIG in TERM|KILL) ;; *) echo "@refused signal"; exit 2;; esac',
+  'if command -v perl >/dev/null 2>&1; then',
+  "perl - \"$SIDE\" \"$SIG\" \"$NS\" \"$@\" <<'GPU_MEDIC_PERL'",
+  PERL + 'GPU_MEDIC_PERL',
+  'rc=$?; [ $rc = 3 ] || exit $rc',
+  'fi',
+  'if command -v python3 >/dev/null 2>&1; then',
+  "python3 - \"$SIDE\" \"$SIG\" \"$NS\" \"$@\" <<'GPU_MEDIC_PY'",
+  PYTHON + 'GPU_MEDIC_PY',
+  'rc=$?; [ $rc = 3 ] || exit $rc',
+  'fi',
+  'if [ "$SIDE" != container ]; then echo "@method none"; echo "@refused no pidfd (neither perl nor python3 >= 3.9)"; exit 4; fi',
+  SHELL_FALLBACK,
+].join('\n');
+
+export const SIGNAL_SIDES: readonly SignalSide[] = ['host', 'container'];
+
+function int(n: number, what: string, min: number): string {
+  if (!Number.isSafeInteger(n) || n < min) throw new CodedError(ErrorCode.BadCommand, `${what} must be an integer ≥ ${min}, got ${String(n)}; nothing was run.`);
+  return String(n);
+}
+
+/** `pid:[4026532845]` → 4026532845; null for anything else. */
+export function pidNsInode(link: string | null): number | null {
+  const m = link === null ? null : /^pid:\[(\d{1,15})\]$/.exec(link);
+  return m?.[1] !== undefined ? Number(m[1]) : null;
+}
+
+/**
+ * The signal command for these targets. `pidNs` is the target container's PID namespace as the
+ * worker read it (`pid:[N]`); null only inside a container (its own /proc is its namespace).
+ */
+export function signalCommand(side: SignalSide, signal: SignalName, pidNs: string | null, targets: readonly SignalTarget[], o: { timeoutMs: number }): CommandSpec {
+  if (targets.length === 0) throw new CodedError(ErrorCode.BadCommand, 'No PIDs to signal; nothing was run.');
+  const inode = pidNsInode(pidNs);
+  if (side === 'host' && inode === null) throw new CodedError(ErrorCode.BadCommand, 'A host-side signal needs the target container’s PID namespace; nothing was run.');
+  const words = targets.flatMap((t) => {
+    if (side === 'host' && t.containerPid === null) throw new CodedError(ErrorCode.BadCommand, 'A host-side signal needs the container PID it must still have; nothing was run.');
+    return [int(t.pid, 'A PID', 1), int(t.startTimeTicks, 'A start time', 0), side === 'host' ? int(t.containerPid ?? 0, 'A container PID', 1) : '0'];
+  });
+  return { argv: ['sh', '-c', SIGNAL_SCRIPT, 'sh', side, signal, String(inode ?? 0), ...words], timeoutMs: o.timeoutMs };
+}
+
+/** Whether an argv is the signal template (for tests and audits: the one command that signals). */
+export function isSignalCommand(argv: readonly string[]): boolean {
+  return argv.length >= 7 && argv[0] === 'sh' && argv[1] === '-c' && argv[2] === SIGNAL_SCRIPT;
+}
+
+// ---- what the command prints ----
+
+export type SignalOutcome =
+  | { pid: number; result: 'sent' }
+  | { pid: number; result: 'gone' }
+  | { pid: number; result: 'skipped'; reason: 'pid_reused' | 'not_holding' | 'wrong_namespace' | 'container_init' | 'unreadable' | 'no_pidfd' | 'no_report' }
+  | { pid: number; result: 'failed'; reason: 'not_permitted' | 'other'; message: string };
+
+export interface SignalReport {
+  /** `pidfd`: check and signal were one race-free act; `shell`: checked then killed (not race-free); null: no method line. */
+  method: 'pidfd' | 'shell' | null;
+  /** `@done` seen: every PID was answered. */
+  complete: boolean;
+  outcomes: SignalOutcome[];
+}
+
+const SKIP: Record<string, Extract<SignalOutcome, { result: 'skipped' }>['reason']> = {
+  reused: 'pid_reused',
+  not_holding: 'not_holding',
+  wrong_ns: 'wrong_namespace',
+  init: 'container_init',
+  unreadable: 'unreadable',
+};
+
+/**
+ * One outcome per PID asked for, in order. A PID the output does not answer is `skipped:
+ * no_report` unless the output is cut short after a `sent` could have happened: then it is
+ * `failed` (not known), never `sent`.
+ */
+export function parseSignalReport(pids: readonly number[], text: string): SignalReport {
+  const asked = new Set(pids);
+  const got = new Map<number, SignalOutcome>();
+  let method: SignalReport['method'] = null;
+  let complete = false;
+  let refused = false;
+  for (const raw of text.split('\n')) {
+    const line = raw.replace(/\r$/, '');
+    if (line === '@done') complete = true;
+    else if (line === "@method pidfd perl" || line === "@method pidfd python") method = "pidfd";
+    else if (line === '@method shell') method = 'shell';
+    else if (line.startsWith('@refused')) refused = true;
+    const m = /^@sig (\d{1,15}) (\w+)(?: (\w{1,40}))?$/.exec(line);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    const word = m[2] ?? '';
+    if (!asked.has(pid) || got.has(pid)) continue;
+    const skip = SKIP[word];
+    got.set(
+      pid,
+      word === 'sent'
+        ? { pid, result: 'sent' }
+        : word === 'gone'
+          ? { pid, result: 'gone' }
+          : skip !== undefined
+            ? { pid, result: 'skipped', reason: skip }
+            : word === 'eperm'
+              ? { pid, result: 'failed', reason: 'not_permitted', message: 'Operation not permitted' }
+              : { pid, result: 'failed', reason: 'other', message: `${word}${m[3] ? ` ${m[3]}` : ''}` },
+    );
+  }
+  const outcomes = pids.map((pid): SignalOutcome => {
+    const o = got.get(pid);
+    if (o) return o;
+    if (refused) return { pid, result: 'skipped', reason: 'no_pidfd' };
+    return { pid, result: 'failed', reason: 'other', message: 'no answer for this PID (output cut short?)' };
+  });
+  return { method, complete, outcomes };
+}
+
+/** Plain words for a skipped or failed outcome, as the log says it. */
+export function outcomeText(o: SignalOutcome): string {
+  if (o.result === 'sent') return 'sent';
+  if (o.result === 'gone') return 'already exited';
+  if (o.result === 'failed') return o.reason === 'not_permitted' ? 'EPERM: Operation not permitted' : `failed: ${o.message}`;
+  switch (o.reason) {
+    case 'pid_reused':
+      return 'PID reused: at the moment of the signal its PID belonged to a different process (start time changed)';
+    case 'not_holding':
+      return 'not holding: it no longer has a /dev/nvidia* GPU device open';
+    case 'wrong_namespace':
+      return 'wrong namespace: it is no longer in the container’s PID namespace';
+    case 'container_init':
+      return 'container init: it is PID 1 of the container; killing it would stop the whole container';
+    case 'unreadable':
+      return 'unreadable: its /proc entry could not be read, so it could not be checked';
+    case 'no_pidfd':
+      return 'no pidfd: the machine has neither perl nor python3 ≥ 3.9, so no race-free check was possible';
+    case 'no_report':
+      return 'no report for it';
+  }
+}
