@@ -1,6 +1,7 @@
 import type { types } from '@slack/bolt';
 import type { Diagnosis } from '../gpu/diagnose.ts';
 import type { Verdict } from '../gpu/verdict.ts';
+import { SIGNAL_SCRIPT } from '../playbooks/signal/template.ts';
 import { READ_PROCS_SCRIPT } from '../playbooks/unstick-commands.ts';
 import type { Step } from '../playbooks/unstick-plan.ts';
 import { shellQuote } from '../ssh/quote.ts';
@@ -26,10 +27,15 @@ const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 
 
 const READ_SCRIPT_WORD = shellQuote(READ_PROCS_SCRIPT);
+const SIGNAL_SCRIPT_WORD = shellQuote(SIGNAL_SCRIPT);
 
-/** The read-only /proc script is long and fixed; the thread names it, the incident log keeps it verbatim. */
+/** The fixed scripts are long; the thread names them, the incident log keeps them verbatim. */
 export function shortCommand(command: string): string {
-  return command.split(READ_SCRIPT_WORD).join('<read-procs script: stat, NSpid, ns/pid, cmdline>');
+  return command
+    .split(READ_SCRIPT_WORD)
+    .join('<read-procs script: stat, NSpid, ns/pid, cmdline>')
+    .split(SIGNAL_SCRIPT_WORD)
+    .join('<check-and-signal script: pidfd, then PID + start time, PID namespace, open /dev/nvidia*; args: side signal ns (pid start ctpid)…>');
 }
 
 function clip(text: string, max = SECTION_MAX): string {

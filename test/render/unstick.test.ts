@@ -8,7 +8,7 @@ import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
 import { gpus } from '../unstick/seed-fleet.ts';
-import { allClean, s3 } from '../unstick/scenarios.ts';
+import { allClean, s3HostKill } from '../unstick/scenarios.ts';
 
 const INC = 'inc_20261130_092000_k3x9q2';
 const APR = 'apr_Qm9vYmFyYmF6cXV4MTIzNA';
@@ -41,7 +41,7 @@ type NoId<T> = T extends unknown ? Omit<T, 'id'> : never;
 
 /** S3 end to end, as the worker and bot would append it. */
 function s3Events(): UnstickLoggedEvent[] {
-  const before = s3();
+  const before = s3HostKill();
   const plan = planUnstick(before, { incidentId: INC, vmid: 129 });
   const [tier1, hostKill] = plan.steps;
   if (!tier1 || !hostKill) throw new Error('fixture');
@@ -59,8 +59,8 @@ function s3Events(): UnstickLoggedEvent[] {
     { type: 'approval_refused', at: '2026-11-30T09:21:00.000Z', approvalId: APR, by: 'U0REQUEST', reason: 'self_approval' },
     { type: 'approval_decided', at: '2026-11-30T09:24:10.000Z', approvalId: APR, stepId: hostKill.id, decision: 'approved', by: 'U0APPROV1' },
     { type: 'step_started', at: '2026-11-30T09:24:11.000Z', stepId: hostKill.id, kind: hostKill.kind, tier: hostKill.tier, machineId: 'kpro5', explanation: hostKill.explanation },
-    { type: 'command', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, role: 'kill', on: 'host', record: { ...rec('exec timeout -k 5 15 kill -s KILL 811900', 0, 120), machineId: 'kpro5' } },
-    { type: 'signalled', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, hostPid: 811_900, containerPid: 1, signal: 'KILL', cmdline: '/sbin/init', result: 'sent', reason: null },
+    { type: 'command', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, role: 'kill', on: 'host', record: { ...rec(`exec timeout -k 5 15 ${hostKill.commands[2]?.display ?? ''}`, 0, 120), machineId: 'kpro5' } },
+    { type: 'signalled', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, hostPid: 811_900, containerPid: 71, signal: 'KILL', cmdline: 'python3 /opt/serve.py', result: 'sent', reason: null },
     { type: 'step_finished', at: '2026-11-30T09:24:40.000Z', stepId: hostKill.id, outcome: 'done', durationMs: 29_000, message: 'GPU 0 freed 96,413 MiB.' },
     { type: 'snapshot', at: '2026-11-30T09:24:41.000Z', label: 'after', snapshot: snap('after', { 5: 40_211 }, '2026-11-30T09:24:41.000Z'), commands: [] },
     { type: 'diagnosis', at: '2026-11-30T09:24:41.500Z', label: 'after', diagnosis: allClean() },
@@ -119,11 +119,11 @@ describe('renderUnstick', () => {
     const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
     if (!card) throw new Error('no card');
     expect(card.text).toContain('host `kpro5` · container vmid 129');
-    expect(card.text).toContain('host PID *811900* · container PID *1* · start 40000001 ticks after boot · `/sbin/init` · GPU 0 96,413 MiB');
-    expect(card.text).toContain('[host] kill -s KILL 811900   # only if the re-check still matches');
+    expect(card.text).toContain('host PID *811900* · container PID *71* · start 40000001 ticks after boot · `python3 /opt/serve.py` · GPU 0 96,413 MiB');
+    expect(card.text).toContain('[host] sh -c &lt;check-and-signal script: pidfd, then PID + start time, PID namespace, open /dev/nvidia*; args: side signal ns (pid start ctpid)…&gt; sh host KILL 4026532845 811900 40000001 71   # only if the re-check still matches');
     expect(card.text).toContain('[host] sh -c &lt;read-procs script: stat, NSpid, ns/pid, cmdline&gt; sh 811900');
     expect(card.text).not.toContain('od -An');
-    expect(card.text).toContain('a PID namespace’s init ignores signals');
+    expect(card.text).toContain('the container could not stop it (EPERM: Operation not permitted)');
     const [actions] = actionsOf(card.blocks);
     const buttons = (actions?.elements ?? []).filter((e): e is types.Button => e.type === 'button');
     expect(buttons.map((b) => [b.action_id, b.text.text, b.style, b.value])).toEqual([
@@ -155,8 +155,8 @@ describe('renderUnstick', () => {
     const views = renderUnstick(meta, s3Events());
     const host = views.find((v) => v.key.startsWith('step:host_kill-'));
     expect(host?.text).toContain('*Host-level kill* (tier 2, on `kpro5`) · :white_check_mark: done in 29.0 s');
-    expect(host?.text).toContain('exec timeout -k 5 15 kill -s KILL 811900\n    → exit 0 · 0.1 s');
-    expect(host?.text).toContain('• SIGKILL PID 1 (host PID 811900) `/sbin/init`: sent');
+    expect(host?.text).toContain('sh host KILL 4026532845 811900 40000001 71\n    → exit 0 · 0.1 s');
+    expect(host?.text).toContain('• SIGKILL PID 71 (host PID 811900) `python3 /opt/serve.py`: sent');
   });
 
   it('the verdict shows before → after per GPU in its own table, and the summary closes', () => {
@@ -174,7 +174,7 @@ describe('renderUnstick', () => {
     expect(summary).toContain('Asked by <@U0REQUEST> (reason: hicache OOM, TP ranks hung)');
     expect(summary).toContain('Approved by <@U0APPROV1> at 2026-11-30 09:24:10 UTC');
     expect(summary).toContain('• SIGTERM → PID 63 (host PID 812351) `sglang::scheduler_TP2`');
-    expect(summary).toContain('• SIGKILL → PID 1 (host PID 811900) `/sbin/init`');
+    expect(summary).toContain('• SIGKILL → PID 71 (host PID 811900) `python3 /opt/serve.py`');
     expect(views[0]?.text).toMatch(/· Recovered$/);
   });
 
