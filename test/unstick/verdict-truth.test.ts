@@ -9,8 +9,8 @@ import { buildHolders } from '../../src/gpu/holders.ts';
 import type { Gpu, NvidiaError } from '../../src/gpu/types.ts';
 import { isGreen, verdictOf, type VerdictContext } from '../../src/gpu/verdict.ts';
 import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
-import { CT129_INIT, CT129_NS, CT131_JOB, MONITOR_CT_PID, TP0, TP2, app, gpus, readings, seedS2 } from './seed-fleet.ts';
-import { allClean, diagnoseWith, s2, s3 } from './scenarios.ts';
+import { CT129_INIT, CT129_NS, CT129_SERVER, CT131_JOB, MONITOR_CT_PID, TP0, TP2, app, gpus, readings, seedS2 } from './seed-fleet.ts';
+import { allClean, diagnoseWith, s2, s3, s3HostKill } from './scenarios.ts';
 
 const LOST: NvidiaError = { kind: 'gpu_lost', message: 'Unable to determine the device handle for GPU0000:38:00.0: GPU is lost', busId: '00000000:38:00.0' };
 const MISMATCH: NvidiaError = { kind: 'nvml_version_mismatch', message: 'Failed to initialize NVML: Driver/library version mismatch', busId: null };
@@ -175,24 +175,25 @@ function diagnoseWithViews(containerGpus: Gpu[], hostGpus: Gpu[], errors: Nvidia
 
 describe('finding 4: advice after a denial, an expiry or a failure', () => {
   const ctx = (over: Partial<VerdictContext> = {}): VerdictContext => ({ steps: [], approvers: ['U0BOB', 'U0CAROL'], requester: 'U0ALICE', ...over });
-  // S3 after tier 1: ct129's init still holds GPU 0 and only the host can stop it.
+  // S3 after tier 1: a process of ct129 the container could not stop still holds GPU 0 and only
+  // the host can stop it (not the init: an init holder is never offered a kill, issue 10 finding 3).
   const initLeft = (): Diagnosis => {
-    const d = s3();
-    const init = d.gpus[0]?.holders[0]?.process;
-    if (!init) throw new Error('fixture');
+    const d = s3HostKill();
+    const held = d.gpus[0]?.holders[0]?.process;
+    if (!held) throw new Error('fixture');
     return diagnoseWith(
-      { gpus: gpus({ 0: 96_413 }), apps: [app(CT129_INIT, 0, 96_413)], procs: readings([CT129_INIT.pid], [CT129_INIT]), targetPidNs: CT129_NS },
+      { gpus: gpus({ 0: 96_413 }), apps: [app(CT129_SERVER, 0, 96_413)], procs: readings([CT129_SERVER.pid], [CT129_SERVER]), targetPidNs: CT129_NS },
       { holders: [], procs: [] },
-      { containerFailed: [{ process: init, reason: 'kill: (1): Operation not permitted' }] },
+      { containerFailed: [{ process: held, reason: 'kill: (71): Operation not permitted' }] },
     );
   };
 
   it('denied host kill: what is left, who denied it, who else can approve; never "run /gpu unstick again" as if the container could', () => {
     const steps = [
-      { kind: 'container_signal' as const, outcome: 'failed' as const, by: null, hostPids: [CT129_INIT.pid, TP2.pid], gpuHostIndexes: [], message: null },
-      { kind: 'host_kill' as const, outcome: 'denied' as const, by: 'U0BOB', hostPids: [CT129_INIT.pid], gpuHostIndexes: [], message: null },
+      { kind: 'container_signal' as const, outcome: 'failed' as const, by: null, hostPids: [CT129_SERVER.pid, TP2.pid], gpuHostIndexes: [], message: null },
+      { kind: 'host_kill' as const, outcome: 'denied' as const, by: 'U0BOB', hostPids: [CT129_SERVER.pid], gpuHostIndexes: [], message: null },
     ];
-    const v = verdictOf(s3(), initLeft(), ctx({ steps }));
+    const v = verdictOf(s3HostKill(), initLeft(), ctx({ steps }));
     expect(v.nextStep).toBe(
       'GPU 0: only a host-level kill on kpro5 can free it (host PID 811900); that kill was denied by <@U0BOB>. If it is still needed, ask another approver (<@U0CAROL>) to approve a new `/gpu unstick ct129`.',
     );
@@ -200,19 +201,19 @@ describe('finding 4: advice after a denial, an expiry or a failure', () => {
   });
 
   it('denied by the only other approver: says nobody else can approve it', () => {
-    const steps = [{ kind: 'host_kill' as const, outcome: 'denied' as const, by: 'U0BOB', hostPids: [CT129_INIT.pid], gpuHostIndexes: [], message: null }];
-    const v = verdictOf(s3(), initLeft(), ctx({ steps, approvers: ['U0BOB', 'U0ALICE'] }));
+    const steps = [{ kind: 'host_kill' as const, outcome: 'denied' as const, by: 'U0BOB', hostPids: [CT129_SERVER.pid], gpuHostIndexes: [], message: null }];
+    const v = verdictOf(s3HostKill(), initLeft(), ctx({ steps, approvers: ['U0BOB', 'U0ALICE'] }));
     expect(v.nextStep).toMatch(/denied by <@U0BOB>\. If it is still needed, no other approver is configured \(GPU_MEDIC_APPROVERS\): nobody else can approve it\.$/);
   });
 
   it('expired host kill: run again when an approver can answer', () => {
-    const steps = [{ kind: 'host_kill' as const, outcome: 'expired' as const, by: null, hostPids: [CT129_INIT.pid], gpuHostIndexes: [], message: null }];
-    expect(verdictOf(s3(), initLeft(), ctx({ steps })).nextStep).toMatch(/expired without a decision\. Run `\/gpu unstick ct129` again when an approver \(<@U0BOB>, <@U0CAROL>\) can answer the card\.$/);
+    const steps = [{ kind: 'host_kill' as const, outcome: 'expired' as const, by: null, hostPids: [CT129_SERVER.pid], gpuHostIndexes: [], message: null }];
+    expect(verdictOf(s3HostKill(), initLeft(), ctx({ steps })).nextStep).toMatch(/expired without a decision\. Run `\/gpu unstick ct129` again when an approver \(<@U0BOB>, <@U0CAROL>\) can answer the card\.$/);
   });
 
   it('a host kill that ran and left the process: a reboot, not another unstick', () => {
-    const steps = [{ kind: 'host_kill' as const, outcome: 'done' as const, by: null, hostPids: [CT129_INIT.pid], gpuHostIndexes: [], message: null }];
-    const v = verdictOf(s3(), initLeft(), ctx({ steps }));
+    const steps = [{ kind: 'host_kill' as const, outcome: 'done' as const, by: null, hostPids: [CT129_SERVER.pid], gpuHostIndexes: [], message: null }];
+    const v = verdictOf(s3HostKill(), initLeft(), ctx({ steps }));
     expect(v.nextStep).toMatch(/the host-level kill ran and it still holds the GPU\..*dmesg on kpro5.*reboot of kpro5/);
     expect(v.nextStep).not.toMatch(/unstick/);
   });
