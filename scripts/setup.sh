@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a fresh Debian/Ubuntu machine ready to run gpu-medic's demo and tests from this checkout:
-# installs what is missing (Node.js 20+, openssh-server, psmisc, gcc, util-linux, redis-server;
+# installs what is missing (Node.js 20+ from the distribution or NodeSource, openssh-server, psmisc, gcc, util-linux, redis-server;
 # with --ci also docker-compose, to validate docker-compose.yml), starts a local Redis on
 # 127.0.0.1:6379 if none answers, then `npm install`. Safe to run again: it only adds what is
 # missing. Needs root (or sudo) only when something must be installed or Redis started.
@@ -29,8 +29,28 @@ as_root() {
 
 node_ok() { command -v node >/dev/null && [ "$(node -p 'Number(process.versions.node.split(".")[0])' 2>/dev/null || echo 0)" -ge 20 ]; }
 
+# Node.js 20+: the distribution's package when it is new enough (Debian 13, Ubuntu 24.04), else
+# NodeSource's apt repository for 20.x (Debian 12's own nodejs is 18).
+if ! node_ok; then
+  command -v apt-get >/dev/null || { say "Node.js 20+ is missing and there is no apt-get here: install it by hand" >&2; exit 1; }
+  as_root apt-get update -qq
+  candidate=$(apt-cache policy nodejs 2>/dev/null | sed -n 's/^ *Candidate: *\([0-9]*\).*/\1/p')
+  if [ "${candidate:-0}" -ge 20 ] 2>/dev/null; then
+    say "installing nodejs ${candidate} and npm from the distribution"
+    as_root apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  else
+    say "the distribution's nodejs is ${candidate:-absent}: adding NodeSource's repository for Node.js 20.x"
+    as_root apt-get install -y -qq --no-install-recommends ca-certificates curl gnupg >/dev/null
+    as_root install -d -m 0755 /etc/apt/keyrings
+    curl -fsSL https://deb.nodesource.com/gpgkey/nodesource-repo.gpg.key | as_root gpg --dearmor --yes -o /etc/apt/keyrings/nodesource.gpg
+    echo "deb [signed-by=/etc/apt/keyrings/nodesource.gpg] https://deb.nodesource.com/node_20.x nodistro main" | as_root tee /etc/apt/sources.list.d/nodesource.list >/dev/null
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq --no-install-recommends nodejs >/dev/null
+  fi
+  hash -r
+fi
+
 need=()
-node_ok || need+=(nodejs npm)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v fuser >/dev/null || need+=(psmisc)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
@@ -44,8 +64,8 @@ if [ "${#need[@]}" -gt 0 ]; then
   as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 if ! node_ok; then
-  say "Node.js 20 or newer is needed; this system's package gives $(node --version 2>/dev/null || echo none)." >&2
-  say "Debian 13 / Ubuntu 24.04 ship it; on Debian 12 use https://github.com/nodesource/distributions (nodejs 20.x), then run this again." >&2
+  say "Node.js 20 or newer is needed and could not be installed (now: $(node --version 2>/dev/null || echo none))." >&2
+  say "Install Node.js 20.x by hand (https://github.com/nodesource/distributions), then run this again." >&2
   exit 1
 fi
 
