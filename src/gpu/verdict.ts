@@ -159,10 +159,12 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
   const gpu = gpuName(g);
   switch (g.kind) {
     case 'held_in_container': {
-      const ran = c.steps.some((s) => s.kind === 'container_signal');
-      return ran
-        ? say`${gpu}: held by processes of ${d.target} that this incident's container step did not cover (they started after its snapshot); if they should stop, run \`/gpu unstick ${d.target}\` again.`
-        : say`${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
+      const step = c.steps.find((s) => s.kind === 'container_signal');
+      const pids = [...new Set(g.holders.map((h) => h.process.hostPid))].join(', ');
+      if (step === undefined) return say`${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
+      if (step.outcome === 'failed')
+        return say`${gpu}: still held by processes of ${d.target} (host PID ${pids}); this incident’s container step did not complete${step.message ? say` (${step.message})` : ''}. Check \`/gpu status ${d.target}\` before running \`/gpu unstick ${d.target}\` again.`;
+      return say`${gpu}: held by processes of ${d.target} that this incident’s container step did not target (host PID ${pids}): they did not hold it when the incident looked. If they should stop, run \`/gpu unstick ${d.target}\` again.`;
     }
     case 'held_host_only': {
       // Killing a container's init stops the whole container: that is not a process kill, and gpu-medic does not do it.

@@ -218,6 +218,14 @@ describe('finding 4: advice after a denial, an expiry or a failure', () => {
     expect(v.nextStep).not.toMatch(/unstick/);
   });
 
+  it('a container step that did not complete: the advice says so, and does not claim the holders started later', () => {
+    const steps = [{ kind: 'container_signal' as const, outcome: 'failed' as const, by: null, hostPids: [TP0.pid], gpuHostIndexes: [], message: 'interrupted: an earlier attempt claimed this step' }];
+    const next = verdictOf(s2(), s2(), ctx({ steps })).nextStep ?? '';
+    expect(next).toContain('GPU 0: still held by processes of ct129 (host PID 812345); this incident’s container step did not complete (interrupted: an earlier attempt claimed this step).');
+    expect(next).toContain('GPU 2: still held by processes of ct129 (host PID 812351); this incident’s container step did not complete');
+    expect(next).not.toContain('did not target');
+  });
+
   it('S2 with nothing left is still green: the fixes do not make every verdict red', () => {
     expect(isGreen(verdictOf(s2(), allClean()))).toBe(true);
   });
