@@ -32,6 +32,8 @@ export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval |
       return `:hourglass: This approval expired${a ? ` at ${hhmm(a.expiresAt)}` : ''}. Nothing was run. Start again with \`/gpu unstick\` if the GPUs are still stuck.`;
     case 'approval_decided':
       return `:information_source: Already ${a?.state ?? 'decided'}${a?.decidedBy ? ` by ${mention(a.decidedBy)}` : ''}${a?.decidedAt ? ` at ${hhmm(a.decidedAt)}` : ''}. Nothing more was done.`;
+    case 'budget_exhausted':
+      return ':no_entry: The host\'s blast-radius budget of host-level steps is spent for this hour: only an admin can approve more. Nothing was run.';
     case 'approval_not_found':
       return ':question: This approval does not exist (any more). Nothing was run.';
     case 'wrong_card':
@@ -65,7 +67,7 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
   const card = refs.get(`approval:${approval.id}`);
   if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts) return refuse('wrong_card', approval);
   // Checked against the live configuration as well as the card's frozen list, in the same atomic step.
-  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: deps.policy.approvers });
+  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])] });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
   const enqueue = () => deps.dispatcher.enqueue(site, { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id }, decisionJobId(approval.incidentId, approval.id));
   if (!r.ok) {

@@ -20,6 +20,8 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     sites: env.GPU_MEDIC_SITES,
     approvers: env.GPU_MEDIC_APPROVERS,
     workerSecret: env.GPU_MEDIC_WORKER_SECRET,
+    admins: env.GPU_MEDIC_ADMINS,
+    hostBudgetPerHour: env.GPU_MEDIC_HOST_BUDGET_PER_HOUR,
     approvalTtlMs: env.GPU_MEDIC_APPROVAL_TTL_SEC * 1000,
     graceMs: env.GPU_MEDIC_TERM_GRACE_SEC * 1000,
     releaseTimeoutMs: env.GPU_MEDIC_RELEASE_TIMEOUT_SEC * 1000,

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { Queue, Worker, type Job } from 'bullmq';
 import { connectRedis, type RedisSettings } from '../src/redis/connection.ts';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
+import { BlastBudget } from '../src/approval/blast-budget.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { sitesOf } from '../src/config/machines.ts';
 import type { HealthCheck } from '../src/health/heartbeat.ts';
@@ -36,6 +37,10 @@ export interface WorkerGroupOptions {
   now?: () => Date;
   /** Key of the plan seal; default `planKeyFor(workerSecret, inventory)` (workers/plan-key.ts). */
   planKey?: Buffer;
+  /** Admins: alone may approve a host-level step past the blast-radius budget. Default none. */
+  admins?: string[];
+  /** Host-level destructive steps allowed per host per hour. Default 3. */
+  hostBudgetPerHour?: number;
   /** GPU_MEDIC_WORKER_SECRET: worker-only; the plan seal key is derived from it when set. */
   workerSecret?: string;
   /** Slack user IDs who may approve host-level steps (frozen into each approval). */
@@ -82,6 +87,8 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     dispatcher,
     approvers: o.approvers ?? [],
     planKey: o.planKey ?? planKeyFor(o.workerSecret, o.inventory, o.logger),
+    admins: o.admins ?? [],
+    budget: new BlastBudget(connection, o.prefix, { limit: o.hostBudgetPerHour ?? 3 }),
     approvalTtlMs: o.approvalTtlMs ?? 900_000,
     timing: {
       graceMs: o.graceMs ?? 10_000,

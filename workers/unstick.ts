@@ -1,4 +1,5 @@
 import { ApprovalStore } from '../src/approval/approval-store.ts';
+import type { BlastBudget } from '../src/approval/blast-budget.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config/machines.ts';
 import { isStuck, type ContainerFailure, type Diagnosis } from '../src/gpu/diagnose.ts';
@@ -40,6 +41,9 @@ export interface UnstickWorkerDeps {
    * only from a plan sealed with it, its commands rebuilt from the templates.
    */
   planKey: Buffer;
+  /** Slack user IDs who alone may approve a host-level step past the blast-radius budget. */
+  admins: string[];
+  budget: BlastBudget;
   approvalTtlMs: number;
   timing: { graceMs: number; releaseTimeoutMs: number; pollIntervalMs: number; commandTimeoutMs: number };
   now(): Date;
@@ -268,10 +272,22 @@ class IncidentRun {
    * step's hash, the card's event, and the expiry job. A step already asked for in this incident
    * (a re-run job, or a re-plan that came back the same) is not asked for again.
    */
-  async requestApproval(t: Target, meta: IncidentMeta, step: Step, events: readonly AnyLoggedEvent[]): Promise<'requested' | 'already'> {
-    if (events.some((e) => e.type === 'approval_requested' && e.stepId === step.id)) return 'already';
-    if (!(await this.claimOnce(`${APPROVAL_KEY}${step.id}`, (e) => e.type === 'approval_requested' && e.stepId === step.id))) return 'already';
+  async requestApproval(t: Target, meta: IncidentMeta, planned: Step, events: readonly AnyLoggedEvent[]): Promise<'requested' | 'already' | 'over_budget'> {
+    if (events.some((e) => e.type === 'approval_requested' && e.stepId === planned.id)) return 'already';
     const now = this.deps.now().getTime();
+    // Past the host's blast-radius budget, only an admin may approve, and the card says so.
+    const { budget, admins } = this.deps;
+    const used = await budget.used(t.host.id, now);
+    const over = used >= budget.limit;
+    const approvers = over ? admins.filter((a) => a !== meta.requester) : this.deps.approvers;
+    if (over && approvers.length === 0) {
+      await this.error('budget_exhausted', `${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}) and no admin is configured (GPU_MEDIC_ADMINS) to lift it; nothing was asked for or run.`);
+      return 'over_budget';
+    }
+    const step: Step = over
+      ? { ...planned, explanation: `${planned.explanation} Blast-radius budget: ${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}), so only an admin (GPU_MEDIC_ADMINS) can approve this one.` }
+      : planned;
+    if (!(await this.claimOnce(`${APPROVAL_KEY}${step.id}`, (e) => e.type === 'approval_requested' && e.stepId === step.id))) return 'already';
     // The seal names the approval, so a sealed plan cannot be moved to another approval or incident.
     const id = ApprovalStore.newId();
     const seal = sealStep({ incidentId: this.incidentId, approvalId: id, container: t.container.id, vmid: t.container.vmid, step }, this.deps.planKey);
@@ -282,7 +298,7 @@ class IncidentRun {
       stepId: step.id,
       planHash: stepHash(step),
       requester: meta.requester,
-      approvers: this.deps.approvers,
+      approvers,
       now,
       expiresAt: now + this.deps.approvalTtlMs,
     });
@@ -341,7 +357,7 @@ class IncidentRun {
       await this.error('not_approver', 'no approvers configured: host-level steps cannot run; set GPU_MEDIC_APPROVERS');
       return this.finish(meta, this.verdictOf(before, current, meta, events));
     }
-    await this.requestApproval(t, meta, step, events);
+    if ((await this.requestApproval(t, meta, step, events)) === 'over_budget') return this.finish(meta, this.verdictOf(before, current, meta, events));
   }
 }
 
@@ -516,7 +532,8 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
   const stillStuck = (note: Rich) => run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
   // The decider is checked again, here, against this worker's live list: Redis only says who decided.
   const by = approval.decidedBy ?? '';
-  const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !deps.approvers.includes(by) || !approval.approvers.includes(by) ? 'not_approver' : null;
+  const live = [...deps.approvers, ...deps.admins];
+  const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !live.includes(by) || !approval.approvers.includes(by) ? 'not_approver' : null;
   if (refusal !== null) {
     await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: refusal });
     logger.warn({ by, reason: refusal, event: 'approval_refused' }, 'approved by someone who may not approve it: nothing run');
@@ -543,6 +560,14 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
     return stillStuck(['The approved step could not be verified as the one this worker planned; nothing from the card was run.']);
   }
   const step: Step = { ...sealed.step, commands: stepCommands(sealed.step.kind, sealed.step.targets, sealed.step.gpus, { timeoutMs: deps.timing.commandTimeoutMs }) };
+  // The budget is taken when the step is about to run (once per step): a card approved within it
+  // may still find it spent by other incidents since; then only an admin's approval goes through.
+  const spent = await deps.budget.consume(t.host.id, { incidentId: job.incidentId, stepId: step.id }, deps.now().getTime(), deps.admins.includes(by));
+  if (spent === 'exhausted') {
+    await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: 'budget_exhausted' });
+    await run.error('budget_exhausted', `${t.host.id} already had ${deps.budget.limit} host-level destructive step(s) in the last hour (the blast-radius budget); only an admin (GPU_MEDIC_ADMINS) can approve more. Nothing was run.`);
+    return stillStuck(['The blast-radius budget of the host is spent for this hour: nothing from the card was run. Ask again with /gpu unstick and have an admin approve it.']);
+  }
   // The step re-checks everything it acts on; the last host snapshot only sets the release baseline.
   const hostSnap = [...events].reverse().find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
   const res = await run.runStep(t, step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });

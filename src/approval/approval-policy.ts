@@ -7,7 +7,7 @@ export type ApprovalState = 'pending' | 'approved' | 'denied' | 'expired';
 export type ApprovalDecision = 'approved' | 'denied';
 
 /** The error codes of src/errors.ts a click can be refused with. */
-export type DecideRefusalCode = 'self_approval' | 'not_approver' | 'approval_expired' | 'approval_decided';
+export type DecideRefusalCode = 'self_approval' | 'not_approver' | 'approval_expired' | 'approval_decided' | 'budget_exhausted';
 
 export interface ApprovalPolicy {
   /** Slack user IDs (not names) who may approve or deny host-level steps. */

@@ -6,6 +6,8 @@ export interface AccessPolicy {
   allowedUsers: readonly string[];
   /** User IDs who may approve host-level steps. */
   approvers: readonly string[];
+  /** User IDs who alone may approve a host-level step past the blast-radius budget (a card frozen to them says so). */
+  admins?: readonly string[];
 }
 
 export type Decision = { ok: true } | { ok: false; reason: string };

@@ -54,6 +54,13 @@ export const EnvSchema = z.object({
    * writes Redis cannot change what a worker runs. Every worker of a site needs the same value.
    * Empty: derived from the SSH key files the inventory names.
    */
+  /**
+   * Admins (Slack user IDs): the only ones who may approve a host-level step past the blast-radius
+   * budget. Empty: nobody can lift it.
+   */
+  GPU_MEDIC_ADMINS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+  /** Blast-radius budget: host-level destructive steps (kills, resets, container stops) allowed per host per hour. */
+  GPU_MEDIC_HOST_BUDGET_PER_HOUR: wholeNumber(1, 1000, 3),
   GPU_MEDIC_WORKER_SECRET: z.string().min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)').optional(),
   /** Seconds an approval stays open. At least 5 so a test can watch a card expire; production wants minutes. */
   GPU_MEDIC_APPROVAL_TTL_SEC: wholeNumber(5, 86_400, 900),
@@ -117,6 +124,8 @@ export const SETTING_READERS = {
   GPU_MEDIC_ALLOWED_USERS: 'both',
   GPU_MEDIC_APPROVERS: 'both',
   GPU_MEDIC_WORKER_SECRET: 'worker',
+  GPU_MEDIC_ADMINS: 'both',
+  GPU_MEDIC_HOST_BUDGET_PER_HOUR: 'worker',
   GPU_MEDIC_APPROVAL_TTL_SEC: 'both',
   GPU_MEDIC_TERM_GRACE_SEC: 'worker',
   GPU_MEDIC_RELEASE_TIMEOUT_SEC: 'worker',
@@ -151,6 +160,7 @@ const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
   'GPU_MEDIC_APPROVERS',
   'GPU_MEDIC_HEALTH_FILE',
   'GPU_MEDIC_WORKER_SECRET',
+  'GPU_MEDIC_ADMINS',
   // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".
   'GPU_MEDIC_METRICS_PORT',
 ]);

@@ -44,6 +44,8 @@ export const WORKER_ENV: Record<string, string> = {
   GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
   GPU_MEDIC_POLL_MS: '300',
   GPU_MEDIC_APPROVAL_TTL_SEC: '300',
+  // Many host kills on one host within minutes: the blast-radius budget (default 3 an hour) is not what this rig tests.
+  GPU_MEDIC_HOST_BUDGET_PER_HOUR: '1000',
   // A SIGKILLed worker's job is handed to the next worker after ~2-3 s instead of ~30-60 s.
   GPU_MEDIC_JOB_LOCK_MS: '2000',
   GPU_MEDIC_STALLED_MS: '1000',

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
+import { BlastBudget } from '../../src/approval/blast-budget.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
@@ -26,6 +27,7 @@ import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts
 
 export const REQUESTER = 'U0REQUEST1';
 export const APPROVER = 'U0APPROVE1';
+export const ADMIN = 'U0ADMIN001';
 export const TIMING = { graceMs: 1000, pollIntervalMs: 300, releaseTimeoutMs: 5000, commandTimeoutMs: 10_000 };
 export const TTL_MS = 60_000;
 
@@ -104,6 +106,9 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
         dispatcher,
         approvers: [APPROVER, 'U0APPROVE2'],
         planKey,
+        admins: [ADMIN],
+        // Large: tests about other things never meet the blast-radius budget (budget tests pass their own).
+        budget: new BlastBudget(redis, prefix, { limit: 1000 }),
         approvalTtlMs: TTL_MS,
         timing: TIMING,
         now: () => new Date(Date.now() + rig.clockOffsetMs),
