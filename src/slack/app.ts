@@ -1,5 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import { App, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
+import { App, HTTPReceiver, LogLevel, SocketModeReceiver, webApi } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import { viewMetadata, viewTagOf, type SlackPoster } from './outbox.ts';
@@ -32,6 +32,11 @@ export interface SlackApp {
   stop(): Promise<void>;
 }
 
+/** WebClient's retry after waiting out a 429 (its message, wrapped in a request error): the only retry safe for a post. */
+function isRateLimitRetry(err: Error & { original?: Error }): boolean {
+  return /^A rate limit was exceeded/.test(err.original?.message ?? err.message);
+}
+
 /** 200 messages a page: 10,000 messages of a thread or of the channel since the incident opened. */
 const LOOKUP_MAX_PAGES = 50;
 
@@ -60,9 +65,24 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
     socketReceiver !== null
       ? new App({ token: o.botToken, receiver: socketReceiver, socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
       : new App({ token: o.botToken, receiver: httpReceiver ?? undefined, clientOptions, logger, logLevel: LogLevel.INFO });
+  // chat.postMessage is not idempotent: a retry after a 5xx or a dropped connection can post a
+  // message Slack already has. So posts are retried here only after a 429 (Slack did nothing);
+  // anything else fails the pass, and the outbox, which marked the post before sending, looks
+  // the message up by its metadata before posting it again.
+  // WebClient hands retryConfig to p-retry 4 as is (WebClient.makeRequest), whose onFailedAttempt
+  // stops the retries by throwing; @slack/web-api's RetryOptions type does not list it.
+  const postRetries = {
+    ...clientOptions.retryConfig,
+    onFailedAttempt: (err: Error & { original?: Error }): void => {
+      if (!isRateLimitRetry(err)) throw err;
+    },
+  };
+  const postClient = new webApi.WebClient(o.botToken, { ...clientOptions, retryConfig: postRetries, logger, logLevel: LogLevel.INFO });
+  // Whoever watches the app's client for 429s (metrics) sees the posts' too.
+  postClient.on(webApi.WebClientEvent.RATE_LIMITED, (...args: unknown[]) => app.client.emit(webApi.WebClientEvent.RATE_LIMITED, ...args));
   const poster: SlackPoster = {
     async post(m) {
-      const r = await app.client.chat.postMessage({
+      const r = await postClient.chat.postMessage({
         channel: m.channel,
         text: m.text,
         ...(m.threadTs ? { thread_ts: m.threadTs } : {}),

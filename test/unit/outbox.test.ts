@@ -56,4 +56,20 @@ describe('outbox (real Redis, real WebClient, fake Slack)', () => {
     expect(slack.calls().filter((c) => c.status === 200 && c.method.startsWith('chat.'))).toHaveLength(3);
     expect(await redis.sismember(`${prefix}:dirty`, id)).toBe(0);
   });
+
+  it('a post Slack performed but answered with a 503 is not sent again: the thread holds it once, and its ts is the one Slack kept', async () => {
+    const id = 'inc_20261130_030000_outbox02';
+    await log.create({ id, kind: 'status', requester: 'U0REQUEST1', channel: CH, targets: ['kpro5'], text: 'status kpro5', reason: null, createdAt: '2026-11-30T03:00:00.000Z' });
+    await log.append(id, { type: 'requested', at: '2026-11-30T03:00:00.000Z' });
+    await log.append(id, { type: 'snapshot', at: '2026-11-30T03:00:01.000Z', label: 'status', snapshot: snapshot(), commands: [] });
+    slack.failNext('chat.postMessage', 1, { status: 503, performed: true });
+    // The first sync fails (the answer was lost); the next one finds the message by its metadata.
+    await outbox.sync(id).catch(() => undefined);
+    await outbox.sync(id);
+    const parents = slack.messages(CH).filter((m) => JSON.stringify(m.blocks ?? []).includes(id));
+    expect(parents).toHaveLength(1);
+    const thread = slack.thread(CH, parents[0]!.ts);
+    expect(thread).toHaveLength(2);
+    expect((await log.slackRefs(id)).get('parent')?.ts).toBe(parents[0]!.ts);
+  });
 });

@@ -156,7 +156,8 @@ export interface ResponseUrlPost {
 
 export type Fault =
   | { status: 429; retryAfterSec?: number }
-  | { status: 500 | 502 | 503 | 504; body?: string }
+  /** `performed: true`: Slack did the call (a message is stored) and the answer was lost to a 5xx on the way back. */
+  | { status: 500 | 502 | 503 | 504; body?: string; performed?: boolean }
   /** HTTP 200 with `{ok:false,error}`: a platform error WebClient does not retry. */
   | { error: string };
 
@@ -870,6 +871,10 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
 
   const handleApi = (method: string, body: Json, authHeader: string | undefined): ApiResult => {
     const fault = takeFault(method);
+    if (fault && 'status' in fault && fault.status !== 429 && fault.performed === true) {
+      handleApi(method, body, authHeader);
+      return faultResult(fault);
+    }
     if (fault) return faultResult(fault);
     const handler = methods[method];
     if (!handler) return { status: 200, body: { ok: false, error: 'unknown_method' } };
