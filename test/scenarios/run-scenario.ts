@@ -13,7 +13,7 @@ import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fl
 import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
 import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../harness/stack.ts';
-import { loadScenario, toRegExp, userIds, type Condition, type MachineChange, type Scenario, type Step } from './schema.ts';
+import { loadScenario, toRegExp, userIds, type Condition, type MachineChange, type ProcessChange, type Scenario, type Step } from './schema.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Report shape
@@ -118,7 +118,7 @@ export interface Report {
   /** Final GPU memory per host. */
   gpuMemory: Record<string, GpuMemoryReading[]>;
   /** Processes the scenario started: name → pids and whether each is still alive at the end. */
-  processes: Record<string, { machine: string; kind: 'holder' | 'bystander'; hostPid: number; containerPid: number | null; cmdline: string; alive: boolean }>;
+  processes: Record<string, { machine: string; kind: 'holder' | 'bystander'; hostPid: number; containerPid: number | null; startTime: number; cmdline: string; alive: boolean }>;
   incidents: IncidentReport[];
   /** What each user saw privately: slash-command acks, response_url answers (e.g. click refusals), ephemerals. */
   answers: Array<{ t: number; user: string; via: 'ack' | 'response_url' | 'ephemeral'; text: string }>;
@@ -237,6 +237,7 @@ export class ScenarioRuntime {
     const env: Record<string, string> = { GPU_MEDIC_APPROVERS: approvers.join(',') };
     if (st.approvalTtlSec !== undefined) env.GPU_MEDIC_APPROVAL_TTL_SEC = String(st.approvalTtlSec);
     if (st.termGraceSec !== undefined) env.GPU_MEDIC_TERM_GRACE_SEC = String(st.termGraceSec);
+    if (st.releaseTimeoutSec !== undefined) env.GPU_MEDIC_RELEASE_TIMEOUT_SEC = String(st.releaseTimeoutSec);
     const stack = await startStack({
       fleet: {
         hosts: scenario.fleet.hosts.map((h) => ({
@@ -245,7 +246,14 @@ export class ScenarioRuntime {
           ...(h.site !== undefined ? { site: h.site } : {}),
           ...(h.ram ? { ramTotalGiB: h.ram.totalGiB, ramUsedGiB: h.ram.usedGiB } : {}),
         })),
-        containers: scenario.fleet.containers.map((c) => ({ id: c.id, vmid: c.vmid, host: c.host, ownAddress: c.ownAddress, ...(c.gpus !== undefined ? { gpus: c.gpus } : {}) })),
+        containers: scenario.fleet.containers.map((c) => ({
+          id: c.id,
+          vmid: c.vmid,
+          host: c.host,
+          ownAddress: c.ownAddress,
+          ...(c.gpus !== undefined ? { gpus: c.gpus } : {}),
+          ...(c.init !== undefined ? { initHolds: { gpus: c.init.gpus, ...(c.init.title !== undefined ? { title: c.init.title } : {}) } } : {}),
+        })),
       },
       env,
       tweakInventory: (inv: Inventory) => {
@@ -270,6 +278,10 @@ export class ScenarioRuntime {
   private async setup(): Promise<void> {
     const { fleet } = this.stack;
     const f = this.scenario.fleet;
+    for (const c of f.containers) {
+      const init = c.init === undefined ? null : fleet.initHolder(c.id);
+      if (c.init !== undefined && init !== null) this.processes.set(c.init.name, { kind: 'holder', p: init });
+    }
     await Promise.all([
       ...f.holders.map(async (h) => {
         const p = await fleet.spawnHolder(h.machine, {
@@ -302,6 +314,30 @@ export class ScenarioRuntime {
     if (c.hang !== undefined) await fleet.setHang(c.machine, c.hang);
     if (c.replaceHostKey) await fleet.replaceHostKey(c.machine);
     if (c.stop) await fleet.stopMachine(c.machine);
+    if (c.restart) await fleet.restartContainer(c.machine);
+    if (c.start) await fleet.startMachine(c.machine);
+  }
+
+  /** A mid-run process step: end a named process, or start a new one (optionally on another's PIDs). */
+  async applyProcessChange(c: ProcessChange): Promise<Record<string, unknown>> {
+    const { fleet } = this.stack;
+    if ('end' in c) {
+      const e = this.processes.get(c.end);
+      if (!e) throw new Error(`no process named ${c.end}`);
+      await fleet.endProcess(e.p);
+      return { ended: c.end, hostPid: e.p.hostPid, startTime: e.p.startTime };
+    }
+    const o = c.start;
+    const common = { ...(o.title !== undefined ? { title: o.title } : {}), ...(o.ignoreTerm !== undefined ? { ignoreTerm: o.ignoreTerm } : {}), ...(o.user !== undefined ? { user: o.user } : {}) };
+    let p: FleetProcess;
+    if (o.takePidOf !== undefined) {
+      const old = this.processes.get(o.takePidOf)?.p;
+      if (!old) throw new Error(`no process named ${o.takePidOf}`);
+      p = await fleet.takePid(o.machine, { hostPid: old.hostPid, ...(old.containerPid !== null ? { containerPid: old.containerPid } : {}) }, { ...common, ...(o.gpus ? { gpus: o.gpus } : {}) });
+    } else if (o.gpus) p = await fleet.spawnHolder(o.machine, { ...common, gpus: o.gpus });
+    else p = await fleet.spawnBystander(o.machine, { ...common, title: o.title ?? 'python3' });
+    this.processes.set(o.name, { kind: o.gpus ? 'holder' : 'bystander', p });
+    return { started: o.name, hostPid: p.hostPid, containerPid: p.containerPid, startTime: p.startTime };
   }
 
   userId(name: string): string {
@@ -437,12 +473,13 @@ export class ScenarioRuntime {
     const machines = [...this.scenario.fleet.hosts.map((h) => h.id), ...this.scenario.fleet.containers.map((c) => c.id)];
     const commands: Record<string, CommandReport[]> = {};
     for (const m of machines) commands[m] = fleet.commandLog(m).map((c) => ({ t: rel(c.ts), cmd: c.cmd, via: c.via }));
-    const byPid = new Map<string, string>();
-    for (const [name, { p }] of this.processes) byPid.set(`${p.machine}:${p.hostPid}`, name);
+    // By the fleet's process id, not the PID: a PID taken over by a new process names the new one.
+    const byId = new Map<string, string>();
+    for (const [name, { p }] of this.processes) byId.set(p.id, name);
     const signals = fleet.signals().map((s: SignalRecord): SignalReport => ({
       t: rel(s.ts),
       machine: s.machine,
-      process: byPid.get(`${s.machine}:${s.hostPid}`) ?? null,
+      process: byId.get(s.id) ?? null,
       kind: s.kind,
       hostPid: s.hostPid,
       containerPid: s.containerPid,
@@ -455,7 +492,7 @@ export class ScenarioRuntime {
     for (const h of this.scenario.fleet.hosts) gpuMemory[h.id] = fleet.gpuMemory(h.id);
     const processes: Report['processes'] = {};
     for (const [name, { kind, p }] of this.processes) {
-      processes[name] = { machine: p.machine, kind, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, alive: alive(p.hostPid, p.startTime) };
+      processes[name] = { machine: p.machine, kind, hostPid: p.hostPid, containerPid: p.containerPid, startTime: p.startTime, cmdline: p.cmdline, alive: alive(p.hostPid, p.startTime) };
     }
     const calls = slack.calls().map((c) => slackCall(c, rel(c.at)));
     const ids = await this.stack.redis.zrange(`${this.stack.prefix}:incidents`, 0, -1);
@@ -607,6 +644,12 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
       rep.result = { incidentId: inc.id, reached: ok };
       if (!ok) rep.problem = `waitFor ${describeCondition(step.waitFor)}: not reached within ${timeout} ms`;
     }
+  } else if ('process' in step) {
+    try {
+      rep.result = await rt.applyProcessChange(step.process);
+    } catch (e) {
+      rep.problem = `process step: ${e instanceof Error ? e.message : String(e)}`;
+    }
   } else {
     await rt.applyChange(step.fleet);
     rep.result = { applied: step.fleet };
@@ -670,11 +713,54 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
       out.push({ check: `${user} was answered /${p}/`, ok, detail: ok ? 'found' : `${user} saw: ${mine.map((t) => t.slice(0, 120)).join(' | ') || 'nothing'}` });
     }
   }
+  for (const [n, want] of Object.entries(e.signalCounts ?? {}))
+    for (const [sig, count] of Object.entries(want)) {
+      const have = got(n).filter((x) => x.signal === sig).length;
+      out.push({ check: `${n} got ${sig} ${count} time(s)`, ok: have === count, detail: `got it ${have} time(s)` });
+    }
+  if (e.eachSignalAtMostOnce === true) {
+    const seen = new Map<string, number>();
+    for (const x of r.signals) seen.set(`${x.process ?? `${x.machine}:${x.hostPid}`} ${x.signal}`, (seen.get(`${x.process ?? `${x.machine}:${x.hostPid}`} ${x.signal}`) ?? 0) + 1);
+    const twice = [...seen].filter(([, c]) => c > 1).map(([k, c]) => `${k} ×${c}`);
+    out.push({ check: 'each process got each signal at most once', ok: twice.length === 0, detail: twice.length === 0 ? 'yes' : twice.join(', ') });
+  }
+  for (const [n, want] of Object.entries(e.signalFrom ?? {}))
+    for (const [sig, side] of Object.entries(want)) {
+      const sides = got(n)
+        .filter((x) => x.signal === sig)
+        .map((x) => signalSide(x, r.incidents));
+      out.push({ check: `${n} got ${sig} from the ${side}`, ok: sides.length > 0 && sides.every((x) => x === side), detail: sides.length === 0 ? `never got ${sig}` : `from: ${sides.join(', ')}` });
+    }
+  if (e.noHostKillBeforeApproval === true) {
+    const early: string[] = [];
+    for (const inc of r.incidents) {
+      let approved = false;
+      for (const ev of inc.events) {
+        if (ev.type === 'approval_decided' && ev['decision'] === 'approved') approved = true;
+        if (ev.type === 'command' && ev['on'] === 'host' && (ev['role'] === 'kill' || ev['role'] === 'term') && !approved) early.push(`${inc.id} at ${ev.at}`);
+      }
+    }
+    out.push({ check: 'no host-side signal before an approval', ok: early.length === 0, detail: early.length === 0 ? 'none' : early.join(', ') });
+  }
   if (e.allFinished === true) {
     const open = r.incidents.filter((i) => !i.finished).map((i) => i.id);
     out.push({ check: 'every incident finished', ok: r.incidents.length > 0 && open.length === 0, detail: r.incidents.length === 0 ? 'no incident was opened' : open.length === 0 ? `${r.incidents.length} finished` : `open: ${open.join(', ')}` });
   }
   return out;
+}
+
+/**
+ * Which side sent a signal: a catchable one says it itself (sender PID 0 = outside the receiver's
+ * namespace, the host); a SIGKILL cannot, so the incident log's host-side SIGKILL of that host PID
+ * decides (none: the container's).
+ */
+function signalSide(x: SignalReport, incidents: readonly IncidentReport[]): 'container' | 'host' {
+  if (x.byPid !== null) return x.byPid === 0 ? 'host' : 'container';
+  const hostKill = incidents.some((i) => {
+    const hostSteps = new Set(i.events.filter((ev) => ev.type === 'step_started' && ev['kind'] === 'host_kill').map((ev) => ev['stepId']));
+    return i.events.some((ev) => ev.type === 'signalled' && ev['hostPid'] === x.hostPid && ev['signal'] === 'KILL' && ev['result'] === 'sent' && hostSteps.has(ev['stepId']));
+  });
+  return hostKill ? 'host' : 'container';
 }
 
 /** Runs a scenario (a file path or a parsed scenario) end to end and returns the report. Always stops what it started. */

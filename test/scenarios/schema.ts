@@ -77,6 +77,8 @@ const Container = z
      * from 0 in bus order, and its holders name GPUs in its own numbering. Default: all, same numbers.
      */
     gpus: z.array(z.number().int().min(0).max(15)).min(1).max(16).optional(),
+    /** Its PID 1 is a GPU holder (an application as the container's init), named for expectations. */
+    init: z.lazy(() => InitHolder).optional(),
   })
   .strict();
 
@@ -114,6 +116,8 @@ const Holder = z
 
 const Bystander = z.object({ ...ProcessCommon, title: z.string().min(1).max(200) }).strict();
 
+const InitHolder = z.object({ name: label, title: z.string().min(1).max(200).optional(), gpus: z.array(GpuAlloc).min(1) }).strict();
+
 const Leak = z.object({ host: machineId, gpu: z.number().int().min(0), mib: z.number().int().positive() }).strict();
 
 /** One change to a machine: used in `fleet.faults` (before the first step) and in `fleet:` steps. */
@@ -135,9 +139,35 @@ export const MachineChange = z
     replaceHostKey: z.literal(true).optional(),
     /** A host becomes unreachable; a container stops. */
     stop: z.literal(true).optional(),
+    /** A stopped machine starts again (a container: new init, new PID namespace). */
+    start: z.literal(true).optional(),
+    /** A container stops and starts again: a new PID namespace, its processes gone. */
+    restart: z.literal(true).optional(),
   })
   .strict()
-  .refine((c) => Object.keys(c).length > 1, { message: 'say what changes (hang, ram, gpuError, leak, replaceHostKey or stop)' });
+  .refine((c) => Object.keys(c).length > 1, { message: 'say what changes (hang, ram, gpuError, leak, replaceHostKey, stop, start or restart)' });
+
+/**
+ * One change to a process, mid-run: `end` SIGKILLs a named process from outside (as if it died on
+ * its own) and waits until its PID is free; `start` starts a new named process (a holder when it
+ * has gpus), optionally on the very PIDs (host and container) of an earlier named process.
+ */
+export const ProcessChange = z.union([
+  z.object({ end: label }).strict(),
+  z
+    .object({
+      start: z
+        .object({
+          ...ProcessCommon,
+          gpus: z.array(GpuAlloc).min(1).optional(),
+          /** Take this earlier process's host PID and container PID (it must have ended). */
+          takePidOf: label.optional(),
+        })
+        .strict(),
+    })
+    .strict(),
+]);
+export type ProcessChange = z.output<typeof ProcessChange>;
 
 /** What a step can wait for in an incident's thread. */
 export const Condition = z.union([
@@ -180,8 +210,9 @@ const ClickStep = z
 const WaitStep = z.object({ ...StepCommon, wait: Duration }).strict();
 const WaitForStep = z.object({ ...StepCommon, waitFor: Condition }).strict();
 const FleetStep = z.object({ ...StepCommon, fleet: MachineChange }).strict();
+const ProcessStep = z.object({ ...StepCommon, process: ProcessChange }).strict();
 
-export const Step = z.union([CommandStep, ClickStep, WaitStep, WaitForStep, FleetStep]);
+export const Step = z.union([CommandStep, ClickStep, WaitStep, WaitForStep, FleetStep, ProcessStep]);
 export type Step = z.output<typeof Step>;
 
 /** Checks the report against the story; a failed check is a finding about the bot, not a broken run. */
@@ -203,6 +234,14 @@ const Expect = z
     noCommand: z.record(machineId, regex).optional(),
     /** Every incident finished (has a `finished` event). */
     allFinished: z.boolean().optional(),
+    /** Exact number of times a named process received each signal, e.g. `tp0: { SIGTERM: 1, SIGKILL: 0 }`. */
+    signalCounts: z.record(label, z.record(z.enum(['SIGTERM', 'SIGKILL']), z.number().int().min(0))).optional(),
+    /** No process received the same signal twice. */
+    eachSignalAtMostOnce: z.boolean().optional(),
+    /** Which side sent a named process a signal: `container` (from inside its namespace) or `host`. */
+    signalFrom: z.record(label, z.record(z.enum(['SIGTERM', 'SIGKILL']), z.enum(['container', 'host']))).optional(),
+    /** No host-side signal command ran before a second person approved it, in any incident. */
+    noHostKillBeforeApproval: z.boolean().optional(),
   })
   .strict();
 
@@ -225,6 +264,8 @@ export const ScenarioSchema = z
         /** Approval card lifetime (the bot accepts 30 s at least). */
         approvalTtlSec: z.number().int().min(30).optional(),
         termGraceSec: z.number().int().min(1).optional(),
+        /** Longest wait for GPU memory to come back after signals (GPU_MEDIC_RELEASE_TIMEOUT_SEC). */
+        releaseTimeoutSec: z.number().int().min(1).optional(),
         /** After the last step, how long to wait for every incident to finish and render. Default 20s. */
         settle: Duration.optional(),
       })
@@ -262,6 +303,10 @@ export const ScenarioSchema = z
       }),
     );
     s.fleet.containers.forEach((c, i) => {
+      if (c.init !== undefined) {
+        if (names.has(c.init.name)) bad(['fleet', 'containers', i, 'init', 'name'], `duplicate process name "${c.init.name}"`);
+        names.add(c.init.name);
+      }
       if (!hosts.has(c.host)) bad(['fleet', 'containers', i, 'host'], `unknown host "${c.host}"`);
       if (c.sshUser !== undefined && !c.ownAddress) bad(['fleet', 'containers', i, 'sshUser'], 'sshUser needs ownAddress: true');
     });
@@ -280,15 +325,26 @@ export const ScenarioSchema = z
         ids.add(st.id);
       }
       if ('fleet' in st && !machines.has(st.fleet.machine)) bad(['steps', i, 'fleet', 'machine'], `unknown machine "${st.fleet.machine}"`);
+      if ('process' in st) {
+        const pc = st.process;
+        if ('end' in pc && !names.has(pc.end)) bad(['steps', i, 'process', 'end'], `no earlier process is named "${pc.end}"`);
+        if ('start' in pc) {
+          if (!machines.has(pc.start.machine)) bad(['steps', i, 'process', 'start', 'machine'], `unknown machine "${pc.start.machine}"`);
+          if (pc.start.takePidOf !== undefined && !names.has(pc.start.takePidOf)) bad(['steps', i, 'process', 'start', 'takePidOf'], `no earlier process is named "${pc.start.takePidOf}"`);
+          if (names.has(pc.start.name)) bad(['steps', i, 'process', 'start', 'name'], `duplicate process name "${pc.start.name}"`);
+          names.add(pc.start.name);
+        }
+      }
     });
     for (const u of Object.keys(s.expect?.answers ?? {})) if (!users.includes(u)) bad(['expect', 'answers', u], `unknown user "${u}"`);
-    for (const n of [...(s.expect?.signalled ?? []), ...(s.expect?.notSignalled ?? [])])
+    for (const n of [...(s.expect?.signalled ?? []), ...(s.expect?.notSignalled ?? []), ...Object.keys(s.expect?.signalCounts ?? {}), ...Object.keys(s.expect?.signalFrom ?? {})])
       if (!names.has(n)) bad(['expect'], `unknown process name "${n}"`);
   });
 
 export type Scenario = z.output<typeof ScenarioSchema>;
 export type ScenarioInput = z.input<typeof ScenarioSchema>;
 export type MachineChange = z.output<typeof MachineChange>;
+export type GpuAllocation = z.output<typeof GpuAlloc>;
 
 /** Slack user ids by name (list form: `alice` → `U0ALICE`). */
 export function userIds(s: Scenario): Record<string, string> {

@@ -128,3 +128,40 @@ scenario('s9-', (get) => {
     expect(r.gpuMemory.kpro5?.map((g) => g.usedMiB)).toEqual([12000, 0, 0, 0, 0, 0, 0, 0]);
   }, 120_000);
 });
+
+scenario('s10-', (get) => {
+  it('the newcomer on the reused PIDs survives with no signal, the host kill said "PID reused", and the report tells them apart by start time', async () => {
+    const r = await get();
+    const [old, fresh] = [r.processes.tp1, r.processes.newcomer];
+    expect([fresh?.hostPid, fresh?.containerPid]).toEqual([old?.hostPid, old?.containerPid]);
+    expect(fresh?.startTime).not.toBe(old?.startTime);
+    expect(fresh?.alive).toBe(true);
+    expect(signalsOf(r, 'newcomer')).toEqual([]);
+    const kill = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e['signal'] === 'KILL');
+    expect(kill.map((e) => [e['hostPid'], e['startTimeTicks'], e['result']])).toEqual([[old?.hostPid, old?.startTime, 'skipped']]);
+    expect(String(kill[0]?.['reason'])).toMatch(/^PID reused/);
+  }, 120_000);
+});
+
+scenario('s11-', (get) => {
+  it('no card and no signal for a container whose init holds the GPU; the container still runs', async () => {
+    const r = await get();
+    expect(r.processes.server?.containerPid).toBe(1);
+    expect(r.processes.server?.alive).toBe(true);
+    expect(r.processes.shell?.alive).toBe(true);
+    expect(approvalEvents(r)).toEqual([]);
+    expect(r.signals).toEqual([]);
+    expect(r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'command' && (e['role'] === 'kill' || e['role'] === 'term'))).toEqual([]);
+  }, 120_000);
+});
+
+scenario('s12-', (get) => {
+  it('after a restart nothing is signalled: the planned process is gone and the new job is untouched', async () => {
+    const r = await get();
+    expect(r.processes.tp3?.alive).toBe(false);
+    expect(r.processes.fresh?.alive).toBe(true);
+    expect(r.signals).toEqual([]);
+    const sent = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e['result'] === 'sent');
+    expect(sent).toEqual([]);
+  }, 120_000);
+});

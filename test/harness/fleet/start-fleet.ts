@@ -414,6 +414,8 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     async restartContainer(containerId) {
       const c = ctOf(containerId);
       await stopContainer(c);
+      // Its processes died with it: seen gone (and not reported as signals) before new ones count.
+      await Promise.all(procs.list().filter((p) => p.machine === containerId).map((p) => p.exited));
       procs.unquietMachine(containerId);
       await bootContainer(c);
     },
@@ -426,6 +428,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       }
       const c = ctOf(machineId);
       if (c.running !== null) return;
+      await Promise.all(procs.list().filter((p) => p.machine === machineId).map((p) => p.exited));
       procs.unquietMachine(machineId);
       await bootContainer(c);
     },
