@@ -12,8 +12,8 @@ import { Writable } from 'node:stream';
 import { ApprovalStore } from '../../../src/approval/approval-store.ts';
 import { runIncidentsCommand } from '../../../src/cli/incidents-command.ts';
 import { blockActionPayload, sendInteraction } from '../../harness/slack/signed-request.ts';
-import type { StoredMessage } from '../../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../../harness/stack.ts';
+import { buttonsOf } from '../unstick-rig.ts';
 import { checker, emptyFigures, pollUntil, sleep, type Figures } from '../lib/figures.ts';
 import { startSentinelSet, type SentinelSet } from '../lib/redis-sentinel.ts';
 import { settleThread } from '../lib/threads.ts';
@@ -31,17 +31,6 @@ export interface FailoverOptions {
   /** Commands sent while the sentinels fail over. */
   duringFailover: number;
 }
-
-interface Button {
-  action_id: string;
-  value: string;
-}
-const buttonsOf = (m: StoredMessage | undefined): Button[] => {
-  const out: Button[] = [];
-  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
-    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
-  return out;
-};
 
 export async function failover(o: FailoverOptions): Promise<Figures & { failoversSurvived: number; failoverMs: number[] }> {
   const f = { ...emptyFigures(), failoversSurvived: 0, failoverMs: [] as number[] };
