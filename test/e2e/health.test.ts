@@ -62,7 +62,8 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
     const file = join(dir, 'worker.json');
     const w = startProcess('worker', { REDIS_URL: redis.url, GPU_MEDIC_PREFIX: 'health-test', GPU_MEDIC_HEALTH_FILE: file });
     try {
-      const ok = await healthUntil('worker', file, (h) => h.code === 0);
+      // The first beat waits for the process to start (tsx compile): seconds on a loaded machine.
+      const ok = await healthUntil('worker', file, (h) => h.code === 0, 90_000);
       expect(ok.line).toMatch(new RegExp(`^worker \\(pid ${w.child.pid}\\) ok \\(\\d+ s ago\\): redis, queues$`));
 
       await redis.stop('term');
@@ -87,7 +88,7 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
       w.child.kill('SIGKILL');
       await w.gone;
     }
-  });
+  }, 180_000);
 
   describe('bot in Socket Mode', () => {
     let slack: FakeSlack;
@@ -110,7 +111,7 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
         SLACK_API_URL: slack.apiUrl,
       });
       try {
-        const ok = await healthUntil('bot', file, (h) => h.code === 0);
+        const ok = await healthUntil('bot', file, (h) => h.code === 0, 90_000);
         expect(ok.line).toMatch(/^bot \(pid \d+\) ok \(\d+ s ago\): redis, outbox, slack$/);
         expect(socket.connectedCount()).toBe(1);
 
@@ -130,6 +131,6 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
         b.child.kill('SIGKILL');
         await b.gone;
       }
-    });
+    }, 180_000);
   });
 });
