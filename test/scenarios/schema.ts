@@ -235,11 +235,11 @@ const Expect = z
     /** Every incident finished (has a `finished` event). */
     allFinished: z.boolean().optional(),
     /** Exact number of times a named process received each signal, e.g. `tp0: { SIGTERM: 1, SIGKILL: 0 }`. */
-    signalCounts: z.record(label, z.record(z.enum(['SIGTERM', 'SIGKILL']), z.number().int().min(0))).optional(),
+    signalCounts: z.record(label, z.partialRecord(z.enum(['SIGTERM', 'SIGKILL']), z.number().int().min(0))).optional(),
     /** No process received the same signal twice. */
     eachSignalAtMostOnce: z.boolean().optional(),
     /** Which side sent a named process a signal: `container` (from inside its namespace) or `host`. */
-    signalFrom: z.record(label, z.record(z.enum(['SIGTERM', 'SIGKILL']), z.enum(['container', 'host']))).optional(),
+    signalFrom: z.record(label, z.partialRecord(z.enum(['SIGTERM', 'SIGKILL']), z.enum(['container', 'host']))).optional(),
     /** No host-side signal command ran before a second person approved it, in any incident. */
     noHostKillBeforeApproval: z.boolean().optional(),
   })
