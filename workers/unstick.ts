@@ -103,7 +103,12 @@ class IncidentRun {
     return this.deps.now().toISOString();
   }
 
+  /** Appends to the incident's log while this attempt holds its job's fence; a superseded attempt's events go to the process log only. */
   async append(e: AnyEvent): Promise<void> {
+    if (!(await this.current())) {
+      this.logger.warn({ event: e.type }, 'a later attempt of this job holds the fence: this attempt writes nothing more to the incident');
+      return;
+    }
     await this.deps.log.append(this.incidentId, e);
   }
 
@@ -452,6 +457,8 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
   if (!tier1) return run.next(t, meta, first, before);
 
   const res = await run.runStep(t, tier1, { gpus: r0.host.snapshot.gpus, apps: r0.host.snapshot.processes });
+  // Superseded meanwhile (stalled, and a later attempt took over): that attempt carries on, this one stops.
+  if (!(await run.current())) return;
   const r1 = await run.read(t, 'after');
   if (!r1) {
     await run.error('machine_error', `the container step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\` before anything else.`);
@@ -571,6 +578,8 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
   // The step re-checks everything it acts on; the last host snapshot only sets the release baseline.
   const hostSnap = [...events].reverse().find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
   const res = await run.runStep(t, step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });
+  // Superseded meanwhile (stalled, and a later attempt took over): that attempt carries on, this one stops.
+  if (!(await run.current())) return;
   const r1 = await run.read(t, 'after');
   if (!r1) {
     await run.error('machine_error', `the approved step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\`.`);

@@ -6,6 +6,7 @@
  * step itself, and no process is signalled twice. Real fleet, SSH and Redis (rig.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StepGuard } from '../../src/playbooks/step-guard.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
@@ -132,4 +133,48 @@ describe('two attempts of one decision job', () => {
     expect(ofType(ev, 'finished')).toHaveLength(1);
     expect(await rig.lock.holder('ct129')).toBeNull();
   }, 60_000);
+
+  it('the first stalls mid-step (no heartbeat) and wakes after the second took over: it runs nothing more and writes nothing after the end', async () => {
+    const { id, holder, approvalId, stepId } = await approvedCard(3);
+    const jobId = `${id}-decision-${approvalId}`;
+    /** Attempt 1's view of Redis: its heartbeat stops once it stalls (what a blocked event loop does). */
+    class Stalling extends StepGuard {
+      stalled = false;
+      override async beat(attempt: string, ttlMs: number): Promise<void> {
+        if (!this.stalled) await super.beat(attempt, ttlMs);
+      }
+    }
+    const guard = new Stalling(rig.redis, rig.prefix);
+    let wake: () => void = () => undefined;
+    const woken = new Promise<void>((r) => {
+      wake = r;
+    });
+    const stall: Executor = {
+      async exec(route, spec) {
+        if (!guard.stalled && (await rig.steps.stepState(id, stepId)).state === 'claimed') {
+          guard.stalled = true;
+          await woken;
+        }
+        return ex.exec(route, spec);
+      },
+      close: async () => undefined,
+    };
+    const job = { kind: 'decision' as const, incidentId: id, approvalId };
+    const first = runDecisionJob(job, rig.deps({ inventory: asFleetuser(), executor: stall, steps: guard, workerId: `h:1:${jobId}:1`, jobId, aliveMs: 600 }));
+    await expect.poll(() => guard.stalled, { timeout: 20_000 }).toBe(true);
+    await runDecisionJob(job, rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId, aliveMs: 600 }));
+    let ev = await rig.events(id);
+    expect(signalsOf(holder)).toEqual(['SIGKILL']);
+    expect(ofType(ev, 'finished')).toHaveLength(1);
+    expect(await rig.lock.holder('ct129')).toBeNull();
+    const n = ev.length;
+    wake();
+    await first;
+    ev = await rig.events(id);
+    // Woken, it found the fence taken: no command, no signal, not a line more in the incident.
+    expect(signalsOf(holder)).toEqual(['SIGKILL']);
+    expect(ev).toHaveLength(n);
+    expect(ev.at(-1)?.type).toBe('finished');
+    expect(rig.logText()).toMatch(/a later attempt of this job/);
+  }, 90_000);
 });
