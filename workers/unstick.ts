@@ -15,6 +15,7 @@ import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
 import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
 import { planUnstick, restrictStep, stepCommands, stepHash, type Step, type StepTarget } from '../src/playbooks/unstick-plan.ts';
+import { approvalCardFits } from '../src/render/unstick.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
 import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
@@ -143,7 +144,9 @@ class IncidentRun {
 
   plan(t: Target, d: Diagnosis) {
     const { graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs } = this.deps.timing;
-    return planUnstick(d, { incidentId: this.incidentId, vmid: t.container.vmid, graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs });
+    // A host kill too big for one approval card is planned as one card-sized step per batch.
+    const fitsCard = (s: Step): boolean => approvalCardFits(s, t.host.id, t.container.vmid);
+    return planUnstick(d, { incidentId: this.incidentId, vmid: t.container.vmid, graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs, fitsCard });
   }
 
   /** The name attempts of this job share in the fence: the BullMQ job id (a direct call: this attempt alone). */

@@ -4,6 +4,7 @@ import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { queryComputeApps } from './commands.ts';
+import { splitForCards } from '../render/batches.ts';
 import { signalCommand, type SignalName, type SignalSide } from './signal/template.ts';
 import { GPU_UUID, assertSafeArgv, gpuReset, hostGpuApps, hostGpuByUuid, persistenceMode, readProcs, setPersistence } from './unstick-commands.ts';
 
@@ -103,6 +104,12 @@ export interface PlanOptions {
   pollIntervalMs?: number;
   /** Per-command timeout. Default 15 s. */
   commandTimeoutMs?: number;
+  /**
+   * Whether one approval card can show every target and command of a tier-2 step (the caller
+   * passes src/render/unstick.ts `approvalCardFits`). A host-level kill that does not fit is planned
+   * as several steps, one card each, so each card is exactly what its button runs. Default: one step.
+   */
+  fitsCard?: (step: Step) => boolean;
 }
 
 export const DEFAULT_GRACE_MS = 10_000;
@@ -270,23 +277,35 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
   }
 
   const host = targetsOf(d.gpus, 'host');
+  const hostKillStep = (batch: StepTarget[], part: string): Step => ({
+    id: stepId(o.incidentId, 'host_kill', batch.map(processKey)),
+    tier: 2,
+    kind: 'host_kill',
+    machineId: d.host,
+    targets: batch,
+    gpus: [],
+    commands: stepCommands('host_kill', batch, [], t),
+    explanation:
+      `On ${d.host} itself, SIGKILL ${batch.length === 1 ? 'this process' : `these ${batch.length} processes`} of ${d.target} by host PID ` +
+      `(not through \`pct exec\`: that enters the container's PID namespace, where its init ignores signals). ` +
+      `Just before, each one is re-checked: same PID and start time, still in ${d.target}'s PID namespace, still holding GPU memory; ` +
+      `then one command on ${d.host} checks each again and signals it through a pidfd, so a PID that changed hands is never signalled; ` +
+      `any that changed is skipped and reported. Needs a second person's approval.${part}`,
+    ...timing,
+  });
   if (host.length > 0) {
-    steps.push({
-      id: stepId(o.incidentId, 'host_kill', host.map(processKey)),
-      tier: 2,
-      kind: 'host_kill',
-      machineId: d.host,
-      targets: host,
-      gpus: [],
-      commands: stepCommands('host_kill', host, [], t),
-      explanation:
-        `On ${d.host} itself, SIGKILL ${host.length === 1 ? 'this process' : `these ${host.length} processes`} of ${d.target} by host PID ` +
-        `(not through \`pct exec\`: that enters the container's PID namespace, where its init ignores signals). ` +
-        `Just before, each one is re-checked: same PID and start time, still in ${d.target}'s PID namespace, still holding GPU memory; ` +
-        `then one command on ${d.host} checks each again and signals it through a pidfd, so a PID that changed hands is never signalled; ` +
-        `any that changed is skipped and reported. Needs a second person's approval.`,
-      ...timing,
-    });
+    const fits = o.fitsCard;
+    const batches = fits === undefined ? [host] : splitForCards(host, (b) => fits(hostKillStep([...b], ' (part 99 of 99 …)')));
+    batches.forEach((batch, i) =>
+      steps.push(
+        hostKillStep(
+          batch,
+          batches.length > 1
+            ? ` This is part ${i + 1} of ${batches.length}: ${host.length} processes are more than one card can show, so each card approves only the processes it lists.`
+            : '',
+        ),
+      ),
+    );
   }
 
   // A reset names the GPU by its UUID (from the host's own view), never by an index that may name another GPU by run time.

@@ -9,6 +9,7 @@ import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';
 import { snapshotViews, type MessageView } from './status.ts';
 import { clipChars, code, codeLine, mention, rich, text as esc } from './escape.ts';
+export { splitForCards } from './batches.ts';
 import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 
@@ -156,50 +157,6 @@ const CARD_TAIL_BLOCKS = 3;
  */
 export function approvalCardFits(step: Step, host: string, vmid: number): boolean {
   return cardBody(cardParts(step, host, vmid)).length + CARD_TAIL_BLOCKS <= BLOCKS_PER_MESSAGE;
-}
-
-/**
- * Splits targets into batches that each fit one approval card (`fits` says whether a batch does,
- * e.g. by planning its step and calling `approvalCardFits`): the whole list if it fits; else one
- * batch per GPU (by the first GPU a target holds), neighbouring GPUs merged while they fit; a GPU
- * whose targets alone do not fit is cut into consecutive runs. Every target lands in exactly one
- * batch, in input order within it. Pure.
- */
-export function splitForCards<T extends { gpus: ReadonlyArray<{ index: number | null; uuid: string | null }> }>(
-  targets: readonly T[],
-  fits: (batch: readonly T[]) => boolean,
-): T[][] {
-  if (targets.length === 0) return [];
-  if (fits(targets)) return [[...targets]];
-  const groups = new Map<string, T[]>();
-  for (const t of targets) {
-    const g = t.gpus[0];
-    const key = g ? (g.uuid ?? `index:${g.index ?? '?'}`) : 'none';
-    groups.set(key, [...(groups.get(key) ?? []), t]);
-  }
-  const runs: T[][] = [];
-  for (const group of groups.values()) {
-    if (fits(group)) {
-      runs.push(group);
-      continue;
-    }
-    let cur: T[] = [];
-    for (const t of group) {
-      if (cur.length > 0 && !fits([...cur, t])) {
-        runs.push(cur);
-        cur = [];
-      }
-      cur.push(t);
-    }
-    if (cur.length > 0) runs.push(cur);
-  }
-  const out: T[][] = [];
-  for (const run of runs) {
-    const last = out[out.length - 1];
-    if (last && fits([...last, ...run])) out[out.length - 1] = [...last, ...run];
-    else out.push(run);
-  }
-  return out;
 }
 
 function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[], requester: string): MessageView {
