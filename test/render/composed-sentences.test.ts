@@ -9,24 +9,25 @@ import { verdictOf, type StepHistory } from '../../src/gpu/verdict.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
-import { CT129_INIT, CT129_NS, CT131_JOB, app, gpus, readings } from '../unstick/seed-fleet.ts';
+import { CT129_NS, CT131_JOB, TP2, app, gpus, readings } from '../unstick/seed-fleet.ts';
 import { diagnoseWith, s3 } from '../unstick/scenarios.ts';
 
 const AT = '2026-11-30T09:20:00.000Z';
 const meta: IncidentMeta = { id: 'inc_20261130_092000_k3x9q2', kind: 'unstick', requester: 'U0ALICE', channel: 'C0GPUOPS', targets: ['ct129'], text: '', reason: null, createdAt: AT };
 
-function initLeft(): Diagnosis {
-  const init = s3().gpus[0]?.holders[0]?.process;
-  if (!init) throw new Error('fixture');
+/** S3 after tier 1 failed to stop TP2 (a non-init process): only a host-level kill can free GPU 2. */
+function tp2Left(): Diagnosis {
+  const tp2 = s3().gpus[2]?.holders[0]?.process;
+  if (!tp2) throw new Error('fixture');
   return diagnoseWith(
-    { gpus: gpus({ 0: 96_413 }), apps: [app(CT129_INIT, 0, 96_413)], procs: readings([CT129_INIT.pid], [CT129_INIT]), targetPidNs: CT129_NS },
+    { gpus: gpus({ 2: 96_417 }), apps: [app(TP2, 2, 96_417)], procs: readings([TP2.pid], [TP2]), targetPidNs: CT129_NS },
     { holders: [], procs: [] },
-    { containerFailed: [{ process: init, reason: 'kill: (1): Operation not permitted' }] },
+    { containerFailed: [{ process: tp2, reason: 'kill: (63): Operation not permitted' }] },
   );
 }
 
 function verdictView(steps: StepHistory[]) {
-  const verdict = verdictOf(s3(), initLeft(), { steps, approvers: ['U0BOB', 'U0CAROL'], requester: 'U0ALICE' });
+  const verdict = verdictOf(s3(), tp2Left(), { steps, approvers: ['U0BOB', 'U0CAROL'], requester: 'U0ALICE' });
   const events: UnstickLoggedEvent[] = [
     { type: 'requested', at: AT, id: '1-0' },
     { type: 'verdict', at: AT, verdict, id: '1-1' },
@@ -38,7 +39,7 @@ function verdictView(steps: StepHistory[]) {
 
 describe('the verdict advice renders gpu-medic’s mentions and commands once', () => {
   it('after a denial: <@U0BOB> and <@U0CAROL> are mentions (not &lt;@…&gt;), /gpu unstick is a code span', () => {
-    const shown = verdictView([{ kind: 'host_kill', outcome: 'denied', by: 'U0BOB', hostPids: [CT129_INIT.pid], gpuHostIndexes: [], message: null }]);
+    const shown = verdictView([{ kind: 'host_kill', outcome: 'denied', by: 'U0BOB', hostPids: [TP2.pid], gpuHostIndexes: [], message: null }]);
     for (const s of [shown.text, shown.blocks]) {
       expect(s).toContain('that kill was denied by <@U0BOB>');
       expect(s).toContain('ask another approver (<@U0CAROL>) to approve a new `/gpu unstick ct129`');
@@ -48,7 +49,7 @@ describe('the verdict advice renders gpu-medic’s mentions and commands once', 
   });
 
   it('machine text inside the advice (a step message) stays inert: no mention, no link, no formatting', () => {
-    const shown = verdictView([{ kind: 'host_kill', outcome: 'failed', by: null, hostPids: [CT129_INIT.pid], gpuHostIndexes: [], message: 'skipped <!channel> <@U0EVIL> *x* `y`' }]);
+    const shown = verdictView([{ kind: 'host_kill', outcome: 'failed', by: null, hostPids: [TP2.pid], gpuHostIndexes: [], message: 'skipped <!channel> <@U0EVIL> *x* `y`' }]);
     for (const s of [shown.text, shown.blocks]) {
       expect(s).not.toContain('<!channel>');
       expect(s).not.toContain('<@U0EVIL>');
