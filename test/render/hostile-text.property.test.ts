@@ -83,11 +83,13 @@ function snapshot(machineId: string, view: 'host' | 'container', h: Hostile): Ma
     view,
     takenAt: AT,
     gpus: [0, 1].map((index) => ({ index, name: h.name, busId: null, uuid: `GPU-${index}`, memoryUsedMiB: 40_000, memoryTotalMiB: 81_559, utilizationPct: 0 })),
-    processes: [{ gpuIndex: 0, gpuUuid: 'GPU-0', pid: 4242, type: 'C', name: h.name, usedMiB: 40_000 }],
+    // Enough processes on GPU 0 that its cell says "+N more" and the full list follows in its own message.
+    processes: Array.from({ length: 40 }, (_, i) => ({ gpuIndex: 0, gpuUuid: 'GPU-0', pid: 4242 + i, type: 'C', name: `${h.name} ${h.cmdline}`, usedMiB: 1_000 })),
     holders: [{ device: '/dev/nvidia0', pid: 63, user: h.user, access: 'F...m', command: h.name }],
     kernelMounts: [],
     ram: { totalBytes: 449 * GIB, usedBytes: 440 * GIB, availableBytes: null },
     gpuError: { kind: 'gpu_lost', message: h.error, busId: null },
+    holdersError: h.detail,
   };
 }
 
@@ -228,7 +230,9 @@ describe('machine and user text is data, never markup, in every renderer', () =>
     fc.assert(
       fc.property(hostiles, (h) => {
         const m = meta('status', h, ['ct129']);
-        expect(check(renderIncident(m, statusEvents(h, ['ct129'])))).toEqual([]);
+        const views = renderIncident(m, statusEvents(h, ['ct129']));
+        expect(views.some((v) => v.key.endsWith(':processes'))).toBe(true);
+        expect(check(views)).toEqual([]);
       }),
       RUNS,
     );
