@@ -4,7 +4,7 @@ import type { Inventory } from '../src/config/inventory.ts';
 import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config/machines.ts';
 import { isStuck, type ContainerFailure, type Diagnosis } from '../src/gpu/diagnose.ts';
 import type { Gpu, GpuProcess } from '../src/gpu/types.ts';
-import { adviceOf, verdictOf, type Verdict } from '../src/gpu/verdict.ts';
+import { adviceOf, isGreen, verdictOf, type Verdict } from '../src/gpu/verdict.ts';
 import { verdictContextOf, type KnownDecision } from '../src/incident/verdict-context.ts';
 import { joinRich, say, user, type Rich } from '../src/render/rich.ts';
 import type { AnyEvent, AnyLoggedEvent } from '../src/incident/all-events.ts';
@@ -241,7 +241,7 @@ class IncidentRun {
       return;
     }
     if (verdict) await this.append({ type: 'verdict', at: this.at(), verdict });
-    const o = outcome ?? (verdict === null ? 'failed' : verdict.kind === 'recovered' || verdict.kind === 'nothing_stuck' ? 'ok' : verdict.kind === 'partially_recovered' ? 'partial' : 'failed');
+    const o = outcome ?? (verdict === null ? 'failed' : isGreen(verdict) ? 'ok' : verdict.kind === 'partially_recovered' ? 'partial' : 'failed');
     const created = meta ? Date.parse(meta.createdAt) : NaN;
     const durationMs = Number.isFinite(created) ? Math.max(0, this.deps.now().getTime() - created) : 0;
     await this.append({ type: 'finished', at: this.at(), outcome: o, durationMs });

@@ -1,6 +1,6 @@
 import type { types } from '@slack/bolt';
 import type { Diagnosis } from '../gpu/diagnose.ts';
-import type { Verdict } from '../gpu/verdict.ts';
+import { isGreen, type Verdict } from '../gpu/verdict.ts';
 import { SIGNAL_SCRIPT } from '../playbooks/signal/template.ts';
 import { READ_PROCS_SCRIPT } from '../playbooks/unstick-commands.ts';
 import type { Step } from '../playbooks/unstick-plan.ts';
@@ -236,7 +236,7 @@ const NOW_TEXT: Record<'read' | 'in_error' | 'missing', string | null> = { read:
  */
 function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
   const v: Verdict = e.verdict;
-  const icon = v.kind === 'recovered' || v.kind === 'nothing_stuck' ? ':white_check_mark:' : v.kind === 'partially_recovered' ? ':large_yellow_circle:' : ':red_circle:';
+  const icon = isGreen(v) ? ':white_check_mark:' : v.kind === 'partially_recovered' ? ':large_yellow_circle:' : ':red_circle:';
   const heading = `${icon} *${v.title}* · ${fmt(v.totalFreedMiB)} MiB freed`;
   const header = ['GPU', `Held by ${target}`, 'Left', 'Freed', 'GPU in use before → after', 'Now'];
   const num = (n: number | null | undefined): string => (n === null || n === undefined ? '?' : fmt(n));
