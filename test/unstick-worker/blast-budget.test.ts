@@ -11,7 +11,7 @@ import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { ADMIN, APPROVER, inventoryOf, ofType, startRig, type Rig } from './rig.ts';
+import { ADMIN, APPROVER, fleetuserInventory, ofType, startRig, type Rig } from './rig.ts';
 
 let rig: Rig;
 let ex: Executor;
@@ -36,9 +36,7 @@ afterAll(async () => {
 
 const deps = () =>
   rig.deps({
-    inventory: inventoryOf(rig.fleet, (inv) => {
-      for (const c of inv.containers) c.user = 'fleetuser';
-    }),
+    inventory: fleetuserInventory(rig.fleet, ['ct129', 'ct131']),
     executor: ex,
     budget,
   });

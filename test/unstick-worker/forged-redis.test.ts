@@ -15,7 +15,7 @@ import { findMachine, hostRouteFor, routeFor } from '../../src/config/machines.t
 import { diagnoseReadings, readTarget } from '../../src/playbooks/unstick-readings.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { APPROVER, REQUESTER, inventoryOf, ofType, procStart, startRig, type Rig } from './rig.ts';
+import { APPROVER, REQUESTER, fleetuserInventory, ofType, procStart, startRig, type Rig } from './rig.ts';
 
 let rig: Rig;
 let ex: Executor;
@@ -43,12 +43,7 @@ afterAll(async () => {
   await rig?.stop();
 }, 60_000);
 
-/** The container login is not root: its root-owned GPU jobs need the host (S3). */
-const asFleetuser = () =>
-  inventoryOf(rig.fleet, (inv) => {
-    const c = inv.containers.find((x) => x.id === 'ct129');
-    if (c) c.user = 'fleetuser';
-  });
+const asFleetuser = () => fleetuserInventory(rig.fleet);
 
 function assertNothingOutsideTheBound(): void {
   expect(rig.fleet.signals().filter((s) => !allowed.has(s.hostPid))).toEqual([]);

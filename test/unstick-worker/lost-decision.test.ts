@@ -16,7 +16,7 @@ import type { Executor } from '../../src/ssh/types.ts';
 import { sweepDecisions } from '../../workers/decision-sweep.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import { captureLogger } from '../harness/capture-logger.ts';
-import { APPROVER, inventoryOf, ofType, startRig, type Rig } from './rig.ts';
+import { APPROVER, fleetuserInventory, ofType, startRig, type Rig } from './rig.ts';
 
 let rig: Rig;
 let ex: Executor;
@@ -37,11 +37,7 @@ afterAll(async () => {
   await rig?.stop();
 }, 60_000);
 
-const asFleetuser = () =>
-  inventoryOf(rig.fleet, (inv) => {
-    const c = inv.containers.find((x) => x.id === 'ct129');
-    if (c) c.user = 'fleetuser';
-  });
+const asFleetuser = () => fleetuserInventory(rig.fleet);
 
 describe('a decision whose job could not be queued', () => {
   it('is still executed, exactly once: the click says recorded, a retry click says already approved, the sweep queues one job, the kill runs once', async () => {

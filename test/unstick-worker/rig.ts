@@ -66,6 +66,13 @@ export function inventoryOf(fleet: Fleet, tweak?: (inv: Inventory) => void): Inv
   return v.inventory;
 }
 
+/** The inventory with these containers logged into as the non-root `fleetuser`: their root-owned GPU jobs need the host (S3). */
+export function fleetuserInventory(fleet: Fleet, ids: readonly string[] = ['ct129']): Inventory {
+  return inventoryOf(fleet, (inv) => {
+    for (const c of inv.containers) if (ids.includes(c.id)) c.user = 'fleetuser';
+  });
+}
+
 export async function startRig(spec: FleetSpec): Promise<Rig> {
   const fleet = await startFleet(spec);
   const inventory = inventoryOf(fleet);

@@ -11,7 +11,7 @@ import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { APPROVER, inventoryOf, ofType, startRig, type Rig } from './rig.ts';
+import { APPROVER, fleetuserInventory, ofType, startRig, type Rig } from './rig.ts';
 
 let rig: Rig;
 let ex: Executor;
@@ -26,11 +26,7 @@ afterAll(async () => {
   await rig?.stop();
 }, 60_000);
 
-const asFleetuser = () =>
-  inventoryOf(rig.fleet, (inv) => {
-    const c = inv.containers.find((x) => x.id === 'ct129');
-    if (c) c.user = 'fleetuser';
-  });
+const asFleetuser = () => fleetuserInventory(rig.fleet);
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
