@@ -54,7 +54,7 @@ export function recordedPids(dir: string): PidRecord[] {
   return out;
 }
 
-export function isSame(p: PidRecord): boolean {
+export function isSame(p: Pick<PidRecord, 'pid' | 'startTime'>): boolean {
   return procStartTime('/proc', p.pid) === p.startTime;
 }
 

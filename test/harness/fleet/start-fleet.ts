@@ -305,7 +305,7 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   const stopContainer = async (c: CtRt) => {
     if (c.running === null) return;
     procs.quietMachine(c.spec.id);
-    killQuietly(c.running.initHostPid);
+    if (isSame({ pid: c.running.initHostPid, startTime: c.running.initStartTime })) killQuietly(c.running.initHostPid);
     await c.running.exited;
     await waitGone([c.running.initHostPid], 5000);
     removeContainerCgroup(c.cgroup);
@@ -405,7 +405,8 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     },
 
     async endProcess(p) {
-      killQuietly(p.hostPid);
+      // By PID and start time: its PID may already belong to someone else (PIDs wrap at pid_max).
+      if (isSame({ pid: p.hostPid, startTime: p.startTime })) killQuietly(p.hostPid);
       await p.exited;
       const left = await waitGone([p.hostPid], 5000);
       if (left.length > 0) throw new Error(`fleet: ${p.id} (PID ${p.hostPid}) still there after SIGKILL`);
@@ -561,7 +562,8 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     async stop() {
       procs.stopAll();
       await Promise.all([...cts.values()].map(stopContainer));
-      for (const p of procs.list()) killQuietly(p.hostPid);
+      // Only those still the same process: a dead one's PID may be reused by another test's process by now.
+      for (const p of procs.list()) if (isSame({ pid: p.hostPid, startTime: p.startTime })) killQuietly(p.hostPid);
       await Promise.all([...hosts.values()].map(async (h) => h.sshd?.stop()));
       const left = await killFleetProcesses(dir);
       await removeRecordedCgroups(dir);
