@@ -1,4 +1,5 @@
 import type { types } from '@slack/bolt';
+import type { DecideRefusalCode } from '../approval/approval-policy.ts';
 import type { Diagnosis } from '../gpu/diagnose.ts';
 import { isGreen, type Verdict } from '../gpu/verdict.ts';
 import { SIGNAL_SCRIPT } from '../playbooks/signal/template.ts';
@@ -57,13 +58,14 @@ const KIND_TITLE: Record<Step['kind'], string> = {
   host_reset: 'Host-level GPU reset',
 };
 
-const REFUSAL_TEXT: Record<string, string> = {
+/** Every refusal code the log can hold has words (the compiler checks the list is complete). */
+const REFUSAL_TEXT: Record<DecideRefusalCode | 'approval_not_found', string> = {
   self_approval: 'the requester cannot approve their own request',
   not_approver: 'not a configured approver',
   approval_expired: 'the request had expired',
   approval_decided: 'already decided',
-  plan_changed: 'the plan changed since this card was posted',
   approval_not_found: 'no such approval',
+  budget_exhausted: "the host's blast-radius budget of host-level steps was spent for this hour; only an admin can approve more",
 };
 
 function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {

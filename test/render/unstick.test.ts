@@ -142,6 +142,15 @@ describe('renderUnstick', () => {
     expect(card?.blocks.map(blockText).join('')).toContain('Refused: <@U0REQUEST>, the requester cannot approve their own request');
   });
 
+  it('a refusal for a spent blast-radius budget is said in words on the card, not as its code', () => {
+    const events = upTo(s3Events(), 'approval_refused');
+    events.push({ type: 'approval_refused', at: '2026-11-30T09:22:00.000Z', approvalId: APR, by: 'U0APPROV1', reason: 'budget_exhausted', id: '1764494400000-98' });
+    const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
+    const text = card?.blocks.map(blockText).join('') ?? '';
+    expect(text).toContain("Refused: <@U0APPROV1>, the host's blast-radius budget of host-level steps was spent for this hour");
+    expect(text).not.toContain('budget_exhausted');
+  });
+
   it('an expired card says so, has no buttons, and says nothing ran', () => {
     const events = upTo(s3Events(), 'approval_refused');
     const stepId = events.find((e) => e.type === 'approval_requested');
