@@ -111,6 +111,10 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         concurrency: o.concurrency ?? 8,
         lockDuration: o.lockDurationMs ?? 30_000,
         stalledInterval: o.stalledIntervalMs ?? 30_000,
+        // After a failed fetch or completion (Redis gone), BullMQ waits this long before trying
+        // again; its default, 15 s, left acknowledged jobs idle well after Redis was back (the
+        // Redis-restart fault test lost incidents to it under load). One try a second is cheap.
+        runRetryDelay: 1_000,
       },
     );
     w.on('error', (err) => o.logger.warn({ err, site }, 'worker error'));
