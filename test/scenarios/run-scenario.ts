@@ -238,6 +238,7 @@ export class ScenarioRuntime {
     if (st.approvalTtlSec !== undefined) env.GPU_MEDIC_APPROVAL_TTL_SEC = String(st.approvalTtlSec);
     if (st.termGraceSec !== undefined) env.GPU_MEDIC_TERM_GRACE_SEC = String(st.termGraceSec);
     if (st.releaseTimeoutSec !== undefined) env.GPU_MEDIC_RELEASE_TIMEOUT_SEC = String(st.releaseTimeoutSec);
+    if (st.pollMs !== undefined) env.GPU_MEDIC_POLL_MS = String(st.pollMs);
     const stack = await startStack({
       fleet: {
         hosts: scenario.fleet.hosts.map((h) => ({

@@ -266,6 +266,8 @@ export const ScenarioSchema = z
         termGraceSec: z.number().int().min(1).optional(),
         /** Longest wait for GPU memory to come back after signals (GPU_MEDIC_RELEASE_TIMEOUT_SEC). */
         releaseTimeoutSec: z.number().int().min(1).optional(),
+        /** How often the worker re-reads processes and memory while it waits (GPU_MEDIC_POLL_MS). */
+        pollMs: z.number().int().min(100).max(60_000).optional(),
         /** After the last step, how long to wait for every incident to finish and render. Default 20s. */
         settle: Duration.optional(),
       })
