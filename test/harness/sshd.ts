@@ -327,7 +327,8 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
     });
 
     const listening = `Server listening on 127.0.0.1 port ${port}.`;
-    const until = Date.now() + 10_000;
+    // 200 sshd starting at once (the bench's fleet) take longer than one on an idle machine.
+    const until = Date.now() + 30_000;
     let ready = false;
     while (!exited && Date.now() < until) {
       if ((await readFile(logPath, 'utf8')).includes(listening)) {
@@ -339,7 +340,11 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
     if (!ready) {
       const log = await readFile(logPath, 'utf8');
       if (!exited) {
-        process.kill(pid, 'SIGKILL');
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // it exited between the check and the kill
+        }
         await waitGone([pid], 2000);
       }
       // A free port can be taken between probing and binding; pick another.
