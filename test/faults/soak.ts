@@ -114,7 +114,7 @@ const scenarios: Scenario[] = [
           stdio: ['ignore', 'inherit', 'inherit'],
           timeout: 60 * 60_000,
         });
-        let tally: Record<string, { runs: number; killedTwice: number; eventsLost: number }> = {};
+        let tally: Record<string, { runs: number; killedTwice: number; outsideBound: number; eventsLost: number }> = {};
         try {
           tally = JSON.parse(readFileSync(figuresPath, 'utf8')) as typeof tally;
         } catch {
@@ -124,6 +124,7 @@ const scenarios: Scenario[] = [
           f.runs += t.runs;
           f.faultsInjected += t.runs;
           f.killsExecutedTwice += t.killedTwice;
+          f.signalsOutsideBound += t.outsideBound;
           f.eventsLost += t.eventsLost;
         }
         if (r.status !== 0) f.failures.push(`unstick-crash.test.ts exited ${r.status ?? r.signal}`);

@@ -40,6 +40,8 @@ interface Tally {
   runs: number;
   /** A holder that got a second SIGTERM or SIGKILL. */
   killedTwice: number;
+  /** Signals any fleet process other than this run's holders received during the run. */
+  outsideBound: number;
   /** A signal the fleet saw that the incident log has no `signalled … sent` for. */
   eventsLost: number;
   /** How the incidents ended (verdict kind, or the waiting state). */
@@ -53,7 +55,7 @@ const tally = new Map<Point, Tally>();
 function tallyOf(p: Point): Tally {
   let t = tally.get(p);
   if (!t) {
-    t = { runs: 0, killedTwice: 0, eventsLost: 0, endings: {}, killedMidJob: 0, ms: [] };
+    t = { runs: 0, killedTwice: 0, outsideBound: 0, eventsLost: 0, endings: {}, killedMidJob: 0, ms: [] };
     tally.set(p, t);
   }
   return t;
@@ -89,7 +91,7 @@ afterAll(async () => {
   if (tally.size > 0) {
     const rows = [...tally.entries()].map(
       ([p, t]) =>
-        `${p.padEnd(28)} runs ${t.runs}  killed twice ${t.killedTwice}  events lost ${t.eventsLost}  worker killed mid-job ${t.killedMidJob}  ` +
+        `${p.padEnd(28)} runs ${t.runs}  killed twice ${t.killedTwice}  outside bound ${t.outsideBound}  events lost ${t.eventsLost}  worker killed mid-job ${t.killedMidJob}  ` +
         `endings ${JSON.stringify(t.endings)}  ms ${Math.min(...t.ms)}-${Math.max(...t.ms)}`,
     );
     process.stdout.write(`\nunstick crash runs (${RUNS} per point):\n${rows.join('\n')}\n`);
@@ -124,12 +126,15 @@ async function checkRun(o: { point: Point | null; incidentId: string; target: st
     for (const s of ['SIGTERM', 'SIGKILL']) if (signals.filter((x) => x.hostPid === pid && x.signal === s).length > 1) twice++;
   // Events lost: a signal a holder received that the log does not record as sent.
   const lost = signals.filter((x) => !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal));
+  // Outside the bound: any signal, during this run, to a process that is not one of its holders.
+  const outside = rig.fleet.signals().filter((x) => x.ts >= o.started && !pids.includes(x.hostPid));
   const finished = ofType(ev, 'finished');
   const verdict = ofType(ev, 'verdict').at(-1);
   if (o.point) {
     const t = tallyOf(o.point);
     t.runs++;
     t.killedTwice += twice;
+    t.outsideBound += outside.length;
     t.eventsLost += lost.length;
     const ending = verdict?.verdict.kind ?? (finished.length > 0 ? `finished ${finished[0]?.outcome}` : 'open');
     t.endings[ending] = (t.endings[ending] ?? 0) + 1;
@@ -143,6 +148,7 @@ async function checkRun(o: { point: Point | null; incidentId: string; target: st
   expect(new Set(keys).size, `duplicate signalled events: ${keys.join(' ')}`).toBe(keys.length);
   // Nobody but the holders of the target: the bystanders (and the host's own job) untouched.
   expect(rig.signalsOf(bystanders.map((b) => b.hostPid))).toEqual([]);
+  expect(outside, 'signals to processes that are not holders of the target').toEqual([]);
   // Exactly one end, with a verdict, and the lock goes with it.
   expect(finished).toHaveLength(1);
   expect(verdict).toBeDefined();

@@ -6,6 +6,8 @@ export interface Figures {
   faultsInjected: number;
   /** A kill (SIGTERM/SIGKILL) delivered twice to one process by gpu-medic (counted by the crash runs). */
   killsExecutedTwice: number;
+  /** Signals a process received that is not a GPU holder of the run's target (counted by the crash runs; must be 0). */
+  signalsOutsideBound: number;
   /** Acknowledged incidents whose expected events never reached the log. */
   eventsLost: number;
   /** Thread messages expected in Slack and missing, duplicated or out of order. */
@@ -23,7 +25,7 @@ export interface Figures {
 }
 
 export function emptyFigures(): Figures {
-  return { runs: 0, faultsInjected: 0, killsExecutedTwice: 0, eventsLost: 0, messagesLost: 0, badInputsTried: 0, badInputsReachedShell: 0, ackMs: [], recoverMs: [], failures: [] };
+  return { runs: 0, faultsInjected: 0, killsExecutedTwice: 0, signalsOutsideBound: 0, eventsLost: 0, messagesLost: 0, badInputsTried: 0, badInputsReachedShell: 0, ackMs: [], recoverMs: [], failures: [] };
 }
 
 export function mergeFigures(a: Figures, b: Figures): Figures {
@@ -31,6 +33,7 @@ export function mergeFigures(a: Figures, b: Figures): Figures {
     runs: a.runs + b.runs,
     faultsInjected: a.faultsInjected + b.faultsInjected,
     killsExecutedTwice: a.killsExecutedTwice + b.killsExecutedTwice,
+    signalsOutsideBound: a.signalsOutsideBound + b.signalsOutsideBound,
     eventsLost: a.eventsLost + b.eventsLost,
     messagesLost: a.messagesLost + b.messagesLost,
     badInputsTried: a.badInputsTried + b.badInputsTried,
@@ -51,13 +54,14 @@ export function percentile(samples: readonly number[], p: number): number {
 
 /** One line per scenario plus a total, as a fixed-width text table. */
 export function figuresTable(rows: Array<{ name: string; f: Figures; seconds: number }>): string {
-  const head = ['scenario', 'runs', 'faults injected', 'kills twice', 'events lost', 'messages lost', 'bad inputs tried', 'bad inputs → shell', 'ack p50 ms', 'ack p99 ms', 'recover max s', 'failures', 'time s'];
+  const head = ['scenario', 'runs', 'faults injected', 'kills twice', 'signals outside bound', 'events lost', 'messages lost', 'bad inputs tried', 'bad inputs → shell', 'ack p50 ms', 'ack p99 ms', 'recover max s', 'failures', 'time s'];
   const fmt = (n: number): string => (Number.isNaN(n) ? '-' : String(Math.round(n)));
   const line = (name: string, f: Figures, seconds: number): string[] => [
     name,
     String(f.runs),
     String(f.faultsInjected),
     String(f.killsExecutedTwice),
+    String(f.signalsOutsideBound),
     String(f.eventsLost),
     String(f.messagesLost),
     String(f.badInputsTried),
