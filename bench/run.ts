@@ -534,7 +534,7 @@ async function main(): Promise<void> {
         idleMiB: MiB(idle.worker),
         during: `status all over ${CFG.hosts} machines (${CFG.fanoutRuns + 1} times) and single-machine status, one pooled connection per machine`,
       },
-      how: 'VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node --import tsx src/main.ts bot|worker` processes',
+      how: 'VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node dist/src/main.js bot|worker` processes (the compiled build)',
     };
   } catch (e) {
     failed = true;
