@@ -4,7 +4,7 @@ import type { Finding } from '../doctor/judge.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import { code, mention, text } from './escape.ts';
-import type { MessageView } from './status.ts';
+import { parentView, type MessageView } from './status.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 
 type KnownBlock = types.KnownBlock;
@@ -30,15 +30,7 @@ export function renderDoctor(meta: IncidentMeta, events: readonly LoggedEvent[])
       : `:warning: ${summaryLine({ findings, failed, warned }, checked.size)}${errors.length > 0 ? ` ${errors.length} error${errors.length === 1 ? '' : 's'} below.` : ''}`;
   const parentText = `:stethoscope: Doctor for ${what}, requested by ${mention(meta.requester)} · ${state}`;
   const views: MessageView[] = [
-    {
-      key: 'parent',
-      placement: 'parent',
-      text: parentText,
-      blocks: [
-        { type: 'section', text: { type: 'mrkdwn', text: parentText } },
-        { type: 'context', elements: [{ type: 'mrkdwn', text: `incident ${code(meta.id)} · read-only: nothing was signalled or reset` }] },
-      ],
-    },
+    parentView(parentText, `incident ${code(meta.id)} · read-only: nothing was signalled or reset`),
   ];
   if (reports.length > 0) {
     const rows = tableRows(findings);

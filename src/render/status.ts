@@ -18,6 +18,19 @@ export interface MessageView {
   blocks: KnownBlock[];
 }
 
+/** A thread's parent message: its line, and a context line under it (both already escaped text). */
+export function parentView(parentText: string, context: string): MessageView {
+  return {
+    key: 'parent',
+    placement: 'parent',
+    text: parentText,
+    blocks: [
+      { type: 'section', text: { type: 'mrkdwn', text: parentText } },
+      { type: 'context', elements: [{ type: 'mrkdwn', text: context }] },
+    ],
+  };
+}
+
 const fmt = (n: number): string => n.toLocaleString('en-US');
 
 function mibCell(used: number | null, total: number | null): string {
@@ -209,15 +222,7 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
       : `:warning: done; ${[...(failed > 0 ? [`${failed} of ${meta.targets.length} could not be read`] : []), ...troubled].join('; ')}`;
   const parentText = `:mag: GPU status of ${what}, requested by ${mention(meta.requester)} · ${state}`;
   const views: MessageView[] = [
-    {
-      key: 'parent',
-      placement: 'parent',
-      text: parentText,
-      blocks: [
-        { type: 'section', text: { type: 'mrkdwn', text: parentText } },
-        { type: 'context', elements: [{ type: 'mrkdwn', text: `incident ${code(meta.id)} · ${stamp(meta.createdAt)}` }] },
-      ],
-    },
+    parentView(parentText, `incident ${code(meta.id)} · ${stamp(meta.createdAt)}`),
   ];
   if (meta.kind === 'status') {
     for (const e of events) {
