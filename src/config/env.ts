@@ -78,6 +78,27 @@ export const EnvSchema = z.object({
   /** How often workers look for jobs whose lock lapsed (stalled). BullMQ's default, 30 s. */
   GPU_MEDIC_STALLED_MS: wholeNumber(500, 600_000, 30_000),
   /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
+  /**
+   * The watchdog (issue 13): the channel (ID) its alerts are posted to. Empty: no watchdog runs.
+   * Not a secret; the worker needs it too, to open each alert's record for that channel.
+   */
+  GPU_MEDIC_ALERTS_CHANNEL: z
+    .string()
+    .regex(/^[CG][A-Z0-9]{2,}$/, 'must be a Slack channel ID like C0123ABCDEF, not a name')
+    .optional(),
+  /** Seconds between two watchdog reads of every machine of a site. */
+  GPU_MEDIC_WATCH_INTERVAL_SEC: wholeNumber(2, 86_400, 180),
+  /** Ghost memory (held with no process anywhere on the host) alerts once it has lasted this long. */
+  GPU_MEDIC_WATCH_GHOST_SEC: wholeNumber(0, 86_400, 600),
+  /** Host RAM use (%) at or above which the watchdog alerts. */
+  GPU_MEDIC_WATCH_RAM_PCT: wholeNumber(1, 100, 90),
+  /**
+   * Approvals that don't stall: a second group (Slack user IDs) who may also approve host-level steps
+   * once a card has waited GPU_MEDIC_ESCALATE_AFTER_SEC. Empty: no escalation.
+   */
+  GPU_MEDIC_ESCALATION_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+  /** Seconds a pending card waits before the escalation group is pinged and may approve. 0: never. */
+  GPU_MEDIC_ESCALATE_AFTER_SEC: wholeNumber(0, 86_400, 0),
   GPU_MEDIC_HEALTH_FILE: z.string().default(''),
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
   GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
@@ -132,6 +153,12 @@ export const SETTING_READERS = {
   GPU_MEDIC_POLL_MS: 'worker',
   GPU_MEDIC_JOB_LOCK_MS: 'worker',
   GPU_MEDIC_STALLED_MS: 'worker',
+  GPU_MEDIC_ALERTS_CHANNEL: 'both',
+  GPU_MEDIC_WATCH_INTERVAL_SEC: 'worker',
+  GPU_MEDIC_WATCH_GHOST_SEC: 'worker',
+  GPU_MEDIC_WATCH_RAM_PCT: 'worker',
+  GPU_MEDIC_ESCALATION_APPROVERS: 'both',
+  GPU_MEDIC_ESCALATE_AFTER_SEC: 'both',
   GPU_MEDIC_HEALTH_FILE: 'both',
   GPU_MEDIC_HEALTH_INTERVAL_SEC: 'both',
   LOG_LEVEL: 'both',
@@ -159,6 +186,8 @@ const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
   'GPU_MEDIC_ALLOWED_USERS',
   'GPU_MEDIC_APPROVERS',
   'GPU_MEDIC_HEALTH_FILE',
+  'GPU_MEDIC_ALERTS_CHANNEL',
+  'GPU_MEDIC_ESCALATION_APPROVERS',
   'GPU_MEDIC_WORKER_SECRET',
   'GPU_MEDIC_ADMINS',
   // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".

@@ -2,11 +2,12 @@ import { z } from 'zod';
 import type { Finding } from '../doctor/judge.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 
-export type IncidentKind = 'status' | 'status_all' | 'unstick' | 'doctor';
+/** `alert`: one watchdog alert episode (src/watchdog/alert-events.ts), rendered as one message edited in place. */
+export type IncidentKind = 'status' | 'status_all' | 'unstick' | 'doctor' | 'alert';
 
 export const IncidentMetaSchema = z.object({
   id: z.string().regex(/^inc_[a-z0-9_]+$/),
-  kind: z.enum(['status', 'status_all', 'unstick', 'doctor']),
+  kind: z.enum(['status', 'status_all', 'unstick', 'doctor', 'alert']),
   requester: z.string(),
   channel: z.string(),
   /** Machine ids the incident is about, resolved against the inventory. */

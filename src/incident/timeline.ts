@@ -113,6 +113,16 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
         .filter((f) => f.status === 'fail')
         .map((f) => `; ${f.machineId} ${f.check}: ${oneLine(f.detail)}`)
         .join('')}`;
+    case 'alert_raised':
+      return `alert raised: ${e.alert.kind} on ${e.alert.machineId}: ${oneLine(e.alert.sentence)}`;
+    case 'alert_updated':
+      return `alert now says: ${oneLine(e.alert.sentence)}`;
+    case 'alert_cleared':
+      return `alert cleared (${e.alert.kind} on ${e.alert.machineId})`;
+    case 'alert_snoozed':
+      return `${e.scope} snoozed until ${e.until} by ${e.by}`;
+    case 'alert_action':
+      return `${e.action} clicked by ${e.by}${e.incidentId ? `: opened ${e.incidentId}` : ''}${e.refused ? ` (refused: ${oneLine(e.refused)})` : ''}`;
     default: {
       const unknown: never = e;
       return `(unknown event ${JSON.stringify(unknown).slice(0, 200)})`;

@@ -1,5 +1,6 @@
 import type { AnyLoggedEvent } from '../incident/all-events.ts';
 import type { IncidentEvent, IncidentMeta, LoggedEvent } from '../incident/events.ts';
+import { renderAlert } from './alert.ts';
 import { renderDoctor } from './doctor.ts';
 import { renderIncident, type MessageView } from './status.ts';
 import { renderUnstick } from './unstick.ts';
@@ -10,6 +11,7 @@ const STATUS_TYPES: ReadonlySet<string> = new Set<IncidentEvent['type']>(['reque
 /** The thread of any incident, by kind. Pure. */
 export function renderThread(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): MessageView[] {
   if (meta.kind === 'unstick') return renderUnstick(meta, events);
+  if (meta.kind === 'alert') return renderAlert(meta, events);
   if (meta.kind === 'doctor') return renderDoctor(meta, events.filter((e): e is LoggedEvent => DOCTOR_TYPES.has(e.type)));
   return renderIncident(meta, events.filter((e): e is LoggedEvent => STATUS_TYPES.has(e.type)));
 }

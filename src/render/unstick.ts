@@ -1,3 +1,4 @@
+import type { AnyLoggedEvent } from '../incident/all-events.ts';
 import type { types } from '@slack/bolt';
 import type { DecideRefusalCode } from '../approval/approval-policy.ts';
 import type { Diagnosis } from '../gpu/diagnose.ts';
@@ -296,7 +297,8 @@ function parentState(events: readonly UnstickLoggedEvent[]): string {
 }
 
 /** The whole unstick thread as it should look given the log so far. Pure and deterministic. */
-export function renderUnstick(meta: IncidentMeta, events: readonly UnstickLoggedEvent[]): MessageView[] {
+export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEvent[]): MessageView[] {
+  const events = logged.filter((e): e is UnstickLoggedEvent => !e.type.startsWith('alert_'));
   const parentText = `:wrench: Unstick ${meta.targets.map(code).join(', ')}, requested by ${mention(meta.requester)}${meta.reason ? ` · reason: ${esc(meta.reason)}` : ''} · ${parentState(events)}`;
   const views: MessageView[] = [
     {

@@ -1,0 +1,41 @@
+/**
+ * The contract between the watchdog (workers, issue 13) and the bot: each alert is an incident of
+ * kind `alert` in the durable log, opened by the worker for GPU_MEDIC_ALERTS_CHANNEL, and rendered by
+ * the bot's outbox as ONE top-level message that is edited in place as these events arrive.
+ *
+ * - One incident per alert episode: the id is derived from the alert's key and the time the
+ *   condition was first seen (`alertIncidentId`), so a worker that restarts between storing the
+ *   watch state and appending the event re-derives the same incident, never a second one.
+ * - meta: `kind: 'alert'`, `requester: 'watchdog'`, `channel`: the alerts channel,
+ *   `targets: [machineId]`, `text`: the alert key (for the record), `reason: null`.
+ * - Events: `alert_raised` once, `alert_updated` when what it says changes, `alert_cleared` once,
+ *   `alert_snoozed` when someone snoozes its machine or GPU, `alert_action` when someone clicks its
+ *   Status or Unstick button (the incident that click opened).
+ */
+import { createHash } from 'node:crypto';
+import type { Alert } from './judge.ts';
+
+export type AlertEvent =
+  | { type: 'alert_raised'; at: string; alert: Alert }
+  | { type: 'alert_updated'; at: string; alert: Alert }
+  | { type: 'alert_cleared'; at: string; alert: Alert }
+  /** `scope`: `machineId` or `machineId/gpuIndex`; `until`: ISO time the snooze ends. */
+  | { type: 'alert_snoozed'; at: string; by: string; scope: string; until: string }
+  | { type: 'alert_action'; at: string; by: string; action: 'status' | 'unstick'; incidentId: string | null; refused: string | null };
+
+export type AlertEventType = AlertEvent['type'];
+
+/** Who opens alert incidents (IncidentMeta.requester). */
+export const WATCHDOG_REQUESTER = 'watchdog';
+
+/** The incident of one alert episode (key + first seen): the same on every worker and after restarts. */
+export function alertIncidentId(alert: Pick<Alert, 'key' | 'since'>): string {
+  const h = createHash('sha256').update(`${alert.key}\n${alert.since}`).digest('hex').slice(0, 20);
+  return `inc_alert_${h}`;
+}
+
+/** Slack action ids of an alert message's buttons; each button's `value` is the alert's incident id only. */
+export const ALERT_STATUS_ACTION_ID = 'gpu_alert_status';
+export const ALERT_UNSTICK_ACTION_ID = 'gpu_alert_unstick';
+export const ALERT_SNOOZE_1H_ACTION_ID = 'gpu_alert_snooze_1h';
+export const ALERT_SNOOZE_1D_ACTION_ID = 'gpu_alert_snooze_1d';

@@ -1,0 +1,17 @@
+/**
+ * Redis keys of the watchdog (issue 13), in one place: the worker writes them, the bot reads some
+ * (snoozes are written by the bot's Snooze button; App Home reads the open alerts and the last
+ * readings). Values are JSON written only by our processes, and are still validated when read.
+ */
+export const watchKeys = (prefix: string) => ({
+  /** JSON WatchState (src/watchdog/judge.ts) of one machine: its alerts and most GPUs seen. */
+  state: (machineId: string) => `${prefix}:watch:state:${machineId}`,
+  /** Hash: snooze scope (`machineId` or `machineId/gpuIndex`) → until (ms since epoch). */
+  snoozes: `${prefix}:watch:snoozes`,
+  /** Sorted set: incident ids of raised, not yet cleared alerts, scored by when they were raised (ms). */
+  open: `${prefix}:watch:open`,
+  /** Hash: machineId → JSON `MachineGlance` of its last watchdog reading (see watch-glance.ts). */
+  last: `${prefix}:watch:last`,
+  /** Counter, incremented with every change above (App Home refreshes when it moves). */
+  version: `${prefix}:watch:version`,
+});
