@@ -4,7 +4,7 @@
  * the bot's outbox as ONE top-level message that is edited in place as these events arrive.
  *
  * - One incident per alert episode: the id is derived from the alert's key and the time the
- *   condition was first seen (`alertIncidentId`), so a worker that restarts between storing the
+ *   condition was first seen (`alertIncidentId`, alert-id.ts), so a worker that restarts between storing the
  *   watch state and appending the event re-derives the same incident, never a second one.
  * - meta: `kind: 'alert'`, `requester: 'watchdog'`, `channel`: the alerts channel,
  *   `targets: [machineId]`, `text`: the alert key (for the record), `reason: null`.
@@ -12,7 +12,6 @@
  *   `alert_snoozed` when someone snoozes its machine or GPU, `alert_action` when someone clicks its
  *   Status or Unstick button (the incident that click opened).
  */
-import { createHash } from 'node:crypto';
 import type { Alert } from './judge.ts';
 
 export type AlertEvent =
@@ -28,11 +27,6 @@ export type AlertEventType = AlertEvent['type'];
 /** Who opens alert incidents (IncidentMeta.requester). */
 export const WATCHDOG_REQUESTER = 'watchdog';
 
-/** The incident of one alert episode (key + first seen): the same on every worker and after restarts. */
-export function alertIncidentId(alert: Pick<Alert, 'key' | 'since'>): string {
-  const h = createHash('sha256').update(`${alert.key}\n${alert.since}`).digest('hex').slice(0, 20);
-  return `inc_alert_${h}`;
-}
 
 /** Slack action ids of an alert message's buttons; each button's `value` is the alert's incident id only. */
 export const ALERT_STATUS_ACTION_ID = 'gpu_alert_status';

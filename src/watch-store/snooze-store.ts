@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { Snoozes } from './judge.ts';
+import type { Snoozes } from '../watchdog/judge.ts';
 import { watchKeys } from './watch-keys.ts';
 
 const SCOPE = /^[a-z0-9][a-z0-9._-]{0,62}(\/\d{1,2})?$/;

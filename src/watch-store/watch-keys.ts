@@ -1,5 +1,6 @@
 /**
- * Redis keys of the watchdog (issue 13), in one place: the worker writes them, the bot reads some
+ * Redis keys of the watchdog (issue 13), in one place (the watchdog's I/O lives in src/watch-store/,
+ * its pure judgement in src/watchdog/): the worker writes them, the bot reads some
  * (snoozes are written by the bot's Snooze button; App Home reads the open alerts and the last
  * readings). Values are JSON written only by our processes, and are still validated when read.
  */
@@ -10,7 +11,7 @@ export const watchKeys = (prefix: string) => ({
   snoozes: `${prefix}:watch:snoozes`,
   /** Sorted set: incident ids of raised, not yet cleared alerts, scored by when they were raised (ms). */
   open: `${prefix}:watch:open`,
-  /** Hash: machineId → JSON `MachineGlance` of its last watchdog reading (see watch-glance.ts). */
+  /** Hash: machineId → JSON `MachineGlance` of its last watchdog reading (src/watchdog/watch-glance.ts). */
   last: `${prefix}:watch:last`,
   /** Counter, incremented with every change above (App Home refreshes when it moves). */
   version: `${prefix}:watch:version`,
