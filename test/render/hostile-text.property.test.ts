@@ -13,6 +13,7 @@ import { explainMachineError } from '../../src/render/explain.ts';
 import { renderIncident, type MessageView } from '../../src/render/status.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { renderDoctor } from '../../src/render/doctor.ts';
+import { renderHome } from '../../src/render/home.ts';
 import type { Finding } from '../../src/doctor/judge.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
 
@@ -256,6 +257,34 @@ describe('machine and user text is data, never markup, in every renderer', () =>
         // gpu-medic's own mentions are written once, not escaped.
         expect(views[0]?.text).toContain(`<@${REQUESTER}>`);
         if (decision !== 'pending') expect(views.find((v) => v.key === `approval:${APR}`)?.text).toContain(`<@${APPROVER}>`);
+      }),
+      RUNS,
+    );
+  });
+
+  it('App Home: machine ids, reading error codes, alert sentences, incident targets and requesters', () => {
+    fc.assert(
+      fc.property(hostiles, (h) => {
+        const now = Date.parse(AT);
+        const g = { at: now, ok: false, code: h.error, gpus: 0, gpuMemoryUsedMiB: 0, gpuMemoryTotalMiB: 0, ramPct: null, openAlerts: 1 };
+        const alert = { key: h.detail, kind: 'xid' as const, machineId: h.name, gpu: 0, since: now, raisedAt: now, sentence: h.detail, lastSeenAt: now };
+        const view = renderHome({
+          now,
+          machines: [
+            { id: h.name, glance: { ...g, machineId: h.name } },
+            { id: h.user, glance: null },
+            { id: h.cmdline, glance: null, unreadable: true },
+          ],
+          alerts: [{ incidentId: h.reason, alert, cleared: false, snoozedUntil: null }, { incidentId: h.error, alert: null, cleared: false, snoozedUntil: null }],
+          incidents: [
+            { id: h.reason, targets: [h.name, h.cmdline], requester: REQUESTER, state: 'running', createdAt: AT },
+            { id: INC, targets: [h.user], requester: h.user, state: 'waiting for approval', createdAt: h.detail },
+          ],
+          ramPct: 90,
+          staleAfterMs: 60_000,
+        });
+        expect(check([{ key: 'home', placement: 'parent', text: '', blocks: view.blocks as MessageView['blocks'] }])).toEqual([]);
+        expect(JSON.stringify(view.blocks)).toContain(`<@${REQUESTER}>`);
       }),
       RUNS,
     );
