@@ -8,8 +8,10 @@
  * 8 ranks for 300 GB of host cache, 2.4 TB on a 449 GiB host. That reads here as
  * "8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host".
  *
- * Sentences hold only numbers and the table's own flag names, never text from the machine.
+ * Sentences hold only numbers and the table's own flag names, never text from the machine; each
+ * cause also comes as `parts` (src/render/rich.ts), its flag names as code, for the renderers.
  */
+import type { Rich } from '../render/rich.ts';
 
 export interface RootCauseInput {
   /**
@@ -29,8 +31,10 @@ export type RootCauseKind = 'host_memory_over_ram' | 'host_memory_near_ram' | 'r
 export interface RootCause {
   program: string;
   kind: RootCauseKind;
-  /** One plain sentence (numbers and flag names only). */
+  /** One plain sentence (numbers and flag names only, the flags in backticks). */
   sentence: string;
+  /** The same sentence as data: its flag names as code parts, the rest plain words. */
+  parts: Rich;
   /** Host bytes the arguments ask for in all, where that is what the cause is about. */
   requestedBytes?: number;
 }
@@ -53,6 +57,8 @@ interface Program {
   rankFlags: readonly string[];
   hostMemory: readonly HostMemoryArg[];
   gpuFraction: { flags: readonly string[]; default: number | null };
+  /** The program's parser takes `--a_b` for `--a-b` (vLLM's FlexibleArgumentParser does). */
+  underscores: boolean;
 }
 
 /**
@@ -66,6 +72,7 @@ const PROGRAMS: readonly Program[] = [
     rankFlags: ['--tp-size', '--tp', '--tensor-parallel-size'],
     hostMemory: [{ flags: ['--hicache-size'], what: 'host cache', unit: 'GB', perRank: true, requires: '--enable-hierarchical-cache' }],
     gpuFraction: { flags: ['--mem-fraction-static'], default: null },
+    underscores: false,
   },
   {
     name: 'vLLM',
@@ -76,6 +83,7 @@ const PROGRAMS: readonly Program[] = [
       { flags: ['--swap-space'], what: 'CPU swap space', unit: 'GiB', perRank: true },
     ],
     gpuFraction: { flags: ['--gpu-memory-utilization'], default: 0.9 },
+    underscores: true,
   },
 ];
 
@@ -85,23 +93,51 @@ const NEAR_RAM = 0.8;
 /** A GPU fraction at or above this leaves little for activations and other processes. */
 const HIGH_FRACTION = 0.9;
 
+interface ArgSeen {
+  /** The flag as the command line wrote it (one of the table's names). */
+  flag: string;
+  value: string;
+}
+
 /** `--flag value` or `--flag=value`; the last one wins, as argparse does. */
-function argValue(tokens: readonly string[], flags: readonly string[]): string | null {
-  let v: string | null = null;
+function argValue(tokens: readonly string[], flags: readonly string[]): ArgSeen | null {
+  let v: ArgSeen | null = null;
   for (let i = 0; i < tokens.length; i++) {
     const t = tokens[i] ?? '';
     for (const f of flags) {
-      if (t === f && i + 1 < tokens.length) v = tokens[i + 1] ?? null;
-      else if (t.startsWith(`${f}=`)) v = t.slice(f.length + 1);
+      if (t === f && i + 1 < tokens.length) v = { flag: f, value: tokens[i + 1] ?? '' };
+      else if (t.startsWith(`${f}=`)) v = { flag: f, value: t.slice(f.length + 1) };
     }
   }
   return v;
 }
 
-function positive(s: string | null): number | null {
-  if (s === null || !/^\d+(?:\.\d+)?$/.test(s)) return null;
-  const n = Number(s);
-  return n > 0 && Number.isFinite(n) ? n : null;
+/** A positive decimal as Python's float() reads one (`0.95`, `.95`, `1.0`, `300`); the text kept as written. */
+function positive(a: ArgSeen | null): { n: number; text: string } | null {
+  if (a === null || !/^(?:\d{1,15}(?:\.\d{0,15})?|\.\d{1,15})$/.test(a.value)) return null;
+  const n = Number(a.value);
+  return n > 0 && Number.isFinite(n) ? { n, text: a.value } : null;
+}
+
+/** A rank count is a whole number, as the programs' `type=int` parsers insist. */
+function wholeCount(a: ArgSeen | null): number | null {
+  if (a === null || !/^[1-9]\d{0,5}$/.test(a.value)) return null;
+  return Number(a.value);
+}
+
+/** `--tensor_parallel_size=8` → `--tensor-parallel-size=8` for programs whose parser does the same. */
+function dashed(token: string): string {
+  if (!token.startsWith('--')) return token;
+  const eq = token.indexOf('=');
+  return eq < 0 ? token.replace(/_/g, '-') : `${token.slice(0, eq).replace(/_/g, '-')}${token.slice(eq)}`;
+}
+
+/** `… (\`--flag\` …)` → plain words and code parts: the sentence's backticks mark only the table's flag names. */
+function partsOf(sentence: string): Rich {
+  return sentence
+    .split('`')
+    .map((run, i) => (i % 2 === 1 ? { code: run } : run))
+    .filter((p) => p !== '');
 }
 
 /** Decimal units for GB values (as the flag means them), binary for RAM, as `free -h` shows it. */
@@ -118,14 +154,17 @@ function ramWords(b: number): string {
   return `${Math.round(b / 2 ** 30).toLocaleString('en-US')} GiB`;
 }
 
-function causesOf(p: Program, tokens: readonly string[], input: RootCauseInput): RootCause[] {
-  const out: RootCause[] = [];
-  const ranks = positive(argValue(tokens, p.rankFlags)) ?? 1;
-  const rankFlag = p.rankFlags[0] ?? '';
+function causesOf(p: Program, raw: readonly string[], input: RootCauseInput): Array<Omit<RootCause, 'parts'>> {
+  const tokens = p.underscores ? raw.map(dashed) : raw;
+  const out: Array<Omit<RootCause, 'parts'>> = [];
+  const rankArg = argValue(tokens, p.rankFlags);
+  const ranks = wholeCount(rankArg) ?? 1;
+  const rankFlag = rankArg?.flag ?? p.rankFlags[0] ?? '';
   for (const a of p.hostMemory) {
     if (a.requires !== undefined && !tokens.includes(a.requires)) continue;
-    const value = positive(argValue(tokens, a.flags));
-    if (value === null) continue;
+    const given = positive(argValue(tokens, a.flags));
+    if (given === null) continue;
+    const value = given.n;
     const per = value * UNIT_BYTES[a.unit];
     const total = a.perRank ? per * ranks : per;
     const flag = `\`${a.flags[0] ?? ''}\``;
@@ -148,13 +187,13 @@ function causesOf(p: Program, tokens: readonly string[], input: RootCauseInput):
     });
   }
   const given = positive(argValue(tokens, p.gpuFraction.flags));
-  const fraction = given ?? p.gpuFraction.default;
+  const fraction = given?.n ?? p.gpuFraction.default;
   const fracFlag = `\`${p.gpuFraction.flags[0] ?? ''}\``;
   if (fraction !== null && fraction >= HIGH_FRACTION && fraction <= 1) {
     out.push({
       program: p.name,
       kind: 'gpu_fraction_high',
-      sentence: `Each rank reserves ${Math.round(fraction * 100)} % of its GPU's memory (${fracFlag} ${given === null ? `default ${fraction}` : String(fraction)}), so little is left for anything else on that GPU.`,
+      sentence: `Each rank reserves ${Math.round(fraction * 100)} % of its GPU's memory (${fracFlag} ${given === null ? `default ${fraction}` : given.text}), so little is left for anything else on that GPU.`,
     });
   }
   return out;
@@ -171,7 +210,7 @@ export function rootCauses(input: RootCauseInput): RootCause[] {
     const program = PROGRAMS.find((p) => p.launch.test(norm));
     if (!program) continue;
     for (const c of causesOf(program, norm.split(' '), input)) {
-      if (!out.some((o) => o.kind === c.kind && o.sentence === c.sentence)) out.push(c);
+      if (!out.some((o) => o.kind === c.kind && o.sentence === c.sentence)) out.push({ ...c, parts: partsOf(c.sentence) });
     }
   }
   return out;

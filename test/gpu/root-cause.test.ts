@@ -65,3 +65,73 @@ describe('root causes from the holders\' command lines', () => {
     expect(rootCauses({ commandLines: [SEED_SGLANG, SEED_SGLANG, `${SEED_SGLANG}  `], hostRamTotalBytes: 449 * GiB, gpusVisible: 8 })).toHaveLength(2);
   });
 });
+
+/**
+ * Public launch lines, as their scripts write them (line continuations joined, as /proc shows them).
+ * - benenzhu/sglang_P run_server.sh: SGLang with `--tp 8` and `=` values.
+ * - Mikeriess/Synth_data run_vllm_small.sh: vLLM through its OpenAI entrypoint, the whole GPU.
+ * - Mikeriess/Synth_data run_vllm.sh: vLLM, 8 ranks.
+ */
+const SGLANG_TP8 =
+  'python -m sglang.launch_server --model /A/nvme4n1p1/DeepSeek-R1-0528 --cuda-graph-max-bs=8 --tp 8 --chunked-prefill-size=131072 --num-continuous-decode-steps=4 --max-prefill-tokens=131072 --kv-cache-dtype fp8_e4m3 --attention-backend aiter --disable-radix-cache --mem-fraction-static=0.8 --load-format dummy';
+const VLLM_WHOLE_GPU = 'python -m vllm.entrypoints.openai.api_server --model google/gemma-2-9b-it --gpu-memory-utilization 1.0 --tensor-parallel-size 4 --host 0.0.0.0 --port 8000';
+const VLLM_TP8 = 'python -m vllm.entrypoints.openai.api_server --model meta-llama/llama-3.1-405b-instruct-fp8 --gpu-memory-utilization 0.9 --tensor-parallel-size 8 --host 0.0.0.0 --port 8000';
+
+describe('root causes from public SGLang and vLLM launch lines', () => {
+  const on = (line: string, gpusVisible: number | null, ramGiB: number | null = 449): string[] =>
+    rootCauses({ commandLines: [line], hostRamTotalBytes: ramGiB === null ? null : ramGiB * GiB, gpusVisible }).map((c) => c.sentence);
+
+  it('SGLang `--tp 8` with `=` values: nothing on 8 GPUs, and on 4 the sentence names --tp as it was written', () => {
+    expect(on(SGLANG_TP8, 8)).toEqual([]);
+    expect(on(SGLANG_TP8, 4)).toEqual(['`--tp` 8 asks for 8 GPUs, and this machine sees 4.']);
+  });
+
+  it('SGLang --mem-fraction-static 0.95 is 95 % of each GPU', () => {
+    expect(on(SGLANG_TP8.replace('--mem-fraction-static=0.8', '--mem-fraction-static 0.95'), 8)).toEqual([
+      "Each rank reserves 95 % of its GPU's memory (`--mem-fraction-static` 0.95), so little is left for anything else on that GPU.",
+    ]);
+  });
+
+  it('vLLM --gpu-memory-utilization 1.0 through the OpenAI entrypoint is the whole GPU', () => {
+    expect(on(VLLM_WHOLE_GPU, 4)).toEqual(["Each rank reserves 100 % of its GPU's memory (`--gpu-memory-utilization` 1.0), so little is left for anything else on that GPU."]);
+  });
+
+  it('vLLM --tensor-parallel-size=8 and --gpu-memory-utilization=0.98 with `=`, in a container that sees 4 GPUs', () => {
+    const line = VLLM_TP8.replace('--gpu-memory-utilization 0.9', '--gpu-memory-utilization=0.98').replace('--tensor-parallel-size 8', '--tensor-parallel-size=8');
+    expect(on(line, 4)).toEqual([
+      '`--tensor-parallel-size` 8 asks for 8 GPUs, and this machine sees 4.',
+      "Each rank reserves 98 % of its GPU's memory (`--gpu-memory-utilization` 0.98), so little is left for anything else on that GPU.",
+    ]);
+  });
+
+  it('vLLM takes its flags with underscores too (its argument parser turns them into dashes)', () => {
+    const line = VLLM_TP8.replace('--gpu-memory-utilization 0.9', '--gpu_memory_utilization 0.95').replace('--tensor-parallel-size 8', '--tensor_parallel_size 8');
+    expect(on(line, 2)).toEqual([
+      '`--tensor-parallel-size` 8 asks for 8 GPUs, and this machine sees 2.',
+      "Each rank reserves 95 % of its GPU's memory (`--gpu-memory-utilization` 0.95), so little is left for anything else on that GPU.",
+    ]);
+  });
+
+  it('a fraction written without its leading zero (.95) is read as Python reads it', () => {
+    expect(on(SGLANG_TP8.replace('--mem-fraction-static=0.8', '--mem-fraction-static=.95'), 8)).toHaveLength(1);
+  });
+
+  it('a rank count that is not a whole number is no rank count: no GPU sentence, the cache counted once', () => {
+    expect(on(SGLANG_TP8.replace('--tp 8', '--tp 2.5'), 2)).toEqual([]);
+  });
+
+  it('a hostile command line (10 kB, newlines, backticks, <!channel>) around the seed arguments: the sentences hold only numbers and flag names', () => {
+    const hostile = `${SEED_SGLANG} --served-model-name \`rm -rf /\` <!channel> $(reboot)\n\n ${'x'.repeat(10_000)} <@U123> &amp;`;
+    const causes = rootCauses({ commandLines: [hostile], hostRamTotalBytes: 449 * GiB, gpusVisible: 8 });
+    expect(causes.map((c) => c.kind)).toEqual(['host_memory_over_ram', 'gpu_fraction_high']);
+    for (const c of causes) {
+      expect(c.sentence).not.toMatch(/[<>&$\n]|rm -rf|xxx/);
+      for (const p of c.parts) if (typeof p !== 'string') expect(['--hicache-size', '--mem-fraction-static']).toContain('code' in p ? p.code : '');
+    }
+  });
+
+  it('each cause comes as parts too: its flag names as code, the rest plain words', () => {
+    const [first] = rootCauses({ commandLines: [SEED_SGLANG], hostRamTotalBytes: 449 * GiB, gpusVisible: 8 });
+    expect(first?.parts).toEqual(['8 ranks × 300 GB host cache (', { code: '--hicache-size' }, ' is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.']);
+  });
+});
