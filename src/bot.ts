@@ -4,6 +4,7 @@ import { connectRedis } from './redis/connection.ts';
 import { registerCommands } from '../commands/index.ts';
 import type { Env } from './config/env.ts';
 import type { Inventory } from './config/inventory.ts';
+import { listMachines } from './config/machines.ts';
 import { ApprovalStore } from './approval/approval-store.ts';
 import { newIncidentId } from './incident/ids.ts';
 import { IncidentLog } from './incident/log.ts';
@@ -117,6 +118,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX),
     poster: metrics ? observedPoster(slack.poster, metrics) : slack.poster,
     logger: logger.child({ component: 'outbox' }),
+    render: { machines: listMachines(inventory) },
   });
   const { port } = await slack.start();
   outbox.start();

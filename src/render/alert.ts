@@ -1,18 +1,195 @@
+import type { types } from '@slack/bolt';
 import type { AnyLoggedEvent } from '../incident/all-events.ts';
 import type { IncidentMeta } from '../incident/events.ts';
-import type { AlertEvent } from '../watchdog/alert-events.ts';
-import { text } from './escape.ts';
-import { parentView, type MessageView } from './status.ts';
+import type { Alert, ConditionKind } from '../watchdog/judge.ts';
+import {
+  ALERT_SNOOZE_1D_ACTION_ID,
+  ALERT_SNOOZE_1H_ACTION_ID,
+  ALERT_SNOOZE_GPU_1D_ACTION_ID,
+  ALERT_SNOOZE_GPU_1H_ACTION_ID,
+  ALERT_STATUS_ACTION_ID,
+  ALERT_UNSTICK_ACTION_ID,
+  ALERT_UNSTICK_PICK_ACTION_ID,
+  type AlertEvent,
+} from '../watchdog/alert-events.ts';
+import { contextsOf, fallbackText, limitBlocks } from './blocks.ts';
+import { cell, clipChars, code, mention, text } from './escape.ts';
+import type { MessageView } from './status.ts';
+
+type KnownBlock = types.KnownBlock;
+
+/**
+ * What a pure renderer may know of the inventory: each machine's kind and, for a container, its
+ * host (the shape of `listMachines`). The bot passes it in; an alert on a host offers Unstick for
+ * that host's containers, since unstick works on containers.
+ */
+export interface RenderContext {
+  machines?: ReadonlyArray<{ id: string; kind: 'host' | 'container'; hostId?: string }>;
+}
+
+/** Slack's limit of options in one static_select. */
+const SELECT_OPTIONS_MAX = 100;
+
+const TITLE: Record<ConditionKind, string> = {
+  ghost_memory: 'GPU memory held with no process',
+  holder_stuck: 'GPU holder stuck',
+  ram_high: 'Host RAM high',
+  nvidia_smi_failing: 'nvidia-smi failing',
+  gpu_error: 'GPU in error',
+  gpus_missing: 'GPUs missing',
+  unreachable: 'Machine unreachable',
+  xid: 'NVIDIA Xid',
+};
+
+/** What to try next, per condition: our own words (already mrkdwn). */
+const NEXT: Record<ConditionKind, string> = {
+  ghost_memory:
+    'memory that no process holds is a leaked context: only a host-level GPU reset frees it. *Unstick* on a container of this host offers the reset as its own step, approved by a second person; *Status* shows who holds what now.',
+  holder_stuck:
+    'a process in uninterruptible sleep or a zombie does not die on a signal until the kernel lets it go. *Unstick* stops what can be stopped and asks a second person for host-level steps; *Status* shows it now.',
+  ram_high:
+    'ranks hang or die when the host runs out of RAM. *Status* shows the holders; check host-cache settings (SGLang `--hicache-size` is per tensor-parallel rank).',
+  nvidia_smi_failing:
+    '*Status* reads it again; if nvidia-smi still fails or hangs, the driver is wedged and the host likely needs a GPU reset or a reboot, which a person decides.',
+  gpu_error: '*Status* shows which GPU answers the error and what that error means for the next step.',
+  gpus_missing: 'a GPU that left the bus comes back only after the host is rebooted; *Status* shows which GPUs still answer.',
+  unreachable: 'nothing about its GPUs is known until it answers: check its SSH access (`/gpu doctor`, admins). *Status* tries again.',
+  xid: 'what the Xid means for the next step is said above; *Status* shows the GPU now.',
+};
+
+const stamp = (ms: number): string => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+const hhmm = (ms: number): string => `${new Date(ms).toISOString().slice(11, 16)} UTC`;
+
+function lasted(fromMs: number, toMs: number): string {
+  const min = Math.round((toMs - fromMs) / 60_000);
+  return min < 1 ? 'lasted under 1 min' : `lasted ${min} min`;
+}
+
+/** A sentence from the watchdog, escaped, its first letter made a capital. */
+function sentence(s: string): string {
+  return text(s.charAt(0).toUpperCase() + s.slice(1));
+}
+
+/** A snooze scope (`machineId` or `machineId/gpuIndex`) in words. */
+function scopeWords(scope: string): string {
+  const m = /^(.*)\/(\d{1,2})$/.exec(scope);
+  return m ? `GPU ${m[2]} of ${code(m[1] ?? '')}` : `all of ${code(scope)}`;
+}
+
+const REFUSED: Record<string, string> = {
+  policy: 'not allowed by gpu-medic\'s policy (user or channel)',
+  target_locked: 'another unstick held the target',
+  queue_unavailable: 'the work queue was not answering',
+  not_a_container: 'that is not a container of this host',
+  unknown_machine: 'the machine is no longer in the inventory',
+};
+
+function actionLine(e: Extract<AlertEvent, { type: 'alert_action' }>): string {
+  const what = e.action === 'status' ? 'Status' : e.action === 'unstick' ? 'Unstick' : 'Snooze';
+  const on = e.target !== undefined ? ` ${code(e.target)}` : '';
+  const result = e.refused !== null ? `refused: ${REFUSED[e.refused] ?? text(e.refused)}` : e.incidentId !== null ? `incident ${code(e.incidentId)}` : 'done';
+  return `${what}${on} by ${mention(e.by)} at ${hhmm(Date.parse(e.at))}: ${result}`;
+}
+
+/** The Unstick control: a button for a container, a pick of the host's containers for a host, or why there is none. */
+function unstickControl(meta: IncidentMeta, machineId: string, ctx: RenderContext): { element: types.ActionsBlockElement | null; note: string | null } {
+  const m = ctx.machines?.find((x) => x.id === machineId);
+  if (!m) return { element: null, note: null };
+  const confirm = (what: string): types.ConfirmationDialog => ({
+    title: { type: 'plain_text', text: 'Unstick?' },
+    text: { type: 'mrkdwn', text: `Stops the processes holding ${what}'s GPUs, as you: every rule of \`/gpu unstick\` applies, and host-level steps need a second person.` },
+    confirm: { type: 'plain_text', text: 'Unstick' },
+    deny: { type: 'plain_text', text: 'Cancel' },
+  });
+  if (m.kind === 'container')
+    return {
+      element: { type: 'button', action_id: ALERT_UNSTICK_ACTION_ID, text: { type: 'plain_text', text: clipChars(`Unstick ${cell(machineId)}`, 75) }, value: meta.id, confirm: confirm(code(machineId)) },
+      note: null,
+    };
+  const containers = (ctx.machines ?? []).filter((x) => x.kind === 'container' && x.hostId === machineId).map((x) => x.id);
+  if (containers.length === 0) return { element: null, note: `No container of ${code(machineId)} is in the inventory, so *Unstick* has nothing to act on here.` };
+  const shown = containers.slice(0, SELECT_OPTIONS_MAX);
+  return {
+    element: {
+      type: 'static_select',
+      action_id: ALERT_UNSTICK_PICK_ACTION_ID,
+      placeholder: { type: 'plain_text', text: 'Unstick a container…' },
+      options: shown.map((c) => ({ text: { type: 'plain_text', text: clipChars(cell(c), 75) }, value: `${meta.id}|${c}` })),
+      confirm: confirm('the chosen container'),
+    },
+    note: containers.length > shown.length ? `The Unstick list shows the first ${shown.length} of ${containers.length} containers of ${code(machineId)}; \`/gpu unstick <container>\` reaches the others.` : null,
+  };
+}
 
 /**
  * A watchdog alert as ONE top-level message (placement `parent`, no replies), edited in place as the
- * alert's events arrive. Pure. (First version: the sentence and its state; buttons follow.)
+ * alert's events arrive: the condition, the machine (and GPU), since when, the watchdog's sentence,
+ * what to do next, snoozes and clicks; once cleared, when and how long it lasted, keeping what it
+ * said, with no buttons. Pure: the inventory's machines come in through `ctx`.
  */
-export function renderAlert(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): MessageView[] {
+export function renderAlert(meta: IncidentMeta, events: readonly AnyLoggedEvent[], ctx: RenderContext = {}): MessageView[] {
   const alertEvents = events.filter((e): e is AlertEvent & { id: string } => e.type.startsWith('alert_'));
-  const last = [...alertEvents].reverse().find((e) => e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared');
-  if (!last || !('alert' in last)) return [];
-  const cleared = alertEvents.some((e) => e.type === 'alert_cleared');
-  const line = `${cleared ? ':white_check_mark: Cleared' : ':rotating_light: Alert'}: ${text(meta.targets[0] ?? '?')}: ${text(last.alert.sentence)}`;
-  return [parentView(line, text(`alert ${meta.id}`))];
+  let alert: Alert | null = null;
+  let clearedAt: number | null = null;
+  let updatedAt: number | null = null;
+  const snoozes = new Map<string, { by: string; until: string }>();
+  const actions: string[] = [];
+  for (const e of alertEvents) {
+    if (e.type === 'alert_raised') alert = e.alert;
+    else if (e.type === 'alert_updated') {
+      alert = e.alert;
+      updatedAt = Date.parse(e.at);
+    } else if (e.type === 'alert_cleared') {
+      alert = alert ?? e.alert;
+      clearedAt = Date.parse(e.at);
+    } else if (e.type === 'alert_snoozed') {
+      const prev = snoozes.get(e.scope);
+      if (!prev || Date.parse(e.until) >= Date.parse(prev.until)) snoozes.set(e.scope, { by: e.by, until: e.until });
+    } else if (e.type === 'alert_action') actions.push(actionLine(e));
+  }
+  if (!alert) return [];
+  const machineId = meta.targets[0] ?? alert.machineId;
+  const where = `${code(machineId)}${alert.gpu === null ? '' : ` GPU ${alert.gpu}`}`;
+  const title = TITLE[alert.kind] ?? text(alert.kind);
+  const head =
+    clearedAt === null
+      ? `:rotating_light: *${title}* on ${where}`
+      : `:white_check_mark: *Cleared at ${hhmm(clearedAt)} (${lasted(alert.since, clearedAt)})*: ${title} on ${where}`;
+  const said = clearedAt === null ? sentence(alert.sentence) : `It said: ${sentence(alert.sentence)}`;
+  const when = [
+    `Since ${stamp(alert.since)}`,
+    ...(alert.raisedAt !== null && alert.raisedAt !== alert.since ? [`raised ${hhmm(alert.raisedAt)}`] : []),
+    ...(updatedAt !== null ? [`updated ${hhmm(updatedAt)}`] : []),
+    `alert ${code(meta.id)}`,
+  ].join(' · ');
+  const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: `${head}\n${said}` } }, { type: 'context', elements: [{ type: 'mrkdwn', text: when }] }];
+  const lines: string[] = [head, said, when];
+  if (clearedAt === null) {
+    const next = `*Next:* ${NEXT[alert.kind] ?? ''}`;
+    blocks.push({ type: 'section', text: { type: 'mrkdwn', text: next } });
+    lines.push(next);
+  }
+  const notes: string[] = [...snoozes.entries()].map(([scope, s]) => `:zzz: ${scopeWords(scope)} snoozed until ${stamp(Date.parse(s.until))} by ${mention(s.by)}: the watchdog raises no new alert there until then`);
+  notes.push(...actions.slice(-10));
+  if (actions.length > 10) notes.push(`(${actions.length - 10} earlier clicks are in the incident log)`);
+  if (clearedAt === null) {
+    const elements: types.ActionsBlockElement[] = [{ type: 'button', action_id: ALERT_STATUS_ACTION_ID, text: { type: 'plain_text', text: clipChars(`Status ${cell(machineId)}`, 75) }, value: meta.id }];
+    const unstick = unstickControl(meta, machineId, ctx);
+    if (unstick.element) elements.push(unstick.element);
+    if (unstick.note) notes.push(unstick.note);
+    elements.push(
+      { type: 'button', action_id: ALERT_SNOOZE_1H_ACTION_ID, text: { type: 'plain_text', text: 'Snooze 1 h' }, value: meta.id },
+      { type: 'button', action_id: ALERT_SNOOZE_1D_ACTION_ID, text: { type: 'plain_text', text: 'Snooze 1 day' }, value: meta.id },
+    );
+    if (alert.gpu !== null)
+      elements.push(
+        { type: 'button', action_id: ALERT_SNOOZE_GPU_1H_ACTION_ID, text: { type: 'plain_text', text: `Snooze GPU ${alert.gpu} 1 h` }, value: meta.id },
+        { type: 'button', action_id: ALERT_SNOOZE_GPU_1D_ACTION_ID, text: { type: 'plain_text', text: `Snooze GPU ${alert.gpu} 1 day` }, value: meta.id },
+      );
+    if (notes.length > 0) blocks.push(...contextsOf(notes));
+    // A new block_id per version, as Slack asks of updated messages (a client keeps no stale pick).
+    blocks.push({ type: 'actions', block_id: `gpu_alert_actions_${alertEvents.length}`, elements });
+  } else if (notes.length > 0) blocks.push(...contextsOf(notes));
+  lines.push(...notes);
+  return [{ key: 'parent', placement: 'parent', text: fallbackText(lines), blocks: limitBlocks(blocks) }];
 }

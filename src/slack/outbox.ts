@@ -4,6 +4,7 @@ import type { IncidentMeta } from '../incident/events.ts';
 import type { IncidentLog } from '../incident/log.ts';
 import type { MessageView } from '../render/status.ts';
 import { renderThread } from '../render/thread.ts';
+import type { RenderContext } from '../render/alert.ts';
 import type { Logger } from '../logger.ts';
 
 /** What every message the outbox posts carries as Slack message metadata, to be found again after a crash. */
@@ -72,6 +73,8 @@ export interface OutboxOptions {
   pollMs?: number;
   /** Incidents synced at once. Default 8. */
   concurrency?: number;
+  /** What the renderers may know of the inventory (an alert on a host offers Unstick for its containers). Default: nothing. */
+  render?: RenderContext;
 }
 
 /**
@@ -157,14 +160,14 @@ export class Outbox {
     }
     const events = await this.o.log.events(id);
     const cursor = events.length > 0 ? (events[events.length - 1]?.id ?? '0-0') : '0-0';
-    const views = renderThread(meta, events);
+    const views = renderThread(meta, events, this.o.render);
     const refs = await this.o.log.slackRefs(id);
     const posting = await this.o.log.posting(id);
     let parentTs = refs.get('parent')?.ts;
     if (!parentTs && views.some((v) => v.placement === 'reply')) {
       // First post of a thread whose results are already in: open it as "requested" and let the
       // final parent update below follow the replies, so "done" never shows above an empty thread.
-      const opening = renderThread(meta, events.filter((e) => e.type === 'requested')).find((v) => v.placement === 'parent');
+      const opening = renderThread(meta, events.filter((e) => e.type === 'requested'), this.o.render).find((v) => v.placement === 'parent');
       if (opening) {
         const ref = await this.postOnce(id, meta, opening, posting, undefined);
         refs.set('parent', ref);

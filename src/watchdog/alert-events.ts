@@ -20,7 +20,15 @@ export type AlertEvent =
   | { type: 'alert_cleared'; at: string; alert: Alert }
   /** `scope`: `machineId` or `machineId/gpuIndex`; `until`: ISO time the snooze ends. */
   | { type: 'alert_snoozed'; at: string; by: string; scope: string; until: string }
-  | { type: 'alert_action'; at: string; by: string; action: 'status' | 'unstick'; incidentId: string | null; refused: string | null };
+  /**
+   * A click on Status, Unstick or Snooze: the incident it opened, or why it was refused (`refused`: an
+   * AlertActionRefusal). A Snooze that went through is its `alert_snoozed`. `target`: the machine the
+   * click acted on (for Unstick on a host alert, the container chosen).
+   */
+  | { type: 'alert_action'; at: string; by: string; action: 'status' | 'unstick' | 'snooze'; incidentId: string | null; refused: string | null; target?: string };
+
+/** Why a click on a live alert was refused (alert_action.refused). */
+export type AlertActionRefusal = 'policy' | 'target_locked' | 'queue_unavailable' | 'not_a_container' | 'unknown_machine';
 
 export type AlertEventType = AlertEvent['type'];
 
@@ -33,3 +41,11 @@ export const ALERT_STATUS_ACTION_ID = 'gpu_alert_status';
 export const ALERT_UNSTICK_ACTION_ID = 'gpu_alert_unstick';
 export const ALERT_SNOOZE_1H_ACTION_ID = 'gpu_alert_snooze_1h';
 export const ALERT_SNOOZE_1D_ACTION_ID = 'gpu_alert_snooze_1d';
+/** The same for the alert's GPU (`machineId/gpuIndex`), shown when the alert has one. */
+export const ALERT_SNOOZE_GPU_1H_ACTION_ID = 'gpu_alert_snooze_gpu_1h';
+export const ALERT_SNOOZE_GPU_1D_ACTION_ID = 'gpu_alert_snooze_gpu_1d';
+/**
+ * A host alert's Unstick: a static_select of the host's containers (unstick works on containers);
+ * each option's value is `<alert incident id>|<container id>`, checked against the inventory on click.
+ */
+export const ALERT_UNSTICK_PICK_ACTION_ID = 'gpu_alert_unstick_pick';

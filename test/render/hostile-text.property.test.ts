@@ -14,6 +14,9 @@ import { renderIncident, type MessageView } from '../../src/render/status.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { renderDoctor } from '../../src/render/doctor.ts';
 import { renderHome } from '../../src/render/home.ts';
+import { renderAlert } from '../../src/render/alert.ts';
+import type { AlertEvent } from '../../src/watchdog/alert-events.ts';
+import type { Alert } from '../../src/watchdog/judge.ts';
 import type { Finding } from '../../src/doctor/judge.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
 
@@ -304,6 +307,24 @@ describe('machine and user text is data, never markup, in every renderer', () =>
           { type: 'finished', at: AT, outcome: 'partial', durationMs: 10, id: '1-3' },
         ];
         expect(check(renderDoctor(meta('doctor', h, ['kpro5', 'ct129']), events))).toEqual([]);
+      }),
+      RUNS,
+    );
+  });
+
+  it('alert message: the sentence, the machine and container ids, snoozers and refusals (raised, snoozed, clicked, cleared)', () => {
+    fc.assert(
+      fc.property(hostiles, (h) => {
+        const alert: Alert = { key: 'k', kind: 'xid', machineId: h.name, gpu: 0, since: 0, raisedAt: 0, sentence: h.detail, lastSeenAt: 0 };
+        const ev = (e: AlertEvent, i: number) => ({ ...e, id: `1-${i}` });
+        const live = [
+          ev({ type: 'alert_raised', at: AT, alert }, 0),
+          ev({ type: 'alert_snoozed', at: AT, by: h.user, scope: h.name, until: AT }, 1),
+          ev({ type: 'alert_action', at: AT, by: REQUESTER, action: 'unstick', incidentId: null, refused: h.error, target: h.cmdline }, 2),
+        ];
+        const ctx = { machines: [{ id: h.name, kind: 'host' as const }, { id: h.cmdline, kind: 'container' as const, hostId: h.name }] };
+        const m = { ...meta('alert', h, [h.name]), requester: 'watchdog' };
+        expect(check([...renderAlert(m, live, ctx), ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx)])).toEqual([]);
       }),
       RUNS,
     );

@@ -69,6 +69,11 @@ export const SLACK_LIMITS = {
   actionsElements: 25,
   buttonTextChars: 75,
   buttonValueChars: 2_000,
+  /** static_select (docs.slack.dev select-menu-element, option object): options, their text and value, the placeholder. */
+  selectOptions: 100,
+  optionTextChars: 75,
+  optionValueChars: 150,
+  placeholderChars: 150,
   actionIdChars: 255,
   markdownBlockTotalChars: 12_000,
   tableRows: 100,
@@ -376,6 +381,29 @@ function checkElement(el: unknown, pointer: string, out: BlockCheck): void {
       out.errors.push(err('must be one of: primary, danger', `${pointer}/style`));
     }
   }
+  if (el.type === 'static_select') {
+    if (el.placeholder !== undefined) checkTextObject(el.placeholder, `${pointer}/placeholder`, SLACK_LIMITS.placeholderChars, ['plain_text'], out);
+    // Exactly one of options / option_groups; this fake checks the options form (the one gpu-medic sends).
+    if (el.options === undefined && el.option_groups === undefined) out.errors.push(err('must provide either options or option_groups', pointer));
+    if (el.options !== undefined) {
+      if (!Array.isArray(el.options) || el.options.length === 0) {
+        out.errors.push(err('must provide at least 1 item', `${pointer}/options`));
+      } else {
+        if (el.options.length > SLACK_LIMITS.selectOptions) out.errors.push(err(`no more than ${SLACK_LIMITS.selectOptions} items allowed`, `${pointer}/options`));
+        el.options.forEach((o: unknown, k) => {
+          const op = `${pointer}/options/${k}`;
+          if (!isRecord(o)) {
+            out.errors.push(err('must provide an object', op));
+            return;
+          }
+          checkTextObject(o.text, `${op}/text`, SLACK_LIMITS.optionTextChars, ['plain_text'], out);
+          const value = str(o.value);
+          if (value === undefined || value.length === 0) out.errors.push(err('must be more than 0 characters', `${op}/value`));
+          else if (value.length > SLACK_LIMITS.optionValueChars) out.errors.push(err(`must be less than ${SLACK_LIMITS.optionValueChars + 1} characters`, `${op}/value`));
+        });
+      }
+    }
+  }
 }
 
 function checkTable(block: Json, pointer: string, out: BlockCheck): void {
@@ -540,6 +568,17 @@ function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck): void {
         break;
     }
   });
+}
+
+/** Why Slack would refuse this message (`invalid_blocks` with its messages), or null: for renderer tests. */
+export function slackRefusal(message: { text?: string; blocks?: unknown[] }): { error: string; messages: string[] } | null {
+  try {
+    checkMessagePayload(message as Json, true);
+    return null;
+  } catch (e) {
+    if (e instanceof SlackApiError) return { error: e.error, messages: e.messages };
+    throw e;
+  }
 }
 
 /** Checks a message payload (post, update, ephemeral, response_url) the way Slack does. */
