@@ -37,6 +37,11 @@ export interface ProcReading {
   uid: number | null;
   pidNs: string | null;
   cmdline: string | null;
+  /**
+   * Its parents, nearest first, below PID 1 and below a container's init: PIDs in the same
+   * namespace as `pid`, and their command lines (the launcher above a TP rank). Absent: none read.
+   */
+  parents?: Array<{ pid: number; cmdline: string }>;
 }
 
 /** What the host tells: its GPUs, compute apps (host PIDs), /proc of those PIDs, and the container's PID namespace. */

@@ -29,12 +29,22 @@ function pidWords(pids: readonly number[]): string[] {
   });
 }
 
+/** Bytes of a command line the reading template prints: one more than this marks it cut. */
+export const CMDLINE_CAP_BYTES = 8192;
+/** How many parents above each PID the reading template names (launcher, its shell, …). */
+export const PARENT_LEVELS = 4;
+
 /**
  * The one reading template, for a list of PIDs in the namespace it runs in (host or container).
  * PIDs are positional parameters of a constant script, never spliced into it. stat and cmdline
  * are hex-encoded because comm and cmdline may hold spaces, `)` or newlines. Identity fields
  * for every PID come first and cmdline last: reading the cmdline of a hung process can block,
- * and it must not hide the identities. `@done` proves the output is complete.
+ * and it must not hide the identities. Then each PID's parents, nearest first, up to
+ * PARENT_LEVELS: a TP rank's own title is often only `sglang::scheduler_TP0`, the launcher above
+ * it carries the arguments (root causes, src/gpu/root-cause.ts). The walk follows `PPid:` (an
+ * integer the kernel wrote, checked to be digits) and stops below PID 1 and below a container's
+ * init (NSpid ending in 1), so it never leaves the container it started in. Command lines are
+ * read up to CMDLINE_CAP_BYTES + 1 bytes. `@done` proves the output is complete.
  */
 export const READ_PROCS_SCRIPT = [
   'for p in "$@"; do',
@@ -44,7 +54,17 @@ export const READ_PROCS_SCRIPT = [
   'echo "@ns $(readlink "/proc/$p/ns/pid" 2>/dev/null)"',
   'done',
   'for p in "$@"; do',
-  'echo "@cmdline $p $(od -An -v -tx1 "/proc/$p/cmdline" 2>/dev/null | tr -d " \\n")"',
+  `echo "@cmdline $p $(head -c ${CMDLINE_CAP_BYTES + 1} "/proc/$p/cmdline" 2>/dev/null | od -An -v -tx1 | tr -d " \\n")"`,
+  'done',
+  'for p in "$@"; do',
+  'c=$p; n=0',
+  `while [ $n -lt ${PARENT_LEVELS} ]; do`,
+  'q=$(sed -n "s/^PPid:[[:space:]]*//p" "/proc/$c/status" 2>/dev/null)',
+  'case "$q" in ""|*[!0-9]*|0|1) break;; esac',
+  '[ "$(sed -n "s/^NSpid:.*[[:space:]]//p" "/proc/$q/status" 2>/dev/null)" = 1 ] && break',
+  `echo "@parent $p $q $(head -c ${CMDLINE_CAP_BYTES + 1} "/proc/$q/cmdline" 2>/dev/null | od -An -v -tx1 | tr -d " \\n")"`,
+  'c=$q; n=$((n+1))',
+  'done',
   'done',
   'echo @done',
 ].join('\n');
@@ -154,6 +174,23 @@ export interface ProcReadings {
   complete: boolean;
 }
 
+/**
+ * NUL-separated argv as one line, NULs as spaces (setproctitle() leaves trailing NULs or spaces).
+ * One cut at the cap keeps only whole arguments, or, when the first one alone is longer, the cut
+ * text with `…`: a number cut in half must never read as a smaller one.
+ */
+function cmdlineText(bytes: Buffer): string {
+  let b = bytes;
+  let mark = '';
+  if (b.length > CMDLINE_CAP_BYTES) {
+    b = b.subarray(0, CMDLINE_CAP_BYTES);
+    const lastNul = b.lastIndexOf(0);
+    if (lastNul > 0) b = b.subarray(0, lastNul);
+    else mark = '…';
+  }
+  return b.toString('utf8').replace(/\0+$/, '').replace(/\0/g, ' ').trimEnd() + mark;
+}
+
 /** Output of `readProcs`, one reading per PID asked for, in order. */
 export function parseProcReadings(text: string): ProcReadings {
   const byPid = new Map<number, ProcReading>();
@@ -191,8 +228,17 @@ export function parseProcReadings(text: string): ProcReadings {
       const r = byPid.get(int(pidText ?? '') ?? -1);
       const bytes = hexToBytes(hex);
       if (!r || bytes === null || hex === '') continue;
-      // NUL-separated argv; setproctitle() leaves trailing NULs or spaces.
-      r.cmdline = bytes.toString('utf8').replace(/\0+$/, '').replace(/\0/g, ' ').trimEnd();
+      r.cmdline = cmdlineText(bytes);
+    } else if (tag === '@parent') {
+      const [pidText, parentText, hex = ''] = rest.split(' ');
+      const r = byPid.get(int(pidText ?? '') ?? -1);
+      const parent = int(parentText ?? '');
+      const bytes = hexToBytes(hex);
+      if (!r || parent === null || parent <= 1 || bytes === null) continue;
+      const parents = r.parents ?? [];
+      if (parents.length >= PARENT_LEVELS || parents.some((x) => x.pid === parent)) continue;
+      parents.push({ pid: parent, cmdline: cmdlineText(bytes) });
+      r.parents = parents;
     }
   }
   return { readings: [...byPid.values()], complete };

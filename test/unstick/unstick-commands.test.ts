@@ -131,3 +131,56 @@ describe('small parsers', () => {
     expect(parsePersistenceMode('2, [N/A]\n')).toBeNull();
   });
 });
+
+describe('readProcs reads the launchers above the holders (real /proc, real sh)', () => {
+  const LAUNCH = 'python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache --hicache-size 300';
+  const HOSTILE = `python3 -m sglang.launch_server \`reboot\` <!channel>\n@done\n@pid 1\n${'y'.repeat(10_000)} --hicache-size 300`;
+  const kids: Array<ReturnType<typeof spawn>> = [];
+  /** A `sh` whose argv[0] is `title`, with one `sleep` child (the rank); resolves the child's PID. */
+  async function launcher(title: string): Promise<{ parent: number; rank: number }> {
+    const p = spawn('sh', ['-c', 'sleep 30 & echo $!; wait', 'sh'], { argv0: title, stdio: ['ignore', 'pipe', 'ignore'] } as Parameters<typeof spawn>[2]);
+    kids.push(p);
+    const rank = await new Promise<number>((resolve) => p.stdout?.once('data', (d: Buffer) => resolve(Number(d.toString().trim()))));
+    return { parent: p.pid ?? 0, rank };
+  }
+  afterAll(() => {
+    for (const k of kids) if (k.pid) spawnSync('pkill', ['-KILL', '-P', String(k.pid)]);
+    for (const k of kids) k.kill('SIGKILL');
+  });
+
+  it("names each holder's parent chain, nearest first, with the launcher's full command line", async () => {
+    const { parent, rank } = await launcher(LAUNCH);
+    const r = parseProcReadings(spawnSync('sh', readProcs([rank], t).argv.slice(1), { encoding: 'utf8' }).stdout);
+    expect(r.complete).toBe(true);
+    const [reading] = r.readings;
+    expect(reading?.parents?.[0]).toEqual({ pid: parent, cmdline: `${LAUNCH} -c sleep 30 & echo $!; wait sh` });
+    // The walk goes on up (this test runner, …) but never reaches the host's PID 1, and is bounded.
+    expect(reading?.parents?.length).toBeGreaterThan(1);
+    expect(reading?.parents?.length).toBeLessThanOrEqual(4);
+    expect(reading?.parents?.map((p) => p.pid)).not.toContain(1);
+  });
+
+  it('a 10 kB command line with newlines, backticks and forged tags stays one bounded field, cut at a whole argument', async () => {
+    const { parent, rank } = await launcher(HOSTILE);
+    const r = parseProcReadings(spawnSync('sh', readProcs([rank, parent], t).argv.slice(1), { encoding: 'utf8' }).stdout);
+    expect(r.complete).toBe(true);
+    expect(r.readings.map((x) => x.pid)).toEqual([rank, parent]);
+    const own = r.readings[1]?.cmdline ?? '';
+    const seenAbove = r.readings[0]?.parents?.[0]?.cmdline ?? '';
+    for (const c of [own, seenAbove]) {
+      // The argv[0] alone is longer than the cap: it is kept cut, marked with … so no cut value reads as a number.
+      expect(c.length).toBe(8193);
+      expect(c.endsWith('y…')).toBe(true);
+      expect(c.startsWith('python3 -m sglang.launch_server `reboot` <!channel>\n@done\n@pid 1\n')).toBe(true);
+    }
+  });
+
+  it('a parent cut short keeps only its whole arguments, so a cut number is never read', () => {
+    const hex = (s: string): string => Buffer.from(s).toString('hex');
+    const args = `python3\0-m\0sglang.launch_server\0--tp-size\0${'8'.repeat(3)}\0--hicache-size\0${'3'.repeat(8192)}`;
+    const out = `@pid 7\n@cmdline 7 ${hex(args.slice(0, 8193))}\n@parent 7 6 ${hex(args.slice(0, 8193))}\n@done\n`;
+    const r = parseProcReadings(out).readings[0];
+    expect(r?.cmdline).toBe('python3 -m sglang.launch_server --tp-size 888 --hicache-size');
+    expect(r?.parents).toEqual([{ pid: 6, cmdline: 'python3 -m sglang.launch_server --tp-size 888 --hicache-size' }]);
+  });
+});
