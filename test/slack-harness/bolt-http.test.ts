@@ -8,7 +8,7 @@ import type { Logger } from '@slack/bolt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
-import { blockActionPayload, sendInteraction, sendSlashCommand } from '../harness/slack/signed-request.ts';
+import { appHomeOpenedPayload, blockActionPayload, sendEvent, sendInteraction, sendSlashCommand } from '../harness/slack/signed-request.ts';
 
 const SIGNING_SECRET = 'test-signing-secret-8f2c';
 const CHANNEL = 'C0GPUOPS01';
@@ -42,6 +42,8 @@ interface Harness {
   logger: ReturnType<typeof memoryLogger>;
   runs: Array<{ text: string; retryNum: number | undefined }>;
   actions: string[];
+  /** app_home_opened events the listener saw: user and tab. */
+  homeOpens: Array<{ user: string; tab: string }>;
   /** Handlers still running; tests wait for 0 so one test's posts never land in the next one's fake. */
   inFlight: { count: number };
 }
@@ -51,6 +53,7 @@ async function startHarness(): Promise<Harness> {
   const logger = memoryLogger();
   const runs: Harness['runs'] = [];
   const actions: string[] = [];
+  const homeOpens: Harness['homeOpens'] = [];
   const inFlight = { count: 0 };
   const app = new App({
     signingSecret: SIGNING_SECRET,
@@ -76,9 +79,12 @@ async function startHarness(): Promise<Harness> {
     actions.push(body.user.id);
     await respond({ text: `Approved by <@${body.user.id}>`, replace_original: false, response_type: 'in_channel' });
   });
+  app.event('app_home_opened', async ({ event }) => {
+    homeOpens.push({ user: event.user, tab: event.tab ?? '(none)' });
+  });
   const server = await app.start({ port: 0, host: '127.0.0.1' });
   const { port } = server.address() as AddressInfo;
-  return { fake, app, url: `http://127.0.0.1:${port}/slack/events`, logger, runs, actions, inFlight };
+  return { fake, app, url: `http://127.0.0.1:${port}/slack/events`, logger, runs, actions, homeOpens, inFlight };
 }
 
 describe('Bolt HTTP receiver + fake Slack', () => {
@@ -95,6 +101,21 @@ describe('Bolt HTTP receiver + fake Slack', () => {
     h.fake.reset();
     h.runs.length = 0;
     h.actions.length = 0;
+    h.homeOpens.length = 0;
+  });
+
+  it('an Events API delivery (app_home_opened, JSON, signed) is acked with 200 and reaches the event listener', async () => {
+    const res = await sendEvent(h.url, SIGNING_SECRET, appHomeOpenedPayload({ user: USER }));
+    expect(res.status).toBe(200);
+    const seen = await h.fake.waitFor(() => (h.homeOpens.length > 0 ? h.homeOpens : null));
+    expect(seen).toEqual([{ user: USER, tab: 'home' }]);
+  });
+
+  it('an Events API delivery with a forged signature gets 401 and no listener runs', async () => {
+    const res = await sendEvent(h.url, SIGNING_SECRET, appHomeOpenedPayload({ user: USER }), { signature: `v0=${'cd'.repeat(32)}` });
+    expect(res.status).toBe(401);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(h.homeOpens).toEqual([]);
   });
 
   it('acks a signed slash command with an ephemeral body, then posts a parent and a thread reply', async () => {

@@ -180,6 +180,69 @@ describe('fake Slack Web API', () => {
     });
   });
 
+  describe('views.publish (App Home)', () => {
+    const section = (text: string) => ({ type: 'section', text: { type: 'mrkdwn', text } });
+    const home = (blocks: unknown[], extra: Record<string, unknown> = {}) => ({ type: 'home' as const, blocks, ...extra }) as unknown as { type: 'home'; blocks: [] };
+    const U = 'U0HOMEUSR1';
+
+    it('keeps the published view per user: the same view id, a new hash per publish, the latest blocks', async () => {
+      const a = await client.views.publish({ user_id: U, view: home([section('first')]) });
+      expect(a).toMatchObject({ ok: true, view: { type: 'home', team_id: fake.teamId, app_id: fake.appId } });
+      const b = await client.views.publish({ user_id: U, view: home([section('second')]) });
+      expect(b.view?.id).toBe(a.view?.id);
+      expect(b.view?.hash).not.toBe(a.view?.hash);
+      expect(fake.homeView(U)).toMatchObject({ publishes: 2, view: { blocks: [section('second')] } });
+      expect(fake.homeView('U0NOBODY01')).toBeUndefined();
+      expect(fake.homeUsers()).toEqual([U]);
+    });
+
+    it('refuses a bad user_id, a view that is not home, 101 blocks, a table, a 3001-char section, long metadata, as Slack does', async () => {
+      await expect(client.views.publish({ user_id: 'not-a-user', view: home([section('x')]) })).rejects.toMatchObject({
+        data: { error: 'invalid_arguments', response_metadata: { messages: ['invalid `user_id`'] } },
+      });
+      await expect(client.views.publish({ user_id: U, view: { type: 'modal', blocks: [section('x')] } as unknown as { type: 'home'; blocks: [] } })).rejects.toMatchObject({
+        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] must be one of: home [json-pointer:/view/type]'] } },
+      });
+      await expect(client.views.publish({ user_id: U, view: home(Array.from({ length: 101 }, () => ({ type: 'divider' }))) })).rejects.toMatchObject({
+        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/view/blocks]'] } },
+      });
+      await expect(client.views.publish({ user_id: U, view: home(Array.from({ length: 100 }, () => ({ type: 'divider' }))) })).resolves.toMatchObject({ ok: true });
+      await expect(client.views.publish({ user_id: U, view: home([{ type: 'table', rows: [[{ type: 'raw_text', text: 'a' }]] }]) })).rejects.toMatchObject({
+        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] unsupported type: table [json-pointer:/view/blocks/0/type]'] } },
+      });
+      await expect(client.views.publish({ user_id: U, view: home([section('x'.repeat(3001))]) })).rejects.toMatchObject({
+        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] must be less than 3001 characters [json-pointer:/view/blocks/0/text/text]'] } },
+      });
+      await expect(client.views.publish({ user_id: U, view: home([section('x')], { private_metadata: 'm'.repeat(3001) }) })).rejects.toMatchObject({ data: { error: 'invalid_arguments' } });
+      await expect(client.views.publish({ user_id: U, view: home([section('x')], { callback_id: 'c'.repeat(256) }) })).rejects.toMatchObject({ data: { error: 'invalid_arguments' } });
+      // The refused publishes changed nothing: the 100 dividers are still what the user sees.
+      expect(fake.homeView(U)?.publishes).toBe(1);
+    });
+
+    it('over 250 kB: view_too_large; Home tab off: not_enabled; a stale hash: hash_conflict', async () => {
+      const big = Array.from({ length: 90 }, () => section('語'.repeat(1000)));
+      await expect(client.views.publish({ user_id: U, view: home(big) })).rejects.toMatchObject({ data: { error: 'view_too_large' } });
+      fake.setHomeTabEnabled(false);
+      await expect(client.views.publish({ user_id: U, view: home([section('x')]) })).rejects.toMatchObject({ data: { error: 'not_enabled' } });
+      fake.setHomeTabEnabled(true);
+      const first = await client.views.publish({ user_id: U, view: home([section('x')]) });
+      await client.views.publish({ user_id: U, view: home([section('y')]) });
+      await expect(client.views.publish({ user_id: U, view: home([section('z')]), hash: first.view?.hash ?? '' })).rejects.toMatchObject({ data: { error: 'hash_conflict' } });
+      expect(fake.homeView(U)?.view).toMatchObject({ blocks: [section('y')] });
+    });
+
+    it('is rate limited as Tier 4 (100+/min) when rate limits are on: a burst, then 429 with Retry-After', async () => {
+      fake.enableRateLimits();
+      const rejecting = webClient(fake.botToken, fake.apiUrl, { rejectRateLimitedCalls: true });
+      const results: string[] = [];
+      for (let i = 0; i < 14; i++) {
+        results.push(await rejecting.views.publish({ user_id: U, view: home([section(`v${i}`)]) }).then(() => 'ok', (e: { code?: string }) => e.code ?? 'error'));
+      }
+      expect(results.slice(0, 10)).toEqual(Array.from({ length: 10 }, () => 'ok'));
+      expect(results).toContain('slack_webapi_rate_limited_error');
+    });
+  });
+
   describe('response URLs', () => {
     it('records what is posted to a response URL, and refuses a sixth use', async () => {
       const url = fake.newResponseUrl();

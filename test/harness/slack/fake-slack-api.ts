@@ -35,6 +35,14 @@
  *   (base64 `next_ts:<ts>`, as Slack's look), `invalid_cursor` for one we did not issue. Both are
  *   Tier 3 (50+/min) for internal apps; Slack's 2025 limits for commercially distributed
  *   non-Marketplace apps (1 call/min, 15 messages) are not modelled (gpu-medic is an internal app).
+ * - views.publish (docs.slack.dev/reference/methods/views.publish, .../views/home-tab-views): Tier 4
+ *   (100+/min); `user_id` must be a user id, else `invalid_arguments` ("invalid `user_id`"); the
+ *   view must be `type: home` with at most 100 blocks of the Home tab's types (no table, which is
+ *   for messages only), block limits as in messages, private_metadata ≤ 3,000 and callback_id ≤ 255
+ *   characters, else `invalid_arguments` with `[ERROR] … [json-pointer:/view/…]` messages; over
+ *   250 kB → `view_too_large`; Home tab off → `not_enabled`; a `hash` other than the view's
+ *   current one → `hash_conflict`. The published view is kept per user (`homeView`), replaced by
+ *   each publish, with the same view id and a new hash.
  *
  * How @slack/web-api 8.2 (WebClient.makeRequest + p-retry 4) reacts to what this server sends:
  * - 429 with a numeric Retry-After: pauses the client's whole request queue for Retry-After
@@ -82,6 +90,11 @@ export const SLACK_LIMITS = {
   tablesPerMessage: 1,
   responseUrlUses: 5,
   responseUrlLifetimeMs: 30 * 60 * 1000,
+  /** Home tab views (docs.slack.dev/reference/views/home-tab-views, views.publish). */
+  viewBlocks: 100,
+  viewBytes: 250_000,
+  viewPrivateMetadataChars: 3_000,
+  viewCallbackIdChars: 255,
 } as const;
 
 /** What a recorded call looked like, in arrival order. */
@@ -128,6 +141,18 @@ export interface Intercept {
   perform: boolean;
   /** Runs after the call was (or was not) performed and before the connection is dropped, e.g. SIGKILL the caller. */
   then: () => void;
+}
+
+/** A user's Home tab as the app last published it (views.publish). */
+export interface PublishedView {
+  user: string;
+  /** Slack's view id: the same for every publish to that user. */
+  id: string;
+  /** Changes with every publish; a publish naming an older one gets hash_conflict. */
+  hash: string;
+  view: Record<string, unknown>;
+  /** How many times it was published. */
+  publishes: number;
 }
 
 export interface EphemeralMessage {
@@ -188,6 +213,7 @@ const DEFAULT_METHOD_LIMITS: Record<string, BucketSpec> = {
   'chat.delete': tier(50), // Tier 3
   'conversations.replies': tier(50), // Tier 3 for internal apps
   'conversations.history': tier(50), // Tier 3 for internal apps
+  'views.publish': tier(100), // Tier 4
 };
 
 export interface FakeSlackOptions {
@@ -204,6 +230,8 @@ export interface FakeSlackOptions {
   rateLimits?: RateLimitConfig;
   /** Socket Mode: `apps.connections.open` takes this app-level token and answers with `open()`. */
   appConnections?: { appToken: string; open(): Json };
+  /** The app's Home tab is on (views.publish works). Default true; false: `not_enabled`, as Slack answers. */
+  homeTabEnabled?: boolean;
 }
 
 export interface FakeSlack {
@@ -225,6 +253,12 @@ export interface FakeSlack {
   thread(channel: string, ts: string): StoredMessage[];
   ephemerals(): EphemeralMessage[];
   responses(): ResponseUrlPost[];
+  /** A user's Home tab as last published (a copy), or undefined when nothing was published to them. */
+  homeView(user: string): PublishedView | undefined;
+  /** Users with a published Home tab. */
+  homeUsers(): string[];
+  /** Switch the app's Home tab on or off (off: views.publish answers not_enabled). */
+  setHomeTabEnabled(enabled: boolean): void;
   /** A fresh response URL on this server, as Slack puts in slash-command and interaction payloads. */
   newResponseUrl(): string;
   /** A message posted by a human (e.g. the thread parent a user wrote). Returns its ts. */
@@ -272,7 +306,7 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : typ
 const bool = (v: unknown): boolean | undefined =>
   typeof v === 'boolean' ? v : v === 'true' || v === '1' ? true : v === 'false' || v === '0' ? false : undefined;
 
-const JSON_FIELDS = new Set(['blocks', 'attachments', 'metadata']);
+const JSON_FIELDS = new Set(['blocks', 'attachments', 'metadata', 'view']);
 
 function parseBody(raw: string, contentType: string): Json {
   if (raw.length === 0) return {};
@@ -288,7 +322,7 @@ function parseBody(raw: string, contentType: string): Json {
         out[key] = JSON.parse(value);
       } catch {
         // Slack answers a blocks field that is not JSON with invalid_blocks_format.
-        throw new SlackApiError(key === 'blocks' ? 'invalid_blocks_format' : `invalid_${key}`);
+        throw new SlackApiError(key === 'blocks' ? 'invalid_blocks_format' : key === 'view' ? 'invalid_arguments' : `invalid_${key}`);
       }
     } else {
       out[key] = value;
@@ -344,6 +378,9 @@ const MESSAGE_BLOCK_TYPES = new Set([
   'video',
   'context_actions',
 ]);
+
+/** Blocks a Home tab view may hold: no table (messages only) and no markdown block. */
+const HOME_BLOCK_TYPES = new Set(['section', 'header', 'divider', 'context', 'actions', 'image', 'rich_text', 'input', 'file', 'video', 'context_actions']);
 
 function checkTextObject(v: unknown, pointer: string, max: number, allowed: readonly string[], out: BlockCheck): void {
   if (!isRecord(v)) {
@@ -473,13 +510,13 @@ function checkTable(block: Json, pointer: string, out: BlockCheck): void {
   }
 }
 
-function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck): void {
+function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck, maxBlocks: number = SLACK_LIMITS.blocksPerMessage, allowedTypes: ReadonlySet<string> = MESSAGE_BLOCK_TYPES): void {
   if (!Array.isArray(blocks)) {
     out.errors.push(err('must provide an array', pointer));
     return;
   }
-  if (blocks.length > SLACK_LIMITS.blocksPerMessage) {
-    out.errors.push(err(`no more than ${SLACK_LIMITS.blocksPerMessage} items allowed`, pointer));
+  if (blocks.length > maxBlocks) {
+    out.errors.push(err(`no more than ${maxBlocks} items allowed`, pointer));
   }
   const blockIds = new Set<string>();
   blocks.forEach((block: unknown, i) => {
@@ -489,7 +526,7 @@ function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck): void {
       return;
     }
     const type = str(block.type);
-    if (type === undefined || !MESSAGE_BLOCK_TYPES.has(type)) {
+    if (type === undefined || !allowedTypes.has(type)) {
       out.errors.push(err(`unsupported type: ${String(type)}`, `${p}/type`));
       return;
     }
@@ -639,6 +676,9 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
   let buckets = new Map<string, Bucket>();
   let unreachable = false;
   let intercepts: Intercept[] = [];
+  let homeViews = new Map<string, PublishedView>();
+  let homeTabEnabled = opts.homeTabEnabled ?? true;
+  let viewSeq = 0;
   const sockets = new Set<Socket>();
 
   const nextTs = (channel: string): string => {
@@ -861,6 +901,60 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       });
       return { ok: true, message_ts: messageTs };
     },
+    'views.publish': (body) => {
+      const user = str(body.user_id);
+      if (user === undefined || !/^[UW][A-Z0-9]{2,}$/.test(user)) throw new SlackApiError('invalid_arguments', ['invalid `user_id`']);
+      const view = body.view;
+      if (!isRecord(view)) throw new SlackApiError('invalid_arguments', [err('must provide an object', '/view')]);
+      if (Buffer.byteLength(JSON.stringify(view), 'utf8') > SLACK_LIMITS.viewBytes) throw new SlackApiError('view_too_large');
+      if (view.type === 'home' && !homeTabEnabled) throw new SlackApiError('not_enabled');
+      const check: BlockCheck = { errors: [], tables: 0, markdownChars: 0 };
+      if (view.type !== 'home') check.errors.push(err('must be one of: home', '/view/type'));
+      checkBlocks(view.blocks, '/view/blocks', check, SLACK_LIMITS.viewBlocks, HOME_BLOCK_TYPES);
+      const meta = view.private_metadata;
+      if (meta !== undefined && (typeof meta !== 'string' || meta.length > SLACK_LIMITS.viewPrivateMetadataChars)) {
+        check.errors.push(err(`must be less than ${SLACK_LIMITS.viewPrivateMetadataChars + 1} characters`, '/view/private_metadata'));
+      }
+      const callbackId = view.callback_id;
+      if (callbackId !== undefined && (typeof callbackId !== 'string' || callbackId.length > SLACK_LIMITS.viewCallbackIdChars)) {
+        check.errors.push(err(`must be less than ${SLACK_LIMITS.viewCallbackIdChars + 1} characters`, '/view/callback_id'));
+      }
+      if (check.errors.length > 0) throw new SlackApiError('invalid_arguments', check.errors);
+      const prev = homeViews.get(user);
+      const hash = str(body.hash);
+      if (hash !== undefined && hash !== '' && hash !== prev?.hash) throw new SlackApiError('hash_conflict');
+      viewSeq += 1;
+      const published: PublishedView = {
+        user,
+        id: prev?.id ?? `V${String(viewSeq).padStart(9, '0')}`,
+        hash: `${Math.floor(now() / 1000)}.${String(viewSeq).padStart(8, '0')}`,
+        view: structuredClone(view),
+        publishes: (prev?.publishes ?? 0) + 1,
+      };
+      homeViews.set(user, published);
+      return {
+        ok: true,
+        view: {
+          id: published.id,
+          team_id: teamId,
+          type: 'home',
+          blocks: view.blocks,
+          private_metadata: str(view.private_metadata) ?? '',
+          callback_id: str(view.callback_id) ?? '',
+          external_id: str(view.external_id) ?? '',
+          state: { values: {} },
+          hash: published.hash,
+          clear_on_close: false,
+          notify_on_close: false,
+          close: null,
+          submit: null,
+          root_view_id: published.id,
+          previous_view_id: null,
+          app_id: appId,
+          bot_id: botId,
+        },
+      };
+    },
     'conversations.replies': (body) => {
       const channel = str(body.channel);
       const ts = str(body.ts);
@@ -1076,6 +1170,14 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     thread: (channel, ts) => threadOf(channel, ts),
     ephemerals: () => [...ephemerals],
     responses: () => [...responses],
+    homeView: (user) => {
+      const v = homeViews.get(user);
+      return v ? structuredClone(v) : undefined;
+    },
+    homeUsers: () => [...homeViews.keys()],
+    setHomeTabEnabled: (enabled) => {
+      homeTabEnabled = enabled;
+    },
     newResponseUrl: () => {
       const id = randomBytes(9).toString('base64url');
       responseUrls.set(id, { createdAt: now(), uses: 0 });
@@ -1135,6 +1237,8 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       faults = [];
       intercepts = [];
       buckets = new Map();
+      homeViews = new Map();
+      homeTabEnabled = opts.homeTabEnabled ?? true;
     },
     close: () =>
       new Promise<void>((resolve, reject) => {

@@ -32,6 +32,8 @@ export interface SignOptions {
   headers?: Record<string, string>;
   /** Abort the request after this many ms. Default 10 000. */
   timeoutMs?: number;
+  /** Default form-encoded (commands, interactions); the Events API sends `application/json`. */
+  contentType?: string;
 }
 
 export interface SignedResponse {
@@ -83,7 +85,7 @@ export async function postSigned(url: string, signingSecret: string, body: strin
   const res = await fetch(url, {
     method: 'POST',
     headers: {
-      'Content-Type': 'application/x-www-form-urlencoded',
+      'Content-Type': opts.contentType ?? 'application/x-www-form-urlencoded',
       'User-Agent': 'Slackbot 1.0 (+https://api.slack.com/robots)',
       'X-Slack-Request-Timestamp': String(timestampSec),
       'X-Slack-Signature': signature,
@@ -234,4 +236,49 @@ export function blockActionPayload(a: BlockActionArgs): Record<string, unknown> 
       },
     ],
   };
+}
+
+export interface AppHomeOpenedArgs {
+  /** Slack user id of who opened the App Home. */
+  user: string;
+  /** `home` (the Home tab) or `messages` (the Messages tab). Default `home`. */
+  tab?: 'home' | 'messages';
+  /** The Home tab as it was last published (Slack includes it once one was). */
+  view?: Record<string, unknown>;
+  teamId?: string;
+  apiAppId?: string;
+  botUserId?: string;
+  eventId?: string;
+}
+
+/**
+ * The Events API envelope (`event_callback`) Slack POSTs when a user opens the app's App Home
+ * (docs.slack.dev/reference/events/app_home_opened): JSON, signed like every request.
+ */
+export function appHomeOpenedPayload(a: AppHomeOpenedArgs): Record<string, unknown> {
+  const teamId = a.teamId ?? 'T0FAKE0001';
+  const nowSec = Math.floor(Date.now() / 1000);
+  return {
+    token: 'deprecated-verification-token',
+    team_id: teamId,
+    api_app_id: a.apiAppId ?? 'A0FAKEAPP1',
+    event: {
+      type: 'app_home_opened',
+      user: a.user,
+      channel: `D${a.user.slice(1, 11).padEnd(10, '0')}`,
+      tab: a.tab ?? 'home',
+      event_ts: slackTsNow(),
+      ...(a.view ? { view: a.view } : {}),
+    },
+    type: 'event_callback',
+    event_id: a.eventId ?? `Ev${Array.from({ length: 9 }, () => 'ABCDEFGHJKLMNPQRSTUVWXYZ0123456789'[Math.floor(Math.random() * 34)]).join('')}`,
+    event_time: nowSec,
+    authorizations: [{ enterprise_id: null, team_id: teamId, user_id: a.botUserId ?? 'U0FAKEBOT1', is_bot: true, is_enterprise_install: false }],
+    is_ext_shared_channel: false,
+  };
+}
+
+/** POSTs an Events API delivery (JSON body), as Slack does; `opts.headers` can add X-Slack-Retry-Num. */
+export function sendEvent(url: string, signingSecret: string, payload: object, opts: SignOptions = {}): Promise<SignedResponse> {
+  return postSigned(url, signingSecret, JSON.stringify(payload), { contentType: 'application/json', ...opts });
 }
