@@ -1,4 +1,5 @@
-import { startWorkers, type WorkerGroup } from '../workers/index.ts';
+import { startWorkers, type WatchOptions, type WorkerGroup } from '../workers/index.ts';
+import { DEFAULT_WATCH_SETTINGS } from './watchdog/judge.ts';
 import type { Env } from './config/env.ts';
 import type { Inventory } from './config/inventory.ts';
 import type { Logger } from './logger.ts';
@@ -29,5 +30,15 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     lockDurationMs: env.GPU_MEDIC_JOB_LOCK_MS,
     stalledIntervalMs: env.GPU_MEDIC_STALLED_MS,
     ...(metrics ? { metrics } : {}),
+    ...(env.GPU_MEDIC_ALERTS_CHANNEL ? { watch: watchOptionsOf(env, env.GPU_MEDIC_ALERTS_CHANNEL) } : {}),
   });
+}
+
+/** The watchdog's settings from the environment (GPU_MEDIC_WATCH_*). */
+export function watchOptionsOf(env: Env, alertsChannel: string): WatchOptions {
+  return {
+    alertsChannel,
+    intervalMs: env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000,
+    settings: { ...DEFAULT_WATCH_SETTINGS, ghostMinutes: env.GPU_MEDIC_WATCH_GHOST_SEC / 60, ramPct: env.GPU_MEDIC_WATCH_RAM_PCT },
+  };
 }

@@ -14,13 +14,17 @@ import { createDispatcher } from '../src/queue/dispatcher.ts';
 import type { Logger } from '../src/logger.ts';
 import type { Metrics } from '../src/metrics/metrics.ts';
 import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.ts';
-import { JobSchema, queueName } from '../src/queue/jobs.ts';
+import { JobSchema, queueName, type WatchJob, watchSchedulerId } from '../src/queue/jobs.ts';
+import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
+import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
+import type { WatchSettings } from '../src/watchdog/judge.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { sweepDecisions } from './decision-sweep.ts';
 import { planKeyFor } from './plan-key.ts';
 import { runDoctorJob } from './doctor.ts';
 import { runStatusJob, type StatusWorkerDeps } from './status.ts';
 import { runDecisionJob, runExpireJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
+import { runWatchJob, type WatchdogDeps } from './watchdog.ts';
 
 export interface WorkerGroupOptions {
   /** REDIS_URL, or the sentinels that name the primary (src/redis/connection.ts). */
@@ -60,6 +64,21 @@ export interface WorkerGroupOptions {
   metrics?: Metrics;
   /** How often decisions whose job was never queued are looked for (workers/decision-sweep.ts). Default 5 s. */
   decisionSweepMs?: number;
+  /**
+   * The watchdog (issue 13), when GPU_MEDIC_ALERTS_CHANNEL is set: each served site queue gets one
+   * job scheduler producing a `watch` round every `intervalMs`. Absent: the sites' schedulers are removed.
+   */
+  watch?: WatchOptions;
+}
+
+export interface WatchOptions {
+  /** GPU_MEDIC_ALERTS_CHANNEL. */
+  alertsChannel: string;
+  /** GPU_MEDIC_WATCH_INTERVAL_SEC in ms. */
+  intervalMs: number;
+  settings: WatchSettings;
+  /** Test seam (workers/watchdog.ts `beforeCommit`). */
+  beforeCommit?: (machineId: string) => Promise<void>;
 }
 
 export interface WorkerGroup {
@@ -139,6 +158,9 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
     });
     switch (data.kind) {
+      case 'watch':
+        await runWatch(data);
+        return;
       case 'status':
         await runStatusJob(data, readOnly());
         return;
@@ -161,6 +183,41 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       }
     }
   }
+  const watchDeps: WatchdogDeps | null = o.watch
+    ? {
+        inventory: o.inventory,
+        executor,
+        store: new WatchRoundStore(connection, o.prefix, o.watch.alertsChannel),
+        snoozes: new SnoozeStore(connection, o.prefix),
+        settings: o.watch.settings,
+        now,
+        commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
+        logger: o.logger.child({ component: 'watchdog' }),
+        ...(o.watch.beforeCommit ? { beforeCommit: o.watch.beforeCommit } : {}),
+      }
+    : null;
+  async function runWatch(job: WatchJob): Promise<void> {
+    if (watchDeps === null) {
+      o.logger.warn({ site: job.site }, 'watch job on a worker without GPU_MEDIC_ALERTS_CHANNEL: nothing read');
+      return;
+    }
+    await runWatchJob(job, watchDeps);
+  }
+  // One scheduler per site queue (an upsert: every worker of the site writes the same one, so a
+  // round is produced once per interval however many workers serve the site).
+  const schedulerQueues = sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) }));
+  for (const { queue } of schedulerQueues) queue.on('error', (err) => o.logger.warn({ err }, 'watch scheduler queue error'));
+  await Promise.all(
+    schedulerQueues.map(({ site, queue }) =>
+      o.watch
+        ? queue.upsertJobScheduler(
+            watchSchedulerId(site),
+            { every: o.watch.intervalMs },
+            { name: 'watch', data: { kind: 'watch', site } satisfies WatchJob, opts: { attempts: 1, removeOnComplete: 100, removeOnFail: 100 } },
+          )
+        : queue.removeJobScheduler(watchSchedulerId(site)),
+    ),
+  );
   // Queue depth is read from Redis when Prometheus scrapes, not polled.
   const depthQueues = metrics ? sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) })) : [];
   const stopReading = metrics?.onScrape(async (g) => {
@@ -194,7 +251,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       clearInterval(sweep);
       await Promise.all(workers.map((w) => w.close(force)));
       stopReading?.();
-      await Promise.all(depthQueues.map((d) => d.queue.close()));
+      await Promise.all([...depthQueues, ...schedulerQueues].map((d) => d.queue.close()));
       await dispatcher.close();
       await executor.close();
       connection.disconnect();

@@ -34,12 +34,26 @@ export function recordOf(r: ExecResult): CommandRecord {
  * or a command that hung becomes a coded failure.
  */
 export async function takeSnapshot(machine: Machine, route: Route, deps: SnapshotDeps): Promise<SnapshotOutcome> {
+  return (await takeSnapshotWith(machine, route, deps, [])).outcome;
+}
+
+/** What a query added to a snapshot's read answered (`timedOut`: it hung and was ended; the snapshot still counts). */
+export type ExtraAnswer = Answer & { timedOut: boolean };
+
+/**
+ * A snapshot plus `extras`: more fixed queries run in the same read script, in the same SSH
+ * session (the watchdog's kernel log, process states, recovery action). An extra that hangs or
+ * fails does not fail the snapshot; its answer says so. `extras` is null when the read failed.
+ */
+export async function takeSnapshotWith(machine: Machine, route: Route, deps: SnapshotDeps, extraSpecs: readonly CommandSpec[]): Promise<{ outcome: SnapshotOutcome; extras: ExtraAnswer[] | null }> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const commands: CommandRecord[] = [];
   const view = machine.kind === 'container' ? 'container' : 'host';
   try {
-    const parts = [queryGpus(t), queryComputeApps(t), hostMemory(t), ...(view === 'container' ? [fuserDevices(t)] : [])];
-    const [gpuR, appsR, memR, fuserR = null] = await readAll(route, parts, deps, commands);
+    const own = [queryGpus(t), queryComputeApps(t), hostMemory(t), ...(view === 'container' ? [fuserDevices(t)] : [])];
+    const answers = await readAll(route, [...own, ...extraSpecs], deps, commands, own.length);
+    const [gpuR, appsR, memR, fuserR = null] = answers.slice(0, own.length);
+    const extras = answers.slice(own.length);
     if (gpuR === undefined || appsR === undefined || memR === undefined) throw new Error('machine read: missing answers');
     let gpuError: NvidiaError | null = null;
     let gpus: MachineSnapshot['gpus'] = [];
@@ -78,13 +92,16 @@ export async function takeSnapshot(machine: Machine, route: Route, deps: Snapsho
       }
     }
     return {
-      ok: true,
-      commands,
-      snapshot: { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) },
+      outcome: {
+        ok: true,
+        commands,
+        snapshot: { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) },
+      },
+      extras,
     };
   } catch (e) {
     const ce = asCodedError(e);
-    return { ok: false, code: ce.code, message: ce.message, commands };
+    return { outcome: { ok: false, code: ce.code, message: ce.message, commands }, extras: null };
   }
 }
 
@@ -93,9 +110,10 @@ type Answer = Pick<ExecResult, 'code' | 'signal' | 'stdout' | 'stderr'>;
 /**
  * Runs `parts` as one read script in one SSH session (machine-read.ts) and returns one answer per
  * part, in order; each part is recorded in the incident log with its own line and exit code. A part
- * that hung ends the read as a timeout naming it, as a whole read that hung does.
+ * that hung ends the read as a timeout naming it, as a whole read that hung does (only the first
+ * `required` parts: the others' answers say they hung).
  */
-async function readAll(route: Route, parts: CommandSpec[], deps: SnapshotDeps, commands: CommandRecord[]): Promise<Answer[]> {
+async function readAll(route: Route, parts: CommandSpec[], deps: SnapshotDeps, commands: CommandRecord[], required = parts.length): Promise<ExtraAnswer[]> {
   const batch = machineRead(parts);
   const r = await deps.exec(route, batch);
   if (r.timedOut) {
@@ -111,14 +129,14 @@ async function readAll(route: Route, parts: CommandSpec[], deps: SnapshotDeps, c
   for (const p of parsed.parts) {
     commands.push({ machineId: r.machineId, command: p.command, code: p.code, signal: null, durationMs: r.durationMs, timedOut: p.timedOut });
   }
-  const hung = parsed.parts.findIndex((p) => p.timedOut);
+  const hung = parsed.parts.findIndex((p, i) => p.timedOut && i < required);
   const hungSpec = parts[hung];
   if (hungSpec !== undefined) {
     throw new CodedError(ErrorCode.CommandTimeout, `\`${hungSpec.argv[0]}\` did not answer within ${Math.round(hungSpec.timeoutMs / 1000)} s and was ended`, {
       command: parsed.parts[hung]?.command ?? r.command,
     });
   }
-  return parsed.parts.map((p) => ({ code: p.code, signal: null, stdout: p.stdout, stderr: p.stderr }));
+  return parsed.parts.map((p) => ({ code: p.code, signal: null, stdout: p.stdout, stderr: p.stderr, timedOut: p.timedOut }));
 }
 
 function errorFrom(r: Answer): NvidiaError {

@@ -28,7 +28,14 @@ export type ExpireJob = z.infer<typeof ExpireJobSchema>;
 export const DoctorJobSchema = z.object({ kind: z.literal('doctor'), incidentId, machines: z.array(machineId).min(1).max(500) });
 export type DoctorJob = z.infer<typeof DoctorJobSchema>;
 
-export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema, DoctorJobSchema]);
+/**
+ * One watchdog round (issue 13) over every machine of `site` (the worker's inventory says which),
+ * produced by the site queue's job scheduler (`watchSchedulerId`). Read-only; judged exactly once.
+ */
+export const WatchJobSchema = z.object({ kind: z.literal('watch'), site: machineId });
+export type WatchJob = z.infer<typeof WatchJobSchema>;
+
+export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema, DoctorJobSchema, WatchJobSchema]);
 export type JobData = z.infer<typeof JobSchema>;
 
 export function queueName(site: string): string {
@@ -38,4 +45,9 @@ export function queueName(site: string): string {
 /** The decision job's id: the bot and the workers' sweep use the same one, so the job is queued once. */
 export function decisionJobId(incidentId: string, approvalId: string): string {
   return `${incidentId}-decision-${approvalId}`;
+}
+
+/** The one job scheduler per site queue that produces its watchdog rounds (upserted by every worker of the site). */
+export function watchSchedulerId(site: string): string {
+  return `watch-${site}`;
 }

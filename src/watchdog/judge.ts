@@ -15,15 +15,18 @@
  * - gpus_missing: fewer GPUs than last seen;
  * - unreachable: the machine could not be read at all;
  * - xid: an Xid line in the kernel log since the last read, with what it means; it clears after
- *   `xidQuietMinutes` without another.
+ *   `xidQuietMinutes` without another;
+ * - recovery_action: the driver reports a recovery action other than None for a GPU
+ *   (`--query-gpu=gpu_recovery_action`, newer drivers), with what it asks for.
  * A reading only clears the kinds it could observe (an unreachable machine clears nothing but
  * `unreachable`). Sentences hold numbers, PIDs, GPU indexes and our own words, never machine text.
  * The watchdog never signals or resets anything: it only judges.
  */
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
-import { type XidEvent, xidMeaning } from './xid.ts';
+import type { KernelLogCursor } from './kernel-log.ts';
+import { recoveryActionAdvice, type XidEvent, xidMeaning } from './xid.ts';
 
-export type ConditionKind = 'ghost_memory' | 'holder_stuck' | 'ram_high' | 'nvidia_smi_failing' | 'gpu_error' | 'gpus_missing' | 'unreachable' | 'xid';
+export type ConditionKind = 'ghost_memory' | 'holder_stuck' | 'ram_high' | 'nvidia_smi_failing' | 'gpu_error' | 'gpus_missing' | 'unreachable' | 'xid' | 'recovery_action';
 
 export interface WatchSettings {
   ghostMinutes: number;
@@ -44,6 +47,8 @@ export type MachineReading =
       holderStates?: Readonly<Record<number, string>>;
       /** Xid lines since the last read. */
       xids?: readonly XidEvent[];
+      /** Each GPU's `gpu_recovery_action`, where the driver reports it. */
+      recoveryActions?: ReadonlyArray<{ gpu: number; uuid: string | null; action: string }>;
     }
   | { machineId: string; at: number; ok: false; code: string };
 
@@ -65,6 +70,10 @@ export interface WatchState {
   alerts: Record<string, Alert>;
   /** Most GPUs seen per machine (for gpus_missing). */
   gpuCount: Record<string, number>;
+  /** When the reading this state was judged from was taken (ms): an older reading is not judged against it. */
+  lastReadingAt?: number;
+  /** Where the host's kernel log was read up to (the watchdog's worker keeps it; the judge passes it on). */
+  kernelLog?: KernelLogCursor;
 }
 
 export const EMPTY_WATCH_STATE: WatchState = { alerts: {}, gpuCount: {} };
@@ -90,6 +99,7 @@ function observedKinds(r: MachineReading): Set<ConditionKind> {
   const s = r.snapshot;
   if (s.gpuError === null && s.view === 'host') kinds.push('ghost_memory', 'gpus_missing');
   if (r.holderStates !== undefined) kinds.push('holder_stuck');
+  if (r.recoveryActions !== undefined) kinds.push('recovery_action');
   return new Set(kinds);
 }
 
@@ -131,6 +141,17 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
       const what = st === 'D' ? 'in uninterruptible sleep (D): signals wait until the kernel call returns' : 'a zombie (Z): it is dead, but its memory is not yet released';
       out.push({ key: `${m}/holder_stuck/${p.pid}/${p.gpuIndex ?? '?'}`, kind: 'holder_stuck', gpu: p.gpuIndex, sentence: `host PID ${p.pid} holds ${fmt(p.usedMiB ?? 0)} MiB on GPU ${p.gpuIndex ?? '?'} and is ${what}.` });
     }
+  }
+  for (const ra of r.recoveryActions ?? []) {
+    const value = ra.action.trim();
+    if (value === 'None' || value === '[N/A]' || value === 'N/A' || value === '') continue;
+    const advice = recoveryActionAdvice(value);
+    out.push({
+      key: `${m}/recovery_action/${ra.uuid ?? ra.gpu}`,
+      kind: 'recovery_action',
+      gpu: ra.gpu,
+      sentence: `GPU ${ra.gpu}: ${advice ?? 'the driver reports a recovery action gpu-medic does not know: see `nvidia-smi -q` on the host and NVIDIA\'s documentation.'}`,
+    });
   }
   for (const x of r.xids ?? []) {
     const meaning = xidMeaning(x.xid);
@@ -193,5 +214,5 @@ export function judge(prev: WatchState, r: MachineReading, settings: WatchSettin
 
   const gpuCount = { ...prev.gpuCount };
   if (r.ok && r.snapshot.view === 'host' && r.snapshot.gpuError === null) gpuCount[r.machineId] = Math.max(gpuCount[r.machineId] ?? 0, r.snapshot.gpus.length);
-  return { next: { alerts, gpuCount }, changes };
+  return { next: { ...prev, alerts, gpuCount, lastReadingAt: Math.max(prev.lastReadingAt ?? 0, now) }, changes };
 }

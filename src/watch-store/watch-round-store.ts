@@ -1,0 +1,135 @@
+/**
+ * The watchdog's commit point (issue 13): one machine's judged reading written in ONE atomic Redis
+ * step (a Lua script), or not at all:
+ *   - a compare-and-set on the machine's stored WatchState (`watchKeys.state`): the step only runs
+ *     if the state is still the one the judgement started from; else nothing is written and the
+ *     caller judges again against what is stored now (two workers judging the same reading post
+ *     nothing twice: the second one's judgement finds the alerts already raised);
+ *   - each alert incident's meta (SET NX: kind `alert`, requester `watchdog`, the alerts channel,
+ *     targets [machineId], text = the alert key) and its index entry, as IncidentLog.create does;
+ *   - its alert_raised / alert_updated / alert_cleared event (XADD + SADD dirty, as IncidentLog.append);
+ *   - `open` (raised → ZADD, cleared → ZREM), `last` (the machine's glance) and INCR `version`.
+ * A worker killed before the step leaves everything as it was (the next round judges again and
+ * raises then); killed after it, everything is there. So no alert is lost or posted twice.
+ */
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import type { IncidentMeta } from '../incident/events.ts';
+import type { AlertEvent } from '../watchdog/alert-events.ts';
+import { WATCHDOG_REQUESTER } from '../watchdog/alert-events.ts';
+import { alertIncidentId } from '../watchdog/alert-id.ts';
+import { type AlertChange, type ConditionKind, EMPTY_WATCH_STATE, type WatchState } from '../watchdog/judge.ts';
+import type { MachineGlance } from '../watchdog/watch-glance.ts';
+import { watchKeys } from './watch-keys.ts';
+
+const KINDS = ['ghost_memory', 'holder_stuck', 'ram_high', 'nvidia_smi_failing', 'gpu_error', 'gpus_missing', 'unreachable', 'xid', 'recovery_action'] as const satisfies readonly ConditionKind[];
+
+const AlertSchema = z.object({
+  key: z.string().max(300),
+  kind: z.enum(KINDS),
+  machineId: z.string(),
+  gpu: z.number().int().nullable(),
+  since: z.number(),
+  raisedAt: z.number().nullable(),
+  sentence: z.string().max(2000),
+  lastSeenAt: z.number(),
+});
+
+const CursorSchema = z.discriminatedUnion('source', [
+  z.object({ source: z.literal('journal'), lastUs: z.number().min(0), readAtSec: z.number().min(0) }),
+  z.object({ source: z.literal('dmesg'), bootId: z.string().regex(/^[0-9a-f-]{1,64}$/), lastSec: z.number().min(0) }),
+]);
+
+export const WatchStateSchema = z.object({
+  alerts: z.record(z.string(), AlertSchema),
+  gpuCount: z.record(z.string(), z.number().int().min(0)),
+  lastReadingAt: z.number().optional(),
+  kernelLog: CursorSchema.optional(),
+});
+
+export interface StoredWatchState {
+  /** The stored JSON as it is (the compare-and-set compares it); null: nothing stored yet. */
+  raw: string | null;
+  state: WatchState;
+  /** The stored value could not be read as a WatchState (it is replaced by the next commit). */
+  damaged: boolean;
+}
+
+const COMMIT = `
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '0' then
+  if cur then return 0 end
+elseif cur ~= ARGV[2] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+local n = tonumber(ARGV[6])
+for i = 0, n - 1 do
+  local a = 7 + i * 5
+  local id, kind, meta, ev, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local metaKey, eventsKey = KEYS[7 + i * 2], KEYS[8 + i * 2]
+  if redis.call('SET', metaKey, meta, 'NX') then redis.call('ZADD', KEYS[5], 'NX', score, id) end
+  redis.call('XADD', eventsKey, '*', 'e', ev)
+  redis.call('SADD', KEYS[6], id)
+  if kind == 'raise' then redis.call('ZADD', KEYS[2], score, id) end
+  if kind == 'clear' then redis.call('ZREM', KEYS[2], id) end
+end
+redis.call('INCR', KEYS[4])
+return 1
+`;
+
+function eventOf(c: AlertChange, at: string): AlertEvent {
+  if (c.type === 'clear') return { type: 'alert_cleared', at: new Date(c.at).toISOString(), alert: c.alert };
+  return { type: c.type === 'raise' ? 'alert_raised' : 'alert_updated', at, alert: c.alert };
+}
+
+export class WatchRoundStore {
+  private readonly keys;
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    /** GPU_MEDIC_ALERTS_CHANNEL: where the bot posts the alert incidents. */
+    private readonly alertsChannel: string,
+  ) {
+    this.keys = watchKeys(prefix);
+  }
+
+  private k(...parts: string[]): string {
+    return [this.prefix, ...parts].join(':');
+  }
+
+  async load(machineId: string): Promise<StoredWatchState> {
+    const raw = await this.redis.get(this.keys.state(machineId));
+    if (raw === null) return { raw, state: EMPTY_WATCH_STATE, damaged: false };
+    let json: unknown;
+    try {
+      json = JSON.parse(raw);
+    } catch {
+      return { raw, state: EMPTY_WATCH_STATE, damaged: true };
+    }
+    const p = WatchStateSchema.safeParse(json);
+    return p.success ? { raw, state: p.data, damaged: false } : { raw, state: EMPTY_WATCH_STATE, damaged: true };
+  }
+
+  /**
+   * Writes `next`, the changes' incidents and events, `open`, the glance and `version` at once, if
+   * the stored state is still `expectedRaw`. False: it moved (nothing was written; judge again).
+   * `at`: when the reading was taken (the events' time, the same on a re-judgement).
+   */
+  async commit(machineId: string, expectedRaw: string | null, next: WatchState, changes: readonly AlertChange[], glance: MachineGlance, at: number): Promise<boolean> {
+    const keys = [this.keys.state(machineId), this.keys.open, this.keys.last, this.keys.version, this.k('incidents'), this.k('dirty')];
+    const args: string[] = [expectedRaw === null ? '0' : '1', expectedRaw ?? '', JSON.stringify(next), machineId, JSON.stringify(glance), String(changes.length)];
+    const iso = new Date(at).toISOString();
+    for (const c of changes) {
+      const id = alertIncidentId(c.alert);
+      const createdAt = new Date(c.alert.raisedAt ?? at).toISOString();
+      const meta: IncidentMeta = { id, kind: 'alert', requester: WATCHDOG_REQUESTER, channel: this.alertsChannel, targets: [c.alert.machineId], text: c.alert.key, reason: null, createdAt };
+      keys.push(this.k('inc', id, 'meta'), this.k('inc', id, 'events'));
+      const score = c.type === 'clear' ? c.at : (c.alert.raisedAt ?? at);
+      args.push(id, c.type, JSON.stringify(meta), JSON.stringify(eventOf(c, iso)), String(score));
+    }
+    const r = await this.redis.eval(COMMIT, keys.length, ...keys, ...args);
+    return r === 1;
+  }
+}
