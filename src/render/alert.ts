@@ -39,6 +39,7 @@ const TITLE: Record<ConditionKind, string> = {
   gpus_missing: 'GPUs missing',
   unreachable: 'Machine unreachable',
   xid: 'NVIDIA Xid',
+  recovery_action: 'GPU recovery action',
 };
 
 /** What to try next, per condition: our own words (already mrkdwn). */
@@ -55,6 +56,7 @@ const NEXT: Record<ConditionKind, string> = {
   gpus_missing: 'a GPU that left the bus comes back only after the host is rebooted; *Status* shows which GPUs still answer.',
   unreachable: 'nothing about its GPUs is known until it answers: check its SSH access (`/gpu doctor`, admins). *Status* tries again.',
   xid: 'what the Xid means for the next step is said above; *Status* shows the GPU now.',
+  recovery_action: 'what the driver asks for is said above; a reset or reboot is for a person to decide. *Status* shows the GPU now.',
 };
 
 const stamp = (ms: number): string => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
