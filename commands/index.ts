@@ -4,6 +4,7 @@ import { registerApprovalActions } from './approval-actions.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { HELP_TEXT, parseCommandText } from './parse-text.ts';
 import { doctorCommand } from './doctor.ts';
+import { historyCommand } from './history.ts';
 import { statusCommand } from './status.ts';
 import { unstickCommand } from './unstick.ts';
 
@@ -24,6 +25,8 @@ export async function handleSlash(input: SlashInput, deps: CommandDeps): Promise
       return unstickCommand(cmd.target, cmd.reason, input, deps);
     case 'doctor':
       return doctorCommand(cmd.target, input, deps);
+    case 'history':
+      return historyCommand(cmd.target, cmd.limit, cmd.cappedFrom, input, deps);
   }
 }
 

@@ -6,9 +6,13 @@ export type ParsedCommand =
   | { kind: 'status'; target: string | 'all' }
   | { kind: 'unstick'; target: string; reason: string | null }
   | { kind: 'doctor'; target: string | 'all' }
+  /** `cappedFrom`: the count asked for when it was over HISTORY_MAX (then `limit` is HISTORY_MAX). */
+  | { kind: 'history'; target: string; limit: number; cappedFrom: number | null }
   | { kind: 'invalid'; message: string };
 
-export const SUBCOMMANDS = ['status', 'unstick', 'doctor', 'help'] as const;
+export const SUBCOMMANDS = ['status', 'unstick', 'doctor', 'history', 'help'] as const;
+export const HISTORY_DEFAULT = 5;
+export const HISTORY_MAX = 25;
 export const MAX_TEXT = 500;
 const TARGET = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -42,6 +46,18 @@ export function parseCommandText(raw: string): ParsedCommand {
       const reason = rest.slice(1).join(' ').slice(0, 300);
       return { kind: 'unstick', target: t, reason: reason === '' ? null : reason };
     }
+    case 'history': {
+      if (rest.length === 0) return { kind: 'invalid', message: '`history` needs a machine, e.g. `/gpu history ct129` or `/gpu history kpro5 10`' };
+      if (rest.length > 2) return { kind: 'invalid', message: '`history` takes a machine and a count, e.g. `/gpu history kpro5 10`' };
+      const t = (rest[0] ?? '').toLowerCase();
+      if (t === 'all') return { kind: 'invalid', message: '`history` works on one machine, e.g. `/gpu history kpro5`' };
+      if (!TARGET.test(t)) return { kind: 'invalid', message: `"${printable(rest[0] ?? '')}" is not a machine name` };
+      const n = rest[1];
+      if (n === undefined) return { kind: 'history', target: t, limit: HISTORY_DEFAULT, cappedFrom: null };
+      const asked = /^[0-9]+$/.test(n) ? Number(n) : NaN;
+      if (!(asked >= 1)) return { kind: 'invalid', message: `"${printable(n)}" is not a number of incidents; give 1 to ${HISTORY_MAX}, e.g. \`/gpu history ${t} 10\`` };
+      return asked > HISTORY_MAX ? { kind: 'history', target: t, limit: HISTORY_MAX, cappedFrom: asked } : { kind: 'history', target: t, limit: asked, cappedFrom: null };
+    }
     default: {
       const guess = closest(sub, SUBCOMMANDS);
       return {
@@ -62,6 +78,7 @@ export const HELP_TEXT = [
   '• `/gpu status <machine>`: GPU table (memory, util, holders) and RAM of a host or container',
   '• `/gpu status` or `/gpu status all`: one summary row per machine',
   '• `/gpu unstick <container> [reason]`: stop the processes holding its GPUs; host-level kills need a second approver',
+  `• \`/gpu history <machine> [N]\`: the last N incidents (default ${HISTORY_DEFAULT}, at most ${HISTORY_MAX}) that touched it, only to you; a host's include its containers'`,
   '• `/gpu doctor [machine|all]` (admins): check, read-only, that the machines have what gpu-medic needs',
   '• `/gpu help`: this text',
 ].join('\n');

@@ -25,13 +25,52 @@ export class IncidentLog {
     return [this.prefix, ...parts].join(':');
   }
 
+  /**
+   * Writes the meta, the global index and, in the same MULTI, the per-machine index (one zset per
+   * target, for `/gpu history`) and the time that index began (kept from the first incident on).
+   */
   async create(meta: IncidentMeta): Promise<void> {
     const created = Date.parse(meta.createdAt);
-    await this.redis
+    const m = this.redis
       .multi()
       .set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX')
       .zadd(this.k('incidents'), created, meta.id)
-      .exec();
+      .set(this.k('incidents', 'target-index-since'), String(created), 'NX');
+    for (const t of new Set(meta.targets)) m.zadd(this.k('incidents', 'target', t), created, meta.id);
+    await m.exec();
+  }
+
+  /** Newest first: incidents that named `target`, from the per-machine index, with when each was opened (ms). */
+  async recentFor(target: string, limit: number): Promise<Array<{ id: string; at: number }>> {
+    return pairs(await this.redis.zrevrange(this.k('incidents', 'target', target), 0, limit - 1, 'WITHSCORES'));
+  }
+
+  /** When the per-machine index began (ms); null while no incident was indexed. Older incidents are in the global index only. */
+  async targetIndexSince(): Promise<number | null> {
+    const raw = await this.redis.get(this.k('incidents', 'target-index-since'));
+    const n = raw === null ? NaN : Number(raw);
+    return Number.isFinite(n) ? n : null;
+  }
+
+  /** Newest first from the global index: incidents opened strictly before `beforeMs` (null: any), at most `limit`. */
+  async recentBefore(beforeMs: number | null, limit: number): Promise<Array<{ id: string; at: number }>> {
+    const max = beforeMs === null ? '+inf' : `(${beforeMs}`;
+    return pairs(await this.redis.zrevrangebyscore(this.k('incidents'), max, '-inf', 'WITHSCORES', 'LIMIT', 0, limit));
+  }
+
+  /** Several metas in one round trip (null where missing or unreadable). */
+  async metas(ids: readonly string[]): Promise<Array<IncidentMeta | null>> {
+    if (ids.length === 0) return [];
+    const raws = await this.redis.mget(...ids.map((id) => this.k('inc', id, 'meta')));
+    return raws.map((raw) => {
+      if (raw === null) return null;
+      try {
+        const parsed = IncidentMetaSchema.safeParse(JSON.parse(raw));
+        return parsed.success ? parsed.data : null;
+      } catch {
+        return null;
+      }
+    });
   }
 
   async meta(id: string): Promise<IncidentMeta | null> {
@@ -119,4 +158,11 @@ export class IncidentLog {
   async recent(limit: number): Promise<string[]> {
     return this.redis.zrevrange(this.k('incidents'), 0, limit - 1);
   }
+}
+
+/** `[member, score, member, score, …]` → `{ id, at }` pairs. */
+function pairs(flat: string[]): Array<{ id: string; at: number }> {
+  const out: Array<{ id: string; at: number }> = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i] ?? '', at: Number(flat[i + 1]) });
+  return out;
 }

@@ -19,6 +19,9 @@ import type { AlertEvent } from '../../src/watchdog/alert-events.ts';
 import type { Alert } from '../../src/watchdog/judge.ts';
 import type { Finding } from '../../src/doctor/judge.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
+import { summarizeIncident } from '../../src/incident/incident-summary.ts';
+import { renderHistory } from '../../src/render/history.ts';
+import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 
 /**
  * Every renderer, fed machine and user text built from the pieces an attacker (a container user
@@ -325,6 +328,41 @@ describe('machine and user text is data, never markup, in every renderer', () =>
         const ctx = { machines: [{ id: h.name, kind: 'host' as const }, { id: h.cmdline, kind: 'container' as const, hostId: h.name }] };
         const m = { ...meta('alert', h, [h.name]), requester: 'watchdog' };
         expect(check([...renderAlert(m, live, ctx), ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx)])).toEqual([]);
+      }),
+      RUNS,
+    );
+  });
+
+  it('history answer: unstick steps, approvals, verdict, errors, a watchdog alert (its sentence, clicks, snoozes), a container seen from its host', () => {
+    fc.assert(
+      fc.property(hostiles, fc.constantFrom('approved' as const, 'denied' as const, 'pending' as const), (h, decision) => {
+        const alert = { key: h.name, kind: 'ghost_memory' as const, machineId: 'kpro5', gpu: 3, since: 0, raisedAt: 0, sentence: h.detail, lastSeenAt: 0 };
+        const alertEvents: AnyLoggedEvent[] = [
+          { type: 'alert_raised', at: AT, alert, id: '1-0' },
+          { type: 'alert_updated', at: AT, alert: { ...alert, sentence: h.error }, id: '1-1' },
+          { type: 'alert_action', at: AT, by: h.user, action: 'unstick', incidentId: h.name, refused: h.reason, target: h.cmdline, id: '1-2' },
+          { type: 'alert_snoozed', at: AT, by: APPROVER, scope: h.name, until: h.detail, id: '1-3' },
+        ];
+        const status = meta('status', h, ['kpro5']);
+        const out = renderHistory({
+          target: { id: 'kpro5', kind: 'host' },
+          containers: ['ct129'],
+          limit: 5,
+          cappedFrom: null,
+          max: 25,
+          more: true,
+          scan: { scanned: 3, bound: 500, complete: false, before: h.detail },
+          entries: [
+            { id: INC, at: AT, via: 'ct129', summary: summarizeIncident(meta('unstick', h, ['ct129']), unstickEvents(h, decision)) },
+            { id: 'inc_alert_0123', at: AT, via: null, summary: summarizeIncident({ ...meta('alert', h, ['kpro5']), requester: 'watchdog' }, alertEvents) },
+            { id: 'inc_x', at: AT, via: null, summary: summarizeIncident({ ...status, requester: h.user }, statusEvents(h, ['kpro5', 'kpro6'])) },
+            { id: 'inc_gone', at: h.detail, via: null, summary: null },
+          ],
+        });
+        expect(problems('history', true, out)).toEqual([]);
+        // One line per incident between the header and the notes: data cannot add or split lines.
+        expect(out.split('\n').filter((l) => l.startsWith('• '))).toHaveLength(4);
+        expect(out).toContain(`<@${REQUESTER}>`);
       }),
       RUNS,
     );

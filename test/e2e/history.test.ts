@@ -1,0 +1,115 @@
+/**
+ * `/gpu history` end to end: real unstick and status runs on the fleet (real sshd, namespaces,
+ * holder processes), then history asked through the real Bolt receiver with signed requests.
+ * History answers only to the asker, from the log, and touches nothing.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
+import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
+import { keysOf, startStack, type Stack } from '../harness/stack.ts';
+import { listMachines } from '../../src/config/machines.ts';
+
+const OPS = 'C0ONCALL01';
+const ALICE = 'U0ALICE001';
+const BOB = 'U0BOB00001';
+
+function approveButton(m: StoredMessage | undefined): { action_id: string; value: string } | null {
+  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
+    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.action_id === 'gpu_approve' && e.value) return { action_id: e.action_id, value: e.value };
+  return null;
+}
+
+describe('/gpu history through Slack after real unstick and status runs', () => {
+  let s: Stack;
+  let hostKillId = '';
+  let containerId = '';
+  let statusId = '';
+
+  beforeAll(async () => {
+    s = await startStack({
+      fleet: {
+        hosts: [{ id: 'kpro5', gpus: 4 }],
+        containers: [
+          { id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true },
+          { id: 'ct130', vmid: 130, host: 'kpro5' },
+        ],
+      },
+      env: { GPU_MEDIC_APPROVERS: BOB, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5', GPU_MEDIC_POLL_MS: '300' },
+      // ct129's login is not root: its root-owned holder can only be stopped from the host, after an approval.
+      tweakInventory: (inv) => {
+        const c = inv.containers.find((x) => x.id === 'ct129');
+        if (c) c.user = 'fleetuser';
+      },
+    });
+    // 1. ct129: a host-level kill approved by Bob.
+    await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 40_000 }], title: 'sglang::scheduler_TP0' });
+    const u = await s.slash('unstick ct129 hung rank', { user: ALICE });
+    hostKillId = String(u.incidentId);
+    const withCard = await s.threadOf(hostKillId, { timeoutMs: 40000, done: (t) => t.some((m) => approveButton(m) !== null) });
+    const card = withCard.find((m) => approveButton(m) !== null);
+    const b = approveButton(card);
+    if (!card || !b) throw new Error('no approval card');
+    await sendInteraction(
+      s.eventsUrl,
+      s.signingSecret,
+      blockActionPayload({ user: BOB, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: b.action_id, value: b.value, responseUrl: s.slack.newResponseUrl() }),
+    );
+    await s.threadOf(hostKillId, { timeoutMs: 40000, done: (t) => /Recovered/.test(t[0]?.text ?? '') });
+    // 2. ct130 (pct exec): SIGTERM to both holders, SIGKILL to the one that ignores it.
+    await s.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 30_000 }], title: 'sglang::scheduler_TP0' });
+    await s.fleet.spawnHolder('ct130', { gpus: [{ index: 2, mib: 30_000 }], title: 'sglang::scheduler_TP1', ignoreTerm: true });
+    const c = await s.slash('unstick ct130', { user: ALICE });
+    containerId = String(c.incidentId);
+    await s.threadOf(containerId, { timeoutMs: 40000, done: (t) => /Recovered/.test(t[0]?.text ?? '') });
+    // 3. A status read of the host.
+    const st = await s.slash('status kpro5', { user: BOB });
+    statusId = String(st.incidentId);
+    await s.threadOf(statusId, { timeoutMs: 30000 });
+  }, 180_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  const lines = (t: string) => t.split('\n').filter((l) => l.startsWith('• '));
+
+  it("a host's history: its own status read and both containers' unsticks, newest first, each line saying when, who, what ran, the verdict and MiB freed", async () => {
+    const r = await s.slash('history kpro5', { user: ALICE });
+    expect(r.status).toBe(200);
+    expect((r.json as { response_type?: string }).response_type).toBe('ephemeral');
+    const ls = lines(r.ackText);
+    expect(ls).toHaveLength(3);
+    expect(ls[0]).toMatch(new RegExp(`^• \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC · <@${BOB}> · status of \`kpro5\` · read only · finished \\(ok\\) · \`${statusId}\`$`));
+    expect(ls[1]).toContain(`<@${ALICE}> · unstick of \`ct130\` (a container on \`kpro5\`) · SIGTERM 2, SIGKILL 1 (container) · *Recovered*, 60,000 MiB freed · \`${containerId}\``);
+    expect(ls[2]).toContain(`<@${ALICE}> · unstick of \`ct129\` (a container on \`kpro5\`) ·`);
+    expect(ls[2]).toContain(`SIGKILL 1 (host, approved by <@${BOB}>) · *Recovered*, 40,000 MiB freed · \`${hostKillId}\``);
+    expect(r.ackText).toContain("with its containers' (they ran on it)");
+  });
+
+  it("a container's history is its own incidents only; N limits it and says older ones exist", async () => {
+    const r = await s.slash('history ct130');
+    expect(lines(r.ackText).map((l) => /`(inc_[a-z0-9_]+)`$/.exec(l)?.[1])).toEqual([containerId]);
+    const one = await s.slash('history kpro5 1');
+    expect(lines(one.ackText)).toHaveLength(1);
+    expect(one.ackText).toContain('Older incidents exist: `/gpu history kpro5 25`');
+    const capped = await s.slash('history kpro5 100');
+    expect(capped.ackText).toContain('You asked for 100; history shows at most 25 here');
+    expect(lines(capped.ackText)).toHaveLength(3);
+  });
+
+  it('history is read-only and answers only the asker: no incident, no job, no command on any machine, no channel message', async () => {
+    const keys = await keysOf(s.redis, s.prefix);
+    const logs = listMachines(s.inventory).map((m) => s.fleet.commandLog(m.id).length);
+    const posted = s.slack.messages(OPS).length;
+    for (const text of ['history kpro5', 'history ct129 25', 'history ct12', 'history', 'history ct129 0']) await s.slash(text, { user: ALICE });
+    // History answers in its ack: anything it queued or wrote would be there by now (each slash above was acked).
+    expect(await keysOf(s.redis, s.prefix)).toEqual(keys);
+    expect(listMachines(s.inventory).map((m) => s.fleet.commandLog(m.id).length)).toEqual(logs);
+    expect(s.slack.messages(OPS)).toHaveLength(posted);
+  });
+
+  it('bad input gets a clear answer: an unknown machine with a did-you-mean, a missing machine, a bad count', async () => {
+    expect((await s.slash('history ct12')).ackText).toBe(":question: I don't know a machine called `ct12`; did you mean `ct129`? Nothing was read. `/gpu status all` lists every machine.");
+    expect((await s.slash('history')).ackText).toContain('`history` needs a machine');
+    expect((await s.slash('history ct129 lots')).ackText).toContain('"lots" is not a number of incidents; give 1 to 25');
+  });
+});
