@@ -91,6 +91,8 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       const end = r.timedOut ? 'timed out' : r.code !== null ? `exit ${r.code}` : `signal ${r.signal ?? '?'}`;
       return `  $ ${commandLine(r.command)}   [${e.role} on ${e.on} ${r.machineId}: ${end}, ${r.durationMs} ms]`;
     }
+    case 'signal_intent':
+      return `  about to send SIG${e.signal} on the ${e.on} to host PID${e.targets.length === 1 ? '' : 's'} ${e.targets.map((t) => `${t.hostPid} (container PID ${t.containerPid}, start ${t.startTimeTicks})`).join(', ')}`;
     case 'signalled':
       return `  ${e.signal} host PID ${e.hostPid} (container PID ${e.containerPid}, "${oneLine(e.cmdline)}"): ${e.result}${e.reason ? ` (${oneLine(e.reason)})` : ''}`;
     case 'step_finished':

@@ -16,6 +16,19 @@ export type UnstickEvent =
   | { type: 'step_started'; at: string; stepId: string; kind: StepKind; tier: Tier; machineId: string; explanation: string }
   /** One command a step ran; `record.command` is the literal line sent over SSH. */
   | { type: 'command'; at: string; stepId: string; role: CommandRole; on: 'container' | 'host'; record: CommandRecord }
+  /**
+   * Written before a signal command is sent: if the worker dies, or the answer is lost, after the
+   * signal went out but before `signalled` is written, the log still says which identities it was
+   * sent to, so no thread can claim "nothing was signalled" (issue 10's unrecorded-signal gap).
+   */
+  | {
+      type: 'signal_intent';
+      at: string;
+      stepId: string;
+      on: 'container' | 'host';
+      signal: 'TERM' | 'KILL';
+      targets: Array<{ hostPid: number; containerPid: number; startTimeTicks: number; cmdline: string }>;
+    }
   | {
       type: 'signalled';
       at: string;

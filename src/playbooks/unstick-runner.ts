@@ -96,7 +96,13 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
       sent: run.sent,
       released: null,
       error: ce.message,
-      message: `Stopped: ${ce.message}. ${run.sent > 0 ? `${run.sent} signal(s) had been sent before that.` : 'Nothing was signalled.'} The step is not retried automatically.`,
+      message: `Stopped: ${ce.message}. ${[
+        run.sent > 0 ? `${run.sent} signal(s) had been sent before that.` : '',
+        run.inFlight > 0 ? `The SIG${run.inFlightSignal ?? '?'} command for ${run.inFlight} process(es) was being sent when it stopped and no answer was recorded: they may have been signalled.` : '',
+        run.sent === 0 && run.inFlight === 0 ? 'Nothing was signalled.' : '',
+      ]
+        .filter((x) => x !== '')
+        .join(' ')} The step is not retried automatically.`,
     };
   }
   const end = deps.now().getTime();
@@ -129,6 +135,9 @@ function sameGpu(g: Gpu, t: TargetGpu): boolean {
 
 class Run {
   sent = 0;
+  /** Targets of a signal command being sent that has not answered yet (a lost answer leaves them here). */
+  inFlight = 0;
+  inFlightSignal: Signal | null = null;
 
   constructor(
     private readonly step: Step,
@@ -165,6 +174,21 @@ class Run {
     });
   }
 
+  /** Recorded before the signal command goes out: whatever happens next, the log names whom it was for. */
+  private async intent(on: 'container' | 'host', signal: Signal, targets: readonly StepTarget[]): Promise<void> {
+    if (targets.length === 0) return;
+    this.inFlight = targets.length;
+    this.inFlightSignal = signal;
+    await this.deps.append({
+      type: 'signal_intent',
+      at: this.at(),
+      stepId: this.step.id,
+      on,
+      signal,
+      targets: targets.map((t) => ({ hostPid: t.hostPid, containerPid: t.containerPid, startTimeTicks: t.startTimeTicks, cmdline: t.cmdline })),
+    });
+  }
+
   private async signalled(t: ProcessIdentity, signal: Signal, result: 'sent' | 'gone' | 'skipped', reason: string | null, check?: 'pidfd' | 'shell' | null): Promise<void> {
     if (result === 'sent') this.sent++;
     await this.deps.append({
@@ -197,10 +221,12 @@ class Run {
   private async sendSignal(signal: Signal, targets: readonly StepTarget[]): Promise<Map<number, SignalledTarget>> {
     const out = new Map<number, SignalledTarget>();
     const pidNs = targets[0]?.pidNs ?? null;
+    await this.intent('container', signal, targets);
     const done = await sendSignals(
       { side: 'container', signal, pidNs, targets },
       { exec: (spec) => this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec), commandTimeoutMs: this.deps.commandTimeoutMs },
     );
+    this.inFlight = 0;
     for (const s of done) {
       out.set(s.identity.containerPid, s);
       await this.logSignal(s, s.outcome.result === 'failed' ? `the container may not signal it: ${s.reason ?? ''}` : s.reason);
@@ -329,10 +355,12 @@ class Run {
 
     // Check and signal as one act on the host (pidfd): PID, start time, the container's PID
     // namespace as read just now, its container PID, an open GPU device; then SIGKILL.
+    await this.intent('host', 'KILL', matching);
     const done = await sendSignals(
       { side: 'host', signal: 'KILL', pidNs: init.pidNs, targets: matching },
       { exec: (spec) => this.exec('kill', 'host', spec), commandTimeoutMs: this.deps.commandTimeoutMs },
     );
+    this.inFlight = 0;
     let sent = 0;
     const refused: string[] = [];
     for (const d of done) {

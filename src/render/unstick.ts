@@ -82,6 +82,23 @@ function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   return { key: `ev:${e.id}`, placement: 'reply', text: fallbackText([heading, ...lines]), blocks: limitBlocks(sectionsOf([heading, ...lines])) };
 }
 
+/**
+ * Signals the log says were about to go out (`signal_intent`) with no `signalled` answer after them:
+ * the worker stopped, or the command's answer was lost, after the signal may have been sent.
+ */
+function unanswered(events: readonly UnstickLoggedEvent[]): Array<{ stepId: string; signal: 'TERM' | 'KILL'; hostPid: number; containerPid: number; cmdline: string }> {
+  const out: Array<{ stepId: string; signal: 'TERM' | 'KILL'; hostPid: number; containerPid: number; cmdline: string }> = [];
+  events.forEach((e, i) => {
+    if (e.type !== 'signal_intent') return;
+    const later = events.slice(i + 1);
+    for (const t of e.targets) {
+      const answered = later.some((x) => x.type === 'signalled' && x.stepId === e.stepId && x.signal === e.signal && x.hostPid === t.hostPid);
+      if (!answered) out.push({ stepId: e.stepId, signal: e.signal, hostPid: t.hostPid, containerPid: t.containerPid, cmdline: t.cmdline });
+    }
+  });
+  return out;
+}
+
 function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEvent[]): MessageView {
   const mine = events.filter((e) => 'stepId' in e && e.stepId === start.stepId);
   const finished = mine.find((e): e is Ev<'step_finished'> => e.type === 'step_finished');
@@ -99,6 +116,12 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
   const signalled = mine
     .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
     .map((s) => `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`);
+  for (const u of unanswered(mine))
+    signalled.push(
+      finished
+        ? `• SIG${u.signal} PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}: may have been sent; no answer was recorded (the worker stopped or lost the connection while sending it)`
+        : `• SIG${u.signal} PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}: sending…`,
+    );
   const blocks: KnownBlock[] = [section(heading), ...contextsOf([esc(start.explanation)]), ...sectionsOf(commands.flat(), { code: true }), ...sectionsOf(signalled)];
   if (finished?.message) blocks.push(...contextsOf([esc(finished.message)]));
   const text = fallbackText([heading, ...(commands.length > 0 ? ['```', ...commands.flat(), '```'] : []), ...signalled, ...(finished?.message ? [esc(finished.message)] : [])]);
@@ -265,6 +288,7 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
   const approvals = events.filter((e): e is Ev<'approval_decided'> => e.type === 'approval_decided');
   const sent = events.filter((e): e is Ev<'signalled'> => e.type === 'signalled' && e.result === 'sent');
   const skipped = events.filter((e): e is Ev<'signalled'> => e.type === 'signalled' && e.result !== 'sent');
+  const unknown = unanswered(events);
   const verdict = [...events].reverse().find((e): e is Ev<'verdict'> => e.type === 'verdict');
   const lines = [
     `*Summary* · ${verdict ? verdict.verdict.title : fin.outcome} · took ${secs(fin.durationMs)}`,
@@ -274,7 +298,12 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
       : 'No host-level step was approved.',
     sent.length > 0
       ? `Signalled:\n${sent.map((s) => `• SIG${s.signal} → PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}`).join('\n')}`
-      : 'Nothing was signalled.',
+      : unknown.length > 0
+        ? 'No signal is recorded as delivered.'
+        : 'Nothing was signalled.',
+    ...(unknown.length > 0
+      ? [`May have been signalled (the signal command was being sent and no answer was recorded):\n${unknown.map((u) => `• SIG${u.signal} → PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}`).join('\n')}`]
+      : []),
     ...(skipped.length > 0 ? [`Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`] : []),
   ];
   const all = lines.flatMap((l) => l.split('\n'));
