@@ -28,6 +28,8 @@ export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval |
       if (user !== undefined && a?.approvers.includes(user))
         return ':no_entry: You are no longer on the approvers list for host-level steps (GPU_MEDIC_APPROVERS now), though you were when this card was posted. Nothing was run. Ask a current approver to look at the card.';
       return ':no_entry: You are not on the approvers list for host-level steps (by Slack user ID). Nothing was run. Ask an approver to look at the card.';
+    case 'escalation_not_due':
+      return `:hourglass_flowing_right: You are in the escalation group for this card: you may decide it from ${a?.escalation ? hhmm(a.escalation.at) : 'the escalation time'} on, if nobody has by then. Nothing was run.`;
     case 'approval_expired':
       return `:hourglass: This approval expired${a ? ` at ${hhmm(a.expiresAt)}` : ''}. Nothing was run. Start again with \`/gpu unstick\` if the GPUs are still stuck.`;
     case 'approval_decided':
@@ -67,7 +69,7 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
   const card = refs.get(`approval:${approval.id}`);
   if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts) return refuse('wrong_card', approval);
   // Checked against the live configuration as well as the card's frozen list, in the same atomic step.
-  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])] });
+  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])], liveEscalation: deps.policy.escalationApprovers ?? [] });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
   const enqueue = () => deps.dispatcher.enqueue(site, { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id }, decisionJobId(approval.incidentId, approval.id));
   if (!r.ok) {

@@ -106,7 +106,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     inventory,
     log: metrics ? new ObservedIncidentLog(fast, env.GPU_MEDIC_PREFIX, metrics) : new IncidentLog(fast, env.GPU_MEDIC_PREFIX),
     dispatcher,
-    policy: { allowedChannels: env.GPU_MEDIC_ALLOWED_CHANNELS, allowedUsers: env.GPU_MEDIC_ALLOWED_USERS, approvers: env.GPU_MEDIC_APPROVERS, admins: env.GPU_MEDIC_ADMINS },
+    policy: { allowedChannels: env.GPU_MEDIC_ALLOWED_CHANNELS, allowedUsers: env.GPU_MEDIC_ALLOWED_USERS, approvers: env.GPU_MEDIC_APPROVERS, admins: env.GPU_MEDIC_ADMINS, escalationApprovers: env.GPU_MEDIC_ESCALATION_APPROVERS },
     now: () => new Date(),
     newIncidentId: () => newIncidentId(new Date()),
     logger: logger.child({ component: 'commands' }),

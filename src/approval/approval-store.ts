@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import type { ApprovalDecision, ApprovalState, DecideRefusalCode } from './approval-policy.ts';
+import type { ApprovalDecision, ApprovalState, DecideRefusalCode, Escalation } from './approval-policy.ts';
 
 /** A tier-2 step waiting for (or past) a second person's decision. Times are ms since epoch. */
 export interface Approval {
@@ -24,6 +24,11 @@ export interface Approval {
    * rebuilds its commands from, after checking the seal. Null when none was stored.
    */
   seal: { body: string; mac: string } | null;
+  /**
+   * The escalation group, frozen when the card was posted like `approvers`: they may ALSO decide,
+   * from `at` (ms) on, never before. Absent: the card does not escalate.
+   */
+  escalation?: Escalation;
 }
 
 export interface CreateApproval {
@@ -37,6 +42,8 @@ export interface CreateApproval {
   approvers: readonly string[];
   now: number;
   expiresAt: number;
+  /** From `escalationOf` (approval-policy.ts); absent or null: no escalation. */
+  escalation?: Escalation | null;
 }
 
 export type StoreRefusalCode = DecideRefusalCode | 'approval_not_found';
@@ -58,9 +65,11 @@ const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
 /**
  * pending → approved|denied, atomically, with the same rules as `canDecide` (approval-policy.ts):
  * decided and expired are final, then the requester ban, then the approvers stored with the
- * approval, then the decider's live list (someone removed since the card was posted is refused).
+ * approval and the decider's live list (someone removed since the card was posted is refused);
+ * else the escalation group stored with it, from its time on, and the live escalation list.
  * First decision wins; later clicks read who decided.
- * ARGV: user, decision, now (ms), live approvers (JSON array, or '' when the caller has none to add), id.
+ * ARGV: user, decision, now (ms), live approvers (JSON array, or '' when the caller has none to add), id,
+ * live escalation group (JSON array; '' = none, and with no live approvers either: not checked).
  * In the same step the decision joins the "decided, not yet taken up by a worker" index (KEYS[2]):
  * if queueing its job fails afterwards, a worker's sweep finds it there and queues it.
  */
@@ -71,13 +80,20 @@ local state = f[1]
 if state == 'approved' or state == 'denied' then return 'approval_decided' end
 if state == 'expired' or tonumber(ARGV[3]) >= tonumber(f[4]) then return 'approval_expired' end
 if ARGV[1] == f[2] then return 'self_approval' end
-local allowed = false
-for _, a in ipairs(cjson.decode(f[3])) do if a == ARGV[1] then allowed = true end end
-if not allowed then return 'not_approver' end
-if ARGV[4] ~= '' then
-  local live = false
-  for _, a in ipairs(cjson.decode(ARGV[4])) do if a == ARGV[1] then live = true end end
-  if not live then return 'not_approver' end
+local function has(list, u)
+  for _, a in ipairs(list) do if a == u then return true end end
+  return false
+end
+local checkLive = ARGV[4] ~= ''
+local allowed = has(cjson.decode(f[3]), ARGV[1]) and (not checkLive or has(cjson.decode(ARGV[4]), ARGV[1]))
+if not allowed then
+  local esc = redis.call('HGET', KEYS[1], 'escalation')
+  if not esc then return 'not_approver' end
+  local e = cjson.decode(esc)
+  local liveEsc = true
+  if checkLive or ARGV[6] ~= '' then liveEsc = ARGV[6] ~= '' and has(cjson.decode(ARGV[6]), ARGV[1]) end
+  if not (has(e['approvers'], ARGV[1]) and liveEsc) then return 'not_approver' end
+  if tonumber(ARGV[3]) < tonumber(e['at']) then return 'escalation_not_due' end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decidedBy', ARGV[1], 'decidedAt', ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[5])
@@ -109,10 +125,12 @@ const Stored = z.object({
   decidedAt: z.coerce.number().int().optional(),
   sealBody: z.string().optional(),
   sealMac: z.string().optional(),
+  escalation: z.string().optional(),
 });
 
 const Approvers = z.array(z.string());
-const RefusalCode = z.enum(['self_approval', 'not_approver', 'approval_expired', 'approval_decided', 'approval_not_found']);
+const EscalationJson = z.object({ approvers: z.array(z.string()), at: z.number().int() });
+const RefusalCode = z.enum(['self_approval', 'not_approver', 'escalation_not_due', 'approval_expired', 'approval_decided', 'approval_not_found']);
 const ExpireReason = z.enum(['not_due', 'decided', 'already_expired', 'approval_not_found']);
 
 /** Approvals on Redis, one hash per approval, every transition a Lua script. */
@@ -174,6 +192,7 @@ export class ApprovalStore {
       decidedBy: null,
       decidedAt: null,
       seal: input.seal ?? null,
+      ...(input.escalation ? { escalation: { approvers: [...input.escalation.approvers], at: input.escalation.at } } : {}),
     };
     const key = this.key(approval.id);
     await this.redis
@@ -189,6 +208,7 @@ export class ApprovalStore {
         expiresAt: String(approval.expiresAt),
         state: approval.state,
         ...(approval.seal ? { sealBody: approval.seal.body, sealMac: approval.seal.mac } : {}),
+        ...(approval.escalation ? { escalation: JSON.stringify(approval.escalation) } : {}),
       })
       .pexpireat(key, approval.expiresAt + this.retentionMs)
       .exec();
@@ -209,9 +229,21 @@ export class ApprovalStore {
     }
     const approvers = Approvers.safeParse(list);
     if (!approvers.success) return null;
-    const { sealBody, sealMac, ...rest } = s.data;
+    const { sealBody, sealMac, escalation: escRaw, ...rest } = s.data;
+    let escalation: z.infer<typeof EscalationJson> | undefined;
+    if (escRaw !== undefined) {
+      // A record whose escalation cannot be read is refused whole, as one whose approvers cannot.
+      try {
+        const e = EscalationJson.safeParse(JSON.parse(escRaw));
+        if (!e.success) return null;
+        escalation = e.data;
+      } catch {
+        return null;
+      }
+    }
     return {
       ...rest,
+      ...(escalation ? { escalation } : {}),
       approvers: approvers.data,
       decidedBy: s.data.decidedBy ?? null,
       decidedAt: s.data.decidedAt ?? null,
@@ -222,12 +254,18 @@ export class ApprovalStore {
   /**
    * One atomic transition; a double click or a race returns `approval_decided` with who decided.
    * `liveApprovers`: the decider's configuration now (the bot's GPU_MEDIC_APPROVERS); the user must
-   * be on it as well as on the list frozen into the approval.
+   * be on it as well as on the list frozen into the approval. `liveEscalation` likewise for the
+   * escalation group (GPU_MEDIC_ESCALATION_APPROVERS): with live approvers given and no live
+   * escalation group, nobody decides through the escalation.
    */
-  async decide(id: string, d: { user: string; decision: ApprovalDecision; now: number; liveApprovers?: readonly string[] }): Promise<DecideResult> {
+  async decide(
+    id: string,
+    d: { user: string; decision: ApprovalDecision; now: number; liveApprovers?: readonly string[]; liveEscalation?: readonly string[] },
+  ): Promise<DecideResult> {
     if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
     const live = d.liveApprovers === undefined ? '' : JSON.stringify([...d.liveApprovers]);
-    const res = String(await this.redis.eval(DECIDE, 2, this.key(id), this.undispatchedKey(), d.user, d.decision, String(d.now), live, id));
+    const liveEsc = d.liveEscalation === undefined ? '' : JSON.stringify([...d.liveEscalation]);
+    const res = String(await this.redis.eval(DECIDE, 2, this.key(id), this.undispatchedKey(), d.user, d.decision, String(d.now), live, id, liveEsc));
     const approval = await this.get(id);
     if (res === 'ok' && approval !== null) return { ok: true, approval };
     const code = RefusalCode.safeParse(res);

@@ -8,6 +8,8 @@ export interface AccessPolicy {
   approvers: readonly string[];
   /** User IDs who alone may approve a host-level step past the blast-radius budget (a card frozen to them says so). */
   admins?: readonly string[];
+  /** GPU_MEDIC_ESCALATION_APPROVERS: may also decide a card frozen to them, once it has escalated. */
+  escalationApprovers?: readonly string[];
 }
 
 export type Decision = { ok: true } | { ok: false; reason: string };

@@ -17,6 +17,7 @@ const FP = `SHA256:${'B'.repeat(43)}`;
 const REQ = 'U0REQUEST1';
 const APPROVER = 'U0APPROVE1';
 const OTHER = 'U0RANDOM01';
+const ESCAL = 'U0ESCALAT1';
 const CH = 'C0ONCALL01';
 
 describe('unstick command and approval clicks (real Redis, real BullMQ queue)', () => {
@@ -37,7 +38,7 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     inventory: inv,
     log,
     dispatcher,
-    policy: { allowedChannels: [], allowedUsers: [], approvers: [APPROVER] },
+    policy: { allowedChannels: [], allowedUsers: [], approvers: [APPROVER], escalationApprovers: [ESCAL] },
     now: () => new Date(clock),
     newIncidentId: () => `inc_test_${prefix.toLowerCase()}_${++n}`,
     logger: pino({ level: 'silent' }),
@@ -123,5 +124,20 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     clock += 61_000;
     expect(await click(APPROVER, { id: a.id, ts: '1796000000.000200' })).toMatch(/expired at .*Nothing was run/);
     expect(await queue.getJob(`${incidentId}-decision-${a.id}`)).toBeFalsy();
+  });
+
+  it('an escalation approver is told when they may decide before the escalation time, and decides after it', async () => {
+    const at = clock + 5 * 60_000;
+    const a = await approvals.create({ incidentId, stepId: 'host_kill-esc', planHash: 'h3', requester: REQ, approvers: [APPROVER], now: clock, expiresAt: clock + 15 * 60_000, escalation: { approvers: [ESCAL], at } });
+    await log.setSlackRef(incidentId, `approval:${a.id}`, { ts: '1796000000.000300', hash: 'z' });
+    const early = await click(ESCAL, { id: a.id, ts: '1796000000.000300' });
+    expect(early).toContain(`may decide it from ${new Date(at).toISOString().slice(11, 16)} UTC on`);
+    expect(early).toMatch(/Nothing was run/);
+    const refused = (await log.events(incidentId)).filter((e) => e.type === 'approval_refused' && e.approvalId === a.id);
+    expect(refused.map((e) => (e.type === 'approval_refused' ? [e.by, e.reason] : []))).toEqual([[ESCAL, 'escalation_not_due']]);
+    expect(await queue.getJob(`${incidentId}-decision-${a.id}`)).toBeFalsy();
+    clock = at;
+    expect(await click(ESCAL, { id: a.id, ts: '1796000000.000300' })).toMatch(/^:white_check_mark: Approved/);
+    expect(await queue.getJob(`${incidentId}-decision-${a.id}`)).toBeTruthy();
   });
 });

@@ -132,4 +132,47 @@ describe('ApprovalStore on real Redis', () => {
       { numRuns: 60 },
     );
   });
+
+  describe('with an escalation group frozen into the approval', () => {
+    const escAt = T0 + 5 * 60_000;
+    const withEsc: CreateApproval = { ...input, escalation: { approvers: ['U0ESCAL01'], at: escAt } };
+    it('stores the group and its time, and reads them back', async () => {
+      const a = await store.create(withEsc);
+      expect((await store.get(a.id))?.escalation).toEqual({ approvers: ['U0ESCAL01'], at: escAt });
+      expect((await store.get((await store.create(input)).id))?.escalation).toBeUndefined();
+    });
+    it('refuses an escalation approver before the escalation time (escalation_not_due), leaving it pending; accepts them from then on', async () => {
+      const a = await store.create(withEsc);
+      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt - 1 })).toMatchObject({ ok: false, code: 'escalation_not_due', approval: { state: 'pending' } });
+      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt })).toMatchObject({ ok: true, approval: { state: 'approved', decidedBy: 'U0ESCAL01' } });
+    });
+    it('checks the escalation approver against the live escalation list: removed since the card was posted, refused', async () => {
+      const a = await store.create(withEsc);
+      const live = { liveApprovers: ['U0APPROV1'], liveEscalation: ['U0ESCAL02'] };
+      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt + 1, ...live })).toMatchObject({ ok: false, code: 'not_approver' });
+      // On the live approvers list but not frozen into either list of the card: refused as well.
+      expect(await store.decide(a.id, { user: 'U0ESCAL02', decision: 'approved', now: escAt + 1, ...live })).toMatchObject({ ok: false, code: 'not_approver' });
+      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt + 1, liveApprovers: ['U0APPROV1'], liveEscalation: ['U0ESCAL01'] })).toMatchObject({ ok: true });
+    });
+    it('never lets the requester decide through the escalation group', async () => {
+      const a = await store.create({ ...input, escalation: { approvers: ['U0REQUEST'], at: escAt } });
+      expect(await store.decide(a.id, { user: 'U0REQUEST', decision: 'approved', now: escAt + 1 })).toMatchObject({ ok: false, code: 'self_approval' });
+    });
+    it('the Lua transition and canDecide agree with an escalation group (property)', async () => {
+      const users = ['U0REQUEST', 'U0APPROV1', 'U0ESCAL01', 'U0BYSTAND'];
+      const afterMs = 5 * 60_000;
+      await fc.assert(
+        fc.asyncProperty(fc.constantFrom(...users), fc.integer({ min: -2, max: 2 }), async (clicker, offset) => {
+          const a = await store.create(withEsc);
+          const now = escAt + offset;
+          const policy = { approvers: input.approvers, escalation: { approvers: ['U0ESCAL01'], afterMs } };
+          const expected = canDecide(policy, { requester: input.requester, clicker, now, createdAt: T0, expiresAt: a.expiresAt, state: 'pending' });
+          const got = await store.decide(a.id, { user: clicker, decision: 'approved', now });
+          expect(got.ok).toBe(expected.ok);
+          if (!got.ok && !expected.ok) expect(got.code).toBe(expected.code);
+        }),
+        { numRuns: 40 },
+      );
+    });
+  });
 });
