@@ -103,6 +103,10 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       return `approval ${e.approvalId} ${e.decision} by ${e.by}`;
     case 'approval_expired':
       return `approval ${e.approvalId} expired with no decision`;
+    case 'approval_reminded':
+      return `approval ${e.approvalId} still undecided at half its time: reminded ${e.pinged.join(', ') || 'nobody'} (expires ${e.expiresAt})`;
+    case 'approval_escalated':
+      return `approval ${e.approvalId} escalated to ${e.pinged.join(', ') || 'nobody'}, who may decide it too from now on (expires ${e.expiresAt})`;
     case 'approval_refused':
       return `a click on approval ${e.approvalId} by ${e.by} was refused: ${e.reason}`;
     case 'verdict': {

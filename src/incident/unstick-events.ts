@@ -54,9 +54,27 @@ export type UnstickEvent =
       durationMs: number;
       message: string;
     }
-  | { type: 'approval_requested'; at: string; approvalId: string; stepId: string; expiresAt: string; planHash: string; step: Step; host: string; vmid: number }
+  | {
+      type: 'approval_requested';
+      at: string;
+      approvalId: string;
+      stepId: string;
+      expiresAt: string;
+      planHash: string;
+      step: Step;
+      host: string;
+      vmid: number;
+      /** Who was frozen in as deciders (absent in logs from before it was recorded). */
+      approvers?: string[];
+      /** The escalation group frozen into the approval and when they may decide too; absent: none. */
+      escalation?: { approvers: string[]; at: string };
+    }
   | { type: 'approval_decided'; at: string; approvalId: string; stepId: string; decision: 'approved' | 'denied'; by: string }
   | { type: 'approval_expired'; at: string; approvalId: string; stepId: string }
+  /** Half the card's time to live passed undecided: `pinged` were mentioned again in the thread. */
+  | { type: 'approval_reminded'; at: string; approvalId: string; stepId: string; pinged: string[]; expiresAt: string }
+  /** The card waited GPU_MEDIC_ESCALATE_AFTER_SEC undecided: the escalation group (`pinged`) was mentioned and may decide too from now on. */
+  | { type: 'approval_escalated'; at: string; approvalId: string; stepId: string; pinged: string[]; expiresAt: string }
   | { type: 'approval_refused'; at: string; approvalId: string; by: string; reason: DecideRefusalCode | StoreRefusalCode }
   | { type: 'verdict'; at: string; verdict: Verdict };
 

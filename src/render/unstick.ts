@@ -14,6 +14,7 @@ import { clipChars, code, codeLine, mention, rich, text as esc } from './escape.
 export { splitForCards } from './batches.ts';
 import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
+import { cardTimeLeft, escalationMessage, expiryMessage, reminderMessage } from './approval-nudges.ts';
 
 type KnownBlock = types.KnownBlock;
 type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;
@@ -63,6 +64,7 @@ const KIND_TITLE: Record<Step['kind'], string> = {
 const REFUSAL_TEXT: Record<DecideRefusalCode | 'approval_not_found', string> = {
   self_approval: 'the requester cannot approve their own request',
   not_approver: 'not a configured approver',
+  escalation_not_due: 'in the escalation group, clicked before the escalation time',
   approval_expired: 'the request had expired',
   approval_decided: 'already decided',
   approval_not_found: 'no such approval',
@@ -214,13 +216,14 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
         : `:no_entry: *Denied* by ${mention(decided.by)} at ${stamp(decided.at)}. Nothing from this card will run.`;
     blocks.push(section(status));
   } else if (expired) {
-    status = `:hourglass: *Expired* at ${stamp(expired.at)} without a decision. Nothing from this card was run.`;
+    status = `:hourglass: *Expired* at ${stamp(expired.at)} without a decision. Nothing from this card was run. ${mention(requester)}: what to do next is in the thread below.`;
     blocks.push(section(status));
   } else if (!fits) {
-    status = `Requested by ${mention(requester)} · expires ${stamp(req.expiresAt)} · too large to approve from Slack`;
+    status = `Requested by ${mention(requester)} · ${cardTimeLeft(req, events).expires} · too large to approve from Slack`;
     blocks.push(context(status));
   } else {
-    status = `Requested by ${mention(requester)} · expires ${stamp(req.expiresAt)} · a configured approver other than the requester may decide`;
+    const time = cardTimeLeft(req, events);
+    status = `Requested by ${mention(requester)} · ${time.expires} · a configured approver other than the requester may decide${time.escalation ? ` · ${time.escalation}` : ''}`;
     blocks.push(context(status));
     blocks.push({
       type: 'actions',
@@ -353,6 +356,20 @@ export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEven
       case 'approval_requested':
         views.push(approvalCard(e, events, meta.requester));
         break;
+      case 'approval_reminded':
+      case 'approval_escalated':
+      case 'approval_expired': {
+        const req = events.find((x): x is Ev<'approval_requested'> => x.type === 'approval_requested' && x.approvalId === e.approvalId);
+        if (!req) break;
+        views.push(
+          e.type === 'approval_reminded'
+            ? reminderMessage(e, req, meta.requester)
+            : e.type === 'approval_escalated'
+              ? escalationMessage(e, req, meta.requester)
+              : expiryMessage(e, req, events, meta.requester, meta.targets.join(', ')),
+        );
+        break;
+      }
       case 'verdict':
         views.push(verdictMessage(e, meta.targets.join(', ')));
         break;

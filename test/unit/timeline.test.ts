@@ -83,4 +83,15 @@ describe('incident timeline (pure)', () => {
     const out = describeEvent(meta(), ev({ type: 'verdict', at: '2026-11-30T03:13:00.000Z', verdict }));
     expect(out).toBe('verdict: Recovered, 50,000 MiB freed by this incident; outside it: GPU 1: 60,000 MiB freed outside this incident.');
   });
+
+  it('a reminder and an escalation are lines of the record naming who was pinged; the state stays waiting', () => {
+    const m = meta();
+    const step = { id: 's1', tier: 2, kind: 'host_kill', machineId: 'kpro5', targets: [], gpus: [], commands: [], explanation: '', graceMs: 0, releaseTimeoutMs: 0, pollIntervalMs: 0 } as const;
+    const asked = ev({ type: 'approval_requested', at: '2026-11-30T03:12:50.000Z', approvalId: 'apr_1', stepId: 's1', expiresAt: '2026-11-30T03:27:50.000Z', planHash: 'h', host: 'kpro5', vmid: 129, step });
+    const reminded = ev({ type: 'approval_reminded', at: '2026-11-30T03:20:20.000Z', approvalId: 'apr_1', stepId: 's1', pinged: ['U0BOB00001', 'U0DAVE0001'], expiresAt: '2026-11-30T03:27:50.000Z' });
+    const escalated = ev({ type: 'approval_escalated', at: '2026-11-30T03:22:50.000Z', approvalId: 'apr_1', stepId: 's1', pinged: ['U0ERIN0001'], expiresAt: '2026-11-30T03:27:50.000Z' });
+    expect(describeEvent(m, reminded)).toBe('approval apr_1 still undecided at half its time: reminded U0BOB00001, U0DAVE0001 (expires 2026-11-30T03:27:50.000Z)');
+    expect(describeEvent(m, escalated)).toBe('approval apr_1 escalated to U0ERIN0001, who may decide it too from now on (expires 2026-11-30T03:27:50.000Z)');
+    expect(incidentState(m, [asked, reminded, escalated])).toBe('waiting for approval apr_1');
+  });
 });
