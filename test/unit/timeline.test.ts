@@ -87,7 +87,7 @@ describe('incident timeline (pure)', () => {
   it('a reminder and an escalation are lines of the record naming who was pinged; the state stays waiting', () => {
     const m = meta();
     const step = { id: 's1', tier: 2, kind: 'host_kill', machineId: 'kpro5', targets: [], gpus: [], commands: [], explanation: '', graceMs: 0, releaseTimeoutMs: 0, pollIntervalMs: 0 } as const;
-    const asked = ev({ type: 'approval_requested', at: '2026-11-30T03:12:50.000Z', approvalId: 'apr_1', stepId: 's1', expiresAt: '2026-11-30T03:27:50.000Z', planHash: 'h', host: 'kpro5', vmid: 129, step });
+    const asked = ev({ type: 'approval_requested', at: '2026-11-30T03:12:50.000Z', approvalId: 'apr_1', stepId: 's1', expiresAt: '2026-11-30T03:27:50.000Z', planHash: 'h', host: 'kpro5', vmid: 129, step: { ...step, targets: [], gpus: [], commands: [] } });
     const reminded = ev({ type: 'approval_reminded', at: '2026-11-30T03:20:20.000Z', approvalId: 'apr_1', stepId: 's1', pinged: ['U0BOB00001', 'U0DAVE0001'], expiresAt: '2026-11-30T03:27:50.000Z' });
     const escalated = ev({ type: 'approval_escalated', at: '2026-11-30T03:22:50.000Z', approvalId: 'apr_1', stepId: 's1', pinged: ['U0ERIN0001'], expiresAt: '2026-11-30T03:27:50.000Z' });
     expect(describeEvent(m, reminded)).toBe('approval apr_1 still undecided at half its time: reminded U0BOB00001, U0DAVE0001 (expires 2026-11-30T03:27:50.000Z)');
