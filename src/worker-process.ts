@@ -24,6 +24,8 @@ export async function startWorkerProcess(env: Env, inventory: Inventory, logger:
     admins: env.GPU_MEDIC_ADMINS,
     hostBudgetPerHour: env.GPU_MEDIC_HOST_BUDGET_PER_HOUR,
     approvalTtlMs: env.GPU_MEDIC_APPROVAL_TTL_SEC * 1000,
+    escalationApprovers: env.GPU_MEDIC_ESCALATION_APPROVERS,
+    escalateAfterMs: env.GPU_MEDIC_ESCALATE_AFTER_SEC * 1000,
     graceMs: env.GPU_MEDIC_TERM_GRACE_SEC * 1000,
     releaseTimeoutMs: env.GPU_MEDIC_RELEASE_TIMEOUT_SEC * 1000,
     pollIntervalMs: env.GPU_MEDIC_POLL_MS,

@@ -23,7 +23,7 @@ import { sweepDecisions } from './decision-sweep.ts';
 import { planKeyFor } from './plan-key.ts';
 import { runDoctorJob } from './doctor.ts';
 import { runStatusJob, type StatusWorkerDeps } from './status.ts';
-import { runDecisionJob, runExpireJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
+import { runDecisionJob, runEscalateJob, runExpireJob, runRemindJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
 import { runWatchJob, type WatchdogDeps } from './watchdog.ts';
 
 export interface WorkerGroupOptions {
@@ -51,6 +51,10 @@ export interface WorkerGroupOptions {
   approvers?: string[];
   /** Default 900 s. */
   approvalTtlMs?: number;
+  /** GPU_MEDIC_ESCALATION_APPROVERS: may also decide a card once it has waited `escalateAfterMs`. Default none. */
+  escalationApprovers?: string[];
+  /** GPU_MEDIC_ESCALATE_AFTER_SEC in ms; 0 (default): no escalation. */
+  escalateAfterMs?: number;
   /** SIGTERM grace before SIGKILL. Default 10 s. */
   graceMs?: number;
   /** How long to wait for GPU memory to be released after a kill. Default 90 s. */
@@ -109,6 +113,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     admins: o.admins ?? [],
     budget: new BlastBudget(connection, o.prefix, { limit: o.hostBudgetPerHour ?? 3 }),
     approvalTtlMs: o.approvalTtlMs ?? 900_000,
+    escalation: { approvers: o.escalationApprovers ?? [], afterMs: o.escalateAfterMs ?? 0 },
     timing: {
       graceMs: o.graceMs ?? 10_000,
       releaseTimeoutMs: o.releaseTimeoutMs ?? DEFAULT_RELEASE_TIMEOUT_MS,
@@ -175,6 +180,12 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         return;
       case 'expire':
         await runExpireJob(data, attempt());
+        return;
+      case 'remind':
+        await runRemindJob(data, attempt());
+        return;
+      case 'escalate':
+        await runEscalateJob(data, attempt());
         return;
       default: {
         // A job kind this worker does not know must fail loudly, never complete silently.

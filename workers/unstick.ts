@@ -1,4 +1,4 @@
-import { ApprovalStore } from '../src/approval/approval-store.ts';
+import { ApprovalStore, type Approval } from '../src/approval/approval-store.ts';
 import type { BlastBudget } from '../src/approval/blast-budget.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { findMachine, hostRouteFor, routeFor, type Machine } from '../src/config/machines.ts';
@@ -19,7 +19,8 @@ import { approvalCardFits } from '../src/render/unstick.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
 import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
-import type { DecisionJob, ExpireJob, UnstickJob } from '../src/queue/jobs.ts';
+import type { DecisionJob, EscalateJob, ExpireJob, RemindJob, UnstickJob } from '../src/queue/jobs.ts';
+import { escalationOf } from '../src/approval/approval-policy.ts';
 import type { Executor, Route } from '../src/ssh/types.ts';
 import { CodedError, ErrorCode } from '../src/errors.ts';
 
@@ -46,6 +47,12 @@ export interface UnstickWorkerDeps {
   admins: string[];
   budget: BlastBudget;
   approvalTtlMs: number;
+  /**
+   * GPU_MEDIC_ESCALATION_APPROVERS and GPU_MEDIC_ESCALATE_AFTER_SEC: frozen into each approval
+   * (never when only an admin may approve it), pinged at that time, and checked again (live) before
+   * a step they approved runs. Absent or empty: cards do not escalate.
+   */
+  escalation?: { approvers: string[]; afterMs: number };
   timing: { graceMs: number; releaseTimeoutMs: number; pollIntervalMs: number; commandTimeoutMs: number };
   now(): Date;
   sleep(ms: number): Promise<void>;
@@ -225,7 +232,9 @@ class IncidentRun {
 
   /** The verdict, with what the log says happened to the steps: the advice names what is really left and who can do it. */
   verdictOf(before: Diagnosis, after: Diagnosis, meta: IncidentMeta | null, events: readonly AnyLoggedEvent[], known: readonly KnownDecision[] = []): Verdict {
-    return verdictOf(before, after, verdictContextOf(events, this.deps.approvers, meta?.requester ?? null, known));
+    // Who can act: the approvers, and the escalation group (they decide a new card once it escalates).
+    const deciders = [...new Set([...this.deps.approvers, ...(this.deps.escalation?.approvers ?? [])])];
+    return verdictOf(before, after, verdictContextOf(events, deciders, meta?.requester ?? null, known));
   }
 
   private superseded(step: Step): StepResult {
@@ -298,6 +307,9 @@ class IncidentRun {
     if (!(await this.claimOnce(`${APPROVAL_KEY}${step.id}`, (e) => e.type === 'approval_requested' && e.stepId === step.id))) return 'already';
     // The seal names the approval, so a sealed plan cannot be moved to another approval or incident.
     const id = ApprovalStore.newId();
+    const expiresAt = now + this.deps.approvalTtlMs;
+    // Past the budget only an admin decides: no escalation widens that.
+    const escalation = over || !this.deps.escalation ? null : escalationOf({ approvers, escalation: this.deps.escalation }, meta.requester, now, expiresAt);
     const seal = sealStep({ incidentId: this.incidentId, approvalId: id, container: t.container.id, vmid: t.container.vmid, step }, this.deps.planKey);
     const approval = await this.deps.approvals.create({
       id,
@@ -308,7 +320,8 @@ class IncidentRun {
       requester: meta.requester,
       approvers,
       now,
-      expiresAt: now + this.deps.approvalTtlMs,
+      expiresAt,
+      escalation,
     });
     await this.append({
       type: 'approval_requested',
@@ -320,23 +333,32 @@ class IncidentRun {
       step,
       host: t.host.id,
       vmid: t.container.vmid,
+      approvers: [...approval.approvers],
+      ...(approval.escalation ? { escalation: { approvers: [...approval.escalation.approvers], at: new Date(approval.escalation.at).toISOString() } } : {}),
     });
-    await this.scheduleExpiry(t, approval.id, this.deps.approvalTtlMs);
+    // Counted from the card's creation, as its expiry is.
+    await this.scheduleTimers(t, approval, approval.createdAt);
     return 'requested';
   }
 
-  /** The expiry job, under a fixed id: scheduling it again (a re-run job) is a no-op. */
-  async scheduleExpiry(t: Target, approvalId: string, delayMs: number): Promise<void> {
-    try {
-      await this.deps.dispatcher.enqueue(
-        t.container.site,
-        { kind: 'expire', incidentId: this.incidentId, approvalId },
-        `expire-${approvalId}`,
-        { delayMs: Math.max(1, delayMs) },
-      );
-    } catch (e) {
+  /**
+   * The card's delayed jobs, each under a fixed id, so scheduling them again (a re-run job, two
+   * workers) is a no-op: the reminder at half its time to live, the escalation at its time (when
+   * it has one), and the expiry. Each does nothing once the card is decided or expired.
+   */
+  async scheduleTimers(t: Target, a: Pick<Approval, 'id' | 'createdAt' | 'expiresAt' | 'escalation'>, now = this.deps.now().getTime()): Promise<void> {
+    const timers: Array<{ kind: 'remind' | 'escalate' | 'expire'; at: number; failed: string }> = [
+      { kind: 'remind', at: a.createdAt + Math.floor((a.expiresAt - a.createdAt) / 2), failed: 'the approvers are not reminded' },
+      ...(a.escalation ? [{ kind: 'escalate' as const, at: a.escalation.at, failed: 'the escalation group is not pinged (it may still decide from its time on)' }] : []),
       // The store refuses a late click on its own; only the "expired" line in the thread would be missing.
-      this.logger.warn({ err: e, approvalId }, 'could not schedule the approval expiry');
+      { kind: 'expire', at: a.expiresAt, failed: 'the thread will not say it expired' },
+    ];
+    for (const x of timers) {
+      try {
+        await this.deps.dispatcher.enqueue(t.container.site, { kind: x.kind, incidentId: this.incidentId, approvalId: a.id }, `${x.kind}-${a.id}`, { delayMs: Math.max(1, x.at - now) });
+      } catch (e) {
+        this.logger.warn({ err: e, approvalId: a.id, job: x.kind }, `could not schedule the approval's ${x.kind} job: ${x.failed}`);
+      }
     }
   }
 
@@ -351,8 +373,8 @@ class IncidentRun {
       const pending = await this.deps.approvals.get(req.approvalId);
       if (pending?.state === 'pending') {
         this.logger.info({ approvalId: req.approvalId }, 'an approval is still pending: waiting for it');
-        // The attempt that posted the card may have died before scheduling its expiry.
-        await this.scheduleExpiry(t, pending.id, pending.expiresAt - this.deps.now().getTime());
+        // The attempt that posted the card may have died before scheduling its reminder, escalation or expiry.
+        await this.scheduleTimers(t, pending);
         return;
       }
     }
@@ -543,7 +565,11 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
   // The decider is checked again, here, against this worker's live list: Redis only says who decided.
   const by = approval.decidedBy ?? '';
   const live = [...deps.approvers, ...deps.admins];
-  const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !live.includes(by) || !approval.approvers.includes(by) ? 'not_approver' : null;
+  // The escalation group: frozen into the approval, still on this worker's live list, and decided no earlier than its time.
+  const esc = approval.escalation;
+  const byEscalation = esc !== undefined && esc.approvers.includes(by) && (deps.escalation?.approvers ?? []).includes(by) && (approval.decidedAt ?? 0) >= esc.at;
+  const byApprover = live.includes(by) && approval.approvers.includes(by);
+  const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !byApprover && !byEscalation ? 'not_approver' : null;
   if (refusal !== null) {
     await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: refusal });
     logger.warn({ by, reason: refusal, event: 'approval_refused' }, 'approved by someone who may not approve it: nothing run');
@@ -617,4 +643,41 @@ async function expireJob(run: IncidentRun, job: ExpireJob, deps: UnstickWorkerDe
   const latest = latestDiagnosis(events) ?? before;
   const verdict = before && latest ? withNote(run.verdictOf(before, latest, meta, events), ['The approval request expired without a decision; nothing from it was run.']) : null;
   return run.finish(meta, verdict);
+}
+
+/** Half the card's time to live: if it still waits, its deciders are mentioned again in the thread (once). Nothing runs. */
+export async function runRemindJob(job: RemindJob, deps: UnstickWorkerDeps): Promise<void> {
+  const run = new IncidentRun(job.incidentId, deps);
+  return asAttempt(run, () => nudgeJob(run, job, 'remind'));
+}
+
+/** The escalation time: if the card still waits, the escalation group is mentioned (once) and may decide from now on. Nothing runs. */
+export async function runEscalateJob(job: EscalateJob, deps: UnstickWorkerDeps): Promise<void> {
+  const run = new IncidentRun(job.incidentId, deps);
+  return asAttempt(run, () => nudgeJob(run, job, 'escalate'));
+}
+
+/** Slack a delayed job may fire early by (clocks of the queueing and the running process). */
+const EARLY_MS = 2000;
+
+async function nudgeJob(run: IncidentRun, job: RemindJob | EscalateJob, kind: 'remind' | 'escalate'): Promise<void> {
+  const { deps } = run;
+  const what = kind === 'remind' ? 'reminder' : 'escalation';
+  const logger = deps.logger.child({ incident: job.incidentId, approvalId: job.approvalId });
+  const nothing = (reason: string, why: string): void => logger.info({ reason, job: kind }, `${what}: ${why}`);
+  const approval = await deps.approvals.get(job.approvalId);
+  if (!approval || approval.incidentId !== job.incidentId) return nothing('approval_not_found', 'no such approval in this incident, nothing posted');
+  if (approval.state !== 'pending') return nothing(approval.state, `the approval is ${approval.state}, nothing to ${kind === 'remind' ? 'remind of' : 'escalate'}`);
+  const now = deps.now().getTime();
+  if (now >= approval.expiresAt) return nothing('expired', 'the approval has run out of time (its expiry job closes it), nothing posted');
+  const escalated = approval.escalation !== undefined && now + EARLY_MS >= approval.escalation.at;
+  if (kind === 'escalate' && !escalated) return nothing(approval.escalation ? 'not_due' : 'no_escalation', approval.escalation ? 'not due yet, nothing posted' : 'this approval has no escalation group, nothing posted');
+  const events = await deps.log.events(job.incidentId);
+  if (events.some((e) => e.type === 'finished')) return nothing('finished', 'the incident is over, nothing posted');
+  const type = kind === 'remind' ? 'approval_reminded' : 'approval_escalated';
+  if (events.some((e) => e.type === type && e.approvalId === approval.id)) return nothing('already', kind === 'remind' ? 'already reminded, nothing posted again' : 'already escalated, nothing posted again');
+  // The reminder pings whoever may decide now: the approvers, and the escalation group once it escalated.
+  const pinged = kind === 'escalate' ? [...(approval.escalation?.approvers ?? [])] : [...new Set([...approval.approvers, ...(escalated ? (approval.escalation?.approvers ?? []) : [])])];
+  await run.append({ type, at: run.at(), approvalId: approval.id, stepId: approval.stepId, pinged: pinged.filter((u) => u !== approval.requester), expiresAt: new Date(approval.expiresAt).toISOString() });
+  logger.info({ job: kind, pinged: pinged.length }, `${what} posted`);
 }

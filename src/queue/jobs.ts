@@ -24,6 +24,14 @@ export type DecisionJob = z.infer<typeof DecisionJobSchema>;
 export const ExpireJobSchema = z.object({ kind: z.literal('expire'), incidentId, approvalId });
 export type ExpireJob = z.infer<typeof ExpireJobSchema>;
 
+/** Delayed until half an approval's time to live: re-ping its deciders if it is still pending; nothing runs. */
+export const RemindJobSchema = z.object({ kind: z.literal('remind'), incidentId, approvalId });
+export type RemindJob = z.infer<typeof RemindJobSchema>;
+
+/** Delayed until an approval's escalation time: ping the escalation group if it is still pending; nothing runs. */
+export const EscalateJobSchema = z.object({ kind: z.literal('escalate'), incidentId, approvalId });
+export type EscalateJob = z.infer<typeof EscalateJobSchema>;
+
 /** `/gpu doctor`: read-only checks of these machines (and the hosts of the containers among them). */
 export const DoctorJobSchema = z.object({ kind: z.literal('doctor'), incidentId, machines: z.array(machineId).min(1).max(500) });
 export type DoctorJob = z.infer<typeof DoctorJobSchema>;
@@ -35,7 +43,7 @@ export type DoctorJob = z.infer<typeof DoctorJobSchema>;
 export const WatchJobSchema = z.object({ kind: z.literal('watch'), site: machineId });
 export type WatchJob = z.infer<typeof WatchJobSchema>;
 
-export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema, DoctorJobSchema, WatchJobSchema]);
+export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema, RemindJobSchema, EscalateJobSchema, DoctorJobSchema, WatchJobSchema]);
 export type JobData = z.infer<typeof JobSchema>;
 
 export function queueName(site: string): string {
