@@ -16,6 +16,7 @@ import { ObservedIncidentLog, observedPoster } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
 import { Outbox } from './slack/outbox.ts';
+import { HomePublisher, registerHome } from './slack/home.ts';
 import { replayGuard } from './slack/replay-guard.ts';
 import { QUEUE_DOWN } from '../commands/status.ts';
 
@@ -120,8 +121,21 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     logger: logger.child({ component: 'outbox' }),
     render: { machines: listMachines(inventory) },
   });
+  // App Home: the fleet at a glance for whoever opened the Home tab, republished as it changes.
+  const home = new HomePublisher({
+    redis: steady,
+    prefix: env.GPU_MEDIC_PREFIX,
+    machineIds: listMachines(inventory).map((m) => m.id),
+    settings: { ramPct: env.GPU_MEDIC_WATCH_RAM_PCT, staleAfterMs: 3 * env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000 },
+    publish: async (user, view) => {
+      await slack.app.client.views.publish({ user_id: user, view });
+    },
+    logger: logger.child({ component: 'home' }),
+  });
+  registerHome(slack.app, home, logger.child({ component: 'home' }));
   const { port } = await slack.start();
   outbox.start();
+  home.start();
   const startedAt = Date.now();
   logger.info({ mode: env.GPU_MEDIC_MODE, port, ...(env.GPU_MEDIC_MODE === 'http' ? { bind: env.GPU_MEDIC_BIND_ADDRESS } : {}) }, 'bot started');
   return {
@@ -137,6 +151,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       slack: async () => slack.connectionProblem(),
     }),
     async stop() {
+      await home.stop();
       await outbox.stop();
       await slack.stop();
       await dispatcher.close();

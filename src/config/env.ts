@@ -154,9 +154,10 @@ export const SETTING_READERS = {
   GPU_MEDIC_JOB_LOCK_MS: 'worker',
   GPU_MEDIC_STALLED_MS: 'worker',
   GPU_MEDIC_ALERTS_CHANNEL: 'both',
-  GPU_MEDIC_WATCH_INTERVAL_SEC: 'worker',
+  // The bot reads the next two too: App Home shows a reading older than 3 intervals as stale, RAM at the threshold as trouble.
+  GPU_MEDIC_WATCH_INTERVAL_SEC: 'both',
   GPU_MEDIC_WATCH_GHOST_SEC: 'worker',
-  GPU_MEDIC_WATCH_RAM_PCT: 'worker',
+  GPU_MEDIC_WATCH_RAM_PCT: 'both',
   GPU_MEDIC_ESCALATION_APPROVERS: 'both',
   GPU_MEDIC_ESCALATE_AFTER_SEC: 'both',
   GPU_MEDIC_HEALTH_FILE: 'both',

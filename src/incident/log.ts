@@ -104,6 +104,28 @@ export class IncidentLog {
     return out;
   }
 
+  /** The newest `count` events of an incident, oldest first (a cheap look at a long log's end). */
+  async lastEvents(id: string, count: number): Promise<AnyLoggedEvent[]> {
+    const rows = await this.redis.xrevrange(this.k('inc', id, 'events'), '+', '-', 'COUNT', count);
+    const out: AnyLoggedEvent[] = [];
+    for (const [eid, fields] of rows.reverse()) {
+      const i = fields.indexOf('e');
+      const json = i >= 0 ? fields[i + 1] : undefined;
+      const ev = json === undefined ? null : decodeEvent<AnyEvent>(eid, json);
+      if (ev) out.push(ev);
+    }
+    return out;
+  }
+
+  /** The stream id of each incident's newest event ('' when it has none), in one round trip. */
+  async lastEventIds(ids: readonly string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const p = this.redis.pipeline();
+    for (const id of ids) p.xrevrange(this.k('inc', id, 'events'), '+', '-', 'COUNT', 1);
+    const res = (await p.exec()) ?? [];
+    return res.map(([err, rows]) => (err || !Array.isArray(rows) || rows.length === 0 ? '' : String((rows[0] as [string, string[]])[0])));
+  }
+
   async dirty(): Promise<string[]> {
     return this.redis.smembers(this.k('dirty'));
   }

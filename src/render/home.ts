@@ -20,6 +20,8 @@ import { code, mention, text } from './escape.ts';
 type KnownBlock = types.KnownBlock;
 
 export const HOME_BLOCKS_MAX = 100;
+/** The context line that says when the view was read (the only part that changes with the clock alone). */
+export const HOME_SUMMARY_BLOCK_ID = 'home_summary';
 /** Bytes of the view's JSON; Slack refuses more than 250 kB, this leaves room for Slack's own fields. */
 export const HOME_BYTES_MAX = 200_000;
 
@@ -48,6 +50,17 @@ export interface HomeIncident {
   requester: string;
   state: HomeIncidentState;
   createdAt: string;
+}
+
+/**
+ * Where an unstick incident stands, from its events alone: null once it finished (a `finished`
+ * event), else waiting for an approval nobody decided yet, running once a worker took it, or queued.
+ */
+export function unstickStateOf(events: readonly { type: string; approvalId?: string }[]): HomeIncidentState | null {
+  if (events.some((e) => e.type === 'finished')) return null;
+  const decided = new Set(events.flatMap((e) => ((e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId !== undefined ? [e.approvalId] : [])));
+  if (events.some((e) => e.type === 'approval_requested' && e.approvalId !== undefined && !decided.has(e.approvalId))) return 'waiting for approval';
+  return events.some((e) => e.type === 'started') ? 'running' : 'queued';
 }
 
 export interface HomeModel {
@@ -177,7 +190,10 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
     plural(model.alerts.length, 'open alert', 'open alerts'),
     `${plural(model.incidents.length, 'unstick', 'unsticks')} in progress`,
   ].join(' · ');
-  const head: KnownBlock[] = [{ type: 'header', text: { type: 'plain_text', text: 'gpu-medic: the fleet at a glance', emoji: true } }, context(summary)];
+  const head: KnownBlock[] = [
+    { type: 'header', text: { type: 'plain_text', text: 'gpu-medic: the fleet at a glance', emoji: true } },
+    { type: 'context', block_id: HOME_SUMMARY_BLOCK_ID, elements: [{ type: 'mrkdwn', text: summary }] },
+  ];
   const footer: KnownBlock[] = [
     { type: 'divider' },
     context('Refreshed when alerts or incidents change. `/gpu status all` reads every machine now; `/gpu help` lists the commands.'),

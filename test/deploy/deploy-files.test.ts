@@ -389,9 +389,9 @@ describe('slack/manifest.yaml', () => {
   const raw = read('slack/manifest.yaml');
   const m = parseYaml(raw) as {
     display_information: { name: string; description?: string; long_description?: string };
-    features: { bot_user?: { display_name: string }; slash_commands: Array<{ command: string; description: string; usage_hint?: string; url?: string }> };
+    features: { app_home?: { home_tab_enabled?: boolean; messages_tab_enabled?: boolean }; bot_user?: { display_name: string }; slash_commands: Array<{ command: string; description: string; usage_hint?: string; url?: string }> };
     oauth_config: { scopes: { bot: string[]; user?: string[] } };
-    settings: { interactivity?: { is_enabled: boolean; request_url?: string }; socket_mode_enabled?: boolean; event_subscriptions?: unknown };
+    settings: { interactivity?: { is_enabled: boolean; request_url?: string }; socket_mode_enabled?: boolean; event_subscriptions?: { request_url?: string; bot_events?: string[] } };
   };
 
   it('creates /gpu, the command the bot registers, with a usage hint', () => {
@@ -407,7 +407,13 @@ describe('slack/manifest.yaml', () => {
     expect(m.settings.interactivity?.is_enabled).toBe(true);
     expect(m.settings.interactivity?.request_url).toBeUndefined();
     for (const c of m.features.slash_commands) expect(c.url).toBeUndefined();
-    expect(m.settings.event_subscriptions).toBeUndefined();
+    expect(m.settings.event_subscriptions?.request_url).toBeUndefined();
+  });
+
+  it('turns on the Home tab and subscribes to exactly the event the bot listens to (app_home_opened)', () => {
+    expect(m.features.app_home?.home_tab_enabled).toBe(true);
+    expect(m.settings.event_subscriptions?.bot_events).toEqual(['app_home_opened']);
+    expect(read('src/slack/home.ts')).toContain("app.event('app_home_opened'");
   });
 
   it('asks for exactly the bot scopes the code uses, each justified in a comment, and no user scopes', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { HOME_BLOCKS_MAX, renderHome, type HomeAlert, type HomeIncident, type HomeMachine, type HomeModel } from '../../src/render/home.ts';
+import { HOME_BLOCKS_MAX, renderHome, unstickStateOf, type HomeAlert, type HomeIncident, type HomeMachine, type HomeModel } from '../../src/render/home.ts';
 import type { Alert } from '../../src/watchdog/judge.ts';
 import type { MachineGlance } from '../../src/watchdog/watch-glance.ts';
 
@@ -150,5 +150,16 @@ describe('App Home view (pure)', () => {
   it('the same model renders the same view (so an unchanged Home is not published again)', () => {
     const m = model({ machines: [{ id: 'kpro5', glance: glance('kpro5') }] });
     expect(JSON.stringify(renderHome(m))).toBe(JSON.stringify(renderHome(structuredClone(m))));
+  });
+});
+
+describe('unstickStateOf', () => {
+  it('queued, running, waiting for approval (undecided only), and null once finished', () => {
+    expect(unstickStateOf([{ type: 'requested' }])).toBe('queued');
+    expect(unstickStateOf([{ type: 'requested' }, { type: 'started' }])).toBe('running');
+    expect(unstickStateOf([{ type: 'started' }, { type: 'approval_requested', approvalId: 'apr_1' }])).toBe('waiting for approval');
+    expect(unstickStateOf([{ type: 'started' }, { type: 'approval_requested', approvalId: 'apr_1' }, { type: 'approval_decided', approvalId: 'apr_1' }])).toBe('running');
+    expect(unstickStateOf([{ type: 'started' }, { type: 'approval_requested', approvalId: 'apr_1' }, { type: 'approval_expired', approvalId: 'apr_1' }])).toBe('running');
+    expect(unstickStateOf([{ type: 'started' }, { type: 'approval_requested', approvalId: 'apr_1' }, { type: 'finished' }])).toBeNull();
   });
 });
