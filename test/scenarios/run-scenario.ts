@@ -13,7 +13,15 @@ import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fl
 import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
 import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../harness/stack.ts';
-import { ALERT_SNOOZE_1D_ACTION_ID, ALERT_SNOOZE_1H_ACTION_ID, ALERT_STATUS_ACTION_ID, ALERT_UNSTICK_ACTION_ID } from '../../src/watchdog/alert-events.ts';
+import {
+  ALERT_SNOOZE_1D_ACTION_ID,
+  ALERT_SNOOZE_1H_ACTION_ID,
+  ALERT_SNOOZE_GPU_1D_ACTION_ID,
+  ALERT_SNOOZE_GPU_1H_ACTION_ID,
+  ALERT_STATUS_ACTION_ID,
+  ALERT_UNSTICK_ACTION_ID,
+  ALERT_UNSTICK_PICK_ACTION_ID,
+} from '../../src/watchdog/alert-events.ts';
 import { loadScenario, toRegExp, userIds, type AlertClick, type AlertCondition, type Condition, type MachineChange, type ProcessChange, type Scenario, type Step } from './schema.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -271,28 +279,35 @@ export function alertControls(blocks: unknown): Control[] {
   return out;
 }
 
+/** Action ids per button (src/watchdog/alert-events.ts): a GPU's snoozes have their own; a host alert's Unstick is a pick. */
+const ALERT_ACTION_IDS: Record<AlertClick['button'], { machine: string[]; gpu: string[] }> = {
+  status: { machine: [ALERT_STATUS_ACTION_ID], gpu: [ALERT_STATUS_ACTION_ID] },
+  unstick: { machine: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID], gpu: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID] },
+  'snooze-1h': { machine: [ALERT_SNOOZE_1H_ACTION_ID], gpu: [ALERT_SNOOZE_GPU_1H_ACTION_ID] },
+  'snooze-1d': { machine: [ALERT_SNOOZE_1D_ACTION_ID], gpu: [ALERT_SNOOZE_GPU_1D_ACTION_ID] },
+};
+
 /**
- * The control a click means: the one with the button's action id (a GPU's snooze names its GPU in
- * its text, action id, block id or value; the machine's does not); an Unstick select needs the
- * container, matched by option value or text.
+ * The control a click means: the button's action id (with `gpu`, a snooze is the GPU's own button);
+ * an Unstick select (a host alert) needs the container, matched by option value
+ * (`<alert id>|<container>`) or text.
  */
-export function pickControl(controls: readonly Control[], actionId: string, c: Pick<AlertClick, 'button' | 'gpu' | 'container'>): { control: Control; option: Control['options'][number] | null } | { reason: string } {
-  let cands = controls.filter((x) => x.actionId === actionId || x.actionId.startsWith(`${actionId}_`) || x.actionId.startsWith(`${actionId}:`));
-  if (cands.length === 0) return { reason: `the alert's message has no ${c.button} control (action id ${actionId}; it has: ${controls.map((x) => x.actionId).join(', ') || 'none'})` };
-  if (c.button === 'snooze-1h' || c.button === 'snooze-1d') {
-    const gpuOf = (x: Control) => new RegExp(`gpu[^0-9a-z]*${c.gpu ?? '\\d+'}(?![0-9])`, 'i').test(`${x.text} ${x.actionId} ${x.blockId} ${x.value ?? ''}`);
-    cands = c.gpu === undefined ? cands.filter((x) => !gpuOf(x)) : cands.filter(gpuOf);
-    if (cands.length === 0) return { reason: c.gpu === undefined ? `the alert's message has no machine-wide ${c.button} button` : `the alert's message has no ${c.button} button for GPU ${c.gpu}` };
+export function pickControl(controls: readonly Control[], c: Pick<AlertClick, 'button' | 'gpu' | 'container'>): { control: Control; option: Control['options'][number] | null } | { reason: string } {
+  const snooze = c.button === 'snooze-1h' || c.button === 'snooze-1d';
+  const ids = ALERT_ACTION_IDS[c.button][snooze && c.gpu !== undefined ? 'gpu' : 'machine'];
+  const control = controls.find((x) => ids.includes(x.actionId));
+  if (!control) {
+    const which = snooze ? (c.gpu === undefined ? `machine-wide ${c.button} button` : `${c.button} button for GPU ${c.gpu}`) : `${c.button} control`;
+    return { reason: `the alert's message has no ${which} (action id ${ids.join(' or ')}; it has: ${controls.map((x) => x.actionId).join(', ') || 'none'})` };
   }
-  const control = cands[0];
-  if (!control) return { reason: `no ${c.button} control` };
   if (control.type !== 'static_select') {
     if (c.container !== undefined) return { reason: `the alert's Unstick is a button, there is no container to choose (it unsticks its own machine)` };
     return { control, option: null };
   }
-  if (c.container === undefined) return { reason: `the alert's Unstick is a select of containers (${control.options.map((o) => o.value).join(', ')}): say which with container:` };
-  const option = control.options.find((o) => o.value === c.container) ?? control.options.find((o) => new RegExp(`\\b${c.container}\\b`).test(o.text.text) || o.value.includes(c.container ?? ''));
-  if (!option) return { reason: `the Unstick select offers no ${c.container} (it offers: ${control.options.map((o) => o.text.text).join(', ') || 'nothing'})` };
+  if (c.container === undefined) return { reason: `the alert's Unstick is a select of containers (${control.options.map((o) => o.text.text).join(', ')}): say which with container:` };
+  const want = c.container;
+  const option = control.options.find((o) => o.value === want || o.value.endsWith(`|${want}`)) ?? control.options.find((o) => o.text.text === want);
+  if (!option) return { reason: `the Unstick select offers no ${want} (it offers: ${control.options.map((o) => o.text.text).join(', ') || 'nothing'})` };
   return { control, option };
 }
 
@@ -650,8 +665,7 @@ export class ScenarioRuntime {
     if (!ep) return { sent: false, reason: `no ${what} was raised`, result: {} };
     const msg = this.stack.slack.messages(this.alertsChannel ?? '').find((m) => ep.messages.some((x) => x.ts === m.ts));
     if (!msg) return { sent: false, reason: `the ${what} (${ep.id}) has no message in the alerts channel`, result: { alertIncident: ep.id } };
-    const actionId = { status: ALERT_STATUS_ACTION_ID, unstick: ALERT_UNSTICK_ACTION_ID, 'snooze-1h': ALERT_SNOOZE_1H_ACTION_ID, 'snooze-1d': ALERT_SNOOZE_1D_ACTION_ID }[c.button];
-    const found = pickControl(alertControls(msg.blocks), actionId, c);
+    const found = pickControl(alertControls(msg.blocks), c);
     if ('reason' in found) return { sent: false, reason: `${found.reason} (${what}, ${ep.id})`, result: { alertIncident: ep.id } };
     const ctl = found.control;
     const responseUrl = this.stack.slack.newResponseUrl();
@@ -672,16 +686,18 @@ export class ScenarioRuntime {
     if (ctl.type === 'static_select' && found.option) {
       payload.actions = [{ type: 'static_select', action_id: ctl.actionId, block_id: ctl.blockId, selected_option: found.option, ...(ctl.placeholder ? { placeholder: ctl.placeholder } : {}), action_ts: String(Date.now() / 1000) }];
     }
-    const before = ep.actions;
+    const seen = ep.events.length;
     const r = await sendInteraction(this.stack.eventsUrl, this.stack.signingSecret, payload);
     const result: Record<string, unknown> = { alertIncident: ep.id, status: r.status, body: r.body, elapsedMs: Math.round(r.elapsedMs), actionId: ctl.actionId, value: ctl.value, ...(found.option ? { option: found.option.value } : {}) };
-    if (c.button !== 'status' && c.button !== 'unstick') return { sent: true, reason: null, result };
-    // The click is logged on the alert with the incident it opened, or why it was refused.
+    // The click is logged on the alert: the incident it opened, the snooze, or why it was refused.
     const deadline = Date.now() + (o.timeoutMs ?? DEFAULT_STEP_TIMEOUT);
     const me = this.userId(userName);
     for (;;) {
-      const evs = (await this.events(ep.id)).filter((e) => e.type === 'alert_action');
-      const mine = evs.slice(before).find((e) => e['by'] === me);
+      const mine = (await this.events(ep.id)).slice(seen).find((e) => (e.type === 'alert_action' || e.type === 'alert_snoozed') && e['by'] === me);
+      if (mine?.type === 'alert_snoozed') {
+        result.snoozed = { scope: mine['scope'], until: mine['until'] };
+        return { sent: true, reason: null, result };
+      }
       if (mine) {
         const opened = strOrNull(mine['incidentId']);
         result.opened = opened;
@@ -692,7 +708,7 @@ export class ScenarioRuntime {
         }
         return { sent: true, reason: null, result };
       }
-      if (Date.now() > deadline) return { sent: true, reason: `the alert logged no ${c.button} click by ${userName} within ${o.timeoutMs ?? DEFAULT_STEP_TIMEOUT} ms`, result };
+      if (Date.now() > deadline) return { sent: true, reason: `the alert logged no ${c.button} click by ${userName} within ${o.timeoutMs ?? DEFAULT_STEP_TIMEOUT} ms (the bot answered HTTP ${r.status})`, result };
       await sleep(50);
     }
   }

@@ -171,7 +171,7 @@ export const ProcessChange = z.union([
 export type ProcessChange = z.output<typeof ProcessChange>;
 
 /** The watchdog's alert kinds (src/watchdog/judge.ts `ConditionKind`; the compiler keeps the two equal). */
-export const ALERT_KINDS = ['ghost_memory', 'holder_stuck', 'ram_high', 'nvidia_smi_failing', 'gpu_error', 'gpus_missing', 'unreachable', 'xid'] as const;
+export const ALERT_KINDS = ['ghost_memory', 'holder_stuck', 'ram_high', 'nvidia_smi_failing', 'gpu_error', 'gpus_missing', 'unreachable', 'xid', 'recovery_action'] as const;
 type SameKinds = [Exclude<ConditionKind, (typeof ALERT_KINDS)[number]>, Exclude<(typeof ALERT_KINDS)[number], ConditionKind>] extends [never, never] ? true : false;
 const sameKinds: SameKinds = true;
 void sameKinds;

@@ -100,32 +100,33 @@ const control = (o: Partial<Control> & Pick<Control, 'actionId'>): Control => ({
 
 describe('alert clicks pick the control a person would', () => {
   const controls = [
-    control({ actionId: 'gpu_alert_status', text: 'Status' }),
-    control({ actionId: 'gpu_alert_snooze_1h', text: 'Snooze kpro5 1 h' }),
-    control({ actionId: 'gpu_alert_snooze_1h_gpu', text: 'Snooze GPU 3 1 h' }),
+    control({ actionId: 'gpu_alert_status', text: 'Status kpro5' }),
+    control({ actionId: 'gpu_alert_snooze_1h', text: 'Snooze 1 h' }),
+    control({ actionId: 'gpu_alert_snooze_gpu_1h', text: 'Snooze GPU 3 1 h' }),
     control({
-      actionId: 'gpu_alert_unstick',
+      actionId: 'gpu_alert_unstick_pick',
       type: 'static_select',
-      text: 'Unstick a container',
+      text: 'Unstick a container…',
+      value: null,
       options: [
-        { text: { type: 'plain_text', text: 'ct129' }, value: 'ct129' },
-        { text: { type: 'plain_text', text: 'ct130' }, value: 'ct130' },
+        { text: { type: 'plain_text', text: 'ct129' }, value: 'inc_alert_x|ct129' },
+        { text: { type: 'plain_text', text: 'ct130' }, value: 'inc_alert_x|ct130' },
       ],
     }),
   ];
 
-  it('snooze: the machine\'s button without gpu, the GPU\'s with it; a GPU the message has no button for is a clear problem', () => {
-    expect(pickControl(controls, 'gpu_alert_snooze_1h', { button: 'snooze-1h' })).toMatchObject({ control: { text: 'Snooze kpro5 1 h' } });
-    expect(pickControl(controls, 'gpu_alert_snooze_1h', { button: 'snooze-1h', gpu: 3 })).toMatchObject({ control: { text: 'Snooze GPU 3 1 h' } });
-    expect(pickControl(controls, 'gpu_alert_snooze_1h', { button: 'snooze-1h', gpu: 4 })).toEqual({ reason: "the alert's message has no snooze-1h button for GPU 4" });
-    expect(pickControl(controls, 'gpu_alert_snooze_1d', { button: 'snooze-1d' })).toMatchObject({ reason: expect.stringContaining('has no snooze-1d control') });
+  it("snooze: the machine's button without gpu, the GPU's with it; a button the message lacks is a clear problem naming what it has", () => {
+    expect(pickControl(controls, { button: 'snooze-1h' })).toMatchObject({ control: { actionId: 'gpu_alert_snooze_1h' } });
+    expect(pickControl(controls, { button: 'snooze-1h', gpu: 3 })).toMatchObject({ control: { actionId: 'gpu_alert_snooze_gpu_1h' } });
+    expect(pickControl(controls, { button: 'snooze-1d', gpu: 3 })).toMatchObject({ reason: expect.stringContaining('has no snooze-1d button for GPU 3') });
+    expect(pickControl(controls, { button: 'snooze-1d' })).toMatchObject({ reason: expect.stringContaining('it has: gpu_alert_status, gpu_alert_snooze_1h') });
   });
 
-  it('unstick on a host alert: the select\'s option for the container; without one, or for a container it does not offer, a clear problem', () => {
-    expect(pickControl(controls, 'gpu_alert_unstick', { button: 'unstick', container: 'ct130' })).toMatchObject({ option: { value: 'ct130' } });
-    expect(pickControl(controls, 'gpu_alert_unstick', { button: 'unstick' })).toMatchObject({ reason: expect.stringContaining('say which with container:') });
-    expect(pickControl(controls, 'gpu_alert_unstick', { button: 'unstick', container: 'ct131' })).toMatchObject({ reason: expect.stringContaining('offers no ct131') });
-    expect(pickControl([control({ actionId: 'gpu_alert_unstick', text: 'Unstick' })], 'gpu_alert_unstick', { button: 'unstick', container: 'ct129' })).toMatchObject({ reason: expect.stringContaining('is a button') });
+  it("unstick on a host alert: the pick's option for the container; without one, or for a container it does not offer, a clear problem", () => {
+    expect(pickControl(controls, { button: 'unstick', container: 'ct130' })).toMatchObject({ option: { value: 'inc_alert_x|ct130' } });
+    expect(pickControl(controls, { button: 'unstick' })).toMatchObject({ reason: expect.stringContaining('say which with container:') });
+    expect(pickControl(controls, { button: 'unstick', container: 'ct131' })).toMatchObject({ reason: expect.stringContaining('offers no ct131') });
+    expect(pickControl([control({ actionId: 'gpu_alert_unstick', text: 'Unstick ct129' })], { button: 'unstick', container: 'ct129' })).toMatchObject({ reason: expect.stringContaining('is a button') });
   });
 });
 
@@ -194,7 +195,7 @@ expect:
     expect(r.incidents.filter((i) => i.kind === 'status' && i.finished)).toHaveLength(2);
   }, 240_000);
 
-  it('alert conditions and the alerts report follow an alert episode the bot renders in the alerts channel; a click on a button the message lacks is a problem', async () => {
+  it('alert conditions and the alerts report follow an alert episode the bot renders in the alerts channel; a click on an alert never raised is a problem', async () => {
     const rt = await ScenarioRuntime.start(
       parseScenario(`
 name: seeded alert
@@ -218,9 +219,9 @@ steps: [{ wait: 0 }]
       expect(await rt.holds(cond('updated'), null)).toBe(false);
       await rt.log.append(id, { type: 'alert_updated', at: at(), alert: { ...alert, sentence: 'host RAM 98 % used (439 of 449 GiB).' } });
       expect(await rt.waitFor(cond('updated'), null, 30_000)).toBe(true);
-      const click = await rt.clickAlert('alice', { kind: 'ram_high', machine: 'kpro5', button: 'snooze-1d' });
+      const click = await rt.clickAlert('alice', { kind: 'ram_high', machine: 'kpro5', gpu: 2, button: 'snooze-1d' });
       expect(click.sent).toBe(false);
-      expect(click.reason).toMatch(/has no snooze-1d control|no machine-wide snooze-1d button/);
+      expect(click.reason).toMatch(/no ram_high alert on kpro5 GPU 2 was raised/);
       await rt.log.append(id, { type: 'alert_cleared', at: at(), alert });
       expect(await rt.waitFor(cond('cleared'), null, 30_000)).toBe(true);
       const c = await rt.collect();
