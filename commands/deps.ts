@@ -5,6 +5,7 @@ import type { IncidentLog } from '../src/incident/log.ts';
 import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
+import type { SnoozeStore } from '../src/watch-store/snooze-store.ts';
 
 export interface CommandDeps {
   inventory: Inventory;
@@ -18,6 +19,10 @@ export interface CommandDeps {
   approvals: ApprovalStore;
   /** How long an unstick may hold its target: approval wait plus the steps. */
   lockTtlMs: number;
+  /** Where watchdog alerts are posted (GPU_MEDIC_ALERTS_CHANNEL); an alert's Status and Unstick open their threads there. Null: not set. */
+  alertsChannel: string | null;
+  /** Snoozes written by the alerts' Snooze buttons, read by the watchdog. */
+  snoozes: SnoozeStore;
 }
 
 export interface SlashInput {

@@ -1,5 +1,6 @@
 import type { App } from '@slack/bolt';
 import { canRequest } from '../src/approval/policy.ts';
+import { registerAlertActions } from './alert-actions.ts';
 import { registerApprovalActions } from './approval-actions.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { HELP_TEXT, parseCommandText } from './parse-text.ts';
@@ -42,4 +43,5 @@ export function registerCommands(app: App, deps: CommandDeps): void {
     await ack({ response_type: 'ephemeral', text });
   });
   registerApprovalActions(app, deps);
+  registerAlertActions(app, deps);
 }

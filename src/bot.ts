@@ -9,6 +9,7 @@ import { ApprovalStore } from './approval/approval-store.ts';
 import { newIncidentId } from './incident/ids.ts';
 import { IncidentLog } from './incident/log.ts';
 import { TargetLock } from './incident/target-lock.ts';
+import { SnoozeStore } from './watch-store/snooze-store.ts';
 import type { HealthCheck } from './health/heartbeat.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics/metrics.ts';
@@ -114,6 +115,8 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     lock: new TargetLock(fast, env.GPU_MEDIC_PREFIX),
     approvals: new ApprovalStore(fast, env.GPU_MEDIC_PREFIX),
     lockTtlMs: (env.GPU_MEDIC_APPROVAL_TTL_SEC + 30 * 60) * 1000,
+    alertsChannel: env.GPU_MEDIC_ALERTS_CHANNEL ?? null,
+    snoozes: new SnoozeStore(fast, env.GPU_MEDIC_PREFIX),
   });
   const outbox = new Outbox({
     log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX),

@@ -4,11 +4,11 @@
  */
 import type { AddressInfo } from 'node:net';
 import { App, LogLevel } from '@slack/bolt';
-import type { Logger } from '@slack/bolt';
+import type { BlockAction, Logger, StaticSelectAction } from '@slack/bolt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
-import { appHomeOpenedPayload, blockActionPayload, sendEvent, sendInteraction, sendSlashCommand } from '../harness/slack/signed-request.ts';
+import { appHomeOpenedPayload, blockActionPayload, sendEvent, sendInteraction, sendSlashCommand, staticSelectPayload } from '../harness/slack/signed-request.ts';
 
 const SIGNING_SECRET = 'test-signing-secret-8f2c';
 const CHANNEL = 'C0GPUOPS01';
@@ -73,6 +73,11 @@ async function startHarness(): Promise<Harness> {
     } finally {
       inFlight.count -= 1;
     }
+  });
+  app.action<BlockAction<StaticSelectAction>>({ type: 'block_actions', action_id: 'pick' }, async ({ ack, body, action, respond }) => {
+    await ack();
+    actions.push(`${body.user.id} picked ${action.selected_option.value} (${action.selected_option.text.text}) in ${body.state?.values ? JSON.stringify(body.state.values) : 'no state'}`);
+    await respond({ text: `Picked ${action.selected_option.value}`, replace_original: false, response_type: 'ephemeral' });
   });
   app.action('approve', async ({ ack, body, respond }) => {
     await ack();
@@ -240,6 +245,16 @@ describe('Bolt HTTP receiver + fake Slack', () => {
     const forged = await sendInteraction(h.url, 'not-the-secret', payload);
     expect(forged.status).toBe(401);
     expect(h.actions).toEqual(['U0APPROVE1']);
+  });
+
+  it('a static_select pick (block_actions with selected_option and state) reaches the listener of its action_id, with the chosen value', async () => {
+    const responseUrl = h.fake.newResponseUrl();
+    const payload = staticSelectPayload({ user: 'U0ALICE001', channel: CHANNEL, messageTs: '1764495287.000100', actionId: 'pick', blockId: 'b1', selected: { text: 'ct130', value: 'inc_x|ct130' }, responseUrl });
+    const res = await sendInteraction(h.url, SIGNING_SECRET, payload);
+    expect(res.status).toBe(200);
+    const [resp] = await h.fake.waitFor(() => (h.fake.responses().length === 1 ? h.fake.responses() : undefined));
+    expect(resp?.body).toMatchObject({ text: 'Picked inc_x|ct130', response_type: 'ephemeral' });
+    expect(h.actions).toEqual(['U0ALICE001 picked inc_x|ct130 (ct130) in {"b1":{"pick":{"type":"static_select","selected_option":{"text":{"type":"plain_text","text":"ct130","emoji":true},"value":"inc_x|ct130"}}}}']);
   });
 
   it("enforces Slack's limits on Bolt's client: a 41k-character text fails with msg_too_long", async () => {

@@ -169,6 +169,25 @@ describe('fake Slack Web API', () => {
       });
     });
 
+    it('enforces the static_select limits in an actions block: 1 to 100 options, option text 75 and value 150 characters, a plain_text placeholder', async () => {
+      const select = (options: Array<{ text: string; value: string }>, placeholder: unknown = { type: 'plain_text', text: 'Pick' }) => [
+        { type: 'actions', elements: [{ type: 'static_select', action_id: 'pick', placeholder, options: options.map((o) => ({ text: { type: 'plain_text', text: o.text }, value: o.value })) }] },
+      ];
+      const n = (k: number) => Array.from({ length: k }, (_, i) => ({ text: `ct${i}`, value: `v${i}` }));
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(100)) })).resolves.toMatchObject({ ok: true });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(101)) })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/blocks/0/elements/0/options]'] } },
+      });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([]) })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([{ text: 'x'.repeat(76), value: 'v' }]) })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] must be less than 76 characters [json-pointer:/blocks/0/elements/0/options/0/text/text]'] } },
+      });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([{ text: 'x', value: 'v'.repeat(151) }]) })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] must be less than 151 characters [json-pointer:/blocks/0/elements/0/options/0/value]'] } },
+      });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(2), { type: 'mrkdwn', text: 'Pick' }) })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
+    });
+
     it('allows one table per message, counting blocks and attachments', async () => {
       await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [table(2, 2), table(2, 2)] })).rejects.toMatchObject({
         data: { error: 'invalid_attachments' },

@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApprovalClick } from '../../commands/approval-actions.ts';
+import { SnoozeStore } from '../../src/watch-store/snooze-store.ts';
 import type { CommandDeps } from '../../commands/deps.ts';
 import { unstickCommand } from '../../commands/unstick.ts';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
@@ -45,6 +46,8 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     lock: new TargetLock(redis, prefix),
     approvals,
     lockTtlMs: 60_000,
+    alertsChannel: null,
+    snoozes: new SnoozeStore(redis, prefix),
   };
   const queue = new Queue(queueName('default'), { connection: redis, prefix });
 

@@ -8,6 +8,7 @@ import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApprovalClick } from '../../commands/approval-actions.ts';
 import type { CommandDeps } from '../../commands/deps.ts';
+import { SnoozeStore } from '../../src/watch-store/snooze-store.ts';
 import { CodedError, ErrorCode } from '../../src/errors.ts';
 import { createDispatcher, type Dispatcher } from '../../src/queue/dispatcher.ts';
 import { JobSchema, queueName } from '../../src/queue/jobs.ts';
@@ -69,6 +70,8 @@ describe('a decision whose job could not be queued', () => {
       lock: rig.lock,
       approvals: rig.approvals,
       lockTtlMs: 60_000,
+      alertsChannel: null,
+      snoozes: new SnoozeStore(rig.redis, rig.prefix),
     };
     const click = () => handleApprovalClick({ approvalId: req.approvalId, decision: 'approved', user: APPROVER, channel: 'C0ONCALL01', messageTs: cardTs }, botDeps);
     expect(await click()).toMatch(/^:white_check_mark: Approved and recorded\..*picks it up on its own/);

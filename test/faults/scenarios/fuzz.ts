@@ -10,6 +10,7 @@ import fc from 'fast-check';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { handleSlash } from '../../../commands/index.ts';
+import { SnoozeStore } from '../../../src/watch-store/snooze-store.ts';
 import type { CommandDeps } from '../../../commands/deps.ts';
 import { ApprovalStore } from '../../../src/approval/approval-store.ts';
 import { newIncidentId } from '../../../src/incident/ids.ts';
@@ -99,6 +100,8 @@ export async function fuzz(o: FuzzOptions): Promise<Figures> {
     lock: new TargetLock(fast, s.prefix),
     approvals: new ApprovalStore(fast, s.prefix),
     lockTtlMs: 60_000,
+    alertsChannel: null,
+    snoozes: new SnoozeStore(fast, s.prefix),
   };
   try {
     const t0 = Date.now();

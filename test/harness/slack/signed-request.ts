@@ -282,3 +282,31 @@ export function appHomeOpenedPayload(a: AppHomeOpenedArgs): Record<string, unkno
 export function sendEvent(url: string, signingSecret: string, payload: object, opts: SignOptions = {}): Promise<SignedResponse> {
   return postSigned(url, signingSecret, JSON.stringify(payload), { contentType: 'application/json', ...opts });
 }
+
+export interface StaticSelectArgs extends Omit<BlockActionArgs, 'value' | 'style' | 'buttonText'> {
+  /** The option the user chose, as the menu listed it. */
+  selected: { text: string; value: string };
+  placeholder?: string;
+}
+
+/**
+ * The `block_actions` payload Slack sends when a user picks an option of a static_select in a
+ * message: the action carries `selected_option` (text object and value) and the placeholder, no
+ * `value`; `state.values[block_id][action_id]` holds the same selection.
+ */
+export function staticSelectPayload(a: StaticSelectArgs): Record<string, unknown> {
+  const blockId = a.blockId ?? 'actions';
+  const selected = { text: { type: 'plain_text', text: a.selected.text, emoji: true }, value: a.selected.value };
+  const placeholder = { type: 'plain_text', text: a.placeholder ?? 'Select an item', emoji: true };
+  const base = blockActionPayload({ ...a, value: a.selected.value });
+  const message = base.message as Record<string, unknown>;
+  return {
+    ...base,
+    message: {
+      ...message,
+      blocks: a.messageBlocks ?? [{ type: 'actions', block_id: blockId, elements: [{ type: 'static_select', action_id: a.actionId, placeholder, options: [selected] }] }],
+    },
+    state: { values: { [blockId]: { [a.actionId]: { type: 'static_select', selected_option: selected } } } },
+    actions: [{ type: 'static_select', action_id: a.actionId, block_id: blockId, selected_option: selected, placeholder, action_ts: a.actionTs ?? slackTsNow() }],
+  };
+}
