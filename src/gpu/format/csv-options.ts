@@ -10,6 +10,8 @@ export interface CsvFormatOptions {
   driverVersion?: string | null;
   /** `persistence_mode` per GPU, by its position in the list (`Enabled`/`Disabled`); `[N/A]` when absent. */
   persistenceModes?: ReadonlyArray<boolean>;
+  /** `gpu_recovery_action` per GPU, by its position in the list (`None`, `GPU Reset`, ...); `[N/A]` when absent. */
+  recoveryActions?: ReadonlyArray<string>;
 }
 
 /** Placeholder nvidia-smi prints in CSV for a reading it doesn't have. */

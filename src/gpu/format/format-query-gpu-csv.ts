@@ -33,6 +33,8 @@ function valueOf(field: string, gpu: Gpu, position: number, all: readonly Gpu[],
       const on = opts.persistenceModes?.[position];
       return on === undefined ? null : on ? 'Enabled' : 'Disabled';
     }
+    case 'gpu_recovery_action':
+      return opts.recoveryActions?.[position] ?? null;
     case 'timestamp':
       return opts.timestamp === undefined ? null : csvTimestampUtc(opts.timestamp);
     default:

@@ -17,6 +17,14 @@
  * Other env: FLEET_HOLDER_ID (tag for the signal log), FLEET_IGNORE_TERM=1, FLEET_UID/FLEET_GID
  * (drop privileges after opening the signal log, before opening the devices), FLEET_HOSTPROC (the
  * host's /proc, to print our host PID).
+ *
+ * A stuck holder (FLEET_STUCK, in holder mode), for the watchdog's holder_stuck alert; it turns
+ * once the file FLEET_STUCK_GO exists (the fleet creates it after registering the holder):
+ *   Z  a real zombie holding the devices: the process forks, the child is the holder (it prints
+ *      READY), and when told it exits while its parent (the "keeper") never reaps it.
+ *   D  real uninterruptible sleep: the holder vfork()s and its child never execs or exits, so the
+ *      parent waits in the kernel (state D, killable only by SIGKILL). The child dies with it
+ *      (PR_SET_PDEATHSIG); killing the child lets the parent run on (back to S).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +38,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -77,6 +86,57 @@ static void set_comm(const char *argv0) {
   const char *base = strrchr(argv0, '/');
   base = base != NULL ? base + 1 : argv0;
   prctl(PR_SET_NAME, base, 0, 0, 0);
+}
+
+/* Waits (polling) until `path` exists. */
+static void wait_for_file(const char *path) {
+  struct stat st;
+  while (stat(path, &st) != 0) usleep(20000);
+}
+
+static long read_host_pid(long fallback) {
+  const char *hostproc = getenv("FLEET_HOSTPROC");
+  if (hostproc == NULL || hostproc[0] == '\0') return fallback;
+  char path[512];
+  snprintf(path, sizeof path, "%s/self/stat", hostproc);
+  FILE *f = fopen(path, "r");
+  long v = fallback;
+  if (f == NULL || fscanf(f, "%ld", &v) != 1) {
+    fprintf(stderr, "fleet-holder: cannot read %s\n", path);
+    exit(3);
+  }
+  fclose(f);
+  return v;
+}
+
+static int run_stuck(const char *kind, const char *go) {
+  if (strcmp(kind, "Z") == 0) {
+    pid_t c = fork();
+    if (c < 0) return 4;
+    if (c == 0) {
+      printf("READY %d %ld\n", (int)getpid(), read_host_pid((long)getpid()));
+      fflush(stdout);
+      wait_for_file(go);
+      _exit(0); /* the keeper never reaps us: a zombie that still "holds" */
+    }
+    /* The keeper: never waits, so the child stays a zombie until the keeper dies. */
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, 1);
+    for (;;) pause();
+  }
+  printf("READY %d %ld\n", (int)getpid(), read_host_pid((long)getpid()));
+  fflush(stdout);
+  wait_for_file(go);
+  pid_t parent = getpid();
+  pid_t c = vfork();
+  if (c == 0) {
+    /* The child shares the parent's memory and never returns from here (no exec, no exit). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != parent) _exit(0);
+    for (;;) pause();
+  }
+  /* Here only after the child died: the holder runs on, as a plain holder. */
+  for (;;) pause();
 }
 
 static int run_init(void) {
@@ -321,6 +381,9 @@ int main(int argc, char **argv) {
     /* A container's PID 1 that holds a GPU: said ready on stdout by the container's setup script. */
     return run_init();
   }
+  const char *stuck = getenv("FLEET_STUCK");
+  const char *go = getenv("FLEET_STUCK_GO");
+  if (stuck != NULL && go != NULL && (strcmp(stuck, "Z") == 0 || strcmp(stuck, "D") == 0)) return run_stuck(stuck, go);
   printf("READY %d %ld\n", (int)getpid(), host_pid);
   fflush(stdout);
   for (;;) pause();

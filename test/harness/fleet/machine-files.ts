@@ -121,6 +121,11 @@ export async function writeMachineFiles(o: {
     if (!omit.has(served)) await writeClientWrapper(bin, served, o.dir, o.tools, o.toolSocket);
   }
   if (o.info.kind === 'host') {
+    // The host's kernel log (fleet.kernelLog / logXid): journalctl -k and dmesg.
+    for (const served of ['journalctl', 'dmesg']) {
+      if (!omit.has(served)) await writeClientWrapper(bin, served, o.dir, o.tools, o.toolSocket);
+    }
+    await writeFile(join(o.dir, 'kmsg.jsonl'), '');
     await wrapper('pct', o.tools.pct);
     await wrapper('lxc-info', o.tools.lxcInfo);
     await mkdir(join(o.dir, 'holders'), { recursive: true });

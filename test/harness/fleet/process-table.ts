@@ -13,14 +13,14 @@
  *   until exitedAt + dieDelayMs (and also between the death and the stamp).
  */
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { FleetTools } from './build-tools.ts';
 import { nsenterArgs } from './container.ts';
 import { recordPid } from './registry.ts';
-import { type HolderRecord, procStartTime, readJson, writeJsonAtomic } from './state.ts';
+import { type HolderRecord, procStartTime, procStat, readJson, writeJsonAtomic } from './state.ts';
 import { spawnReady } from './spawn-ready.ts';
 import type { AtPid, FleetProcess, HolderOptions, SignalRecord, SpawnOptions } from './types.ts';
 
@@ -43,6 +43,10 @@ interface Entry {
   proc: FleetProcess;
   kind: 'holder' | 'bystander';
   recordPath: string | null;
+  /** A stuck holder (`HolderOptions.stuck`). */
+  stuck?: 'Z' | 'D';
+  /** Released by the fleet (releaseStuck): its death then is no signal to report. */
+  released?: boolean;
 }
 
 const DEFAULT_HOLDER_TITLE = 'python3 -m sglang.launch_server --tp-size 8';
@@ -142,6 +146,10 @@ export class ProcessTable {
     };
     if (target.cgroup !== null) env['FLEET_CGROUP'] = target.cgroup;
     if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
+    if (kind === 'holder' && o.stuck !== undefined) {
+      env['FLEET_STUCK'] = o.stuck;
+      env['FLEET_STUCK_GO'] = join(target.machineDir, `stuck-go-${id}`);
+    }
     const user = o.user ?? 'root';
     if (user !== 'root') {
       const ids = await ensureUser(user);
@@ -252,13 +260,38 @@ export class ProcessTable {
         dieDelayMs: o.dieDelayMs ?? 0,
         registeredAt: Date.now(),
         exitedAt: null,
+        ...(o.stuck !== undefined ? { stuck: o.stuck } : {}),
       };
       writeJsonAtomic(recordPath, rec);
     }
-    const entry: Entry = { proc, kind, recordPath };
+    const entry: Entry = { proc, kind, recordPath, ...(kind === 'holder' && o.stuck !== undefined ? { stuck: o.stuck } : {}) };
     this.entries.set(id, entry);
     void r.exited.then(({ signal }) => this.onExit(entry, signal));
+    if (entry.stuck !== undefined) {
+      // Registered (counted by nvidia-smi) first, then told to turn, then seen in that state.
+      writeFileSync(join(target.machineDir, `stuck-go-${id}`), '');
+      await waitForState(hostPid, entry.stuck, 10_000);
+    }
     return proc;
+  }
+
+  /**
+   * Ends a stuck holder's stuck state as the kernel would let it go: a zombie's keeper dies (the
+   * zombie is reaped; its memory is free); a D holder's vfork child dies (the holder runs on, S).
+   * SIGKILL to the helper only, never to the holder; nothing is reported as a signal.
+   */
+  async releaseStuck(p: FleetProcess): Promise<void> {
+    const e = this.entries.get(p.id);
+    if (e?.stuck === undefined) throw new Error(`fleet: ${p.id} is not a stuck holder`);
+    if (e.stuck === 'Z') {
+      e.released = true;
+      const keeper = parentOf(p.hostPid);
+      if (keeper !== null) killPid(keeper);
+      await waitUntil(() => procStat('/proc', p.hostPid)?.startTime !== p.startTime, 10_000, `zombie ${p.id} still there`);
+    } else {
+      for (const c of childrenOf(p.hostPid)) killPid(c);
+      await waitUntil(() => procStat('/proc', p.hostPid)?.state !== 'D', 10_000, `${p.id} still in D`);
+    }
   }
 
   private onExit(e: Entry, signal: string | null): void {
@@ -270,7 +303,7 @@ export class ProcessTable {
         // fleet dir already removed
       }
     }
-    if (signal !== 'SIGKILL' || this.stopping || this.quiet.has(e.proc.machine)) return;
+    if (signal !== 'SIGKILL' || this.stopping || e.released === true || this.quiet.has(e.proc.machine)) return;
     const p = e.proc;
     this.kills.push({ ts: Date.now(), id: p.id, machine: p.machine, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, signal, by: null, kind: e.kind });
   }
@@ -302,4 +335,41 @@ export class ProcessTable {
     }
     return out.sort((a, b) => a.ts - b.ts);
   }
+}
+
+function parentOf(pid: number): number | null {
+  try {
+    const m = /\nPPid:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter((x) => x !== '').map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function killPid(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // gone already
+  }
+}
+
+async function waitUntil(ok: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!ok()) {
+    if (Date.now() > until) throw new Error(`fleet: ${what} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function waitForState(pid: number, state: 'Z' | 'D', timeoutMs: number): Promise<void> {
+  return waitUntil(() => procStat('/proc', pid)?.state === state, timeoutMs, `process ${pid} never reached state ${state}`);
 }

@@ -36,6 +36,7 @@ import {
   machineDir,
   readHolders,
   readJson,
+  type KernelLogLine,
   type ToolLogEntry,
   visibleGpus,
   writeJsonAtomic,
@@ -43,6 +44,12 @@ import {
 import type { CommandLogEntry, ContainerSpec, Fleet, FleetOptions, FleetProcess, FleetSpec, HolderOptions, HostSpec, MachineView } from './types.ts';
 
 const GiB = 1024 ** 3;
+/** What the driver prints after an Xid's number, for the ones tests use most (NVIDIA's catalogue). */
+const XID_TEXT: Record<number, string> = {
+  79: 'pid=0, name=python3, GPU has fallen off the bus.',
+  48: 'pid=0, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.',
+  31: 'pid=0, name=python3, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ',
+};
 const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 interface HostRt {
@@ -138,8 +145,9 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     spec.hosts.some((h) => h.id === hostId && (h.omitTools?.length ?? 0) > 0) || (spec.containers ?? []).some((c) => c.host === hostId && (c.omitTools?.length ?? 0) > 0);
   const basePath = (mdir: string, own: boolean): Pick<SshdOptions, 'basePath'> => (own ? { basePath: join(mdir, 'sys') } : {});
 
-  const hostSshdOptions = (h: { dir: string; spec: HostSpec }, port?: number): SshdOptions => ({
+  const hostSshdOptions = (h: { dir: string; spec: HostSpec }, port?: number, keepKey = false): SshdOptions => ({
     dir: join(h.dir, 'sshd'),
+    ...(keepKey ? { hostKeyPath: join(h.dir, 'sshd', 'ssh_host_ed25519_key') } : {}),
     authorizedKeys: [client.publicKey],
     pathPrefix: join(h.dir, 'bin'),
     ...basePath(h.dir, ownPath(h.spec.id)),
@@ -147,8 +155,8 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     ...(port === undefined ? {} : { port }),
   });
 
-  const startHostSshd = async (h: { dir: string; spec: HostSpec }, port?: number): Promise<Sshd> => {
-    const sshd = await startSshd(hostSshdOptions(h, port));
+  const startHostSshd = async (h: { dir: string; spec: HostSpec }, port?: number, keepKey = false): Promise<Sshd> => {
+    const sshd = await startSshd(hostSshdOptions(h, port, keepKey));
     recordPid(dir, sshd.pid, 'sshd');
     // sshd reads authorized_keys as the user logging in: let non-root users (e.g. fleetuser) log in too.
     await chmod(join(h.dir, 'sshd', 'authorized_keys'), 0o644);
@@ -424,7 +432,11 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     async startMachine(machineId) {
       if (isHost(machineId)) {
         const h = hostOf(machineId);
-        if (h.sshd === null) h.sshd = await startHostSshd(h, h.port);
+        // A host that comes back keeps its host key, as a rebooted host does (replaceHostKey makes a new one).
+        if (h.sshd === null) {
+          h.sshd = await startHostSshd(h, h.port, true);
+          h.current = h.sshd.hostKeyFingerprint;
+        }
         return;
       }
       const c = ctOf(machineId);
@@ -521,8 +533,40 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     },
 
     async removeTool(machineId, tool) {
-      await rm(join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool), { force: true });
+      const path = join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool);
+      await rm(path, { force: true });
+      // This machine's real journalctl and dmesg would answer next on PATH: shadow them as missing.
+      if (tool === 'journalctl' || tool === 'dmesg') await writeFile(path, `#!/bin/sh\necho "sh: 1: ${tool}: not found" >&2\nexit 127\n`, { mode: 0o755 });
     },
+
+    async kernelLog(hostId, text) {
+      if (/[\n\r]/.test(text)) throw new Error('fleet: one kernel log line at a time');
+      await appendFile(join(hostOf(hostId).dir, 'kmsg.jsonl'), JSON.stringify({ ts: Date.now(), text } satisfies KernelLogLine) + '\n');
+    },
+
+    async logXid(hostId, gpuIndex, xid, detail) {
+      const g = gpuOf(readJson<HostState>(hostStatePath(hostId)), hostId, gpuIndex);
+      // `00000000:01:00.0` as the driver prints it in an Xid: `0000:01:00`.
+      const pci = g.busId.toLowerCase().replace(/^0000(?=[0-9a-f]{4}:)/, '').replace(/\.[0-7]$/, '');
+      const words = detail ?? XID_TEXT[xid] ?? '...';
+      await fleet.kernelLog(hostId, `NVRM: Xid (PCI:${pci}): ${xid}, ${words}`);
+    },
+
+    async setRecoveryAction(hostId, gpuIndex, action) {
+      await updateState(hostId, (s) => {
+        const g = gpuOf(s, hostId, gpuIndex);
+        if (action === null) delete g.recoveryAction;
+        else g.recoveryAction = action;
+      });
+    },
+
+    async setRecoveryActionSupported(hostId, on) {
+      await updateState(hostId, (s) => {
+        s.recoveryActionField = on;
+      });
+    },
+
+    releaseStuck: (p) => procs.releaseStuck(p),
 
     async stopMachine(machineId) {
       if (isHost(machineId)) {

@@ -11,6 +11,7 @@
  *   m/<host>/holders/*.json   HolderRecord, one per GPU holder ever spawned on that host
  *   m/<host>/dev/             device files (nvidia0..N, nvidiactl, nvidia-uvm, nvidia-uvm-tools)
  *   m/<host>/containers/<vmid>.json  ContainerRecord (for the fake pct)
+ *   m/<host>/kmsg.jsonl       JSON lines: the host's kernel log (KernelLogLine), for the fake journalctl and dmesg
  */
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -29,6 +30,8 @@ export interface GpuState {
   resetAt: number | null;
   /** Per-GPU failure; nvidia-smi reports it for this GPU. */
   error: 'gpu_lost' | null;
+  /** `gpu_recovery_action` (`None`, `GPU Reset`, `Node Reboot`, ...); absent: `None`. */
+  recoveryAction?: string;
 }
 
 export interface HostState {
@@ -38,6 +41,8 @@ export interface HostState {
   /** Driver-wide failure: every nvidia-smi call fails with it. */
   error: 'nvml_version_mismatch' | null;
   ram: { totalBytes: number; usedBytes: number };
+  /** false: the driver predates `gpu_recovery_action` (a query naming it is refused, exit 2). Absent: supported. */
+  recoveryActionField?: boolean;
 }
 
 export interface MachineInfo {
@@ -72,6 +77,8 @@ export interface HolderRecord {
   registeredAt: number;
   /** Set by the fleet when it sees the process exit. */
   exitedAt: number | null;
+  /** A stuck holder (holder.c FLEET_STUCK): `Z` still holds while it is a zombie; `D` sleeps uninterruptibly. */
+  stuck?: 'Z' | 'D';
 }
 
 export interface ContainerRecord {
@@ -156,7 +163,27 @@ export function procStartTime(procRoot: string, pid: number): number | null {
   return Number.isFinite(start) ? start : null;
 }
 
+/** State letter (field 3 of /proc/<pid>/stat) and start time, or null when there is no such process. */
+export function procStat(procRoot: string, pid: number): { state: string; startTime: number } | null {
+  let stat: string;
+  try {
+    stat = readFileSync(join(procRoot, String(pid), 'stat'), 'utf8');
+  } catch {
+    return null;
+  }
+  const close = stat.lastIndexOf(')');
+  if (close < 0) return null;
+  const rest = stat.slice(close + 2).split(' ');
+  const start = Number(rest[19]);
+  return Number.isFinite(start) ? { state: rest[0] ?? '?', startTime: start } : null;
+}
+
+/** Still holding: the same process (PID + start time), alive, or a zombie holder made to hold (`stuck: 'Z'`). */
 export function holderAlive(procRoot: string, h: HolderRecord): boolean {
+  if (h.stuck === 'Z') {
+    const st = procStat(procRoot, h.hostPid);
+    return st !== null && st.startTime === h.startTime && st.state !== 'X';
+  }
   return procStartTime(procRoot, h.hostPid) === h.startTime;
 }
 
@@ -202,4 +229,26 @@ export function appendToolLog(machineDirPath: string, tool: string, argv: string
   } finally {
     closeSync(fd);
   }
+}
+
+/** One line of a simulated host's kernel log. */
+export interface KernelLogLine {
+  /** When it was logged (ms since the epoch). */
+  ts: number;
+  text: string;
+}
+
+export function readKernelLog(hostDir: string): KernelLogLine[] {
+  const path = join(hostDir, 'kmsg.jsonl');
+  if (!existsSync(path)) return [];
+  const out: KernelLogLine[] = [];
+  for (const l of readFileSync(path, 'utf8').split('\n')) {
+    if (l === '') continue;
+    try {
+      out.push(JSON.parse(l) as KernelLogLine);
+    } catch {
+      // a line being appended right now
+    }
+  }
+  return out;
 }

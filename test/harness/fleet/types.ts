@@ -95,6 +95,13 @@ export interface HolderOptions extends SpawnOptions {
   gpus: Array<{ index: number; mib: number }>;
   /** After the process dies its memory stays in use this long (driver teardown of a big context). */
   dieDelayMs?: number;
+  /**
+   * A holder stuck while holding (the watchdog's holder_stuck): `Z` a real zombie (the holder forks,
+   * the child holds and exits, its parent never reaps it; nvidia-smi still lists it), `D` real
+   * uninterruptible sleep (the holder vfork()s a child that never execs). spawnHolder resolves once
+   * /proc shows that state; `releaseStuck` ends it. Host PIDs, as on a host or in a container.
+   */
+  stuck?: 'Z' | 'D';
 }
 
 /** A PID a new process must take (set through `/proc/sys/kernel/ns_last_pid` in each PID namespace). */
@@ -169,7 +176,7 @@ export interface Fleet {
   endProcess(p: FleetProcess): Promise<void>;
   /** Stops a container and starts it again: a new init, a new PID namespace; its processes are gone. */
   restartContainer(containerId: string): Promise<void>;
-  /** Starts a stopped container again (new PID namespace). */
+  /** Starts a stopped container again (new PID namespace), or a stopped host's sshd (same port, same host key). */
   startMachine(machineId: string): Promise<void>;
   /** The container's init as a GPU holder (`initHolds`), or null. */
   initHolder(containerId: string): FleetProcess | null;
@@ -199,8 +206,29 @@ export interface Fleet {
    * GPU (its UUID); holders registered by index stay on that index.
    */
   renumberHostGpus(hostId: string, order: number[]): Promise<void>;
-  /** Removes one fake tool (`lxc-info`, `pct`, `nvidia-smi`, `free`) from the machine's PATH: running it then exits 127. */
-  removeTool(machineId: string, tool: 'lxc-info' | 'pct' | 'nvidia-smi' | 'free'): Promise<void>;
+  /**
+   * Removes one fake tool (`lxc-info`, `pct`, `nvidia-smi`, `free`, a host's `journalctl` or `dmesg`)
+   * from the machine's PATH: running it then exits 127 (without journalctl the watchdog reads dmesg).
+   */
+  removeTool(machineId: string, tool: 'lxc-info' | 'pct' | 'nvidia-smi' | 'free' | 'journalctl' | 'dmesg'): Promise<void>;
+  /** Appends a line (now) to the host's kernel log, as `journalctl -k` and `dmesg` then print it. */
+  kernelLog(hostId: string, text: string): Promise<void>;
+  /**
+   * Logs an NVIDIA Xid for one of the host's GPUs the way the driver does:
+   * `NVRM: Xid (PCI:0000:01:00): 79, pid=0, name=python3, GPU has fallen off the bus.`
+   * (`detail`: what follows the number; default a plain description for 79 / 48 / 31, else `...`).
+   */
+  logXid(hostId: string, gpuIndex: number, xid: number, detail?: string): Promise<void>;
+  /** The GPU's `gpu_recovery_action` (`GPU Reset`, `Node Reboot`, `Drain P2P`, `Drain and Reset`, ...); null: `None`. */
+  setRecoveryAction(hostId: string, gpuIndex: number, action: string | null): Promise<void>;
+  /** false: the host's driver predates `gpu_recovery_action` (nvidia-smi refuses a query naming it, exit 2). */
+  setRecoveryActionSupported(hostId: string, on: boolean): Promise<void>;
+  /**
+   * Ends a stuck holder's state (`HolderOptions.stuck`) as the kernel lets it go, without signalling
+   * the holder: a zombie's parent dies (the zombie is reaped, its memory freed); a D holder's vfork
+   * child dies (it runs on, state S). Not reported by signals().
+   */
+  releaseStuck(p: FleetProcess): Promise<void>;
   /** Host: its sshd stops (unreachable). Container: the container stops (pct says stopped). */
   stopMachine(machineId: string): Promise<void>;
   /** SSH command lines the machine received plus fake-tool invocations on it, oldest first. */

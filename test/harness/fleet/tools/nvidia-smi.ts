@@ -258,7 +258,13 @@ function body(argv: string[], ctx: MachineContext, notes: string[]): void {
       timestamp,
       driverVersion: state.driverVersion,
       persistenceModes: chosen.map((c) => c.gpu.persistence),
+      recoveryActions: chosen.map((c) => c.gpu.recoveryAction ?? 'None'),
     };
+    // A driver that predates the field refuses the whole query, as it refuses any unknown field.
+    if (state.recoveryActionField === false && args.queryGpu?.includes('gpu_recovery_action')) {
+      const e = new InvalidQueryFieldError('gpu_recovery_action');
+      emit({ stdout: `${e.message}\n\n`, stderr: '', exitCode: e.exitCode });
+    }
     try {
       const text =
         args.queryGpu !== null
