@@ -26,11 +26,16 @@ export interface DemoMessage {
   blocks: unknown[];
   edits: number;
   buttons: Array<{ which: 'approve' | 'deny'; text: string }>;
+  /** Every other control of the message (an alert's Status, Unstick, Snooze…), by its label: shown, not clickable here. */
+  controls: string[];
 }
 
 export interface DemoState {
   scenario: { name: string; description: string | null; pending: string | null };
   channel: string;
+  /** The watchdog's alerts channel (settings.watch), and its top-level messages: one per alert, edited in place. */
+  alertsChannel: string | null;
+  alerts: DemoMessage[];
   users: Array<{ name: string; id: string }>;
   threads: Array<{ parent: DemoMessage; replies: DemoMessage[] }>;
   private: PrivateNote[];
@@ -57,7 +62,23 @@ function view(m: StoredMessage): DemoMessage {
     blocks: m.blocks ?? [],
     edits: m.history.length,
     buttons: cardButtons(m.blocks).map((b) => ({ which: b.which, text: b.text })),
+    controls: controlsOf(m.blocks),
   };
+}
+
+/** Labels of the buttons and selects of a message that are not an approval card's Approve/Deny. */
+function controlsOf(blocks: unknown[] | undefined): string[] {
+  const out: string[] = [];
+  for (const b of blocks ?? []) {
+    if (typeof b !== 'object' || b === null || (b as { type?: unknown }).type !== 'actions') continue;
+    for (const el of (b as { elements?: unknown[] }).elements ?? []) {
+      const e = el as { type?: unknown; action_id?: unknown; text?: { text?: unknown }; placeholder?: { text?: unknown } };
+      if (e.action_id === 'gpu_approve' || e.action_id === 'gpu_deny') continue;
+      const label = e.type === 'button' ? e.text?.text : e.placeholder?.text;
+      if (typeof label === 'string') out.push(label);
+    }
+  }
+  return out;
 }
 
 function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
@@ -120,6 +141,8 @@ export async function startDemo(input: string | Scenario, o: { port?: number } =
     return {
       scenario: { name: scenario.name, description: scenario.description ?? null, pending: scenario.pending ?? null },
       channel: scenario.channel,
+      alertsChannel: rt.alertsChannel,
+      alerts: rt.alertsChannel === null ? [] : slack.messages(rt.alertsChannel).map(view),
       users: Object.entries(rt.users).map(([name, id]) => ({ name, id })),
       threads,
       private: priv,
@@ -224,11 +247,14 @@ form{position:sticky;top:0;background:#fff;padding:8px 0;border-bottom:1px solid
 input[type=text]{width:55%}
 .note{font-size:12px;border-bottom:1px dotted #ccc;padding:4px 0;white-space:pre-wrap}
 .error{color:#b00}
+.alerts{margin:10px 0;padding:6px 10px;background:#fff8f0;border-left:3px solid #e01e5a}
+.ctl{display:inline-block;margin:4px 6px 0 0;padding:1px 8px;border:1px solid #bbb;border-radius:4px;font-size:12px;background:#f4f4f4}
 </style></head><body>
 <main>
 <form id="f">as <select id="user"></select>
 <input id="text" type="text" value="/gpu status" autocomplete="off"> <button>Send</button></form>
 <h3 id="title"></h3><div id="desc" class="meta"></div>
+<div id="alerts"></div>
 <div id="threads"></div>
 </main>
 <aside><h4>Only visible to you (acks, ephemeral answers)</h4><div id="private"></div>
@@ -244,6 +270,7 @@ function blocksHtml(m) {
   for (const b of m.blocks || []) {
     if (b.type === 'table') h += '<table>' + b.rows.map((r) => '<tr>' + r.map((c) => '<td>' + esc(c.text ?? '') + '</td>').join('') + '</tr>').join('') + '</table>';
   }
+  for (const c of m.controls || []) h += '<span class="ctl">' + esc(c) + '</span>';
   for (const btn of m.buttons) h += '<button data-ts="' + esc(m.ts) + '" data-which="' + btn.which + '">' + esc(btn.text) + '</button>';
   return h;
 }
@@ -258,6 +285,7 @@ async function refresh() {
     document.getElementById('user').innerHTML = s.users.map((u) => '<option value="' + esc(u.name) + '">' + esc(u.name) + ' (' + esc(u.id) + ')</option>').join('');
     usersSet = true;
   }
+  document.getElementById('alerts').innerHTML = s.alertsChannel ? '<div class="alerts"><b>#alerts</b> <span class="meta">(' + esc(s.alertsChannel) + ', the watchdog: one message per alert, edited in place)</span>' + (s.alerts.map((m) => msgHtml(m, '')).join('') || '<p class="meta">No alerts yet.</p>') + '</div>' : '';
   document.getElementById('threads').innerHTML = s.threads.map((t) => '<div class="thread">' + msgHtml(t.parent, '') + t.replies.map((r) => msgHtml(r, 'reply')).join('') + '</div>').join('') || '<p class="meta">No messages yet. Type a command above.</p>';
   document.getElementById('private').innerHTML = s.private.slice().reverse().map((n) => '<div class="note ' + (n.kind === 'error' ? 'error' : '') + '"><b>' + esc(n.user) + '</b> ' + esc(n.kind) + ': ' + slackText(n.text) + '</div>').join('');
   document.getElementById('gpus').innerHTML = Object.entries(s.gpuMemory).map(([h, g]) => '<b>' + esc(h) + '</b><table>' + g.map((x) => '<tr><td>' + x.index + '</td><td>' + x.usedMiB + ' / ' + x.totalMiB + ' MiB</td></tr>').join('') + '</table>').join('');
