@@ -1,5 +1,8 @@
 import { captureLogger } from './capture-logger.ts';
 import { randomBytes } from 'node:crypto';
+import { rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { connectRedis } from '../../src/redis/connection.ts';
@@ -19,6 +22,7 @@ import type { Fleet, FleetSpec } from './fleet/types.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake-slack-api.ts';
 import { startSlackWithSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
+import { startWorkerChild, type WorkerChild } from './worker-child.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -27,11 +31,16 @@ export interface Stack {
   slack: FakeSlack;
   /** The Socket Mode server, when the stack runs in Socket Mode. */
   socket: FakeSocketMode | null;
-  bot: Bot;
-  workers: WorkerGroup;
+  /** The running bot (a new one after restartBot). */
+  readonly bot: Bot;
+  /** The in-process workers (with `workerProcess: true` a stand-in: the workers run in `workerChild`). */
+  readonly workers: WorkerGroup;
+  /** With `workerProcess: true`: the worker OS process now running (a new one after restartWorkers). */
+  readonly workerChild: WorkerChild | null;
   env: Env;
   inventory: Inventory;
-  eventsUrl: string;
+  /** The bot's /slack/events (its port changes when the bot restarts). */
+  readonly eventsUrl: string;
   signingSecret: string;
   prefix: string;
   redis: Redis;
@@ -49,6 +58,17 @@ export interface Stack {
    * follows is not fooled by it. Throws after `timeoutMs`.
    */
   quiet(o?: { stableMs?: number; timeoutMs?: number }): Promise<void>;
+  /**
+   * Stops the bot and starts a new one with the same settings on the same Redis (a new HTTP port;
+   * `eventsUrl` follows). What the bot knows lives in Redis; the old one keeps nothing.
+   */
+  restartBot(): Promise<void>;
+  /**
+   * Ends the workers and starts new ones on the same Redis. With `workerProcess: true` the worker
+   * process is SIGKILLed, as a crash (no close, its job locks left to lapse); in-process they are
+   * closed with force (running jobs are not waited for). Resolves once the new ones run.
+   */
+  restartWorkers(): Promise<{ killedPid: number | null; newPid: number | null }>;
   stop(): Promise<void>;
 }
 
@@ -67,6 +87,11 @@ export interface StackOptions {
   noWorkers?: boolean;
   /** Count into one registry served over HTTP on a free loopback port, as `start` with GPU_MEDIC_METRICS_PORT does. */
   metrics?: boolean;
+  /**
+   * Run the workers as their own OS process (`src/main.ts worker`, configured by environment and an
+   * inventory file like a deployed worker), so restartWorkers is a real SIGKILL. Its log lines join logText.
+   */
+  workerProcess?: boolean;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
@@ -78,7 +103,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const withSocket = o.socketMode ? await startSlackWithSocketMode() : null;
   const socket = withSocket?.socket ?? null;
   const slack = withSocket?.slack ?? (await startFakeSlack());
-  const { logger, text: logText } = captureLogger('stack');
+  const { logger, lines: logLines, text: logText } = captureLogger('stack');
   const v = validateInventory(fleet.inventory());
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
@@ -99,26 +124,62 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const env = e.env;
   const b = o.botEnv ? parseEnv({ ...source, ...o.botEnv }, 'start') : e;
   if (!b.env) throw new Error(`bot env invalid: ${JSON.stringify(b.problems)}`);
+  const botEnv = b.env;
   const metrics = o.metrics ? createMetrics() : null;
   const metricsServer: MetricsServer | null = metrics ? await startMetricsServer({ registry: metrics.registry, host: '127.0.0.1', port: 0, logger: logger.child({ role: 'metrics' }) }) : null;
-  const bot = await startBot(b.env, inventory, logger.child({ role: 'bot' }), metrics ? { metrics } : {});
-  const workers: WorkerGroup = o.noWorkers
-    ? { health: () => ({}), close: async () => undefined }
-    : await startWorkerProcess(env, inventory, logger.child({ role: 'worker' }), metrics ?? undefined);
+  let generation = 1;
+  const botDeps = metrics ? { metrics } : {};
+  let bot = await startBot(botEnv, inventory, logger.child({ role: 'bot' }), botDeps);
+  const noWorkers: WorkerGroup = { health: () => ({}), close: async () => undefined };
+  const inProcess = !o.noWorkers && !o.workerProcess;
+  const startInProcess = (): Promise<WorkerGroup> => startWorkerProcess(env, inventory, logger.child({ role: 'worker', generation }), metrics ?? undefined);
+  let workers: WorkerGroup = inProcess ? await startInProcess() : noWorkers;
+  // A worker process gets what a deployed worker gets: its settings (no Slack token) and an inventory file.
+  const inventoryPath = join(tmpdir(), `gpu-medic-${prefix}-inventory.json`);
+  const healthPath = join(tmpdir(), `gpu-medic-${prefix}-worker-health.json`);
+  const childEnv: Record<string, string> = Object.fromEntries(
+    Object.entries({ ...source, GPU_MEDIC_INVENTORY: inventoryPath, GPU_MEDIC_HEALTH_FILE: healthPath, LOG_LEVEL: 'info' }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$/.test(k)),
+  );
+  // Its pino lines join the captured ones whole (a chunk may end mid-line).
+  const startChild = (): Promise<WorkerChild> => {
+    let partial = '';
+    return startWorkerChild(childEnv, {
+      onOutput: (c) => {
+        const parts = (partial + c).split('\n');
+        partial = parts.pop() ?? '';
+        for (const l of parts) logLines.push(`${l}\n`);
+      },
+    });
+  };
+  let workerChild: WorkerChild | null = null;
+  if (o.workerProcess && !o.noWorkers) {
+    // JSON is YAML: the worker reads it with the loader of a hand-written inventory.yaml.
+    writeFileSync(inventoryPath, JSON.stringify(inventory, null, 2), { mode: 0o600 });
+    workerChild = await startChild();
+  }
   // Through the same settings as the bot and workers (a Sentinel set when the test configures one).
   const redis = connectRedis(env);
   // A test may stop its Redis on purpose; reconnecting is ioredis' job, the error is expected.
   redis.on('error', () => undefined);
-  const eventsUrl = `http://127.0.0.1:${bot.port}/slack/events`;
+  const eventsUrl = (): string => `http://127.0.0.1:${bot.port}/slack/events`;
   return {
     fleet,
     slack,
     socket,
-    bot,
-    workers,
+    get bot() {
+      return bot;
+    },
+    get workers() {
+      return workers;
+    },
+    get workerChild() {
+      return workerChild;
+    },
     env,
     inventory,
-    eventsUrl,
+    get eventsUrl() {
+      return eventsUrl();
+    },
     signingSecret,
     prefix,
     redis,
@@ -127,7 +188,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     logText,
     async slash(text, so = {}) {
       const responseUrl = slack.newResponseUrl();
-      const r = await sendSlashCommand(eventsUrl, signingSecret, {
+      const r = await sendSlashCommand(eventsUrl(), signingSecret, {
         text,
         user_id: so.user ?? 'U0REQUEST1',
         channel_id: so.channel ?? 'C0ONCALL01',
@@ -171,9 +232,30 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         await Promise.all(queues.map((q) => q.close()));
       }
     },
+    async restartBot() {
+      await bot.stop();
+      generation++;
+      bot = await startBot(botEnv, inventory, logger.child({ role: 'bot', generation }), botDeps);
+    },
+    async restartWorkers() {
+      generation++;
+      if (workerChild) {
+        const killedPid = workerChild.pid;
+        await workerChild.kill();
+        workerChild = await startChild();
+        return { killedPid, newPid: workerChild.pid };
+      }
+      if (!inProcess) return { killedPid: null, newPid: null };
+      await workers.close(true);
+      workers = await startInProcess();
+      return { killedPid: null, newPid: null };
+    },
     async stop() {
       await bot.stop().catch(() => undefined);
       await workers.close(true).catch(() => undefined);
+      await workerChild?.stop().catch(() => undefined);
+      rmSync(inventoryPath, { force: true });
+      rmSync(healthPath, { force: true });
       await metricsServer?.close().catch(() => undefined);
       await slack.close().catch(() => undefined);
       await socket?.close().catch(() => undefined);

@@ -13,7 +13,16 @@ import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fl
 import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
 import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../harness/stack.ts';
-import { loadScenario, toRegExp, userIds, type Condition, type MachineChange, type ProcessChange, type Scenario, type Step } from './schema.ts';
+import {
+  ALERT_SNOOZE_1D_ACTION_ID,
+  ALERT_SNOOZE_1H_ACTION_ID,
+  ALERT_SNOOZE_GPU_1D_ACTION_ID,
+  ALERT_SNOOZE_GPU_1H_ACTION_ID,
+  ALERT_STATUS_ACTION_ID,
+  ALERT_UNSTICK_ACTION_ID,
+  ALERT_UNSTICK_PICK_ACTION_ID,
+} from '../../src/watchdog/alert-events.ts';
+import { loadScenario, toRegExp, userIds, type AlertClick, type AlertCondition, type Condition, type MachineChange, type ProcessChange, type Scenario, type Step } from './schema.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Report shape
@@ -92,6 +101,26 @@ export interface IncidentReport {
   events: Array<{ id: string; type: string; at: string; [k: string]: unknown }>;
 }
 
+/** One watchdog alert episode (an incident of kind `alert`) and what the alerts channel shows of it. */
+export interface AlertReport {
+  id: string;
+  /** The alert key (meta.text), e.g. `kpro5/ghost_memory/GPU-…`. */
+  key: string;
+  kind: string | null;
+  machine: string | null;
+  /** Host GPU index when the alert is about one GPU. */
+  gpu: number | null;
+  createdAt: string;
+  raised: number;
+  updated: number;
+  cleared: boolean;
+  snoozed: number;
+  actions: number;
+  /** Top-level messages in the alerts channel that are this episode's (one, unless doubled). */
+  messages: Array<{ ts: string; text: string; edits: number }>;
+  events: Array<{ id: string; type: string; at: string; [k: string]: unknown }>;
+}
+
 export interface ExpectationResult {
   check: string;
   ok: boolean;
@@ -120,6 +149,9 @@ export interface Report {
   /** Processes the scenario started: name → pids and whether each is still alive at the end. */
   processes: Record<string, { machine: string; kind: 'holder' | 'bystander'; hostPid: number; containerPid: number | null; startTime: number; cmdline: string; alive: boolean }>;
   incidents: IncidentReport[];
+  /** Watchdog alert episodes (settings.watch), oldest first, and the alerts channel's messages no incident claims. */
+  alerts: AlertReport[];
+  alertsChannel: { channel: string | null; unclaimed: Array<{ ts: string; text: string }> };
   /** What each user saw privately: slash-command acks, response_url answers (e.g. click refusals), ephemerals. */
   answers: Array<{ t: number; user: string; via: 'ack' | 'response_url' | 'ephemeral'; text: string }>;
   /** Incidents that had not finished rendering when the settle time ran out. */
@@ -208,6 +240,77 @@ export function completedAt(meta: { kind: string; targets: string[] } | null, ev
   return last;
 }
 
+/** An interactive element of a message (button or select), wherever its block holds it. */
+export interface Control {
+  type: string;
+  actionId: string;
+  blockId: string;
+  value: string | null;
+  text: string;
+  placeholder: unknown;
+  options: Array<{ text: { type: string; text: string }; value: string }>;
+}
+
+/** Buttons and selects of a message: in actions blocks and as section accessories. */
+export function alertControls(blocks: unknown): Control[] {
+  const out: Control[] = [];
+  if (!Array.isArray(blocks)) return out;
+  const add = (el: unknown, blockId: string) => {
+    if (!isRecord(el) || typeof el.action_id !== 'string') return;
+    const options = (Array.isArray(el.options) ? el.options : Array.isArray(el.option_groups) ? el.option_groups.flatMap((g: unknown) => (isRecord(g) && Array.isArray(g.options) ? g.options : [])) : [])
+      .filter(isRecord)
+      .map((op) => ({ text: isRecord(op.text) ? { type: strOrNull(op.text.type) ?? 'plain_text', text: strOrNull(op.text.text) ?? '' } : { type: 'plain_text', text: '' }, value: strOrNull(op.value) ?? '' }));
+    out.push({
+      type: strOrNull(el.type) ?? '?',
+      actionId: el.action_id,
+      blockId,
+      value: strOrNull(el.value),
+      text: isRecord(el.text) ? (strOrNull(el.text.text) ?? '') : isRecord(el.placeholder) ? (strOrNull(el.placeholder.text) ?? '') : '',
+      placeholder: el.placeholder,
+      options,
+    });
+  };
+  for (const b of blocks) {
+    if (!isRecord(b)) continue;
+    const blockId = strOrNull(b.block_id) ?? '';
+    if (Array.isArray(b.elements)) for (const el of b.elements) add(el, blockId);
+    if (b.accessory !== undefined) add(b.accessory, blockId);
+  }
+  return out;
+}
+
+/** Action ids per button (src/watchdog/alert-events.ts): a GPU's snoozes have their own; a host alert's Unstick is a pick. */
+const ALERT_ACTION_IDS: Record<AlertClick['button'], { machine: string[]; gpu: string[] }> = {
+  status: { machine: [ALERT_STATUS_ACTION_ID], gpu: [ALERT_STATUS_ACTION_ID] },
+  unstick: { machine: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID], gpu: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID] },
+  'snooze-1h': { machine: [ALERT_SNOOZE_1H_ACTION_ID], gpu: [ALERT_SNOOZE_GPU_1H_ACTION_ID] },
+  'snooze-1d': { machine: [ALERT_SNOOZE_1D_ACTION_ID], gpu: [ALERT_SNOOZE_GPU_1D_ACTION_ID] },
+};
+
+/**
+ * The control a click means: the button's action id (with `gpu`, a snooze is the GPU's own button);
+ * an Unstick select (a host alert) needs the container, matched by option value
+ * (`<alert id>|<container>`) or text.
+ */
+export function pickControl(controls: readonly Control[], c: Pick<AlertClick, 'button' | 'gpu' | 'container'>): { control: Control; option: Control['options'][number] | null } | { reason: string } {
+  const snooze = c.button === 'snooze-1h' || c.button === 'snooze-1d';
+  const ids = ALERT_ACTION_IDS[c.button][snooze && c.gpu !== undefined ? 'gpu' : 'machine'];
+  const control = controls.find((x) => ids.includes(x.actionId));
+  if (!control) {
+    const which = snooze ? (c.gpu === undefined ? `machine-wide ${c.button} button` : `${c.button} button for GPU ${c.gpu}`) : `${c.button} control`;
+    return { reason: `the alert's message has no ${which} (action id ${ids.join(' or ')}; it has: ${controls.map((x) => x.actionId).join(', ') || 'none'})` };
+  }
+  if (control.type !== 'static_select') {
+    if (c.container !== undefined) return { reason: `the alert's Unstick is a button, there is no container to choose (it unsticks its own machine)` };
+    return { control, option: null };
+  }
+  if (c.container === undefined) return { reason: `the alert's Unstick is a select of containers (${control.options.map((o) => o.text.text).join(', ')}): say which with container:` };
+  const want = c.container;
+  const option = control.options.find((o) => o.value === want || o.value.endsWith(`|${want}`)) ?? control.options.find((o) => o.text.text === want);
+  if (!option) return { reason: `the Unstick select offers no ${want} (it offers: ${control.options.map((o) => o.text.text).join(', ') || 'nothing'})` };
+  return { control, option };
+}
+
 export class ScenarioRuntime {
   readonly users: Record<string, string>;
   readonly approverIds: string[];
@@ -239,7 +342,16 @@ export class ScenarioRuntime {
     if (st.termGraceSec !== undefined) env.GPU_MEDIC_TERM_GRACE_SEC = String(st.termGraceSec);
     if (st.releaseTimeoutSec !== undefined) env.GPU_MEDIC_RELEASE_TIMEOUT_SEC = String(st.releaseTimeoutSec);
     if (st.pollMs !== undefined) env.GPU_MEDIC_POLL_MS = String(st.pollMs);
+    if (st.watch !== undefined) {
+      env.GPU_MEDIC_ALERTS_CHANNEL = st.watch.channel;
+      env.GPU_MEDIC_WATCH_INTERVAL_SEC = String(st.watch.intervalSec);
+      if (st.watch.ghostSec !== undefined) env.GPU_MEDIC_WATCH_GHOST_SEC = String(st.watch.ghostSec);
+      if (st.watch.ramPct !== undefined) env.GPU_MEDIC_WATCH_RAM_PCT = String(st.watch.ramPct);
+    }
+    // A worker that a step restarts runs as its own process, so the restart is a real SIGKILL.
+    const workerProcess = scenario.steps.some((x) => 'restart' in x && x.restart !== 'bot');
     const stack = await startStack({
+      workerProcess,
       fleet: {
         hosts: scenario.fleet.hosts.map((h) => ({
           id: h.id,
@@ -429,8 +541,10 @@ export class ScenarioRuntime {
     return (await this.stack.redis.sismember(`${this.stack.prefix}:dirty`, id)) === 0;
   }
 
-  /** Whether a condition holds now for an incident. */
-  async holds(c: Condition, inc: TrackedIncident): Promise<boolean> {
+  /** Whether a condition holds now for an incident (an alert condition needs none). */
+  async holds(c: Condition, inc: TrackedIncident | null): Promise<boolean> {
+    if (typeof c !== 'string' && 'alert' in c) return this.alertHolds(c.alert);
+    if (!inc) return false;
     if (typeof c !== 'string') {
       const re = toRegExp(c.threadText);
       return this.thread(inc).some((m) => re.test(visibleText(m)));
@@ -452,11 +566,149 @@ export class ScenarioRuntime {
     }
   }
 
-  async waitFor(c: Condition, inc: TrackedIncident, timeoutMs: number): Promise<boolean> {
+  async waitFor(c: Condition, inc: TrackedIncident | null, timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (await this.holds(c, inc)) return true;
       if (Date.now() > deadline) return false;
+      await sleep(50);
+    }
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Watchdog alerts (settings.watch)
+
+  get alertsChannel(): string | null {
+    return this.scenario.settings.watch?.channel ?? null;
+  }
+
+  /** Every incident under this run's prefix: the index, and any whose meta the index lacks. */
+  async allIncidentIds(): Promise<string[]> {
+    const ids = new Set(await this.stack.redis.zrange(`${this.stack.prefix}:incidents`, 0, -1));
+    const head = `${this.stack.prefix}:inc:`;
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.stack.redis.scan(cursor, 'MATCH', `${head}*:meta`, 'COUNT', 1000);
+      cursor = next;
+      for (const k of keys) ids.add(k.slice(head.length, -':meta'.length));
+    } while (cursor !== '0');
+    return [...ids];
+  }
+
+  /** Alert episodes, oldest first, with their messages in the alerts channel as the fake Slack holds them now. */
+  async alertReports(): Promise<AlertReport[]> {
+    const out: AlertReport[] = [];
+    for (const id of await this.allIncidentIds()) {
+      const meta = await this.log.meta(id);
+      if (meta?.kind !== 'alert') continue;
+      const events = await this.events(id);
+      const alert = events.map((e) => e['alert']).find(isRecord) ?? {};
+      const count = (type: string) => events.filter((e) => e.type === type).length;
+      const refs = new Set([...(await this.log.slackRefs(id)).values()].map((r) => r.ts));
+      const channel = meta.channel;
+      const messages = this.stack.slack
+        .messages(channel)
+        .filter((m) => refs.has(m.ts) || JSON.stringify(m.blocks ?? []).includes(id) || m.text.includes(id))
+        .map((m) => ({ ts: m.ts, text: visibleText(m), edits: m.history.length }));
+      out.push({
+        id,
+        key: meta.text,
+        kind: strOrNull(alert['kind']),
+        machine: strOrNull(alert['machineId']) ?? meta.targets[0] ?? null,
+        gpu: typeof alert['gpu'] === 'number' ? alert['gpu'] : null,
+        createdAt: meta.createdAt,
+        raised: count('alert_raised'),
+        updated: count('alert_updated'),
+        cleared: count('alert_cleared') > 0,
+        snoozed: count('alert_snoozed'),
+        actions: count('alert_action'),
+        messages,
+        events,
+      });
+    }
+    return out.sort((a, b) => (a.createdAt < b.createdAt ? -1 : a.createdAt > b.createdAt ? 1 : a.id < b.id ? -1 : 1));
+  }
+
+  /** Episodes of one alert (kind on machine, or on one GPU), oldest first. */
+  async episodes(a: { kind: string; machine: string; gpu?: number | undefined }): Promise<AlertReport[]> {
+    return (await this.alertReports()).filter((e) => e.kind === a.kind && e.machine === a.machine && (a.gpu === undefined || e.gpu === a.gpu));
+  }
+
+  /** Whether an alert condition holds now: about its latest episode, once rendered into the alerts channel. */
+  async alertHolds(c: AlertCondition): Promise<boolean> {
+    const eps = await this.episodes(c);
+    const latest = eps[eps.length - 1];
+    if (!latest || latest.messages.length === 0 || !(await this.rendered(latest.id))) return false;
+    const n = c.count ?? 1;
+    switch (c.state) {
+      case 'raised':
+        return latest.raised > 0 && !latest.cleared && eps.filter((e) => e.raised > 0).length >= n;
+      case 'updated':
+        return latest.updated >= n;
+      case 'cleared':
+        return latest.cleared && eps.filter((e) => e.cleared).length >= n;
+      case 'snoozed':
+        return latest.snoozed >= n;
+    }
+  }
+
+  /**
+   * Clicks a button of an alert's message (its latest episode) as a user, the way Slack delivers it:
+   * a signed block_actions for that top-level message; an Unstick select sends the chosen option.
+   * Status and Unstick clicks are followed until the alert logs the click (`alert_action`), and the
+   * incident it opened is tracked under `label`.
+   */
+  async clickAlert(userName: string, c: AlertClick, o: { label?: string | null; timeoutMs?: number } = {}): Promise<{ sent: boolean; reason: string | null; result: Record<string, unknown> }> {
+    const eps = await this.episodes(c);
+    const ep = eps[eps.length - 1];
+    const what = `${c.kind} alert on ${c.machine}${c.gpu === undefined ? '' : ` GPU ${c.gpu}`}`;
+    if (!ep) return { sent: false, reason: `no ${what} was raised`, result: {} };
+    const msg = this.stack.slack.messages(this.alertsChannel ?? '').find((m) => ep.messages.some((x) => x.ts === m.ts));
+    if (!msg) return { sent: false, reason: `the ${what} (${ep.id}) has no message in the alerts channel`, result: { alertIncident: ep.id } };
+    const found = pickControl(alertControls(msg.blocks), c);
+    if ('reason' in found) return { sent: false, reason: `${found.reason} (${what}, ${ep.id})`, result: { alertIncident: ep.id } };
+    const ctl = found.control;
+    const responseUrl = this.stack.slack.newResponseUrl();
+    this.urlUser.set(responseUrl, userName);
+    const payload = blockActionPayload({
+      user: this.userId(userName),
+      userName,
+      channel: msg.channel,
+      messageTs: msg.ts,
+      actionId: ctl.actionId,
+      value: ctl.value ?? '',
+      blockId: ctl.blockId,
+      buttonText: ctl.text,
+      responseUrl,
+      messageText: msg.text,
+      messageBlocks: msg.blocks ?? [],
+    });
+    if (ctl.type === 'static_select' && found.option) {
+      payload.actions = [{ type: 'static_select', action_id: ctl.actionId, block_id: ctl.blockId, selected_option: found.option, ...(ctl.placeholder ? { placeholder: ctl.placeholder } : {}), action_ts: String(Date.now() / 1000) }];
+    }
+    const seen = ep.events.length;
+    const r = await sendInteraction(this.stack.eventsUrl, this.stack.signingSecret, payload);
+    const result: Record<string, unknown> = { alertIncident: ep.id, status: r.status, body: r.body, elapsedMs: Math.round(r.elapsedMs), actionId: ctl.actionId, value: ctl.value, ...(found.option ? { option: found.option.value } : {}) };
+    // The click is logged on the alert: the incident it opened, the snooze, or why it was refused.
+    const deadline = Date.now() + (o.timeoutMs ?? DEFAULT_STEP_TIMEOUT);
+    const me = this.userId(userName);
+    for (;;) {
+      const mine = (await this.events(ep.id)).slice(seen).find((e) => (e.type === 'alert_action' || e.type === 'alert_snoozed') && e['by'] === me);
+      if (mine?.type === 'alert_snoozed') {
+        result.snoozed = { scope: mine['scope'], until: mine['until'] };
+        return { sent: true, reason: null, result };
+      }
+      if (mine) {
+        const opened = strOrNull(mine['incidentId']);
+        result.opened = opened;
+        result.refused = strOrNull(mine['refused']);
+        if (opened !== null) {
+          const meta = await this.log.meta(opened);
+          this.incidents.push({ id: opened, label: o.label ?? null, channel: meta?.channel ?? this.alertsChannel ?? this.scenario.channel });
+        }
+        return { sent: true, reason: null, result };
+      }
+      if (Date.now() > deadline) return { sent: true, reason: `the alert logged no ${c.button} click by ${userName} within ${o.timeoutMs ?? DEFAULT_STEP_TIMEOUT} ms (the bot answered HTTP ${r.status})`, result };
       await sleep(50);
     }
   }
@@ -496,7 +748,7 @@ export class ScenarioRuntime {
       processes[name] = { machine: p.machine, kind, hostPid: p.hostPid, containerPid: p.containerPid, startTime: p.startTime, cmdline: p.cmdline, alive: alive(p.hostPid, p.startTime) };
     }
     const calls = slack.calls().map((c) => slackCall(c, rel(c.at)));
-    const ids = await this.stack.redis.zrange(`${this.stack.prefix}:incidents`, 0, -1);
+    const ids = await this.allIncidentIds();
     for (const t of this.incidents) if (!ids.includes(t.id)) ids.push(t.id);
     const incidents: IncidentReport[] = [];
     for (const id of ids) {
@@ -531,6 +783,16 @@ export class ScenarioRuntime {
           return false;
         }
       });
+    const alerts = this.alertsChannel === null ? [] : await this.alertReports();
+    const unclaimed: Report['alertsChannel']['unclaimed'] = [];
+    if (this.alertsChannel !== null) {
+      const refTs = new Set<string>();
+      for (const id of ids) for (const r of (await this.log.slackRefs(id)).values()) refTs.add(r.ts);
+      for (const m of slack.messages(this.alertsChannel)) {
+        const raw = `${m.text}\n${JSON.stringify(m.blocks ?? [])}`;
+        if (!refTs.has(m.ts) && !ids.some((id) => raw.includes(id))) unclaimed.push({ ts: m.ts, text: visibleText(m) });
+      }
+    }
     const nameOf = new Map(Object.entries(this.users).map(([n, id]) => [id, n]));
     const answers: Report['answers'] = [
       ...this.acks.map((a) => ({ t: rel(a.at), user: a.user, via: 'ack' as const, text: a.text })),
@@ -548,6 +810,8 @@ export class ScenarioRuntime {
       gpuMemory,
       processes,
       incidents,
+      alerts,
+      alertsChannel: { channel: this.alertsChannel, unclaimed },
       errorLogs,
     };
   }
@@ -592,8 +856,12 @@ const DEFAULT_STEP_TIMEOUT = 30_000;
 const DEFAULT_SETTLE = 20_000;
 
 function describeCondition(c: Condition): string {
-  return typeof c === 'string' ? c : `threadText /${c.threadText}/`;
+  if (typeof c === 'string') return c;
+  if ('alert' in c) return `alert ${c.alert.kind} on ${c.alert.machine}${c.alert.gpu === undefined ? '' : ` GPU ${c.alert.gpu}`} ${c.alert.state}${c.alert.count === undefined ? '' : ` (${c.alert.count})`}`;
+  return `threadText /${c.threadText}/`;
 }
+
+const isAlertCondition = (c: Condition): boolean => typeof c !== 'string' && 'alert' in c;
 
 async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise<StepReport> {
   const started = Date.now();
@@ -610,7 +878,7 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
     if (typeof step.after === 'number') await sleep(step.after);
     else {
       const inc = incidentFor();
-      if (!inc) {
+      if (!inc && !isAlertCondition(step.after)) {
         rep.problem = `after ${describeCondition(step.after)}: no incident was opened before this step`;
         return finish();
       }
@@ -637,12 +905,22 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
   } else if ('wait' in step) {
     await sleep(step.wait);
     rep.result = { waitedMs: step.wait };
+  } else if ('clickAlert' in step) {
+    const r = await rt.clickAlert(step.as, step.clickAlert, { label: step.id ?? null, timeoutMs: timeout });
+    rep.result = r.result;
+    if (!r.sent || r.reason !== null) rep.problem = r.reason;
+  } else if ('restart' in step) {
+    const result: Record<string, unknown> = { restarted: step.restart };
+    // Both: the worker crashes first (SIGKILL), then the bot goes down and comes back.
+    if (step.restart !== 'bot') Object.assign(result, await rt.stack.restartWorkers());
+    if (step.restart !== 'worker') await rt.stack.restartBot();
+    rep.result = result;
   } else if ('waitFor' in step) {
     const inc = incidentFor();
-    if (!inc) rep.problem = `waitFor ${describeCondition(step.waitFor)}: no incident was opened before this step`;
+    if (!inc && !isAlertCondition(step.waitFor)) rep.problem = `waitFor ${describeCondition(step.waitFor)}: no incident was opened before this step`;
     else {
       const ok = await rt.waitFor(step.waitFor, inc, timeout);
-      rep.result = { incidentId: inc.id, reached: ok };
+      rep.result = { incidentId: isAlertCondition(step.waitFor) ? null : (inc?.id ?? null), reached: ok };
       if (!ok) rep.problem = `waitFor ${describeCondition(step.waitFor)}: not reached within ${timeout} ms`;
     }
   } else if ('process' in step) {
@@ -663,10 +941,11 @@ async function settle(rt: ScenarioRuntime, timeoutMs: number): Promise<string[]>
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const pending: string[] = [];
-    const ids = await rt.stack.redis.zrange(`${rt.stack.prefix}:incidents`, 0, -1);
-    for (const id of ids) {
-      const evs = await rt.events(id);
-      if (completedAt(await rt.log.meta(id), evs) === null || !(await rt.rendered(id))) pending.push(id);
+    for (const id of await rt.allIncidentIds()) {
+      const meta = await rt.log.meta(id);
+      // An alert stays open as long as its condition does: it is settled once rendered.
+      const over = meta?.kind === 'alert' || completedAt(meta, await rt.events(id)) !== null;
+      if (!over || !(await rt.rendered(id))) pending.push(id);
     }
     if (pending.length === 0 || Date.now() > deadline) return pending;
     await sleep(100);
@@ -744,8 +1023,69 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
     out.push({ check: 'no host-side signal before an approval', ok: early.length === 0, detail: early.length === 0 ? 'none' : early.join(', ') });
   }
   if (e.allFinished === true) {
-    const open = r.incidents.filter((i) => !i.finished).map((i) => i.id);
-    out.push({ check: 'every incident finished', ok: r.incidents.length > 0 && open.length === 0, detail: r.incidents.length === 0 ? 'no incident was opened' : open.length === 0 ? `${r.incidents.length} finished` : `open: ${open.join(', ')}` });
+    // Alerts do not finish (they clear): the incidents people opened do.
+    const opened = r.incidents.filter((i) => i.kind !== 'alert');
+    const open = opened.filter((i) => !i.finished).map((i) => i.id);
+    out.push({ check: 'every incident finished', ok: opened.length > 0 && open.length === 0, detail: opened.length === 0 ? 'no incident was opened' : open.length === 0 ? `${opened.length} finished` : `open: ${open.join(', ')}` });
+  }
+  if (e.alerts !== undefined) out.push(...checkAlerts(e.alerts, r));
+  return out;
+}
+
+type AlertExpectation = NonNullable<NonNullable<Scenario['expect']>['alerts']>[number];
+
+/**
+ * The alerts channel against the story: every episode is one top-level message raised once (no
+ * repeat, none lost), no two episodes of one alert overlap, no message there that no incident
+ * claims; then each expected alert's counts and text.
+ */
+export function checkAlerts(want: readonly AlertExpectation[], r: Pick<Report, 'alerts' | 'alertsChannel'>): ExpectationResult[] {
+  const out: ExpectationResult[] = [];
+  const name = (a: { kind: string | null; machine: string | null; gpu?: number | null | undefined }) => `${a.kind ?? '?'} on ${a.machine ?? '?'}${a.gpu === undefined || a.gpu === null ? '' : ` GPU ${a.gpu}`}`;
+  const bad = r.alerts.filter((a) => a.raised !== 1 || a.messages.length !== 1).map((a) => `${a.id} (${name(a)}): raised ${a.raised}×, ${a.messages.length} message(s)`);
+  out.push({ check: 'each alert episode is one message, raised once', ok: bad.length === 0, detail: bad.length === 0 ? `${r.alerts.length} episode(s)` : bad.join('; ') });
+  const overlaps: string[] = [];
+  const byKey = new Map<string, AlertReport[]>();
+  for (const a of r.alerts) byKey.set(a.key, [...(byKey.get(a.key) ?? []), a]);
+  for (const [key, eps] of byKey)
+    for (let i = 1; i < eps.length; i++) {
+      const prev = eps[i - 1];
+      const cur = eps[i];
+      if (!prev || !cur) continue;
+      const clearedAt = prev.events.find((e) => e.type === 'alert_cleared')?.at;
+      const raisedAt = cur.events.find((e) => e.type === 'alert_raised')?.at;
+      if (clearedAt === undefined || (raisedAt !== undefined && raisedAt < clearedAt)) overlaps.push(`${key}: ${cur.id} raised while ${prev.id} was open`);
+    }
+  out.push({ check: 'no alert raised again while it was open', ok: overlaps.length === 0, detail: overlaps.length === 0 ? 'none' : overlaps.join('; ') });
+  const stray = r.alertsChannel.unclaimed;
+  out.push({ check: 'no message in the alerts channel that no incident claims', ok: stray.length === 0, detail: stray.length === 0 ? 'none' : stray.map((m) => `${m.ts}: ${m.text.slice(0, 120)}`).join(' | ') });
+  for (const w of want) {
+    const eps = r.alerts.filter((a) => a.kind === w.kind && a.machine === w.machine && (w.gpu === undefined || a.gpu === w.gpu));
+    const latest = eps[eps.length - 1];
+    const label = name({ kind: w.kind, machine: w.machine, gpu: w.gpu });
+    const msgs = eps.flatMap((a) => a.messages);
+    const push = (what: string, ok: boolean, detail: string) => out.push({ check: `alert ${label}: ${what}`, ok, detail });
+    if (w.messages !== undefined) push(`${w.messages} message(s)`, msgs.length === w.messages, `${msgs.length} message(s) in ${eps.length} episode(s)`);
+    if (w.raised !== undefined) {
+      const n = eps.reduce((a, e) => a + e.raised, 0);
+      push(`raised ${w.raised} time(s)`, n === w.raised, `raised ${n} time(s)`);
+    }
+    if (w.cleared !== undefined) push(w.cleared ? 'cleared' : 'still open', latest !== undefined && latest.cleared === w.cleared, latest === undefined ? 'never raised' : latest.cleared ? 'cleared' : 'open');
+    if (w.snoozed !== undefined) push(w.snoozed ? 'snoozed' : 'not snoozed', latest !== undefined && latest.snoozed > 0 === w.snoozed, latest === undefined ? 'never raised' : `${latest.snoozed} snooze(s)`);
+    if (w.minEdits !== undefined) {
+      const edits = latest?.messages[0]?.edits ?? 0;
+      push(`edited in place ${w.minEdits}+ time(s)`, latest !== undefined && edits >= w.minEdits, latest === undefined ? 'never raised' : `${edits} chat.update(s) of ${latest.messages[0]?.ts ?? 'no message'}`);
+    }
+    for (const p of w.text ?? []) {
+      const re = toRegExp(p);
+      const ok = msgs.some((m) => re.test(m.text));
+      push(`text /${p}/`, ok, ok ? 'found' : msgs.length === 0 ? 'no message' : `it says: ${msgs.map((m) => m.text.slice(0, 200)).join(' | ')}`);
+    }
+    for (const p of w.notText ?? []) {
+      const re = toRegExp(p);
+      const hit = msgs.find((m) => re.test(m.text));
+      push(`no text /${p}/`, hit === undefined, hit === undefined ? 'absent' : `found in: ${hit.text.slice(0, 200)}`);
+    }
   }
   return out;
 }
@@ -785,6 +1125,8 @@ export async function runScenario(input: string | Scenario, opts: RunOptions = {
     gpuMemory: {},
     processes: {},
     incidents: [],
+    alerts: [],
+    alertsChannel: { channel: null, unclaimed: [] },
     answers: [],
     unfinished: [],
     errorLogs: [],

@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import type { ConditionKind } from '../../src/watchdog/judge.ts';
 
 const machineId = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, 'must be a machine id like kpro5 or ct129');
 const userName = z.string().regex(/^[a-z][a-z0-9_-]{0,30}$/, 'must be a lower-case user name like alice');
@@ -169,10 +170,35 @@ export const ProcessChange = z.union([
 ]);
 export type ProcessChange = z.output<typeof ProcessChange>;
 
-/** What a step can wait for in an incident's thread. */
+/** The watchdog's alert kinds (src/watchdog/judge.ts `ConditionKind`; the compiler keeps the two equal). */
+export const ALERT_KINDS = ['ghost_memory', 'holder_stuck', 'ram_high', 'nvidia_smi_failing', 'gpu_error', 'gpus_missing', 'unreachable', 'xid', 'recovery_action'] as const;
+type SameKinds = [Exclude<ConditionKind, (typeof ALERT_KINDS)[number]>, Exclude<(typeof ALERT_KINDS)[number], ConditionKind>] extends [never, never] ? true : false;
+const sameKinds: SameKinds = true;
+void sameKinds;
+const alertKind = z.enum(ALERT_KINDS, { message: `must be an alert kind: ${ALERT_KINDS.join(', ')}` });
+const gpuIndex = z.number().int().min(0).max(15);
+
+/**
+ * An alert's state, always about the LATEST episode of that kind on that machine (and GPU), and
+ * only once the bot has rendered it: `raised` (open; with `count`, at least that many episodes were
+ * raised), `updated` / `snoozed` (at least `count` such events, default 1), `cleared`.
+ */
+export const AlertCondition = z
+  .object({
+    kind: alertKind,
+    machine: machineId,
+    gpu: gpuIndex.optional(),
+    state: z.enum(['raised', 'updated', 'cleared', 'snoozed'], { message: 'must be raised, updated, cleared or snoozed' }),
+    count: z.number().int().min(1).max(100).optional(),
+  })
+  .strict();
+export type AlertCondition = z.output<typeof AlertCondition>;
+
+/** What a step can wait for: in an incident's thread, or an alert's state. */
 export const Condition = z.union([
   z.enum(['thread-done', 'card-posted', 'card-decided', 'card-expired', 'verdict']),
   z.object({ threadText: regex }).strict(),
+  z.object({ alert: AlertCondition }).strict(),
 ]);
 export type Condition = z.output<typeof Condition>;
 
@@ -207,17 +233,74 @@ const ClickStep = z
   })
   .strict();
 
+/**
+ * A click on a button of an alert's message (the latest episode of that kind on that machine, or
+ * on that GPU): Status, Unstick (on a host's alert: `container` picks the container in its select),
+ * Snooze 1 h / 1 day (with `gpu`: that GPU's snooze, else the machine's).
+ */
+export const AlertClick = z
+  .object({
+    kind: alertKind,
+    machine: machineId,
+    button: z.enum(['status', 'unstick', 'snooze-1h', 'snooze-1d'], { message: 'must be status, unstick, snooze-1h or snooze-1d' }),
+    gpu: gpuIndex.optional(),
+    container: machineId.optional(),
+  })
+  .strict();
+export type AlertClick = z.output<typeof AlertClick>;
+
+const ClickAlertStep = z
+  .object({
+    ...StepCommon,
+    as: userName,
+    clickAlert: AlertClick,
+    /** Label for the incident the click opens (Status or Unstick), for later steps. */
+    id: label.optional(),
+  })
+  .strict();
+
+/** Stops and starts the bot, the worker or both against the same Redis (the worker as a crash: SIGKILL). */
+const RestartStep = z.object({ ...StepCommon, restart: z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker or both' }) }).strict();
+
 const WaitStep = z.object({ ...StepCommon, wait: Duration }).strict();
 const WaitForStep = z.object({ ...StepCommon, waitFor: Condition }).strict();
 const FleetStep = z.object({ ...StepCommon, fleet: MachineChange }).strict();
 const ProcessStep = z.object({ ...StepCommon, process: ProcessChange }).strict();
 
-export const Step = z.union([CommandStep, ClickStep, WaitStep, WaitForStep, FleetStep, ProcessStep]);
+export const Step = z.union([CommandStep, ClickStep, ClickAlertStep, RestartStep, WaitStep, WaitForStep, FleetStep, ProcessStep]);
 export type Step = z.output<typeof Step>;
+
+/**
+ * What the alerts channel shows of one alert (kind on machine, or on one GPU), over all its episodes.
+ * Whenever `alerts` is given, every alert is also checked to be one message per episode, raised once.
+ */
+const AlertExpectation = z
+  .object({
+    kind: alertKind,
+    machine: machineId,
+    gpu: gpuIndex.optional(),
+    /** Top-level messages in the alerts channel for it (one per episode). */
+    messages: z.number().int().min(0).optional(),
+    /** alert_raised events (episodes). */
+    raised: z.number().int().min(0).optional(),
+    /** The latest episode ended (alert_cleared), or is still open. */
+    cleared: z.boolean().optional(),
+    /** The latest episode was snoozed (an alert_snoozed event). */
+    snoozed: z.boolean().optional(),
+    /** The latest episode's message was edited in place (chat.update on its ts) at least this often. */
+    minEdits: z.number().int().min(0).optional(),
+    /** Each regex matches the final text of some episode's message (its text or block text). */
+    text: z.array(regex).optional(),
+    /** No regex matches any episode's final message. */
+    notText: z.array(regex).optional(),
+  })
+  .strict();
 
 /** Checks the report against the story; a failed check is a finding about the bot, not a broken run. */
 const Expect = z
   .object({
+    /** Per alert, what its messages in the alerts channel show (needs settings.watch). */
+    alerts: z.array(AlertExpectation).optional(),
     /** These named processes received a signal (any). */
     signalled: z.array(label).optional(),
     /** These named processes never received a signal. */
@@ -270,6 +353,20 @@ export const ScenarioSchema = z
         pollMs: z.number().int().min(100).max(60_000).optional(),
         /** After the last step, how long to wait for every incident to finish and render. Default 20s. */
         settle: Duration.optional(),
+        /**
+         * Turns the watchdog on (GPU_MEDIC_ALERTS_CHANNEL = `channel`): a round every `intervalSec`
+         * (GPU_MEDIC_WATCH_INTERVAL_SEC, 2 s at least), ghost memory raised after `ghostSec`
+         * (GPU_MEDIC_WATCH_GHOST_SEC), host RAM from `ramPct` % (GPU_MEDIC_WATCH_RAM_PCT).
+         */
+        watch: z
+          .object({
+            intervalSec: z.number().int().min(2, 'must be 2 or more (GPU_MEDIC_WATCH_INTERVAL_SEC accepts 2 s and up)').max(86_400).default(2),
+            ghostSec: z.number().int().min(0).max(86_400).optional(),
+            ramPct: z.number().int().min(1).max(100).optional(),
+            channel: z.string().regex(/^[CG][A-Z0-9]{2,}$/, 'must be a channel ID like C0ALERTS01').default('C0ALERTS01'),
+          })
+          .strict()
+          .optional(),
       })
       .strict()
       .default({}),
@@ -319,7 +416,34 @@ export const ScenarioSchema = z
       if (!machines.has(f.machine)) bad(['fleet', 'faults', i, 'machine'], `unknown machine "${f.machine}"`);
     });
     const ids = new Set<string>();
+    const watchOff = s.settings.watch === undefined;
+    const needsWatch = (path: (string | number)[], what: string) => {
+      if (watchOff) bad(path, `${what} needs settings.watch (the watchdog is off without it)`);
+    };
+    const containerHost = new Map(s.fleet.containers.map((c) => [c.id, c.host]));
+    const checkAlertTarget = (path: (string | number)[], a: { machine: string }, what: string) => {
+      needsWatch(path, what);
+      if (!machines.has(a.machine)) bad([...path, 'machine'], `unknown machine "${a.machine}"`);
+    };
+    const conditionOf = (st: Step): Array<[string, Condition]> => [
+      ...(st.after !== undefined && typeof st.after !== 'number' ? [['after', st.after] as [string, Condition]] : []),
+      ...('waitFor' in st ? [['waitFor', st.waitFor] as [string, Condition]] : []),
+    ];
     s.steps.forEach((st, i) => {
+      for (const [where, c] of conditionOf(st)) if (typeof c !== 'string' && 'alert' in c) checkAlertTarget(['steps', i, where, 'alert'], c.alert, 'an alert condition');
+      if ('clickAlert' in st) {
+        const c = st.clickAlert;
+        checkAlertTarget(['steps', i, 'clickAlert'], c, 'clickAlert');
+        if (c.container !== undefined) {
+          if (c.button !== 'unstick') bad(['steps', i, 'clickAlert', 'container'], 'container picks the container of an Unstick click only (button: unstick)');
+          else if (!containerHost.has(c.container)) bad(['steps', i, 'clickAlert', 'container'], `unknown container "${c.container}"`);
+          else if (containerHost.get(c.container) !== c.machine) bad(['steps', i, 'clickAlert', 'container'], `container "${c.container}" is not on ${c.machine} (its host is ${String(containerHost.get(c.container))})`);
+        }
+        if (st.id !== undefined) {
+          if (ids.has(st.id)) bad(['steps', i, 'id'], `duplicate id "${st.id}"`);
+          ids.add(st.id);
+        }
+      }
       if ('as' in st && !users.includes(st.as)) bad(['steps', i, 'as'], `unknown user "${st.as}" (add it to users)`);
       if (st.incident !== undefined && !ids.has(st.incident)) bad(['steps', i, 'incident'], `no earlier command step has id "${st.incident}"`);
       if ('command' in st && st.id !== undefined) {
@@ -338,6 +462,7 @@ export const ScenarioSchema = z
         }
       }
     });
+    (s.expect?.alerts ?? []).forEach((a, i) => checkAlertTarget(['expect', 'alerts', i], a, 'an alerts expectation'));
     for (const u of Object.keys(s.expect?.answers ?? {})) if (!users.includes(u)) bad(['expect', 'answers', u], `unknown user "${u}"`);
     for (const n of [...(s.expect?.signalled ?? []), ...(s.expect?.notSignalled ?? []), ...Object.keys(s.expect?.signalCounts ?? {}), ...Object.keys(s.expect?.signalFrom ?? {})])
       if (!names.has(n)) bad(['expect'], `unknown process name "${n}"`);
@@ -356,6 +481,31 @@ export function userIds(s: Scenario): Record<string, string> {
 
 export class ScenarioFileError extends Error {}
 
+interface Problem {
+  path: PropertyKey[];
+  message: string;
+}
+
+const at = (v: unknown, path: readonly PropertyKey[]): unknown => path.reduce<unknown>((o, k) => (typeof o === 'object' && o !== null ? (o as Record<PropertyKey, unknown>)[k] : undefined), v);
+
+/**
+ * One problem per line. A value that fits none of a union's shapes (a step, a condition) is told
+ * by the shape it was meant to be: the one that knows its keys and misses the fewest
+ * (`steps.3.clickAlert.button: must be status, …` rather than "Invalid input").
+ */
+function explain(i: z.core.$ZodIssue, base: PropertyKey[], raw: unknown): Problem[] {
+  const path = [...base, ...i.path];
+  if (i.code === 'invalid_union' && i.errors.length > 0) {
+    const options = i.errors.map((errs) => errs.flatMap((e) => explain(e, path, raw)));
+    // A problem with the value as a whole (wrong type, a key this shape does not have) or a key
+    // missing from it says "not this shape"; one inside says "this shape, one thing wrong".
+    const cost = (ps: Problem[]) => ps.reduce((n, p) => n + (p.path.length <= path.length || at(raw, p.path) === undefined ? 100 : 1), 0);
+    const best = options.reduce((a, o) => (cost(o) < cost(a) ? o : a));
+    if (best.length > 0) return best;
+  }
+  return [{ path, message: i.message }];
+}
+
 /** Parses YAML text; throws ScenarioFileError listing every problem with its path. */
 export function parseScenario(text: string, source = 'scenario'): Scenario {
   let raw: unknown;
@@ -366,7 +516,7 @@ export function parseScenario(text: string, source = 'scenario'): Scenario {
   }
   const r = ScenarioSchema.safeParse(raw);
   if (!r.success) {
-    const lines = r.error.issues.map((i) => `  ${i.path.join('.') || '(top)'}: ${i.message}`);
+    const lines = r.error.issues.flatMap((i) => explain(i, [], raw)).map((x) => `  ${x.path.join('.') || '(top)'}: ${x.message}`);
     throw new ScenarioFileError(`${source}: invalid scenario:\n${lines.join('\n')}`);
   }
   return r.data;
