@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * Entry point: `bot`, `worker`, `start` (both in one process), `config check`, `parse`,
- * `incidents` / `incident <id>` (the durable log, read without Slack), `health` (the healthcheck),
+ * `incidents` / `incident <id> [--json|--markdown]` / `history <machine>` (the durable log, read
+ * without Slack), `health` (the healthcheck),
  * `doctor [machine|all]` (read-only check of what every machine needs).
  * Each subcommand is loaded lazily so that `parse` never loads Slack or SSH code.
  */
@@ -122,7 +123,8 @@ async function main(): Promise<number> {
       return runHealthCommand(rest, process.env, process.stdout);
     }
     case 'incidents':
-    case 'incident': {
+    case 'incident':
+    case 'history': {
       const { runIncidentsCommand } = await import('./cli/incidents-command.ts');
       return runIncidentsCommand(sub, rest, { env: process.env, out: process.stdout, err: process.stderr });
     }
@@ -135,7 +137,7 @@ async function main(): Promise<number> {
     case 'start':
       return run(sub);
   }
-  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker|start]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`);
+  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker|start]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json|--markdown]|history MACHINE [--limit N]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`);
   return 2;
 }
 

@@ -6,7 +6,8 @@
  * counted ("+N more") with the command that lists it whole.
  */
 import type { IncidentSummary, StepSummary } from '../incident/incident-summary.ts';
-import { clipChars, code, codeLine, mention, text } from './escape.ts';
+import { clipChars, code, codeLine, mention, rich, text } from './escape.ts';
+import { joinRich, user, type Part, type Rich } from './rich.ts';
 
 /** How far the scan of incidents from before the per-machine index went (src/incident/history.ts). */
 export interface HistoryScan {
@@ -57,22 +58,32 @@ function who(requester: string): string {
 
 const STEP_NAME: Record<StepSummary['kind'], string> = { container_signal: 'container signals', host_kill: 'host kill', host_reset: 'GPU reset' };
 
-/** One step in short: "SIGTERM 2, SIGKILL 1 (container)", "SIGKILL 1 (host, approved by @bob)", "host kill denied by @bob". */
-export function stepInShort(s: StepSummary): string {
+/**
+ * One step in short, as words (Rich: the approver is a mention part), for the history answer and the
+ * Markdown post-mortem alike: "SIGTERM 2, SIGKILL 1 (container)", "SIGKILL 1 (host, approved by @bob)",
+ * "host kill denied by @bob".
+ */
+export function stepWords(s: StepSummary): Rich {
   const a = s.approval;
-  if (a && a.state === 'denied') return `${STEP_NAME[s.kind]} denied by ${a.by ? mention(a.by) : 'an approver'}`;
-  if (a && a.state === 'expired') return `${STEP_NAME[s.kind]}: approval expired, not run`;
-  if (a && a.state === 'pending') return `${STEP_NAME[s.kind]} waiting for approval`;
-  const where = [s.kind === 'container_signal' ? 'container' : 'host', ...(a?.by ? [`approved by ${mention(a.by)}`] : [])].join(', ');
+  const by = (id: string | null): Part[] => (id ? [user(id)] : ['an approver']);
+  if (a && a.state === 'denied') return [`${STEP_NAME[s.kind]} denied by `, ...by(a.by)];
+  if (a && a.state === 'expired') return [`${STEP_NAME[s.kind]}: approval expired, not run`];
+  if (a && a.state === 'pending') return [`${STEP_NAME[s.kind]} waiting for approval`];
+  const where: Part[] = [s.kind === 'container_signal' ? 'container' : 'host', ...(a?.by ? [', approved by ', user(a.by)] : [])];
   const extra = [...(s.gone > 0 ? [`${fmt(s.gone)} already gone`] : []), ...(s.skipped > 0 ? [`${fmt(s.skipped)} refused by the re-check`] : [])];
   const tail = extra.length > 0 ? `; ${extra.join(', ')}` : '';
   if (s.kind === 'host_reset') {
-    const state = s.outcome === null ? 'running' : s.outcome === 'done' ? '' : ` ${text(s.outcome)}`;
-    return `GPU reset${state} (${where})`;
+    const state = s.outcome === null ? ' running' : s.outcome === 'done' ? '' : ` ${s.outcome}`;
+    return [`GPU reset${state} (`, ...where, ')'];
   }
   const sigs = [...(s.sent.TERM > 0 ? [`SIGTERM ${fmt(s.sent.TERM)}`] : []), ...(s.sent.KILL > 0 ? [`SIGKILL ${fmt(s.sent.KILL)}`] : [])];
   const running = s.outcome === null ? ', running' : s.outcome === 'interrupted' ? ', interrupted' : '';
-  return `${sigs.length > 0 ? sigs.join(', ') : 'no signal sent'} (${where}${running}${tail})`;
+  return [`${sigs.length > 0 ? sigs.join(', ') : 'no signal sent'} (`, ...where, `${running}${tail})`];
+}
+
+/** The steps of an unstick in short, joined ("nothing ran" when it planned none). */
+export function stepsWords(steps: readonly StepSummary[]): Rich {
+  return steps.length === 0 ? ['nothing ran'] : joinRich(steps.map(stepWords), '; ');
 }
 
 function kindOf(s: IncidentSummary, via: string | null, hostId: string): string {
@@ -91,7 +102,7 @@ function kindOf(s: IncidentSummary, via: string | null, hostId: string): string 
 const ACTION_NAME = { status: 'Status', unstick: 'Unstick', snooze: 'Snooze' } as const;
 
 function whatRan(s: IncidentSummary): string | null {
-  if (s.meta.kind === 'unstick') return s.steps.length === 0 ? 'nothing ran' : s.steps.map(stepInShort).join('; ');
+  if (s.meta.kind === 'unstick') return rich(stepsWords(s.steps));
   if (s.meta.kind === 'alert') {
     const a = s.alert;
     if (!a) return null;

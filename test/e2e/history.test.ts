@@ -3,12 +3,19 @@
  * holder processes), then history asked through the real Bolt receiver with signed requests.
  * History answers only to the asker, from the log, and touches nothing.
  */
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { IncidentLog } from '../../src/incident/log.ts';
 import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
 import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 import { listMachines } from '../../src/config/machines.ts';
 
+const execFileP = promisify(execFile);
 const OPS = 'C0ONCALL01';
 const ALICE = 'U0ALICE001';
 const BOB = 'U0BOB00001';
@@ -111,5 +118,60 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     expect((await s.slash('history ct12')).ackText).toBe(":question: I don't know a machine called `ct12`; did you mean `ct129`? Nothing was read. `/gpu status all` lists every machine.");
     expect((await s.slash('history')).ackText).toContain('`history` needs a machine');
     expect((await s.slash('history ct129 lots')).ackText).toContain('"lots" is not a number of incidents; give 1 to 25');
+  });
+
+  /** The real entry point in its own process, as an operator runs it. */
+  async function cli(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
+    try {
+      const r = await execFileP('npx', ['tsx', 'src/main.ts', ...args], { env: { ...process.env, REDIS_URL: s.env.REDIS_URL, GPU_MEDIC_PREFIX: s.prefix, ...extraEnv }, cwd: process.cwd() });
+      return { code: 0, out: r.stdout, err: r.stderr };
+    } catch (e) {
+      const x = e as { code?: number; stdout?: string; stderr?: string };
+      return { code: x.code ?? -1, out: x.stdout ?? '', err: x.stderr ?? '' };
+    }
+  }
+
+  it('incident <id> --markdown: the recorded host-kill unstick as a post-mortem: summary, one timeline row per event, the literal commands fenced, what to follow up', async () => {
+    const events = await new IncidentLog(s.redis, s.prefix).events(hostKillId);
+    const r = await cli(['incident', hostKillId, '--markdown']);
+    expect(r).toMatchObject({ code: 0, err: '' });
+    const lines = r.out.split('\n');
+    expect(lines[0]).toBe(`# Incident ${hostKillId.replace(/_/g, '\\_')}: unstick of ct129, Recovered`);
+    for (const row of ['| Target | `ct129` |', `| Requester | \`${ALICE}\` |`, `| Approver | \`${BOB}\` |`, '| Reason | hung rank |', '| Verdict | Recovered |', '| Memory freed | 40,000 MiB |'])
+      expect(lines).toContain(row);
+    expect(lines.find((l) => l.startsWith('| What ran |'))).toContain(`SIGKILL 1 (host, approved by \`${BOB}\`)`);
+    const t = lines.indexOf('| Time (UTC) | What happened |');
+    expect(lines.slice(t + 2).findIndex((l) => !l.startsWith('| '))).toBe(events.length);
+    expect(r.out).toMatch(/## GPUs before\n\n### `ct129`/);
+    // Each machine's last reading after (the final state); the unstick read "after" once per step.
+    const after = r.out.slice(r.out.indexOf('## GPUs after'), r.out.indexOf('## Per GPU'));
+    expect(after.match(/^### .*$/gm)).toEqual([expect.stringMatching(/^### `ct129`, container view/), expect.stringMatching(/^### `kpro5`, host view/)]);
+    expect(after).not.toMatch(/\| 40,000 \|/);
+    // Every command the incident ran, exactly as sent over SSH, as the body of its own code block.
+    const sent = events.flatMap((e) => (e.type === 'command' ? [e.record.command] : e.type === 'snapshot' || e.type === 'machine_error' ? e.commands.map((c) => c.command) : []));
+    expect(sent.some((c) => /KILL/.test(c))).toBe(true);
+    for (const c of sent) expect(r.out).toContain(`\`\`\`sh\n${c}\n\`\`\``);
+    expect(r.out).toContain('## What to follow up\n\n- ');
+  });
+
+  it('history <machine> --limit N in the CLI lists what the Slack answer counts as "+N more", with the same ids and containers', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'gpu-medic-history-'));
+    try {
+      const inv = join(dir, 'inventory.yaml');
+      await writeFile(inv, JSON.stringify(s.fleet.inventory()));
+      const r = await cli(['history', 'kpro5', '--limit', '100'], { GPU_MEDIC_INVENTORY: inv });
+      expect(r).toMatchObject({ code: 0, err: '' });
+      const out = r.out.trimEnd().split('\n');
+      expect(out.map((l) => l.split(' ')[0])).toEqual([statusId, containerId, hostKillId]);
+      expect(out[1]).toMatch(/unstick +ct130 .*Recovered \(finished ok\)  \(container ct130 on kpro5\)$/);
+      const unknown = await cli(['history', 'kpro55'], { GPU_MEDIC_INVENTORY: inv });
+      expect(unknown.code).toBe(1);
+      expect(unknown.err).toContain('has no machine kpro55; did you mean kpro5?');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    const both = await cli(['incident', hostKillId, '--json', '--markdown']);
+    expect(both.code).toBe(2);
+    expect(both.err).toContain('--json and --markdown are two different outputs; choose one');
   });
 });
