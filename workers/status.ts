@@ -47,7 +47,7 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
         exec: (r, s) => deps.executor.exec(r, s),
         now: deps.now,
         commandTimeoutMs: deps.commandTimeoutMs,
-      });
+      }, { commandLines: true });
       const at = deps.now().toISOString();
       if (outcome.ok) {
         await deps.log.append(job.incidentId, { type: 'snapshot', at, label: 'status', snapshot: outcome.snapshot, commands: outcome.commands });

@@ -1,3 +1,4 @@
+import type { RootCause } from './root-cause.ts';
 import type { Gpu, GpuProcess, Holder, HostMemory, NvidiaError } from './types.ts';
 
 /** One machine's GPUs, holders and RAM at one instant, from one point of view. */
@@ -21,6 +22,14 @@ export interface MachineSnapshot {
    * unknown, not because there are none. Absent or null: fuser answered (or was not asked).
    */
   holdersError?: string | null;
+  /**
+   * Root causes from the GPU holders' command lines and their parents' (./snapshot-causes.ts), when
+   * the read was asked for them: numbers and flag names only, no command line is kept. Absent: not
+   * asked, or nothing holds a GPU.
+   */
+  rootCauses?: RootCause[];
+  /** The holders' command lines could not be read: why (then `rootCauses` is absent, not "none"). */
+  rootCausesNote?: string;
 }
 
 export type Flag =

@@ -7,17 +7,28 @@ import {
   parseNvidiaOutput,
   parseQueryGpuCsv,
 } from '../gpu/parse/index.ts';
+import { causesInSnapshot, commandLinesOf } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { HostMemory, NvidiaError } from '../gpu/types.ts';
 import type { CommandRecord } from '../incident/events.ts';
 import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS, fuserDevices, hostMemory, queryComputeApps, queryGpus } from './commands.ts';
 import { machineRead, parseMachineRead } from './machine-read.ts';
+import { parseProcReadings, readProcs } from './unstick-commands.ts';
 
 export interface SnapshotDeps {
   exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
   now(): Date;
   commandTimeoutMs: number;
+}
+
+export interface SnapshotOptions {
+  /**
+   * Also read the GPU holders' command lines and their parents' (the read-procs template, on the
+   * PIDs this read found; a second command, only when something holds a GPU) and keep the root
+   * causes they show on the snapshot (`rootCauses`). Default false.
+   */
+  commandLines?: boolean;
 }
 
 export type SnapshotOutcome =
@@ -33,8 +44,8 @@ export function recordOf(r: ExecResult): CommandRecord {
  * (reused) connection. An nvidia-smi error becomes part of the snapshot; a machine we could not reach
  * or a command that hung becomes a coded failure.
  */
-export async function takeSnapshot(machine: Machine, route: Route, deps: SnapshotDeps): Promise<SnapshotOutcome> {
-  return (await takeSnapshotWith(machine, route, deps, [])).outcome;
+export async function takeSnapshot(machine: Machine, route: Route, deps: SnapshotDeps, opts: SnapshotOptions = {}): Promise<SnapshotOutcome> {
+  return (await takeSnapshotWith(machine, route, deps, [], opts)).outcome;
 }
 
 /** What a query added to a snapshot's read answered (`timedOut`: it hung and was ended; the snapshot still counts). */
@@ -44,8 +55,15 @@ export type ExtraAnswer = Answer & { timedOut: boolean };
  * A snapshot plus `extras`: more fixed queries run in the same read script, in the same SSH
  * session (the watchdog's kernel log, process states, recovery action). An extra that hangs or
  * fails does not fail the snapshot; its answer says so. `extras` is null when the read failed.
+ * `opts.commandLines`: root causes too (a second command, only when something holds a GPU).
  */
-export async function takeSnapshotWith(machine: Machine, route: Route, deps: SnapshotDeps, extraSpecs: readonly CommandSpec[]): Promise<{ outcome: SnapshotOutcome; extras: ExtraAnswer[] | null }> {
+export async function takeSnapshotWith(
+  machine: Machine,
+  route: Route,
+  deps: SnapshotDeps,
+  extraSpecs: readonly CommandSpec[],
+  opts: SnapshotOptions = {},
+): Promise<{ outcome: SnapshotOutcome; extras: ExtraAnswer[] | null }> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const commands: CommandRecord[] = [];
   const view = machine.kind === 'container' ? 'container' : 'host';
@@ -91,17 +109,34 @@ export async function takeSnapshotWith(machine: Machine, route: Route, deps: Sna
         holdersError = f.error.reason.includes(first) ? f.error.reason : `${f.error.reason}: ${first}`;
       }
     }
-    return {
-      outcome: {
-        ok: true,
-        commands,
-        snapshot: { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) },
-      },
-      extras,
-    };
+    const snapshot: MachineSnapshot = { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) };
+    if (opts.commandLines === true) Object.assign(snapshot, await readRootCauses(route, snapshot, deps, commands));
+    return { outcome: { ok: true, commands, snapshot }, extras };
   } catch (e) {
     const ce = asCodedError(e);
     return { outcome: { ok: false, code: ce.code, message: ce.message, commands }, extras: null };
+  }
+}
+
+/**
+ * The root causes the holders' command lines show (src/gpu/snapshot-causes.ts), or why they could
+ * not be read. Best effort: the snapshot stands without them. Only the causes are kept, never the
+ * command lines (they may hold tokens or paths nobody asked to log).
+ */
+async function readRootCauses(route: Route, s: MachineSnapshot, deps: SnapshotDeps, commands: CommandRecord[]): Promise<Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>> {
+  const pids = [...new Set((s.view === 'container' ? s.holders.map((h) => h.pid) : s.processes.map((p) => p.pid)).filter((p) => Number.isSafeInteger(p) && p > 0))];
+  if (pids.length === 0) return {};
+  const spec = readProcs(pids, { timeoutMs: deps.commandTimeoutMs });
+  try {
+    const r = await deps.exec(route, spec);
+    commands.push(recordOf(r));
+    if (r.timedOut) return { rootCausesNote: `reading the holders' command lines did not answer within ${Math.round(spec.timeoutMs / 1000)} s` };
+    const read = parseProcReadings(r.stdout);
+    const causes = causesInSnapshot(s, commandLinesOf(read.readings));
+    // A cut read still says what it saw; it is only not the whole story.
+    return read.complete ? { rootCauses: causes } : { rootCauses: causes, rootCausesNote: "the read of the holders' command lines was cut short" };
+  } catch (e) {
+    return { rootCausesNote: `the holders' command lines could not be read: ${asCodedError(e).message.slice(0, 200)}` };
   }
 }
 

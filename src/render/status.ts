@@ -49,6 +49,15 @@ export function ramLine(s: MachineSnapshot): string {
   return `RAM: ${fmt(Math.round(s.ram.usedBytes / GIB))} / ${fmt(Math.round(s.ram.totalBytes / GIB))} GiB (${pct}%)`;
 }
 
+/**
+ * "Why:" lines: the root causes the holders' command lines show (src/gpu/root-cause.ts), each a
+ * composed sentence whose flag names are code; or why they could not be read. None when the read
+ * did not look or found no known program (no guess).
+ */
+export function whyLines(s: Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>): string[] {
+  return [...(s.rootCauses ?? []).map((c) => `:bulb: Why: ${rich(c.parts)}`), ...(s.rootCausesNote ? [`Why: not known, ${esc(s.rootCausesNote)}`] : [])];
+}
+
 export function flagText(f: Flag, s: MachineSnapshot): string {
   switch (f.kind) {
     case 'memory_without_process':
@@ -115,6 +124,7 @@ export function snapshotViews(key: string, s: MachineSnapshot, title: string): M
       ? [`fuser shows only \`kernel mount\` rows (bind mounts, not processes)`]
       : []),
     ...flags,
+    ...whyLines(s),
     ...more,
   ];
   const noGpus = s.gpuError ? 'No GPU numbers: see the error below.' : 'No GPUs found.';

@@ -57,11 +57,13 @@ describe('a machine read is one SSH session with one answer per query', () => {
     ]);
   });
 
-  it('a container read: one session, and the device holders come back with the rest', async () => {
+  it('a container read: one session, and the device holders come back with the rest; a second reads their command lines (root causes)', async () => {
     const h = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 4096 }], title: 'python3 train.py' });
     const { sessions, snapshot } = await statusOf('ct129');
-    expect(sessions).toHaveLength(1);
-    expect(snapshot.commands).toHaveLength(4);
+    // Issue 13: with something holding a GPU, the status read also runs the read-procs template on those PIDs.
+    expect(sessions).toHaveLength(2);
+    expect(snapshot.commands).toHaveLength(5);
+    expect(snapshot.commands[4]?.command).toMatch(/sh -c .*@parent/s);
     expect(snapshot.snapshot.holders.map((x) => x.pid)).toContain(h.containerPid);
   });
 
