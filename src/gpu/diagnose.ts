@@ -1,6 +1,7 @@
 import type { GpuMatch } from './gpu-map.ts';
 import { sameProcess, type DeviceOnlyHolder, type GpuHolder, type HolderReport, type ProcessIdentity, type UnresolvedHolder } from './holders.ts';
 import { errorAdvice } from './error-advice.ts';
+import type { RootCause } from './root-cause.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { Gpu, NvidiaError } from './types.ts';
 import { joinRich, richPlain, say, type Part, type Rich } from '../render/rich.ts';
@@ -73,6 +74,11 @@ export interface Diagnosis {
   deviceOnly: DeviceOnlyHolder[];
   /** nvidia-smi failed as a whole (no per-GPU numbers). */
   error: NvidiaError | null;
+  /**
+   * Why, in plain words, from the target's holders' command lines and their parents'
+   * (./root-cause.ts): numbers and flag names only. Absent: no known program (no guess), or not read.
+   */
+  causes?: RootCause[];
 }
 
 /** A holder the container-side step tried and failed to stop, and why (from its results). */

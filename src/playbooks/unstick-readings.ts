@@ -2,6 +2,8 @@ import type { Machine } from '../config/machines.ts';
 import { diagnose, type ContainerFailure, type Diagnosis } from '../gpu/diagnose.ts';
 import { matchContainerGpus, type GpuPassing } from '../gpu/gpu-map.ts';
 import { buildHolders, type ContainerReadings, type HostReadings, type ProcReading } from '../gpu/holders.ts';
+import { rootCauses } from '../gpu/root-cause.ts';
+import { commandLinesOf, gpusSeen } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
 import type { CommandRecord } from '../incident/events.ts';
@@ -233,16 +235,30 @@ export interface DiagnoseReadingsOptions {
 /** The per-GPU diagnosis of the target from both views' readings. Pure. */
 export function diagnoseReadings(targetId: string, hostId: string, r: TargetReadings, o: DiagnoseReadingsOptions): Diagnosis {
   const passing = r.host.readings.passing ?? { vmid: 0, minors: null, problem: "the host's view of the container's GPUs was not read", hostMinors: [] };
-  return diagnose({
+  const holders = buildHolders(r.host.readings, r.container.readings);
+  const d = diagnose({
     target: targetId,
     host: hostId,
     containerGpus: r.container.snapshot.gpus,
     hostGpus: r.host.snapshot.gpus,
     // Which host GPU each container GPU is, by the host's own view, never by the container's word alone.
     gpuMap: matchContainerGpus(r.container.snapshot.gpus, r.host.snapshot.gpus, passing, hostId),
-    holders: buildHolders(r.host.readings, r.container.readings),
+    holders,
     errors: [r.host.snapshot.gpuError, r.container.snapshot.gpuError],
     containerExecUid: o.containerExecUid,
     containerFailed: o.containerFailed ?? [],
   });
+  const causes = targetRootCauses(r, new Set(holders.holders.filter((h) => h.inTarget).map((h) => h.process.hostPid)));
+  return causes.length > 0 ? { ...d, causes } : d;
+}
+
+/**
+ * Root causes from the target's own holders only: its container's /proc readings (every process
+ * there is the target's) and the host's readings of the holders placed inside it, each with its
+ * parents; against the host's RAM (the host cache is host memory) and the GPUs the container sees.
+ */
+function targetRootCauses(r: TargetReadings, inTarget: ReadonlySet<number>): ReturnType<typeof rootCauses> {
+  const procs = [...r.container.readings.procs, ...r.host.readings.procs.filter((p) => inTarget.has(p.pid))];
+  const ram = r.host.snapshot.ram ?? r.container.snapshot.ram;
+  return rootCauses({ commandLines: commandLinesOf(procs), hostRamTotalBytes: ram && ram.totalBytes > 0 ? ram.totalBytes : null, gpusVisible: gpusSeen(r.container.snapshot) });
 }

@@ -78,6 +78,8 @@ function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   const lines = d.gpus.filter((g) => g.kind !== 'idle').map((g) => `• ${g.parts ? rich(g.parts) : esc(g.sentence)}`);
   if (idle.length > 0) lines.push(`• ${idle.length === 1 ? 'GPU' : 'GPUs'} ${idle.join(', ')}: idle.`);
   if (d.error) lines.push(`• nvidia-smi failed: ${esc(d.error.message)}`);
+  // Root causes (src/gpu/root-cause.ts): composed sentences, flag names as code.
+  for (const c of d.causes ?? []) lines.push(`• Why: ${rich(c.parts)}`);
   for (const m of d.deviceOnly)
     lines.push(`• PID ${m.containerPid} ${code(m.command ?? '?')} has ${m.devices.map(code).join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
   const heading = `*Diagnosis (${e.label})* of ${code(d.target)} on ${code(d.host)}`;
