@@ -98,14 +98,6 @@ describe('alert message and its buttons through the real Bolt receiver (real Red
     return String(answer.body.text ?? '');
   }
 
-  /** The thread the incident opened in the alerts channel (the alert message, which names the incident too, is not it). */
-  const threadIn = (incidentId: string, alertId: string): Promise<StoredMessage[]> =>
-    s.slack.waitFor(() => {
-      const parent = s.slack.messages(ALERTS).find((m) => shown(m).includes(incidentId) && !shown(m).includes(alertId));
-      const t = parent ? s.slack.thread(ALERTS, parent.ts) : [];
-      return t.length > 1 ? t : null;
-    }, 40_000);
-
   const incidentIn = (answer: string): string => {
     const m = /incident `(inc_[a-z0-9_]+)`/.exec(answer);
     if (!m?.[1]) throw new Error(`no incident in ${answer}`);
@@ -153,7 +145,7 @@ describe('alert message and its buttons through the real Bolt receiver (real Red
     const statusId = incidentIn(answer);
     const meta = await log.meta(statusId);
     expect(meta).toMatchObject({ kind: 'status', requester: ALICE, channel: ALERTS, targets: ['ct129'] });
-    const thread = await threadIn(statusId, id);
+    const thread = await s.threadOf(statusId, { channel: ALERTS, timeoutMs: 40_000, done: (t) => t.length > 1 });
     expect(thread[1]?.text).toContain('ct129');
     expect(await actionsOf(id)).toMatchObject([{ action: 'status', by: ALICE, incidentId: statusId, refused: null, target: 'ct129' }]);
     await waitMessage(id, (x) => shown(x).includes(`Status \`ct129\` by <@${ALICE}>`) && shown(x).includes(statusId));
@@ -167,7 +159,7 @@ describe('alert message and its buttons through the real Bolt receiver (real Red
     const unstickId = incidentIn(answer);
     expect(await log.meta(unstickId)).toMatchObject({ kind: 'unstick', requester: BOB, channel: ALERTS, targets: ['ct129'] });
     expect(await actionsOf(id)).toMatchObject([{ action: 'unstick', by: BOB, incidentId: unstickId, refused: null, target: 'ct129' }]);
-    await threadIn(unstickId, id);
+    await s.threadOf(unstickId, { channel: ALERTS, timeoutMs: 40_000, done: (t) => t.length > 1 });
     await s.quiet({ timeoutMs: 40_000 });
   });
 
@@ -183,7 +175,7 @@ describe('alert message and its buttons through the real Bolt receiver (real Red
     const unstickId = incidentIn(answer);
     expect(await log.meta(unstickId)).toMatchObject({ kind: 'unstick', requester: ALICE, channel: ALERTS, targets: ['ct130'] });
     expect(await actionsOf(id)).toMatchObject([{ action: 'unstick', by: ALICE, incidentId: unstickId, target: 'ct130' }]);
-    await threadIn(unstickId, id);
+    await s.threadOf(unstickId, { channel: ALERTS, timeoutMs: 40_000, done: (t) => t.length > 1 });
     await s.quiet({ timeoutMs: 40_000 });
   });
 

@@ -202,7 +202,12 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       const channel = to.channel ?? 'C0ONCALL01';
       const done = to.done ?? ((t: StoredMessage[]) => /done|Recovered|stuck|expired/i.test(t[0]?.text ?? ''));
       return slack.waitFor(() => {
-        const parent = slack.messages(channel).find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId));
+        // The parent the outbox tagged for this incident; else any message naming it (an alert message
+        // also names the incidents its buttons opened, so the tag goes first).
+        const all = slack.messages(channel);
+        const parent =
+          all.find((m) => m.metadata?.event_payload.incident === incidentId && m.metadata.event_payload.view_key === 'parent') ??
+          all.find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId));
         if (!parent) return null;
         const t = slack.thread(channel, parent.ts);
         return done(t) ? t : null;
