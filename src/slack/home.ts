@@ -48,6 +48,8 @@ const INCIDENTS_LOOKED_AT = 200;
 /** Open alerts read per refresh (the view shows fewer and counts the rest). */
 const ALERTS_READ = 500;
 
+const isState = (e: { type: string }): boolean => e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
+
 /** The model Home renders, read from Redis. `machineIds`: the inventory's, in order. */
 export async function readHomeModel(redis: Redis, prefix: string, machineIds: readonly string[], settings: HomeSettings, now: number): Promise<HomeModel> {
   const keys = watchKeys(prefix);
@@ -67,8 +69,10 @@ export async function readHomeModel(redis: Redis, prefix: string, machineIds: re
 
   const alerts: HomeAlert[] = await Promise.all(
     openIds.map(async (incidentId): Promise<HomeAlert> => {
-      const events = (await log.lastEvents(incidentId, 50)) as Array<{ type: string }>;
-      const states = events.filter((e): e is Extract<AlertEvent, { alert: unknown }> => e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared');
+      // The newest events hold its latest state, unless many clicks or snoozes came after it: then all of them.
+      let events = (await log.lastEvents(incidentId, 50)) as Array<{ type: string }>;
+      if (events.length === 50 && !events.some(isState)) events = (await log.events(incidentId)) as Array<{ type: string }>;
+      const states = events.filter((e): e is Extract<AlertEvent, { alert: unknown }> => isState(e));
       const last = states.at(-1);
       if (!last) return { incidentId, alert: null, cleared: false, snoozedUntil: null };
       const a = last.alert;
@@ -147,6 +151,7 @@ export class HomePublisher {
   private tokens: number;
   private tokensAt: number;
   private lastPass: number | null = null;
+  private passCount = 0;
 
   constructor(private readonly o: HomePublisherOptions) {
     this.keys = homeKeys(o.prefix);
@@ -187,9 +192,14 @@ export class HomePublisher {
     await this.pass;
   }
 
-  /** When the last pass completed (ms), for health. */
+  /** When the last pass that read Redis completed (ms), for health. */
   lastPassAt(): number | null {
     return this.lastPass;
+  }
+
+  /** Passes run so far (each reads the signature and publishes what is due). */
+  passes(): number {
+    return this.passCount;
   }
 
   private schedule(ms: number): void {
@@ -215,6 +225,7 @@ export class HomePublisher {
     }
     // Users who just opened Home get the last view read, even while Redis is away.
     await this.publishDue();
+    this.passCount += 1;
   }
 
   private async currentSignature(): Promise<string> {
