@@ -11,6 +11,15 @@ if lastId == ARGV[1] then redis.call('SREM', KEYS[3], ARGV[2]) return 1 end
 return 0
 `;
 
+/** The per-machine index of incidents (`/gpu history`): one zset per machine id, scored by creation time. */
+export function targetIndexKey(prefix: string, machineId: string): string {
+  return [prefix, 'incidents', 'target', machineId].join(':');
+}
+/** When the per-machine index began (ms, set once): older incidents are in the global index only. */
+export function targetIndexSinceKey(prefix: string): string {
+  return [prefix, 'incidents', 'target-index-since'].join(':');
+}
+
 /**
  * The durable incident log: a Redis stream per incident plus an index. Workers and the bot
  * append; the bot's outbox renders. Requires Redis persistence (appendonly) in production.
@@ -35,19 +44,19 @@ export class IncidentLog {
       .multi()
       .set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX')
       .zadd(this.k('incidents'), created, meta.id)
-      .set(this.k('incidents', 'target-index-since'), String(created), 'NX');
-    for (const t of new Set(meta.targets)) m.zadd(this.k('incidents', 'target', t), created, meta.id);
+      .set(targetIndexSinceKey(this.prefix), String(created), 'NX');
+    for (const t of new Set(meta.targets)) m.zadd(targetIndexKey(this.prefix, t), created, meta.id);
     await m.exec();
   }
 
   /** Newest first: incidents that named `target`, from the per-machine index, with when each was opened (ms). */
   async recentFor(target: string, limit: number): Promise<Array<{ id: string; at: number }>> {
-    return pairs(await this.redis.zrevrange(this.k('incidents', 'target', target), 0, limit - 1, 'WITHSCORES'));
+    return pairs(await this.redis.zrevrange(targetIndexKey(this.prefix, target), 0, limit - 1, 'WITHSCORES'));
   }
 
   /** When the per-machine index began (ms); null while no incident was indexed. Older incidents are in the global index only. */
   async targetIndexSince(): Promise<number | null> {
-    const raw = await this.redis.get(this.k('incidents', 'target-index-since'));
+    const raw = await this.redis.get(targetIndexSinceKey(this.prefix));
     const n = raw === null ? NaN : Number(raw);
     return Number.isFinite(n) ? n : null;
   }

@@ -6,7 +6,8 @@
  *     caller judges again against what is stored now (two workers judging the same reading post
  *     nothing twice: the second one's judgement finds the alerts already raised);
  *   - each alert incident's meta (SET NX: kind `alert`, requester `watchdog`, the alerts channel,
- *     targets [machineId], text = the alert key) and its index entry, as IncidentLog.create does;
+ *     targets [machineId], text = the alert key) and its index entries (the global one and its
+ *     machine's, with the per-machine index's start), as IncidentLog.create does;
  *   - its alert_raised / alert_updated / alert_cleared event (XADD + SADD dirty, as IncidentLog.append);
  *   - `open` (raised → ZADD, cleared → ZREM), `last` (the machine's glance) and INCR `version`.
  * A worker killed before the step leaves everything as it was (the next round judges again and
@@ -15,6 +16,7 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import type { IncidentMeta } from '../incident/events.ts';
+import { targetIndexKey, targetIndexSinceKey } from '../incident/log.ts';
 import type { AlertEvent } from '../watchdog/alert-events.ts';
 import { WATCHDOG_REQUESTER } from '../watchdog/alert-events.ts';
 import { alertIncidentId } from '../watchdog/alert-id.ts';
@@ -68,8 +70,12 @@ local n = tonumber(ARGV[6])
 for i = 0, n - 1 do
   local a = 7 + i * 5
   local id, kind, meta, ev, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local metaKey, eventsKey = KEYS[7 + i * 2], KEYS[8 + i * 2]
-  if redis.call('SET', metaKey, meta, 'NX') then redis.call('ZADD', KEYS[5], 'NX', score, id) end
+  local metaKey, eventsKey, targetKey = KEYS[8 + i * 3], KEYS[9 + i * 3], KEYS[10 + i * 3]
+  if redis.call('SET', metaKey, meta, 'NX') then
+    redis.call('ZADD', KEYS[5], 'NX', score, id)
+    redis.call('ZADD', targetKey, 'NX', score, id)
+    redis.call('SET', KEYS[7], score, 'NX')
+  end
   redis.call('XADD', eventsKey, '*', 'e', ev)
   redis.call('SADD', KEYS[6], id)
   if kind == 'raise' then redis.call('ZADD', KEYS[2], score, id) end
@@ -118,14 +124,14 @@ export class WatchRoundStore {
    * `at`: when the reading was taken (the events' time, the same on a re-judgement).
    */
   async commit(machineId: string, expectedRaw: string | null, next: WatchState, changes: readonly AlertChange[], glance: MachineGlance, at: number): Promise<boolean> {
-    const keys = [this.keys.state(machineId), this.keys.open, this.keys.last, this.keys.version, this.k('incidents'), this.k('dirty')];
+    const keys = [this.keys.state(machineId), this.keys.open, this.keys.last, this.keys.version, this.k('incidents'), this.k('dirty'), targetIndexSinceKey(this.prefix)];
     const args: string[] = [expectedRaw === null ? '0' : '1', expectedRaw ?? '', JSON.stringify(next), machineId, JSON.stringify(glance), String(changes.length)];
     const iso = new Date(at).toISOString();
     for (const c of changes) {
       const id = alertIncidentId(c.alert);
       const createdAt = new Date(c.alert.raisedAt ?? at).toISOString();
       const meta: IncidentMeta = { id, kind: 'alert', requester: WATCHDOG_REQUESTER, channel: this.alertsChannel, targets: [c.alert.machineId], text: c.alert.key, reason: null, createdAt };
-      keys.push(this.k('inc', id, 'meta'), this.k('inc', id, 'events'));
+      keys.push(this.k('inc', id, 'meta'), this.k('inc', id, 'events'), targetIndexKey(this.prefix, c.alert.machineId));
       const score = c.type === 'clear' ? c.at : (c.alert.raisedAt ?? at);
       args.push(id, c.type, JSON.stringify(meta), JSON.stringify(eventOf(c, iso)), String(score));
     }
