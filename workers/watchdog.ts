@@ -71,7 +71,7 @@ export async function watchMachine(machine: Machine, deps: WatchdogDeps): Promis
   const first = await deps.store.load(machine.id);
   if (first.damaged) deps.logger.warn({ machine: machine.id }, 'watchdog: stored state unreadable; judging from an empty state');
   const read = route
-    ? await readForWatch(machine, route, { exec: (r, s) => deps.executor.exec(r, s), now: deps.now, commandTimeoutMs: deps.commandTimeoutMs }, first.state.kernelLog)
+    ? await readForWatch(machine, route, { exec: (r, s) => deps.executor.exec(r, s), now: deps.now, commandTimeoutMs: deps.commandTimeoutMs }, first.state.kernelLog, { ramPct: deps.settings.ramPct })
     : { reading: { machineId: machine.id, at: deps.now().getTime(), ok: false as const, code: 'target_unknown' }, kernelLog: undefined, commands: [], gaps: [] };
   if (read.gaps.length > 0) deps.logger.warn({ machine: machine.id, gaps: read.gaps }, 'watchdog: part of the reading is missing');
   let stored = first;

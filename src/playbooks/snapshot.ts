@@ -26,9 +26,10 @@ export interface SnapshotOptions {
   /**
    * Also read the GPU holders' command lines and their parents' (the read-procs template, on the
    * PIDs this read found; a second command, only when something holds a GPU) and keep the root
-   * causes they show on the snapshot (`rootCauses`). Default false.
+   * causes they show on the snapshot (`rootCauses`). Default false. A function decides from the
+   * snapshot just read (the watchdog: only when host RAM is over its threshold).
    */
-  commandLines?: boolean;
+  commandLines?: boolean | ((s: MachineSnapshot) => boolean);
 }
 
 export type SnapshotOutcome =
@@ -110,7 +111,8 @@ export async function takeSnapshotWith(
       }
     }
     const snapshot: MachineSnapshot = { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) };
-    if (opts.commandLines === true) Object.assign(snapshot, await readRootCauses(route, snapshot, deps, commands));
+    const wantCauses = typeof opts.commandLines === 'function' ? opts.commandLines(snapshot) : opts.commandLines === true;
+    if (wantCauses) Object.assign(snapshot, await readRootCauses(route, snapshot, deps, commands));
     return { outcome: { ok: true, commands, snapshot }, extras };
   } catch (e) {
     const ce = asCodedError(e);

@@ -7,6 +7,7 @@
  * part of the reading unknown (the judge then neither raises nor clears that kind), not the read.
  */
 import type { Machine } from '../config/machines.ts';
+import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { CommandRecord } from '../incident/events.ts';
 import type { Route } from '../ssh/types.ts';
 import type { MachineReading } from '../watchdog/judge.ts';
@@ -23,11 +24,16 @@ export interface WatchReadResult {
   gaps: string[];
 }
 
-export async function readForWatch(machine: Machine, route: Route, deps: SnapshotDeps, kernelLog: KernelLogCursor | undefined): Promise<WatchReadResult> {
+/**
+ * `ramPct`: when host RAM is at or over it, the GPU holders' command lines are read too (a second
+ * command, as status does) so the RAM alert can say why (`snapshot.rootCauses`); else one session.
+ */
+export async function readForWatch(machine: Machine, route: Route, deps: SnapshotDeps, kernelLog: KernelLogCursor | undefined, o: { ramPct: number }): Promise<WatchReadResult> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const host = machine.kind === 'host';
   const extras = host ? [kernelLogRead({ ...t, sinceSec: journalSinceSec(kernelLog) }), stuckProcesses(t), queryRecoveryAction(t)] : [];
-  const { outcome, extras: answers } = await takeSnapshotWith(machine, route, deps, extras);
+  const ramHigh = (s: MachineSnapshot): boolean => s.ram !== null && s.ram.totalBytes > 0 && (s.ram.usedBytes / s.ram.totalBytes) * 100 >= o.ramPct - 0.5;
+  const { outcome, extras: answers } = await takeSnapshotWith(machine, route, deps, extras, { commandLines: ramHigh });
   const at = deps.now().getTime();
   if (!outcome.ok) return { reading: { machineId: machine.id, at, ok: false, code: outcome.code }, kernelLog: undefined, commands: outcome.commands, gaps: [] };
   const reading: Extract<MachineReading, { ok: true }> = { machineId: machine.id, at, ok: true, snapshot: outcome.snapshot };

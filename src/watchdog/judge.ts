@@ -9,7 +9,8 @@
  * - ghost_memory: GPU memory no process anywhere on the host holds (host view: used minus every
  *   compute app on that GPU) of at least `ghostMinMiB`, raised once it lasted `ghostMinutes`;
  * - holder_stuck: a GPU holder in uninterruptible sleep (D) or a zombie (Z) while holding memory;
- * - ram_high: host RAM at or above `ramPct` %;
+ * - ram_high: host RAM at or above `ramPct` %, with the root causes the holders' command lines show
+ *   (`snapshot.rootCauses`, host-RAM kinds) when the read had them;
  * - nvidia_smi_failing: the GPU query hung, or the driver failed as a whole;
  * - gpu_error: one GPU answered with an error instead of numbers;
  * - gpus_missing: fewer GPUs than last seen;
@@ -22,6 +23,7 @@
  * `unreachable`). Sentences hold numbers, PIDs, GPU indexes and our own words, never machine text.
  * The watchdog never signals or resets anything: it only judges.
  */
+import { HOST_RAM_CAUSES, snapshotRootCauses } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { KernelLogCursor } from './kernel-log.ts';
 import { recoveryActionAdvice, type XidEvent, xidMeaning } from './xid.ts';
@@ -121,7 +123,9 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
   }
   if (s.ram && s.ram.totalBytes > 0) {
     const pct = Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100);
-    if (pct >= settings.ramPct) out.push({ key: `${m}/ram_high`, kind: 'ram_high', gpu: null, sentence: `host RAM ${pct} % used (${fmt(s.ram.usedBytes / GiB)} of ${fmt(s.ram.totalBytes / GiB)} GiB).` });
+    // Why, when the holders' command lines say so (root-cause.ts: numbers and flag names only).
+    const why = snapshotRootCauses(s, HOST_RAM_CAUSES).map((c) => ` Why: ${c.sentence}`).join('');
+    if (pct >= settings.ramPct) out.push({ key: `${m}/ram_high`, kind: 'ram_high', gpu: null, sentence: `host RAM ${pct} % used (${fmt(s.ram.usedBytes / GiB)} of ${fmt(s.ram.totalBytes / GiB)} GiB).${why}` });
   }
   if (s.view === 'host' && s.gpuError === null) {
     for (const g of s.gpus) {

@@ -19,7 +19,7 @@ describe('watchdog alert kinds on the fleet', () => {
     const h = (id: string, site: string) => ({ id, site, gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 });
     rig = await startWatchRig(
       {
-        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang')],
+        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('w1', 'why')],
         containers: [{ id: 'ct201', vmid: 201, host: 'z1', ownAddress: true }],
       },
       { settings: { ghostMinutes: 0, xidQuietMinutes: 0 }, commandTimeoutSec: COMMAND_TIMEOUT_SEC },
@@ -155,6 +155,18 @@ describe('watchdog alert kinds on the fleet', () => {
     await rig.round({ site: 'snooze' });
     expect(await types('s1', 'ghost_memory')).toEqual(['alert_raised']);
     expect(await types('s1', 'ram_high')).toEqual(['alert_raised']);
+  });
+
+  it('host RAM high says why when the holders\' launch line does (the seed: per-rank host cache × ranks over the host\'s RAM)', async () => {
+    await rig.fleet.spawnHolder('w1', { gpus: [{ index: 0, mib: 96413 }], title: 'python3 -m sglang.launch_server --model-path /models/x --tp-size 8 --enable-hierarchical-cache --hicache-size 300' });
+    await rig.round({ site: 'why' });
+    expect(await sentences('w1', 'ram_high')).toEqual([]);
+    await rig.fleet.setRam('w1', { totalGiB: 449, usedGiB: 440 });
+    await rig.round({ site: 'why' });
+    await rig.round({ site: 'why' });
+    expect(await sentences('w1', 'ram_high')).toEqual([
+      'alert_raised: host RAM 98 % used (440 of 449 GiB). Why: 8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.',
+    ]);
   });
 
   it('a host whose nvidia-smi hangs delays only its own alert: the other host\'s alert is committed while its read still waits', async () => {
