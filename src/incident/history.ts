@@ -54,7 +54,8 @@ type LogReader = Pick<IncidentLog, 'recentFor' | 'targetIndexSince' | 'recentBef
 export async function readHistory(log: LogReader, q: HistoryQuery, o: { scanBound?: number } = {}): Promise<HistoryResult> {
   const wanted = new Set([q.target.id, ...q.containers]);
   const found = new Map<string, { at: number; meta?: IncidentMeta }>();
-  for (const w of wanted) for (const x of await log.recentFor(w, q.limit + 1)) found.set(x.id, { at: x.at });
+  // One read per machine, all at once (a host with many containers costs one round trip, not one each).
+  for (const list of await Promise.all([...wanted].map((w) => log.recentFor(w, q.limit + 1)))) for (const x of list) found.set(x.id, { at: x.at });
 
   let fallback: HistoryFallback | null = null;
   if (found.size <= q.limit) {
@@ -77,11 +78,12 @@ export async function readHistory(log: LogReader, q: HistoryQuery, o: { scanBoun
   const unread = taken.filter(([, v]) => v.meta === undefined).map(([id]) => id);
   const metas = new Map<string, IncidentMeta | null>();
   (await log.metas(unread)).forEach((m, i) => metas.set(unread[i] ?? '', m));
-  const items: HistoryItem[] = [];
-  for (const [id, v] of taken) {
-    const meta = v.meta ?? metas.get(id) ?? null;
-    const via = meta === null || meta.targets.includes(q.target.id) ? null : (meta.targets.find((t) => wanted.has(t)) ?? null);
-    items.push({ id, at: new Date(v.at).toISOString(), meta, events: meta === null ? [] : await log.events(id), via });
-  }
+  const items = await Promise.all(
+    taken.map(async ([id, v]): Promise<HistoryItem> => {
+      const meta = v.meta ?? metas.get(id) ?? null;
+      const via = meta === null || meta.targets.includes(q.target.id) ? null : (meta.targets.find((t) => wanted.has(t)) ?? null);
+      return { id, at: new Date(v.at).toISOString(), meta, events: meta === null ? [] : await log.events(id), via };
+    }),
+  );
   return { items, more: ordered.length > q.limit, fallback };
 }
