@@ -139,3 +139,24 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
     expect(Object.keys(published).sort()).toEqual([ALICE, CAROL, DAVE].sort());
   });
 });
+
+describe('App Home over Socket Mode (the production default)', () => {
+  let s: Stack;
+  beforeAll(async () => {
+    s = await startStack({ fleet: { hosts: [{ id: 'kpro5', gpus: 1, ramTotalGiB: 64, ramUsedGiB: 8 }] }, socketMode: true, noWorkers: true });
+  }, 120_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("an app_home_opened envelope is acked and publishes that user's Home", async () => {
+    const socket = s.socket;
+    if (!socket) throw new Error('no Socket Mode server');
+    await socket.waitForConnection(20_000);
+    const ack = await socket.deliver('events_api', appHomeOpenedPayload({ user: ALICE }), { timeoutMs: 10_000 });
+    expect(ack.envelopeId).toBeTruthy();
+    const v = await s.slack.waitFor(() => s.slack.homeView(ALICE), 20_000);
+    expect(textOf(v.view)).toMatch(/`kpro5` · never read by the watchdog yet/);
+    expect(s.slack.homeUsers()).toEqual([ALICE]);
+  });
+});
