@@ -16,6 +16,7 @@ import type { StepGuard } from '../src/playbooks/step-guard.ts';
 import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
 import { planUnstick, restrictStep, stepCommands, stepHash, type Step, type StepTarget } from '../src/playbooks/unstick-plan.ts';
 import { approvalCardFits } from '../src/render/unstick.ts';
+import { EXPIRED_NOTE } from '../src/render/approval-nudges.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
 import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
@@ -641,7 +642,7 @@ async function expireJob(run: IncidentRun, job: ExpireJob, deps: UnstickWorkerDe
   const meta = await loadMeta(run);
   const before = firstBefore(events);
   const latest = latestDiagnosis(events) ?? before;
-  const verdict = before && latest ? withNote(run.verdictOf(before, latest, meta, events), ['The approval request expired without a decision; nothing from it was run.']) : null;
+  const verdict = before && latest ? withNote(run.verdictOf(before, latest, meta, events), [EXPIRED_NOTE]) : null;
   return run.finish(meta, verdict);
 }
 
@@ -677,7 +678,8 @@ async function nudgeJob(run: IncidentRun, job: RemindJob | EscalateJob, kind: 'r
   const type = kind === 'remind' ? 'approval_reminded' : 'approval_escalated';
   if (events.some((e) => e.type === type && e.approvalId === approval.id)) return nothing('already', kind === 'remind' ? 'already reminded, nothing posted again' : 'already escalated, nothing posted again');
   // The reminder pings whoever may decide now: the approvers, and the escalation group once it escalated.
-  const pinged = kind === 'escalate' ? [...(approval.escalation?.approvers ?? [])] : [...new Set([...approval.approvers, ...(escalated ? (approval.escalation?.approvers ?? []) : [])])];
-  await run.append({ type, at: run.at(), approvalId: approval.id, stepId: approval.stepId, pinged: pinged.filter((u) => u !== approval.requester), expiresAt: new Date(approval.expiresAt).toISOString() });
+  const deciders = kind === 'escalate' ? (approval.escalation?.approvers ?? []) : [...approval.approvers, ...(escalated ? (approval.escalation?.approvers ?? []) : [])];
+  const pinged = [...new Set(deciders)].filter((u) => u !== approval.requester);
+  await run.append({ type, at: run.at(), approvalId: approval.id, stepId: approval.stepId, pinged, expiresAt: new Date(approval.expiresAt).toISOString() });
   logger.info({ job: kind, pinged: pinged.length }, `${what} posted`);
 }

@@ -11,6 +11,7 @@ import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 import { contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import { code, mention, rich, text as esc } from './escape.ts';
 import type { MessageView } from './status.ts';
+import type { Rich } from './rich.ts';
 
 type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;
 type KnownBlock = types.KnownBlock;
@@ -33,6 +34,22 @@ export function minutesLeft(expiresAtMs: number, asOfMs: number): string {
   if (ms <= 0) return 'no time left';
   if (ms < 60_000) return 'less than a minute left';
   return `${Math.floor(ms / 60_000)} min left`;
+}
+
+/** The words the worker opens an expired incident's verdict advice with (workers/unstick.ts). */
+export const EXPIRED_NOTE = 'The approval request expired without a decision; nothing from it was run.';
+
+/** The advice without its opening expiry note: the expiry reply has just said that. */
+function withoutNote(advice: Rich): Rich {
+  const [first, ...rest] = advice;
+  if (typeof first !== 'string' || !first.startsWith(EXPIRED_NOTE)) return advice;
+  const left = first.slice(EXPIRED_NOTE.length).trimStart();
+  return left === '' ? rest : [left, ...rest];
+}
+
+/** How long a card waited, in the unit that says it best. */
+function waitedWords(ms: number): string {
+  return ms < 60_000 ? `${Math.max(0, Math.round(ms / 1000))} s` : `${Math.floor(ms / 60_000)} min`;
 }
 
 const mentions = (ids: readonly string[]): string => ids.map(mention).join(' ');
@@ -79,10 +96,10 @@ export function reminderMessage(e: Ev<'approval_reminded'>, req: Ev<'approval_re
 
 /** The card waited the escalation delay undecided: the escalation group is mentioned and may decide too. */
 export function escalationMessage(e: Ev<'approval_escalated'>, req: Ev<'approval_requested'>, requester: string): MessageView {
-  const waited = Math.max(0, Math.floor((Date.parse(e.at) - Date.parse(req.at)) / 60_000));
+  const waited = waitedWords(Date.parse(e.at) - Date.parse(req.at));
   const left = `${minutesLeft(Date.parse(e.expiresAt), Date.parse(e.at))} as of ${hhmm(e.at)} (expires at ${hhmm(e.expiresAt)})`;
   return reply(`ev:${e.id}`, [
-    `:rotating_light: *Escalated* to ${mentions(e.pinged)}: the ${stepWords(req)} in the card above has waited ${waited} min with no decision, so you may now approve or deny it too (${mention(requester)} asked for it and cannot): ${left}.`,
+    `:rotating_light: *Escalated* to ${mentions(e.pinged)}: the ${stepWords(req)} in the card above has waited ${waited} with no decision, so you may now approve or deny it too (${mention(requester)} asked for it and cannot): ${left}.`,
   ]);
 }
 
@@ -99,9 +116,9 @@ export function expiryMessage(e: Ev<'approval_expired'>, req: Ev<'approval_reque
   const i = events.indexOf(e);
   const verdict = events.slice(i + 1).find((x): x is Ev<'verdict'> => x.type === 'verdict');
   const advice = verdict?.verdict.advice
-    ? rich(verdict.verdict.advice)
+    ? rich(withoutNote(verdict.verdict.advice))
     : verdict?.verdict.nextStep
-      ? esc(verdict.verdict.nextStep)
+      ? esc(verdict.verdict.nextStep.startsWith(EXPIRED_NOTE) ? verdict.verdict.nextStep.slice(EXPIRED_NOTE.length).trimStart() : verdict.verdict.nextStep)
       : `run ${code(`/gpu unstick ${target}`)} again when an approver can answer the card.`;
   const lines = [
     `:hourglass: ${mention(requester)}: the ${stepWords(req)} you asked for expired at ${hhmm(e.at)} with no decision${asked.length > 0 ? ` (${asked.join('; ')})` : ''}; nothing from it was run.`,

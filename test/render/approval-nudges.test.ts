@@ -5,11 +5,12 @@
  * what is still held and who can act. Pure: events in, views out.
  */
 import { describe, expect, it } from 'vitest';
-import { verdictOf } from '../../src/gpu/verdict.ts';
+import { adviceOf, verdictOf } from '../../src/gpu/verdict.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { verdictContextOf } from '../../src/incident/verdict-context.ts';
-import { minutesLeft } from '../../src/render/approval-nudges.ts';
+import { EXPIRED_NOTE, minutesLeft } from '../../src/render/approval-nudges.ts';
+import { joinRich } from '../../src/render/rich.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
 import { s3HostKill } from '../unstick/scenarios.ts';
@@ -91,6 +92,8 @@ describe('the reminder and escalation replies', () => {
     expect(reply?.text).toMatch(/Escalated/);
     expect(reply?.text).toContain('<@U0ESCAL01>');
     expect(reply?.text).toContain('waited 10 min with no decision');
+    const soon = repliesOf(withIds([requested, { ...escalated, at: '2026-11-30T09:20:12.000Z' }]))[0];
+    expect(soon?.text).toContain('waited 12 s with no decision');
     expect(reply?.text).toContain('you may now approve or deny it too');
     expect(reply?.text).toContain('5 min left as of 09:30 UTC (expires at 09:35 UTC)');
   });
@@ -123,6 +126,12 @@ describe('the expiry', () => {
     expect(reply?.text).toMatch(/What now:.*host-level kill on `?kpro5`? can free it \(host PID \d+/);
     expect(reply?.text).toContain('<@U0ESCAL01>');
     expect(reply?.text).toContain('`/gpu unstick ct129`');
+  });
+  it('the reply does not repeat the expiry note the worker opens the verdict advice with', () => {
+    const noted = { ...verdict, verdict: { ...verdict.verdict, ...adviceOf(joinRich([[EXPIRED_NOTE], verdict.verdict.advice ?? []], ' ')) } } as NoId<UnstickLoggedEvent>;
+    const reply = repliesOf(withIds([...list, noted])).find((v) => /expired at/.test(v.text));
+    expect(reply?.text).toContain('*What now:* GPU');
+    expect(reply?.text).not.toContain(EXPIRED_NOTE);
   });
   it('before the verdict is logged the reply still says what to do', () => {
     const reply = repliesOf(withIds(list)).find((v) => /expired/.test(v.text));

@@ -90,6 +90,21 @@ describe('a pending card is not left to wait in silence', () => {
     expect(rig.logText()).toMatch(/escalation: the approval is denied, nothing to escalate/);
   });
 
+  it('a reminder or escalation that fires after the card ran out of time posts nothing and logs why', async () => {
+    const { id, approvalId } = await pendingReset(2);
+    const n = (await rig.events(id)).length;
+    rig.clockOffsetMs = TTL_MS;
+    try {
+      await runRemindJob({ kind: 'remind', incidentId: id, approvalId }, rig.deps({ escalation }));
+      await runEscalateJob({ kind: 'escalate', incidentId: id, approvalId }, rig.deps({ escalation }));
+    } finally {
+      rig.clockOffsetMs = 0;
+    }
+    expect(await rig.events(id)).toHaveLength(n);
+    expect(rig.logText()).toMatch(/reminder: the approval has run out of time/);
+    expect(rig.logText()).toMatch(/escalation: the approval has run out of time/);
+  });
+
   it('the escalation approver is refused before the escalation, pinged at it, and the step they approve then runs on the host', async () => {
     const { id, approvalId } = await pendingReset(0);
     const a = await rig.approvals.get(approvalId);
