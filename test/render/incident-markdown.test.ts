@@ -160,12 +160,12 @@ function liveMarkup(line: string): string[] {
 /** A command as a fence shows it: newlines and tabs kept, other controls visible (a CR would end a line; bidi marks mislead). */
 const shownInFence = (c: string): string => c.replace(/\r/g, '␍').replace(/[\u2028\u2029]/g, '␤').replace(/\u0000/g, '␀').replace(/\u202e/g, '\ufffd');
 
-function problems(md: string, h: Hostile): string[] {
+function problems(md: string, commands: readonly string[]): string[] {
   const found: string[] = [];
   const s = structure(md);
   if (s.unclosed) found.push('a fence is never closed');
   // The commands are the fence bodies, literally and in order.
-  if (JSON.stringify(s.fences) !== JSON.stringify([`nvidia-smi -q -x # ${h.command}`, h.command].map(shownInFence))) found.push(`fence bodies changed: ${JSON.stringify(s.fences)}`);
+  if (JSON.stringify(s.fences) !== JSON.stringify(commands.map(shownInFence))) found.push(`fence bodies changed: ${JSON.stringify(s.fences)}`);
   let tableCols: number | null = null;
   for (const line of s.outside) {
     if (line.startsWith('|')) {
@@ -250,7 +250,26 @@ describe('renderIncidentMarkdown', () => {
     fc.assert(
       fc.property(hostiles, (h) => {
         const { meta, events } = unstick(h);
-        expect(problems(renderIncidentMarkdown(meta, events), h)).toEqual([]);
+        expect(problems(renderIncidentMarkdown(meta, events), [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual([]);
+      }),
+      { numRuns: 200, seed: 20261201 },
+    );
+  });
+
+  it('a watchdog alert incident with hostile text (its sentence, key, snoozer, clicks) keeps the document whole too', () => {
+    fc.assert(
+      fc.property(hostiles, (h) => {
+        const alert = { key: h.name, kind: 'xid' as const, machineId: 'kpro5', gpu: 0, since: 0, raisedAt: 0, sentence: h.detail, lastSeenAt: 0 };
+        const meta: IncidentMeta = { id: 'inc_alert_0123456789abcdef0123', kind: 'alert', requester: 'watchdog', channel: 'C0ALERTS01', targets: ['kpro5'], text: h.name, reason: null, createdAt: AT };
+        const events = logged([
+          { type: 'alert_raised', at: AT, alert },
+          { type: 'alert_updated', at: AT, alert: { ...alert, sentence: h.cmdline } },
+          { type: 'alert_snoozed', at: AT, by: h.reason, scope: h.name, until: h.detail },
+          { type: 'alert_action', at: AT, by: ALICE, action: 'unstick', incidentId: null, refused: h.reason, target: h.cmdline },
+        ]);
+        const md = renderIncidentMarkdown(meta, events);
+        expect(problems(md, [])).toEqual([]);
+        expect(md).toContain('- The alert is still open: ');
       }),
       { numRuns: 200, seed: 20261201 },
     );
