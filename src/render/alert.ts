@@ -157,7 +157,9 @@ export function renderAlert(meta: IncidentMeta, events: readonly AnyLoggedEvent[
     clearedAt === null
       ? `:rotating_light: *${title}* on ${where}`
       : `:white_check_mark: *Cleared at ${hhmm(clearedAt)} (${lasted(alert.since, clearedAt)})*: ${title} on ${where}`;
-  const said = clearedAt === null ? sentence(alert.sentence) : `It said: ${sentence(alert.sentence)}`;
+  // The watchdog appends root causes to the sentence as " Why: …" (judge.ts): each on its own line.
+  const [what = '', ...whys] = alert.sentence.split(' Why: ');
+  const said = [clearedAt === null ? sentence(what) : `It said: ${sentence(what)}`, ...whys.map((w) => `:bulb: Why: ${text(w)}`)].join('\n');
   const when = [
     `Since ${stamp(alert.since)}`,
     ...(alert.raisedAt !== null && alert.raisedAt !== alert.since ? [`raised ${hhmm(alert.raisedAt)}`] : []),

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { rootCauses } from '../../src/gpu/root-cause.ts';
 import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
@@ -164,6 +165,18 @@ describe('alert message (src/render/alert.ts)', () => {
     expect(elementsOf(v.blocks)).toEqual([]);
     expect(allText(v)).not.toContain('*Next:*');
     expect(v.text).toContain('Cleared at 03:38 UTC (lasted 38 min)');
+  });
+
+  it('the seed\'s root cause that the watchdog appends to a RAM alert ("Why: …") shows on its own line, escaped, and stays once cleared', () => {
+    const seed = 'python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300 --hicache-write-policy write_through --hicache-io-backend kernel';
+    const snap = hostSnapshot('kpro5', { ramUsedGiB: 440 });
+    const alert = judged('kpro5', { ...snap, rootCauses: rootCauses({ commandLines: [seed], hostRamTotalBytes: 449 * GiB, gpusVisible: 8 }) });
+    const raised = logged({ type: 'alert_raised', at: at(T0), alert });
+    const v = renderAlert(metaOf(alert), [raised], CTX)[0];
+    const lines = String((v?.blocks[0] as { text: { text: string } }).text.text).split('\n');
+    expect(lines.slice(1)).toEqual(['Host RAM 98 % used (440 of 449 GiB).', ':bulb: Why: 8 ranks × 300 GB host cache (ˋ--hicache-sizeˋ is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.']);
+    const cleared = renderAlert(metaOf(alert), [raised, logged({ type: 'alert_cleared', at: at(T0 + 5 * MIN), alert })], CTX)[0];
+    expect(cleared?.text).toContain(':bulb: Why: 8 ranks × 300 GB host cache');
   });
 
   it('a snooze says until when and by whom, per scope, and the buttons stay', () => {
