@@ -19,7 +19,7 @@ describe('watchdog alert kinds on the fleet', () => {
     const h = (id: string, site: string) => ({ id, site, gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 });
     rig = await startWatchRig(
       {
-        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('w1', 'why')],
+        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('w1', 'why'), { id: 'm1', site: 'missing', gpus: 4 }],
         containers: [{ id: 'ct201', vmid: 201, host: 'z1', ownAddress: true }],
       },
       { settings: { ghostMinutes: 0, xidQuietMinutes: 0 }, commandTimeoutSec: COMMAND_TIMEOUT_SEC },
@@ -76,6 +76,19 @@ describe('watchdog alert kinds on the fleet', () => {
     expect(await sentences('e1', 'nvidia_smi_failing')).toEqual([
       'alert_raised: nvidia-smi fails for every GPU (nvml_version_mismatch).',
       'alert_cleared: nvidia-smi fails for every GPU (nvml_version_mismatch).',
+    ]);
+  });
+
+  it('fewer GPUs than seen before (one fell off the bus): raised once, cleared when it is back', async () => {
+    await rig.round({ site: 'missing' });
+    await rig.fleet.setGpuGone('m1', 2, true);
+    await rig.round({ site: 'missing' });
+    await rig.round({ site: 'missing' });
+    await rig.fleet.setGpuGone('m1', 2, false);
+    await rig.round({ site: 'missing' });
+    expect(await sentences('m1', 'gpus_missing')).toEqual([
+      'alert_raised: 3 GPUs answer, 4 were seen before: a GPU may have fallen off the bus.',
+      'alert_cleared: 3 GPUs answer, 4 were seen before: a GPU may have fallen off the bus.',
     ]);
   });
 

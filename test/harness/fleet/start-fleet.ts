@@ -560,6 +560,14 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       });
     },
 
+    async setGpuGone(hostId, gpuIndex, gone) {
+      await updateState(hostId, (s) => {
+        const g = gpuOf(s, hostId, gpuIndex);
+        if (gone) g.gone = true;
+        else delete g.gone;
+      });
+    },
+
     async setRecoveryActionSupported(hostId, on) {
       await updateState(hostId, (s) => {
         s.recoveryActionField = on;

@@ -32,6 +32,8 @@ export interface GpuState {
   error: 'gpu_lost' | null;
   /** `gpu_recovery_action` (`None`, `GPU Reset`, `Node Reboot`, ...); absent: `None`. */
   recoveryAction?: string;
+  /** Fell off the bus and was removed: nvidia-smi no longer lists it (the others are numbered without it). */
+  gone?: boolean;
 }
 
 export interface HostState {
@@ -95,9 +97,11 @@ export type GpuSpoof = Record<string, { uuid: string; busId: string }>;
  * own; a container the ones passed to it, in bus-id order, renumbered from 0 (NVML's order).
  */
 export function visibleGpus(state: HostState, info: Pick<MachineInfo, 'kind' | 'gpus'>): Array<{ gpu: GpuState; index: number }> {
-  if (info.kind === 'host' || info.gpus === undefined) return state.gpus.map((gpu) => ({ gpu, index: gpu.index }));
+  const present = state.gpus.filter((g) => g.gone !== true);
+  // A GPU that left the bus is not enumerated: NVML numbers the rest without it.
+  if (info.kind === 'host' || info.gpus === undefined) return present.map((gpu, i) => ({ gpu, index: present.length === state.gpus.length ? gpu.index : i }));
   const passed = new Set(info.gpus);
-  return state.gpus
+  return present
     .filter((g) => passed.has(g.index))
     .sort((a, b) => (a.busId < b.busId ? -1 : a.busId > b.busId ? 1 : 0))
     .map((gpu, index) => ({ gpu, index }));

@@ -221,6 +221,11 @@ export interface Fleet {
   logXid(hostId: string, gpuIndex: number, xid: number, detail?: string): Promise<void>;
   /** The GPU's `gpu_recovery_action` (`GPU Reset`, `Node Reboot`, `Drain P2P`, `Drain and Reset`, ...); null: `None`. */
   setRecoveryAction(hostId: string, gpuIndex: number, action: string | null): Promise<void>;
+  /**
+   * The GPU fell off the bus and was removed (`gone`): the host's nvidia-smi lists one GPU fewer,
+   * the others numbered without it, as NVML enumerates them; false brings it back.
+   */
+  setGpuGone(hostId: string, gpuIndex: number, gone: boolean): Promise<void>;
   /** false: the host's driver predates `gpu_recovery_action` (nvidia-smi refuses a query naming it, exit 2). */
   setRecoveryActionSupported(hostId: string, on: boolean): Promise<void>;
   /**
