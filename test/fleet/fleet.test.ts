@@ -131,6 +131,24 @@ describe('nvidia-smi from the state', () => {
     ]);
   });
 
+  it('a holder under a launcher (parentTitle): the rank is the fleet process, its parent shows the launch line, holds no device and dies with it', async () => {
+    const launch = 'python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache --hicache-size 300';
+    const h = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 1000 }], title: 'sglang::scheduler_TP0', parentTitle: launch });
+    expect(h.cmdline).toBe('sglang::scheduler_TP0');
+    const status = readFileSync(`/proc/${h.hostPid}/status`, 'utf8');
+    const ppid = Number(/^PPid:\s+(\d+)$/m.exec(status)?.[1]);
+    expect(readFileSync(`/proc/${ppid}/cmdline`, 'utf8').split('\0').filter((w) => w !== '').join(' ')).toBe(launch);
+    // Inside the container the parent is a container process too (not its init), so a walk up from the rank finds it.
+    const ctPpid = (await onMachine(fleet, 'ct129', `sed -n 's/^PPid:[[:space:]]*//p' /proc/${h.containerPid}/status`)).stdout.trim();
+    expect(Number(ctPpid)).toBeGreaterThan(1);
+    expect((await onMachine(fleet, 'ct129', `tr '\\0' ' ' </proc/${ctPpid}/cmdline`)).stdout.trim()).toBe(launch);
+    const fuser = parseFuser((await onMachine(fleet, 'ct129', 'fuser -v /dev/nvidia* 2>&1; true')).stdout);
+    expect(fuser.ok && fuser.value.holders.map((x) => x.pid)).not.toContain(Number(ctPpid));
+    process.kill(h.hostPid, 'SIGKILL');
+    await h.exited;
+    await eventually(() => procStartTime('/proc', ppid) === null, 10_000);
+  });
+
   it('keeps a killed holder memory for dieDelayMs, then frees it', async () => {
     const h = await fleet.spawnHolder('kpro5', { gpus: [{ index: 3, mib: 5000 }], dieDelayMs: 1500 });
     process.kill(h.hostPid, 'SIGKILL');

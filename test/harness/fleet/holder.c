@@ -12,6 +12,12 @@
  *                                namespace; retries while something else takes the PID first, and
  *                                then waits for it and dies as it died (as nsenter does).
  *
+ *   FLEET_PARENT_ARGV=<title>    (holder mode) the process becomes the holder's parent under that
+ *                                title (a launcher such as `python3 -m sglang.launch_server …` above
+ *                                its TP ranks): it forks the holder, which prints READY as usual, then
+ *                                re-execs itself as FLEET_MODE=wait, holds no device, and dies as the
+ *                                holder died.
+ *
  * The process title is FLEET_ARGV (e.g. "sglang::scheduler_TP0"): the program re-execs itself with it,
  * and comm is set to basename(argv[0]) so `ps -o comm` and `fuser -v` show it too.
  * Other env: FLEET_HOLDER_ID (tag for the signal log), FLEET_IGNORE_TERM=1, FLEET_UID/FLEET_GID
@@ -281,10 +287,49 @@ static void reexec_with_title(void) {
   exit(2);
 }
 
+/* FLEET_MODE=wait: a holder's parent. Waits for its child (the holder) and dies as it died. */
+static int run_wait(void) {
+  int st = 0;
+  pid_t c;
+  while ((c = waitpid(-1, &st, 0)) < 0 && errno == EINTR) {
+  }
+  if (c < 0) return 0;
+  if (WIFSIGNALED(st)) {
+    signal(WTERMSIG(st), SIG_DFL);
+    raise(WTERMSIG(st));
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+/* FLEET_PARENT_ARGV set: fork the holder (this very program, without it), then become its parent under that title. */
+static void become_parent(char **argv) {
+  const char *parent = getenv("FLEET_PARENT_ARGV");
+  if (parent == NULL || parent[0] == '\0') return;
+  char *title = strdup(parent);
+  unsetenv("FLEET_PARENT_ARGV");
+  pid_t c = fork();
+  if (c < 0) {
+    perror("fleet-holder: fork");
+    exit(2);
+  }
+  if (c == 0) {
+    execv("/proc/self/exe", argv);
+    _exit(2);
+  }
+  setenv("FLEET_ARGV", title, 1);
+  setenv("FLEET_MODE", "wait", 1);
+  unsetenv("FLEET_DEVS");
+  execv("/proc/self/exe", argv);
+  perror("fleet-holder: re-exec as parent");
+  exit(2);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
+  become_parent(argv);
   reexec_with_title();
   const char *mode = getenv("FLEET_MODE");
+  if (mode != NULL && strcmp(mode, "wait") == 0) return run_wait();
   if (argv[0] != NULL) set_comm(argv[0]);
   if (mode != NULL && strcmp(mode, "launch") == 0) return run_launch(argv);
   int init_mode = mode != NULL && strcmp(mode, "init") == 0;

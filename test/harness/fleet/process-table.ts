@@ -145,6 +145,7 @@ export class ProcessTable {
       FLEET_MACHINE: target.machineId,
     };
     if (target.cgroup !== null) env['FLEET_CGROUP'] = target.cgroup;
+    if (o.parentTitle !== undefined) env['FLEET_PARENT_ARGV'] = o.parentTitle.split(' ').filter((w) => w !== '').join('\x1f');
     if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
     if (kind === 'holder' && o.stuck !== undefined) {
       env['FLEET_STUCK'] = o.stuck;
@@ -206,6 +207,7 @@ export class ProcessTable {
     const id = this.nextId(kind);
     const gpus = kind === 'holder' ? (o.gpus ?? []) : [];
     const user = o.user ?? 'root';
+    if (o.atPid !== undefined && o.parentTitle !== undefined) throw new Error(`${id}: parentTitle cannot be combined with atPid`);
     const env = await this.envFor(target, id, kind, o);
     let file: string;
     let args: string[];

@@ -85,6 +85,13 @@ export interface SpawnOptions {
    * basename(argv[0]). Default for holders: `python3 -m sglang.launch_server --tp-size 8`.
    */
   title?: string;
+  /**
+   * Start it under a parent process with this command line (split on spaces, as `title`): a
+   * launcher such as `python3 -m sglang.launch_server --tp-size 8 …` above a rank titled
+   * `sglang::scheduler_TP0`. The parent holds no device, is not the fleet process (never its
+   * PID), and dies as the process died. Not with `atPid`.
+   */
+  parentTitle?: string;
   /** Ignore SIGTERM (still logged). */
   ignoreTerm?: boolean;
   /** Run as this user (created with useradd when missing). Default root. */
