@@ -403,6 +403,7 @@ export class ScenarioRuntime {
           ...(h.ignoreTerm !== undefined ? { ignoreTerm: h.ignoreTerm } : {}),
           ...(h.user !== undefined ? { user: h.user } : {}),
           ...(h.dieDelay !== undefined ? { dieDelayMs: h.dieDelay } : {}),
+          ...(h.parent !== undefined ? { parentTitle: h.parent } : {}),
         });
         this.processes.set(h.name, { kind: 'holder', p });
       }),

@@ -99,8 +99,8 @@ const ProcessCommon = {
   /** Name used in the report (`signals[].process`) and in expectations. */
   name: label,
   machine: machineId,
-  /** Command line shown by ps (argv split on spaces). */
-  title: z.string().min(1).max(200).optional(),
+  /** Command line shown by ps (argv split on spaces; a real launch line with its arguments is long). */
+  title: z.string().min(1).max(1000).optional(),
   ignoreTerm: z.boolean().optional(),
   /** Run as this user (created when missing). */
   user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).optional(),
@@ -112,10 +112,12 @@ const Holder = z
     gpus: z.array(GpuAlloc).min(1),
     /** Memory stays in use this long after the process dies (driver teardown). */
     dieDelay: Duration.optional(),
+    /** Started under a parent with this command line (a launcher above its TP ranks); the parent holds nothing. */
+    parent: z.string().min(1).max(1000).optional(),
   })
   .strict();
 
-const Bystander = z.object({ ...ProcessCommon, title: z.string().min(1).max(200) }).strict();
+const Bystander = z.object({ ...ProcessCommon, title: z.string().min(1).max(1000) }).strict();
 
 const InitHolder = z.object({ name: label, title: z.string().min(1).max(200).optional(), gpus: z.array(GpuAlloc).min(1) }).strict();
 
