@@ -160,3 +160,32 @@ describe('App Home over Socket Mode (the production default)', () => {
     expect(s.slack.homeUsers()).toEqual([ALICE]);
   });
 });
+
+describe('App Home with the real watchdog writing its keys', () => {
+  let s: Stack;
+  beforeAll(async () => {
+    s = await startStack({
+      fleet: { hosts: [{ id: 'kpro5', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 }] },
+      env: { GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01', GPU_MEDIC_WATCH_INTERVAL_SEC: '2', GPU_MEDIC_WATCH_GHOST_SEC: '0' },
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("the watchdog's reading and its RAM alert reach the Home of who opened it, and the cleared alert leaves it; nothing is signalled", async () => {
+    await sendEvent(s.eventsUrl, s.signingSecret, appHomeOpenedPayload({ user: ALICE }));
+    await s.slack.waitFor(() => (/`kpro5` · 2 GPUs · .* · RAM 9 %/.test(textOf(s.slack.homeView(ALICE)?.view)) ? true : null), 60_000);
+    await s.fleet.setRam('kpro5', { totalGiB: 449, usedGiB: 440 });
+    const withAlert = await s.slack.waitFor(() => {
+      const t = textOf(s.slack.homeView(ALICE)?.view);
+      return /:rotating_light: `kpro5`: .*98 %/.test(t) ? t : null;
+    }, 60_000);
+    expect(withAlert).toContain('*Open alerts* (1)');
+    expect(withAlert).toMatch(/`kpro5` · 2 GPUs · .* · RAM 98 % :warning: · \*1 open alert\*/);
+    await s.fleet.setRam('kpro5', { totalGiB: 449, usedGiB: 40 });
+    await s.slack.waitFor(() => (textOf(s.slack.homeView(ALICE)?.view).includes('No open alerts.') ? true : null), 60_000);
+    expect(s.slack.homeUsers()).toEqual([ALICE]);
+    expect(s.fleet.signals()).toEqual([]);
+  });
+});
