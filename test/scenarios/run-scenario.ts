@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { IncidentLog } from '../../src/incident/log.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
 import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fleet/types.ts';
-import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
+import { blockActionPayload, sendInteraction, staticSelectPayload } from '../harness/slack/signed-request.ts';
 import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../harness/stack.ts';
 import {
@@ -404,6 +404,7 @@ export class ScenarioRuntime {
           ...(h.user !== undefined ? { user: h.user } : {}),
           ...(h.dieDelay !== undefined ? { dieDelayMs: h.dieDelay } : {}),
           ...(h.parent !== undefined ? { parentTitle: h.parent } : {}),
+          ...(h.stuck !== undefined ? { stuck: h.stuck } : {}),
         });
         this.processes.set(h.name, { kind: 'holder', p });
       }),
@@ -430,11 +431,21 @@ export class ScenarioRuntime {
     if (c.stop) await fleet.stopMachine(c.machine);
     if (c.restart) await fleet.restartContainer(c.machine);
     if (c.start) await fleet.startMachine(c.machine);
+    if (c.xid) await fleet.logXid(c.machine, c.xid.gpu, c.xid.xid, c.xid.detail);
+    if (c.kernelLog !== undefined) await fleet.kernelLog(c.machine, c.kernelLog);
+    if (c.recoveryAction) await fleet.setRecoveryAction(c.machine, c.recoveryAction.gpu, c.recoveryAction.action);
+    if (c.gpuGone) await fleet.setGpuGone(c.machine, c.gpuGone.gpu, c.gpuGone.gone);
   }
 
   /** A mid-run process step: end a named process, or start a new one (optionally on another's PIDs). */
   async applyProcessChange(c: ProcessChange): Promise<Record<string, unknown>> {
     const { fleet } = this.stack;
+    if ('release' in c) {
+      const e = this.processes.get(c.release);
+      if (!e) throw new Error(`no process named ${c.release}`);
+      await fleet.releaseStuck(e.p);
+      return { released: c.release, hostPid: e.p.hostPid };
+    }
     if ('end' in c) {
       const e = this.processes.get(c.end);
       if (!e) throw new Error(`no process named ${c.end}`);
@@ -478,7 +489,10 @@ export class ScenarioRuntime {
 
   /** Parent then replies of an incident's thread as the fake Slack holds it now ([] before the parent exists). */
   thread(inc: TrackedIncident): StoredMessage[] {
-    const parent = this.stack.slack.messages(inc.channel).find((m) => JSON.stringify(m.blocks ?? []).includes(inc.id));
+    // The parent the outbox tagged for this incident first: an alert message also names the
+    // incidents its buttons opened.
+    const all = this.stack.slack.messages(inc.channel);
+    const parent = all.find((m) => m.metadata?.event_payload.incident === inc.id && m.metadata.event_payload.view_key === 'parent') ?? all.find((m) => m.metadata === undefined && JSON.stringify(m.blocks ?? []).includes(inc.id));
     return parent ? this.stack.slack.thread(inc.channel, parent.ts) : [];
   }
 
@@ -607,9 +621,11 @@ export class ScenarioRuntime {
       const count = (type: string) => events.filter((e) => e.type === type).length;
       const refs = new Set([...(await this.log.slackRefs(id)).values()].map((r) => r.ts));
       const channel = meta.channel;
+      // Its own: tagged for it by the outbox (a double post carries the tag too), its recorded ts,
+      // or (untagged) naming it. An alert message also names the incidents its buttons opened.
       const messages = this.stack.slack
         .messages(channel)
-        .filter((m) => refs.has(m.ts) || JSON.stringify(m.blocks ?? []).includes(id) || m.text.includes(id))
+        .filter((m) => (m.metadata !== undefined ? m.metadata.event_payload.incident === id : refs.has(m.ts) || JSON.stringify(m.blocks ?? []).includes(id) || m.text.includes(id)))
         .map((m) => ({ ts: m.ts, text: visibleText(m), edits: m.history.length }));
       out.push({
         id,
@@ -671,22 +687,21 @@ export class ScenarioRuntime {
     const ctl = found.control;
     const responseUrl = this.stack.slack.newResponseUrl();
     this.urlUser.set(responseUrl, userName);
-    const payload = blockActionPayload({
+    const common = {
       user: this.userId(userName),
       userName,
       channel: msg.channel,
       messageTs: msg.ts,
       actionId: ctl.actionId,
-      value: ctl.value ?? '',
       blockId: ctl.blockId,
-      buttonText: ctl.text,
       responseUrl,
       messageText: msg.text,
       messageBlocks: msg.blocks ?? [],
-    });
-    if (ctl.type === 'static_select' && found.option) {
-      payload.actions = [{ type: 'static_select', action_id: ctl.actionId, block_id: ctl.blockId, selected_option: found.option, ...(ctl.placeholder ? { placeholder: ctl.placeholder } : {}), action_ts: String(Date.now() / 1000) }];
-    }
+    };
+    const placeholder = isRecord(ctl.placeholder) ? strOrNull(ctl.placeholder.text) : null;
+    const payload = found.option
+      ? staticSelectPayload({ ...common, selected: { text: found.option.text.text, value: found.option.value }, ...(placeholder !== null ? { placeholder } : {}) })
+      : blockActionPayload({ ...common, value: ctl.value ?? '', buttonText: ctl.text });
     const seen = ep.events.length;
     const r = await sendInteraction(this.stack.eventsUrl, this.stack.signingSecret, payload);
     const result: Record<string, unknown> = { alertIncident: ep.id, status: r.status, body: r.body, elapsedMs: Math.round(r.elapsedMs), actionId: ctl.actionId, value: ctl.value, ...(found.option ? { option: found.option.value } : {}) };
@@ -791,7 +806,8 @@ export class ScenarioRuntime {
       for (const id of ids) for (const r of (await this.log.slackRefs(id)).values()) refTs.add(r.ts);
       for (const m of slack.messages(this.alertsChannel)) {
         const raw = `${m.text}\n${JSON.stringify(m.blocks ?? [])}`;
-        if (!refTs.has(m.ts) && !ids.some((id) => raw.includes(id))) unclaimed.push({ ts: m.ts, text: visibleText(m) });
+        const tagged = m.metadata !== undefined && ids.includes(String(m.metadata.event_payload.incident));
+        if (!tagged && !refTs.has(m.ts) && !ids.some((id) => raw.includes(id))) unclaimed.push({ ts: m.ts, text: visibleText(m) });
       }
     }
     const nameOf = new Map(Object.entries(this.users).map(([n, id]) => [id, n]));
@@ -1070,6 +1086,10 @@ export function checkAlerts(want: readonly AlertExpectation[], r: Pick<Report, '
     if (w.raised !== undefined) {
       const n = eps.reduce((a, e) => a + e.raised, 0);
       push(`raised ${w.raised} time(s)`, n === w.raised, `raised ${n} time(s)`);
+    }
+    if (w.updated !== undefined) {
+      const n = eps.reduce((a, e) => a + e.updated, 0);
+      push(`updated ${w.updated} time(s)`, n === w.updated, `updated ${n} time(s)`);
     }
     if (w.cleared !== undefined) push(w.cleared ? 'cleared' : 'still open', latest !== undefined && latest.cleared === w.cleared, latest === undefined ? 'never raised' : latest.cleared ? 'cleared' : 'open');
     if (w.snoozed !== undefined) push(w.snoozed ? 'snoozed' : 'not snoozed', latest !== undefined && latest.snoozed > 0 === w.snoozed, latest === undefined ? 'never raised' : `${latest.snoozed} snooze(s)`);

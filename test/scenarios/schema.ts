@@ -110,6 +110,8 @@ const Holder = z
   .object({
     ...ProcessCommon,
     gpus: z.array(GpuAlloc).min(1),
+    /** Stuck while holding (the watchdog's holder_stuck): `Z` a real zombie, `D` real uninterruptible sleep; `process: { release }` lets it go. */
+    stuck: z.enum(['Z', 'D'], { message: 'must be Z (zombie) or D (uninterruptible sleep)' }).optional(),
     /** Memory stays in use this long after the process dies (driver teardown). */
     dieDelay: Duration.optional(),
     /** Started under a parent with this command line (a launcher above its TP ranks); the parent holds nothing. */
@@ -146,9 +148,17 @@ export const MachineChange = z
     start: z.literal(true).optional(),
     /** A container stops and starts again: a new PID namespace, its processes gone. */
     restart: z.literal(true).optional(),
+    /** An NVIDIA Xid for one of the host's GPUs in its kernel log, as the driver prints it (hosts only). */
+    xid: z.object({ gpu: z.number().int().min(0), xid: z.number().int().min(1).max(999), detail: z.string().min(1).max(200).optional() }).strict().optional(),
+    /** A line in the host's kernel log, as is (hosts only). */
+    kernelLog: z.string().min(1).max(500).optional(),
+    /** One GPU's `gpu_recovery_action` (`GPU Reset`, `Node Reboot`, ...; null: None), hosts only. */
+    recoveryAction: z.object({ gpu: z.number().int().min(0), action: z.string().min(1).max(40).nullable() }).strict().optional(),
+    /** true: one GPU fell off the bus and no longer enumerates (fewer GPUs than seen; fleet setGpuGone); false: it is back (hosts only). */
+    gpuGone: z.object({ gpu: z.number().int().min(0), gone: z.boolean() }).strict().optional(),
   })
   .strict()
-  .refine((c) => Object.keys(c).length > 1, { message: 'say what changes (hang, ram, gpuError, leak, replaceHostKey, stop, start or restart)' });
+  .refine((c) => Object.keys(c).length > 1, { message: 'say what changes (hang, ram, gpuError, leak, replaceHostKey, stop, start, restart, xid, kernelLog, recoveryAction or gpuGone)' });
 
 /**
  * One change to a process, mid-run: `end` SIGKILLs a named process from outside (as if it died on
@@ -157,6 +167,8 @@ export const MachineChange = z
  */
 export const ProcessChange = z.union([
   z.object({ end: label }).strict(),
+  /** A stuck holder (`stuck: Z | D`) is let go as the kernel would, without a signal: a zombie is reaped, a D sleeper wakes. */
+  z.object({ release: label }).strict(),
   z
     .object({
       start: z
@@ -285,6 +297,8 @@ const AlertExpectation = z
     messages: z.number().int().min(0).optional(),
     /** alert_raised events (episodes). */
     raised: z.number().int().min(0).optional(),
+    /** alert_updated events over all episodes (what it says changed; none while snoozed). */
+    updated: z.number().int().min(0).optional(),
     /** The latest episode ended (alert_cleared), or is still open. */
     cleared: z.boolean().optional(),
     /** The latest episode was snoozed (an alert_snoozed event). */
@@ -414,8 +428,13 @@ export const ScenarioSchema = z
     s.fleet.leaks.forEach((l, i) => {
       if (!hosts.has(l.host)) bad(['fleet', 'leaks', i, 'host'], `unknown host "${l.host}"`);
     });
+    const hostOnly = (path: (string | number)[], c: MachineChange) => {
+      for (const k of ['xid', 'kernelLog', 'recoveryAction', 'gpuGone'] as const)
+        if (c[k] !== undefined && machines.has(c.machine) && !hosts.has(c.machine)) bad([...path, k], `${k} is a host's (${c.machine} is a container)`);
+    };
     s.fleet.faults.forEach((f, i) => {
       if (!machines.has(f.machine)) bad(['fleet', 'faults', i, 'machine'], `unknown machine "${f.machine}"`);
+      hostOnly(['fleet', 'faults', i], f);
     });
     const ids = new Set<string>();
     const watchOff = s.settings.watch === undefined;
@@ -453,9 +472,12 @@ export const ScenarioSchema = z
         ids.add(st.id);
       }
       if ('fleet' in st && !machines.has(st.fleet.machine)) bad(['steps', i, 'fleet', 'machine'], `unknown machine "${st.fleet.machine}"`);
+      if ('fleet' in st) hostOnly(['steps', i, 'fleet'], st.fleet);
       if ('process' in st) {
         const pc = st.process;
         if ('end' in pc && !names.has(pc.end)) bad(['steps', i, 'process', 'end'], `no earlier process is named "${pc.end}"`);
+        if ('release' in pc && !names.has(pc.release)) bad(['steps', i, 'process', 'release'], `no earlier process is named "${pc.release}"`);
+        else if ('release' in pc && !s.fleet.holders.some((h) => h.name === pc.release && h.stuck !== undefined)) bad(['steps', i, 'process', 'release'], `"${pc.release}" is not a stuck holder (stuck: Z or D)`);
         if ('start' in pc) {
           if (!machines.has(pc.start.machine)) bad(['steps', i, 'process', 'start', 'machine'], `unknown machine "${pc.start.machine}"`);
           if (pc.start.takePidOf !== undefined && !names.has(pc.start.takePidOf)) bad(['steps', i, 'process', 'start', 'takePidOf'], `no earlier process is named "${pc.start.takePidOf}"`);

@@ -1,0 +1,228 @@
+/**
+ * `npm run bench -- --watch [--rounds N]`: the cost of ONE watchdog round (issue 13) over 50 and
+ * over 200 fleet machines, measured side by side in one run (rounds interleaved 50, 200, 50, 200, …):
+ *
+ * - Redis commands per round: `INFO commandstats` before and after, on a private redis-server this
+ *   script starts (no other client talks to it, so the delta is the round's alone; INFO excluded);
+ * - SSH per round: exec sessions (one line per command in the fleet machines' command logs, which
+ *   sshd's ForceCommand wrapper writes) and new SSH connections (ESTABLISHED client sockets to the
+ *   fleet's sshd ports in /proc/net/tcp; the executor keeps connections open between rounds);
+ * - wall time of the round (runWatchJob, the very job a worker runs).
+ *
+ * The round is the worker's (workers/watchdog.ts runWatchJob with the real SSH executor, the real
+ * WatchRoundStore and SnoozeStore), against the real fleet (sshd per host, fake nvidia-smi, kernel
+ * log). Every 10th host has one GPU holder, so the holder-state part of the read has work to do.
+ * The first round of each size is cold (empty watch state, no SSH connection yet); the rest are
+ * steady. Prints one JSON object on stdout; progress on stderr. See bench/README.md.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { Redis } from 'ioredis';
+import { validateInventory } from '../src/config/load-inventory.ts';
+import type { Inventory } from '../src/config/inventory.ts';
+import { createSshExecutor } from '../src/ssh/executor.ts';
+import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
+import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
+import { DEFAULT_WATCH_SETTINGS } from '../src/watchdog/judge.ts';
+import { runWatchJob, type WatchdogDeps } from '../workers/watchdog.ts';
+import { captureLogger } from '../test/harness/capture-logger.ts';
+import { startFleet } from '../test/harness/fleet/index.ts';
+import type { Fleet } from '../test/harness/fleet/types.ts';
+import { freePort } from './procs.ts';
+import { round as r1, summarize, type Summary } from './stats.ts';
+
+const SIZES = [50, 200] as const;
+const ROUNDS = Math.max(2, Number(process.argv[process.argv.indexOf('--rounds') + 1]) || 4);
+const ALERTS_CHANNEL = 'C0ALERTS01';
+
+const t0 = performance.now();
+const progress = (msg: string): void => void process.stderr.write(`[watch-bench ${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+async function startPrivateRedis(): Promise<{ url: string; proc: ChildProcess }> {
+  const port = await freePort();
+  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const url = `redis://127.0.0.1:${port}`;
+  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  probe.on('error', () => undefined);
+  for (let i = 0; i < 100; i++) {
+    try {
+      await probe.connect();
+      await probe.ping();
+      probe.disconnect();
+      return { url, proc };
+    } catch {
+      probe.disconnect();
+      await sleep(100);
+    }
+  }
+  proc.kill('SIGKILL');
+  throw new Error('private redis-server did not start');
+}
+
+/** Calls per command from INFO commandstats. */
+async function commandStats(redis: Redis): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const line of (await redis.info('commandstats')).split('\n')) {
+    const m = /^cmdstat_([a-z|_-]+):calls=(\d+)/.exec(line.trim());
+    if (m?.[1] && m[2]) out.set(m[1], Number(m[2]));
+  }
+  return out;
+}
+
+/** ESTABLISHED TCP sockets whose remote port is one of `ports` (the client side of SSH connections to the fleet). */
+function sshClientSockets(ports: ReadonlySet<number>): number {
+  let n = 0;
+  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(f, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      const rem = cols[2];
+      if (cols[3] !== '01' || rem === undefined) continue;
+      const port = parseInt(rem.slice(rem.lastIndexOf(':') + 1), 16);
+      if (ports.has(port)) n++;
+    }
+  }
+  return n;
+}
+
+interface RoundFigures {
+  size: number;
+  cold: boolean;
+  wallMs: number;
+  redisCommands: number;
+  redisByCommand: Record<string, number>;
+  sshSessions: number;
+  sshNewConnections: number;
+  machines: number;
+  alertsRaised: number;
+}
+
+async function main(): Promise<void> {
+  progress('starting a private redis-server');
+  const redisServer = await startPrivateRedis();
+  const hosts = Math.max(...SIZES);
+  progress(`starting a fleet of ${hosts} hosts (one sshd each)`);
+  let fleet: Fleet | null = null;
+  const redis = new Redis(redisServer.url);
+  try {
+    fleet = await startFleet({ hosts: Array.from({ length: hosts }, (_, i) => ({ id: `kpro${i + 1}`, gpus: 8, ramTotalGiB: 449, ramUsedGiB: 40 })) });
+    for (let i = 0; i < hosts; i += 10) await fleet.spawnHolder(`kpro${i + 1}`, { gpus: [{ index: 0, mib: 40_000 }], title: 'python3 train.py' });
+    const v = validateInventory(fleet.inventory());
+    if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
+    const base = v.inventory;
+    const ports = new Set(base.hosts.map((h) => h.port));
+    const { logger } = captureLogger('watch-bench', 'silent');
+    // One inventory (and Redis prefix) per size: the first N hosts on one site, the round's.
+    const inventoryOf = (n: number): Inventory => {
+      const inv: Inventory = structuredClone(base);
+      inv.hosts = inv.hosts.map((h, i) => ({ ...h, site: i < n ? `w${n}` : 'idle' }));
+      return inv;
+    };
+    const executor = createSshExecutor({ connectTimeoutMs: base.defaults.connectTimeoutSec * 1000 });
+    const depsOf = (n: number): WatchdogDeps => {
+      const prefix = `bw${n}`;
+      return {
+        inventory: inventoryOf(n),
+        executor,
+        store: new WatchRoundStore(new Redis(redisServer.url), prefix, ALERTS_CHANNEL),
+        snoozes: new SnoozeStore(new Redis(redisServer.url), prefix),
+        settings: { ...DEFAULT_WATCH_SETTINGS },
+        now: () => new Date(),
+        commandTimeoutMs: base.defaults.commandTimeoutSec * 1000,
+        logger,
+      };
+    };
+    const deps = new Map(SIZES.map((n) => [n, depsOf(n)]));
+    const machines = [...Array(hosts).keys()].map((i) => `kpro${i + 1}`);
+    const sessions = (): number => machines.reduce((a, m) => a + (fleet?.commandLog(m).filter((c) => c.via === 'ssh').length ?? 0), 0);
+    const figures: RoundFigures[] = [];
+    for (let k = 0; k < ROUNDS; k++) {
+      for (const n of SIZES) {
+        const d = deps.get(n);
+        if (!d) continue;
+        const before = await commandStats(redis);
+        const s0 = sessions();
+        const c0 = sshClientSockets(ports);
+        const start = performance.now();
+        const results = await runWatchJob({ kind: 'watch', site: `w${n}` }, d);
+        const wallMs = performance.now() - start;
+        const c1 = sshClientSockets(ports);
+        const s1 = sessions();
+        const after = await commandStats(redis);
+        const byCommand: Record<string, number> = {};
+        for (const [cmd, calls] of after) {
+          const delta = calls - (before.get(cmd) ?? 0) - (cmd === 'info' ? 1 : 0);
+          if (delta > 0) byCommand[cmd] = delta;
+        }
+        const f: RoundFigures = {
+          size: n,
+          cold: k === 0,
+          wallMs: r1(wallMs),
+          redisCommands: Object.values(byCommand).reduce((a, b) => a + b, 0),
+          redisByCommand: byCommand,
+          sshSessions: s1 - s0,
+          sshNewConnections: Math.max(0, c1 - c0),
+          machines: results.length,
+          alertsRaised: results.reduce((a, x) => a + x.changes.filter((c) => c.type === 'raise').length, 0),
+        };
+        figures.push(f);
+        progress(`round ${k + 1} over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections`);
+      }
+    }
+    const per = (n: number, cold: boolean) => figures.filter((f) => f.size === n && f.cold === cold);
+    const summary = (xs: number[]): Summary => summarize(xs);
+    const out = {
+      bench: 'watchdog round',
+      at: new Date().toISOString(),
+      machine: { cores: (await import('node:os')).cpus().length, load: (await import('node:os')).loadavg().map((x) => r1(x)) },
+      rounds: ROUNDS,
+      hostsWithHolder: Math.ceil(hosts / 10),
+      sizes: Object.fromEntries(
+        SIZES.map((n) => {
+          const cold = per(n, true)[0];
+          const steady = per(n, false);
+          return [
+            n,
+            {
+              cold: cold ?? null,
+              steady: {
+                wallMs: summary(steady.map((f) => f.wallMs)),
+                redisCommands: summary(steady.map((f) => f.redisCommands)),
+                redisCommandsPerMachine: r1((steady.reduce((a, f) => a + f.redisCommands, 0) / Math.max(1, steady.length)) / n),
+                sshSessions: summary(steady.map((f) => f.sshSessions)),
+                sshSessionsPerMachine: r1((steady.reduce((a, f) => a + f.sshSessions, 0) / Math.max(1, steady.length)) / n),
+                sshNewConnections: summary(steady.map((f) => f.sshNewConnections)),
+                redisByCommand: steady[steady.length - 1]?.redisByCommand ?? {},
+              },
+            },
+          ];
+        }),
+      ),
+      figures,
+    };
+    process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+    await executor.close();
+    for (const d of deps.values()) {
+      // The stores' connections: each was given its own.
+      void d;
+    }
+  } finally {
+    redis.disconnect();
+    await fleet?.stop();
+    redisServer.proc.kill('SIGKILL');
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (e: unknown) => {
+    process.stderr.write(`watch bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  },
+);
