@@ -339,6 +339,8 @@ export class ScenarioRuntime {
     const st = scenario.settings;
     const env: Record<string, string> = { GPU_MEDIC_APPROVERS: approvers.join(',') };
     if (st.approvalTtlSec !== undefined) env.GPU_MEDIC_APPROVAL_TTL_SEC = String(st.approvalTtlSec);
+    if (scenario.escalationApprovers.length > 0) env.GPU_MEDIC_ESCALATION_APPROVERS = scenario.escalationApprovers.map((a) => users[a] ?? a).join(',');
+    if (st.escalateAfterSec !== undefined) env.GPU_MEDIC_ESCALATE_AFTER_SEC = String(st.escalateAfterSec);
     if (st.termGraceSec !== undefined) env.GPU_MEDIC_TERM_GRACE_SEC = String(st.termGraceSec);
     if (st.releaseTimeoutSec !== undefined) env.GPU_MEDIC_RELEASE_TIMEOUT_SEC = String(st.releaseTimeoutSec);
     if (st.pollMs !== undefined) env.GPU_MEDIC_POLL_MS = String(st.pollMs);

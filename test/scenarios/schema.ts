@@ -354,6 +354,8 @@ export const ScenarioSchema = z
     users: z.union([z.record(userName, slackUserId), z.array(userName)]).default({}),
     /** Names from `users` (or raw Slack IDs) allowed to approve host-level steps. */
     approvers: z.array(z.union([userName, slackUserId])).default([]),
+    /** Names (or raw IDs) who may also approve once a card escalates (GPU_MEDIC_ESCALATION_APPROVERS; needs settings.escalateAfterSec). */
+    escalationApprovers: z.array(z.union([userName, slackUserId])).default([]),
     channel: z.string().regex(/^[CGD][A-Z0-9]{2,}$/).default('C0ONCALL01'),
     settings: z
       .object({
@@ -362,6 +364,8 @@ export const ScenarioSchema = z
         connectTimeoutSec: z.number().int().min(1).max(120).optional(),
         /** Approval card lifetime (the bot accepts 30 s at least). */
         approvalTtlSec: z.number().int().min(30).optional(),
+        /** Seconds a pending card waits before the escalation group is pinged and may decide (GPU_MEDIC_ESCALATE_AFTER_SEC). */
+        escalateAfterSec: z.number().int().min(1).optional(),
         termGraceSec: z.number().int().min(1).optional(),
         /** Longest wait for GPU memory to come back after signals (GPU_MEDIC_RELEASE_TIMEOUT_SEC). */
         releaseTimeoutSec: z.number().int().min(1).optional(),
@@ -407,9 +411,11 @@ export const ScenarioSchema = z
     const hosts = new Set(s.fleet.hosts.map((h) => h.id));
     const names = new Set<string>();
     const bad = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
-    s.approvers.forEach((a, i) => {
-      if (!a.startsWith('U') && !a.startsWith('W') && !users.includes(a)) bad(['approvers', i], `unknown user "${a}" (add it to users)`);
-    });
+    (['approvers', 'escalationApprovers'] as const).forEach((list) =>
+      s[list].forEach((a, i) => {
+        if (!a.startsWith('U') && !a.startsWith('W') && !users.includes(a)) bad([list, i], `unknown user "${a}" (add it to users)`);
+      }),
+    );
     (['holders', 'bystanders'] as const).forEach((kind) =>
       s.fleet[kind].forEach((p, i) => {
         if (!machines.has(p.machine)) bad(['fleet', kind, i, 'machine'], `unknown machine "${p.machine}"`);
