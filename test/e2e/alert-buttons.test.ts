@@ -43,9 +43,14 @@ describe('alert message and its buttons through the real Bolt receiver (real Red
           { id: 'ct130', vmid: 130, host: 'kpro5' },
         ],
       },
+      // ct129's login is not root, so a root holder there needs a host-level step (a second person).
+      tweakInventory: (inv) => {
+        const c = inv.containers.find((x) => x.id === 'ct129');
+        if (c) c.user = 'fleetuser';
+      },
       // The alerts channel for the bot only: these alerts are opened by the test, as the watchdog would, and no watch round runs.
       botEnv: { GPU_MEDIC_ALERTS_CHANNEL: ALERTS },
-      env: { GPU_MEDIC_ALLOWED_USERS: `${ALICE},${BOB}`, GPU_MEDIC_APPROVERS: BOB, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5' },
+      env: { GPU_MEDIC_ALLOWED_USERS: `${ALICE},${BOB}`, GPU_MEDIC_APPROVERS: `${ALICE},${BOB}`, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5' },
     });
     log = new IncidentLog(s.redis, s.prefix);
   });
@@ -254,5 +259,26 @@ describe('alert message and its buttons through the real Bolt receiver (real Red
     expect(await click(ALICE, ma, 'gpu_alert_snooze_gpu_1h', a.id)).toMatch(/^:no_entry: This alert is not about one GPU/);
     await s.quiet();
     expect(await snapshot()).toEqual(before);
+  });
+  // Last: the card leaves its reminder and escalation jobs delayed (they post nothing once it is decided), which s.quiet() would wait out.
+  it('the clicker of Unstick is its requester for the approval too: they cannot approve its host-level step, a second approver can', async () => {
+    const holder = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 30_000 }], title: 'sglang::scheduler_TP0' });
+    const { id } = await raise('ct129', 'holder_stuck', 0, `host PID ${holder.hostPid} holds 30,000 MiB on GPU 0 and is in uninterruptible sleep (D): signals wait until the kernel call returns.`);
+    const m = await waitMessage(id);
+    const unstickId = incidentIn(await click(ALICE, m, 'gpu_alert_unstick'));
+    const withCard = await s.threadOf(unstickId, { channel: ALERTS, timeoutMs: 60_000, done: (t) => t.some((x) => elementsOf(x).some((e) => e.action_id === 'gpu_approve')) });
+    const card = withCard.find((x) => elementsOf(x).some((e) => e.action_id === 'gpu_approve'));
+    if (!card) throw new Error('no card');
+    const approve = elementsOf(card).find((e) => e.action_id === 'gpu_approve');
+    const approveAs = async (user: string): Promise<string> => {
+      const responseUrl = s.slack.newResponseUrl();
+      await sendInteraction(s.eventsUrl, s.signingSecret, blockActionPayload({ user, channel: ALERTS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: 'gpu_approve', value: approve?.value ?? '', responseUrl }));
+      return String((await s.slack.waitFor(() => s.slack.responses().find((p) => p.url === responseUrl), 20_000)).body.text ?? '');
+    };
+    expect(await approveAs(ALICE)).toMatch(/You asked for this unstick, so you can't approve its host-level step/);
+    expect(s.fleet.signals().filter((x) => x.hostPid === holder.hostPid && x.signal === 'SIGKILL')).toEqual([]);
+    expect(await approveAs(BOB)).toMatch(/^:white_check_mark: Approved/);
+    await s.threadOf(unstickId, { channel: ALERTS, timeoutMs: 60_000, done: (t) => t.some((x) => /Recovered/.test(x.text)) });
+    expect(s.fleet.signals().filter((x) => x.signal === 'SIGKILL').map((x) => x.hostPid)).toContain(holder.hostPid);
   });
 });
