@@ -43,8 +43,9 @@ export const PARENT_LEVELS = 4;
  * PARENT_LEVELS: a TP rank's own title is often only `sglang::scheduler_TP0`, the launcher above
  * it carries the arguments (root causes, src/gpu/root-cause.ts). The walk follows `PPid:` (an
  * integer the kernel wrote, checked to be digits) and stops below PID 1 and below a container's
- * init (NSpid ending in 1), so it never leaves the container it started in. Command lines are
- * read up to CMDLINE_CAP_BYTES + 1 bytes. `@done` proves the output is complete.
+ * init (NSpid ending in 1), so it never leaves the container it started in; a parent already
+ * named (8 ranks share one launcher) is named once, under the first PID that reached it, and the
+ * walk stops there. Command lines are read up to CMDLINE_CAP_BYTES + 1 bytes. `@done` proves the output is complete.
  */
 export const READ_PROCS_SCRIPT = [
   'for p in "$@"; do',
@@ -56,12 +57,15 @@ export const READ_PROCS_SCRIPT = [
   'for p in "$@"; do',
   `echo "@cmdline $p $(head -c ${CMDLINE_CAP_BYTES + 1} "/proc/$p/cmdline" 2>/dev/null | od -An -v -tx1 | tr -d " \\n")"`,
   'done',
+  's=" "',
   'for p in "$@"; do',
   'c=$p; n=0',
   `while [ $n -lt ${PARENT_LEVELS} ]; do`,
   'q=$(sed -n "s/^PPid:[[:space:]]*//p" "/proc/$c/status" 2>/dev/null)',
   'case "$q" in ""|*[!0-9]*|0|1) break;; esac',
+  'case "$s" in *" $q "*) break;; esac',
   '[ "$(sed -n "s/^NSpid:.*[[:space:]]//p" "/proc/$q/status" 2>/dev/null)" = 1 ] && break',
+  's="$s$q "',
   `echo "@parent $p $q $(head -c ${CMDLINE_CAP_BYTES + 1} "/proc/$q/cmdline" 2>/dev/null | od -An -v -tx1 | tr -d " \\n")"`,
   'c=$q; n=$((n+1))',
   'done',

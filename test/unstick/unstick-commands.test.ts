@@ -160,6 +160,22 @@ describe('readProcs reads the launchers above the holders (real /proc, real sh)'
     expect(reading?.parents?.map((p) => p.pid)).not.toContain(1);
   });
 
+  it('ranks under one launcher: the launcher and everything above it are named once, under the first rank', async () => {
+    const p = spawn('sh', ['-c', 'sleep 30 & echo $!; sleep 30 & echo $!; wait', 'sh'], { argv0: LAUNCH, stdio: ['ignore', 'pipe', 'ignore'] } as Parameters<typeof spawn>[2]);
+    kids.push(p);
+    let buf = '';
+    const ranks = await new Promise<number[]>((resolve) =>
+      p.stdout?.on('data', (d: Buffer) => {
+        buf += d.toString();
+        const l = buf.trim().split('\n');
+        if (l.length >= 2) resolve(l.map(Number));
+      }),
+    );
+    const r = parseProcReadings(spawnSync('sh', readProcs(ranks, t).argv.slice(1), { encoding: 'utf8' }).stdout).readings;
+    expect(r[0]?.parents?.[0]).toEqual({ pid: p.pid, cmdline: `${LAUNCH} -c sleep 30 & echo $!; sleep 30 & echo $!; wait sh` });
+    expect(r[1]?.parents).toBeUndefined();
+  });
+
   it('a 10 kB command line with newlines, backticks and forged tags stays one bounded field, cut at a whole argument', async () => {
     const { parent, rank } = await launcher(HOSTILE);
     const r = parseProcReadings(spawnSync('sh', readProcs([rank, parent], t).argv.slice(1), { encoding: 'utf8' }).stdout);
