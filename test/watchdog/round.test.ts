@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IncidentMetaSchema } from '../../src/incident/events.ts';
+import { TargetLock } from '../../src/incident/target-lock.ts';
 import { alertIncidentId } from '../../src/watchdog/alert-id.ts';
 import { MachineGlanceSchema } from '../../src/watchdog/watch-glance.ts';
 import { ALERTS_CHANNEL, startWatchRig, watchKeys, type WatchRig } from './watch-rig.ts';
@@ -19,6 +20,7 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
         { id: 'kpro2', site: 'b', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 },
         { id: 'kpro3', site: 'c', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 },
         { id: 'kpro4', site: 'd', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 },
+        { id: 'kpro7', site: 'e', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 },
       ],
     });
   }, 120_000);
@@ -116,9 +118,21 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
     expect([...(a ?? []), ...(b ?? [])].some((r) => r.attempts > 1 || r.skipped !== null)).toBe(true);
   });
 
+  it('a machine whose unstick lock is held is read and alerted all the same, and the lock is left as it was', async () => {
+    const lock = new TargetLock(rig.redis, rig.prefix);
+    const holder = { incidentId: 'inc_20261201_120000_lockheld', requester: 'U0REQUEST1', since: new Date().toISOString() };
+    expect(await lock.acquire('kpro7', holder, 600_000)).toEqual({ ok: true });
+    const ttl = await rig.redis.pttl(`${rig.prefix}:lock:kpro7`);
+    await rig.fleet.setRam('kpro7', { totalGiB: 449, usedGiB: 440 });
+    await rig.round({ site: 'e' });
+    expect((await rig.eventsOf('kpro7', 'ram_high')).map((e) => e.type)).toEqual(['alert_raised']);
+    expect(await lock.holder('kpro7')).toEqual(holder);
+    expect(await rig.redis.pttl(`${rig.prefix}:lock:kpro7`)).toBeLessThanOrEqual(ttl);
+  });
+
   it('no round signalled anything or ran anything but reads', () => {
     expect(rig.fleet.signals()).toEqual([]);
-    for (const m of ['kpro1', 'kpro2', 'kpro3', 'kpro4']) {
+    for (const m of ['kpro1', 'kpro2', 'kpro3', 'kpro4', 'kpro7']) {
       const cmds = rig.fleet.commandLog(m).map((c) => c.cmd);
       expect(cmds.length).toBeGreaterThan(0);
       expect(cmds.filter((c) => /\bkill\b|nvidia-smi (-r|--gpu-reset)|-pm |pct (stop|shutdown|reboot)|\breboot\b/.test(c))).toEqual([]);
