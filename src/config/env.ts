@@ -256,6 +256,26 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
     }
   }
   const env = parsed.success ? parsed.data : null;
+  // An escalation that could never happen is a mistake, not a choice: said here rather than found out when a card stalls.
+  if (env) {
+    const group = env.GPU_MEDIC_ESCALATION_APPROVERS.length > 0;
+    const after = env.GPU_MEDIC_ESCALATE_AFTER_SEC;
+    if (group && after === 0)
+      problems.push({
+        variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
+        message: 'is 0, so the escalation group (GPU_MEDIC_ESCALATION_APPROVERS) would never be asked: set how many seconds a card waits before it escalates, or remove the group',
+      });
+    else if (!group && after > 0)
+      problems.push({
+        variable: 'GPU_MEDIC_ESCALATION_APPROVERS',
+        message: 'is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
+      });
+    else if (group && after >= env.GPU_MEDIC_APPROVAL_TTL_SEC)
+      problems.push({
+        variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
+        message: `(${after} s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (${env.GPU_MEDIC_APPROVAL_TTL_SEC} s): every card would expire before it escalates`,
+      });
+  }
   // The mode's rules read the raw values, so that they are reported in the same pass as any other problem.
   if (role !== 'worker') {
     const mode = input.GPU_MEDIC_MODE ?? 'socket';

@@ -65,4 +65,19 @@ describe('env', () => {
     expect(r.env).toBeNull();
     expect(r.problems[0]?.variable).toBe('GPU_MEDIC_APPROVERS');
   });
+  it('refuses an escalation that could never happen, saying why; accepts one that can', () => {
+    const msg = (e: Record<string, string>) => parseEnv(e, 'worker').problems.map((p) => `${p.variable} ${p.message}`);
+    expect(msg({ GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001' })).toEqual([
+      'GPU_MEDIC_ESCALATE_AFTER_SEC is 0, so the escalation group (GPU_MEDIC_ESCALATION_APPROVERS) would never be asked: set how many seconds a card waits before it escalates, or remove the group',
+    ]);
+    expect(msg({ GPU_MEDIC_ESCALATE_AFTER_SEC: '300' })).toEqual([
+      'GPU_MEDIC_ESCALATION_APPROVERS is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
+    ]);
+    expect(msg({ GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001', GPU_MEDIC_ESCALATE_AFTER_SEC: '900', GPU_MEDIC_APPROVAL_TTL_SEC: '900' })).toEqual([
+      'GPU_MEDIC_ESCALATE_AFTER_SEC (900 s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (900 s): every card would expire before it escalates',
+    ]);
+    const ok = parseEnv({ GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001', GPU_MEDIC_ESCALATE_AFTER_SEC: '300' }, 'worker');
+    expect(ok.problems).toEqual([]);
+    expect(ok.env).toMatchObject({ GPU_MEDIC_ESCALATION_APPROVERS: ['U0ERIN0001'], GPU_MEDIC_ESCALATE_AFTER_SEC: 300 });
+  });
 });
