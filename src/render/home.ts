@@ -139,7 +139,8 @@ function alertLine(a: HomeAlert, model: HomeModel): string {
   const id = code(a.incidentId);
   if (a.alert === null) return `:warning: alert ${id}: its events could not be read (\`npm run -s cli -- incident ${a.incidentId.replace(/[^a-z0-9_]/g, '')}\` shows what the log holds)`;
   const al = a.alert;
-  const where = `${code(al.machineId)}${al.gpu === null ? '' : ` GPU ${fmt(al.gpu)}`}`;
+  // The watchdog's sentences name the GPU themselves ("GPU 3: …", "… on GPU 3 …"): only the machine goes before.
+  const where = code(al.machineId);
   const icon = a.cleared ? ':white_check_mark:' : ':rotating_light:';
   const when = a.cleared ? 'cleared' : `since ${clockOf(al.raisedAt ?? al.since, model.now)}`;
   const snooze = a.snoozedUntil !== null && Date.parse(a.snoozedUntil) > model.now ? ` · snoozed until ${clockOf(Date.parse(a.snoozedUntil), model.now)}` : '';

@@ -120,6 +120,8 @@ interface Due {
   /** Not before (ms). */
   at: number;
   failures: number;
+  /** Which pass may publish it: one that began after it was due, so it read Redis after the change or the open. */
+  seq: number;
 }
 
 const errorCode = (err: unknown): string => {
@@ -152,6 +154,8 @@ export class HomePublisher {
   private tokensAt: number;
   private lastPass: number | null = null;
   private passCount = 0;
+  /** Bumped when a pass begins; a due entry made meanwhile waits for the next pass. */
+  private passSeq = 0;
 
   constructor(private readonly o: HomePublisherOptions) {
     this.keys = homeKeys(o.prefix);
@@ -174,7 +178,7 @@ export class HomePublisher {
     }
     const at = this.now();
     const prev = this.due.get(userId);
-    this.due.set(userId, { at: Math.min(prev?.at ?? at, at), failures: prev?.failures ?? 0 });
+    this.due.set(userId, { at: Math.min(prev?.at ?? at, at), failures: prev?.failures ?? 0, seq: this.passSeq + 1 });
     this.kick();
     await this.o.redis.zadd(this.keys.users, at, userId);
   }
@@ -207,7 +211,8 @@ export class HomePublisher {
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.pass = this.tick().finally(() => this.schedule(this.tickMs));
+      // An open that came in during the pass gets the next one at once, not a tick later.
+      this.pass = this.tick().finally(() => this.schedule([...this.due.values()].some((d) => d.seq > this.passSeq && d.at <= this.now()) ? 0 : this.tickMs));
     }, ms);
   }
 
@@ -217,6 +222,7 @@ export class HomePublisher {
   }
 
   private async tick(): Promise<void> {
+    this.passSeq += 1;
     try {
       await this.refresh();
       this.lastPass = this.now();
@@ -252,7 +258,7 @@ export class HomePublisher {
     this.viewHash = hash;
     await this.o.redis.zremrangebyscore(this.keys.users, '-inf', now - this.userTtlMs);
     const [users, sent] = await Promise.all([this.o.redis.zrangebyscore(this.keys.users, now - this.userTtlMs, '+inf'), this.o.redis.hgetall(this.keys.published)]);
-    for (const u of users) if (sent[u] !== hash && !this.due.has(u)) this.due.set(u, { at: now, failures: 0 });
+    for (const u of users) if (sent[u] !== hash && !this.due.has(u)) this.due.set(u, { at: now, failures: 0, seq: this.passSeq });
   }
 
   private takeToken(now: number): boolean {
@@ -267,7 +273,8 @@ export class HomePublisher {
     const view = this.view;
     if (view === null || this.due.size === 0) return;
     const now = this.now();
-    const ready = [...this.due.entries()].filter(([u, d]) => d.at <= now && now - (this.lastPublishAt.get(u) ?? 0) >= this.perUserMinMs).sort((a, b) => a[1].at - b[1].at);
+    const seq = this.passSeq;
+    const ready = [...this.due.entries()].filter(([u, d]) => d.seq <= seq && d.at <= now && now - (this.lastPublishAt.get(u) ?? 0) >= this.perUserMinMs).sort((a, b) => a[1].at - b[1].at);
     for (const [user, d] of ready) {
       if (!this.running) return;
       if (!this.takeToken(this.now())) return;
@@ -286,7 +293,7 @@ export class HomePublisher {
           { user, error: code, failures, retryInMs: wait },
           `App Home publish (views.publish) failed: ${code}${code === 'not_enabled' ? " (the app's Home tab is off: App Home > Show Tabs > Home Tab, or slack/manifest.yaml)" : ''}; will retry`,
         );
-        if (this.due.get(user) === d) this.due.set(user, { at: this.now() + wait, failures });
+        if (this.due.get(user) === d) this.due.set(user, { at: this.now() + wait, failures, seq: d.seq });
       }
     }
   }

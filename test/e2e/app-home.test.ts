@@ -81,7 +81,7 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
       const v = home(ALICE);
       return v && v.publishes > before && textOf(v.view).includes('80,000 MiB held by no process') ? v : null;
     }, 30_000);
-    expect(textOf(withAlert.view)).toMatch(new RegExp(`:rotating_light: \`kpro5\` GPU 1: GPU 1: 80,000 MiB held by no process on the host\\. · since \\d\\d:\\d\\d UTC · \`${id}\``));
+    expect(textOf(withAlert.view)).toMatch(new RegExp(`:rotating_light: \`kpro5\`: GPU 1: 80,000 MiB held by no process on the host\\. · since \\d\\d:\\d\\d UTC · \`${id}\``));
     expect(textOf(withAlert.view)).toContain('*Open alerts* (1)');
 
     // An unstick opens (the index moves): it shows with its target, requester and state.

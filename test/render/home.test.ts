@@ -85,7 +85,7 @@ describe('App Home view (pure)', () => {
     ];
     const all = texts(renderHome(model({ alerts })).blocks).join('\n');
     expect(all).toContain('*Open alerts* (3)');
-    expect(all).toMatch(/:rotating_light: `kpro5` GPU 3: GPU 3: 80,000 MiB held by no process\. · since 11:50 UTC · snoozed until 13:00 UTC · `inc_alert_aaaa`/);
+    expect(all).toMatch(/:rotating_light: `kpro5`: GPU 3: 80,000 MiB held by no process\. · since 11:50 UTC · snoozed until 13:00 UTC · `inc_alert_aaaa`/);
     expect(all).toMatch(/:white_check_mark: `kpro6`: host RAM 98 % used \(439 of 449 GiB\)\. · cleared · `inc_alert_bbbb`/);
     expect(all).toMatch(/alert `inc_alert_cccc`: its events could not be read/);
   });
