@@ -19,7 +19,7 @@ describe('watchdog alert kinds on the fleet', () => {
     const h = (id: string, site: string) => ({ id, site, gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 });
     rig = await startWatchRig(
       {
-        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('w1', 'why'), { id: 'm1', site: 'missing', gpus: 4 }],
+        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('h3', 'hang'), h('w1', 'why'), { id: 'm1', site: 'missing', gpus: 4 }],
         containers: [{ id: 'ct201', vmid: 201, host: 'z1', ownAddress: true }],
       },
       { settings: { ghostMinutes: 0, xidQuietMinutes: 0 }, commandTimeoutSec: COMMAND_TIMEOUT_SEC },
@@ -182,9 +182,11 @@ describe('watchdog alert kinds on the fleet', () => {
     ]);
   });
 
-  it('a host whose nvidia-smi hangs delays only its own alert: the other host\'s alert is committed while its read still waits', async () => {
+  it('a host whose nvidia-smi hangs, and a frozen host, delay only their own alerts: the other host\'s alert is committed while their reads still wait', async () => {
+    await rig.round({ site: 'hang' });
     await rig.fleet.setRam('h2', { totalGiB: 449, usedGiB: 440 });
     await rig.fleet.setHang('h1', true);
+    await rig.fleet.freezeMachine('h3', true);
     let done = false;
     const round = rig.round({ site: 'hang' }).finally(() => {
       done = true;
@@ -197,11 +199,16 @@ describe('watchdog alert kinds on the fleet', () => {
     // h2's alert is in while h1's read is still bounded by its timeout.
     expect(done).toBe(false);
     expect(await types('h1', 'nvidia_smi_failing')).toEqual([]);
+    expect(await types('h3', 'nvidia_smi_failing')).toEqual([]);
     await round;
     expect(await sentences('h1', 'nvidia_smi_failing')).toEqual(['alert_raised: nvidia-smi did not answer within the command timeout (a wedged driver often hangs it).']);
+    // The frozen host's pooled connection stays open and silent: its read ends at the client deadline.
+    expect(await types('h3', 'nvidia_smi_failing')).toEqual(['alert_raised']);
     await rig.fleet.setHang('h1', false);
+    await rig.fleet.freezeMachine('h3', false);
     await rig.round({ site: 'hang' });
     expect(await types('h1', 'nvidia_smi_failing')).toEqual(['alert_raised', 'alert_cleared']);
+    expect(await types('h3', 'nvidia_smi_failing')).toEqual(['alert_raised', 'alert_cleared']);
   });
 
   it('no holder was ever signalled and no machine ran anything but reads', () => {
