@@ -285,6 +285,13 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
       problems.push({ variable: 'SLACK_APP_TOKEN', message: 'is required in socket mode (xapp-... with connections:write)' });
     if (mode === 'http' && !has('SLACK_SIGNING_SECRET'))
       problems.push({ variable: 'SLACK_SIGNING_SECRET', message: 'is required in http mode to verify requests' });
+    // An alert's buttons follow the channel policy of /gpu, so an alerts channel left out would refuse every click.
+    const alerts = env?.GPU_MEDIC_ALERTS_CHANNEL;
+    if (env && alerts && env.GPU_MEDIC_ALLOWED_CHANNELS.length > 0 && !env.GPU_MEDIC_ALLOWED_CHANNELS.includes(alerts))
+      problems.push({
+        variable: 'GPU_MEDIC_ALERTS_CHANNEL',
+        message: `${alerts} is not in GPU_MEDIC_ALLOWED_CHANNELS, so every click on an alert's buttons would be refused there; add it to GPU_MEDIC_ALLOWED_CHANNELS (or leave that empty: any channel)`,
+      });
   }
   return { env: problems.length === 0 ? env : null, problems };
 }

@@ -60,6 +60,17 @@ describe('env', () => {
     expect(parseEnv({ GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: 'xoxb-1' }, 'bot').problems.map((p) => p.variable)).toEqual(['SLACK_SIGNING_SECRET']);
     expect(parseEnv({}, 'worker').problems).toEqual([]);
   });
+  it('the bot refuses an alerts channel that GPU_MEDIC_ALLOWED_CHANNELS leaves out (every click on an alert would be refused); the worker does not mind', () => {
+    const base = { SLACK_BOT_TOKEN: 'xoxb-1', SLACK_APP_TOKEN: 'xapp-1', GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01' };
+    const r = parseEnv({ ...base, GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01' }, 'bot');
+    expect(r.env).toBeNull();
+    expect(r.problems).toEqual([
+      { variable: 'GPU_MEDIC_ALERTS_CHANNEL', message: 'C0ALERTS01 is not in GPU_MEDIC_ALLOWED_CHANNELS, so every click on an alert\'s buttons would be refused there; add it to GPU_MEDIC_ALLOWED_CHANNELS (or leave that empty: any channel)' },
+    ]);
+    expect(parseEnv({ ...base, GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01,C0ALERTS01' }, 'bot').problems).toEqual([]);
+    expect(parseEnv(base, 'bot').problems).toEqual([]);
+    expect(parseEnv({ GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01', GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01' }, 'worker').problems).toEqual([]);
+  });
   it('refuses approvers given by name', () => {
     const r = parseEnv({ GPU_MEDIC_APPROVERS: 'U012AB,@alice' }, 'worker');
     expect(r.env).toBeNull();
