@@ -10,8 +10,9 @@ import { FIRST_READ_LOOKBACK_SEC } from '../watchdog/kernel-log.ts';
 
 /**
  * The NVIDIA lines of the kernel log since `sinceSec` (0: the last FIRST_READ_LOOKBACK_SEC s):
- * `journalctl -k` where the host has a journal, else `dmesg`. Prints `now`, `boot` (id, uptime) and
- * `source` first, so the lines can be told new from seen by the machine's own clocks.
+ * `journalctl -k` where the host has a journal, else `dmesg` (`source none` when neither can be
+ * read). Prints `now`, `boot` (id, uptime) and `source` first, so the lines can be told new from
+ * seen by the machine's own clocks.
  */
 export function kernelLogRead(o: TemplateOptions & { sinceSec: number }): CommandSpec {
   const since = Math.floor(o.sinceSec);
@@ -21,7 +22,9 @@ export function kernelLogRead(o: TemplateOptions & { sinceSec: number }): Comman
     `printf 'boot %s %s\\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" "$(cut -d' ' -f1 /proc/uptime 2>/dev/null)"`,
     `s=${since}; [ "$s" -gt 0 ] || s=$(( $(date +%s) - ${FIRST_READ_LOOKBACK_SEC} ))`,
     `if out=$(journalctl -k -q -o short-unix --no-pager --since=@"$s" 2>/dev/null); then echo 'source journal'; printf '%s\\n' "$out" | grep -F 'NVRM' | tail -n 1000`,
-    `else echo 'source dmesg'; dmesg 2>/dev/null | grep -F 'NVRM' | tail -n 1000; fi`,
+    `elif d=$(dmesg 2>/dev/null); then echo 'source dmesg'; printf '%s\n' "$d" | grep -F 'NVRM' | tail -n 1000`,
+    // Neither could be read (no journal for this login, and dmesg_restrict): said, not taken as "no Xid".
+    `else echo 'source none'; fi`,
     'true',
   ].join('\n');
   return { argv: ['sh', '-c', script], timeoutMs: o.timeoutMs };

@@ -63,6 +63,7 @@ export function parseKernelLog(stdout: string, prev: KernelLogCursor | undefined
       bootId = b[1] === '' ? null : (b[1] ?? null);
       uptime = b[2] === undefined ? null : Number(b[2]);
     }
+    if (line === 'source none') return { ok: false, reason: 'neither journalctl -k nor dmesg could be read by this login (dmesg_restrict?)' };
     const s = /^source (journal|dmesg)$/.exec(line);
     if (s) source = s[1] === 'journal' ? 'journal' : 'dmesg';
   }

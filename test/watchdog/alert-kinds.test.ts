@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { watchKeys } from '../../src/watch-store/watch-keys.ts';
 import { startWatchRig, type WatchRig } from './watch-rig.ts';
 
-const COMMAND_TIMEOUT_SEC = 4;
+// Long enough for a loaded machine's reads; the hung and frozen hosts wait it out once or twice.
+const COMMAND_TIMEOUT_SEC = 10;
 
 describe('watchdog alert kinds on the fleet', () => {
   let rig: WatchRig;
@@ -19,7 +20,7 @@ describe('watchdog alert kinds on the fleet', () => {
     const h = (id: string, site: string) => ({ id, site, gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 });
     rig = await startWatchRig(
       {
-        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('h3', 'hang'), h('w1', 'why'), { id: 'm1', site: 'missing', gpus: 4 }],
+        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('x3', 'xid3'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('h3', 'hang'), h('w1', 'why'), { id: 'm1', site: 'missing', gpus: 4 }],
         containers: [{ id: 'ct201', vmid: 201, host: 'z1', ownAddress: true }],
       },
       { settings: { ghostMinutes: 0, xidQuietMinutes: 0 }, commandTimeoutSec: COMMAND_TIMEOUT_SEC },
@@ -131,6 +132,17 @@ describe('watchdog alert kinds on the fleet', () => {
     expect(ev.map((e) => e.type)).toEqual(['alert_raised']);
     expect(ev[0] && 'alert' in ev[0] ? ev[0].alert.sentence : '').toMatch(/^Xid 48 on PCI 0000:01:00 \(GPU 0\): Double-bit ECC error; /);
     expect(rig.fleet.commandLog('x2').some((c) => c.via === 'tool' && c.cmd === 'dmesg')).toBe(true);
+  });
+
+  it('a host whose kernel log cannot be read at all: no Xid alert, the gap is logged, the rest of the reading still counts', async () => {
+    await rig.fleet.removeTool('x3', 'journalctl');
+    await rig.fleet.removeTool('x3', 'dmesg');
+    await rig.fleet.logXid('x3', 0, 79);
+    await rig.fleet.setRam('x3', { totalGiB: 449, usedGiB: 440 });
+    await rig.round({ site: 'xid3' });
+    expect(await types('x3', 'xid')).toEqual([]);
+    expect(await types('x3', 'ram_high')).toEqual(['alert_raised']);
+    expect(rig.logText()).toMatch(/"machine":"x3".*kernel log: neither journalctl -k nor dmesg could be read/);
   });
 
   it('a recovery action the driver reports: raised with what it asks for, cleared at None; a driver without the field raises nothing and is read as before', async () => {

@@ -49,6 +49,7 @@ describe('kernel log since the last read', () => {
 
   it('an answer without its source line, or dmesg without a boot id, is not read as "no Xid"', () => {
     expect(parseKernelLog('now 1\n', undefined).ok).toBe(false);
+    expect(parseKernelLog(`now 1\nboot ${BOOT} 5\nsource none\n`, undefined)).toEqual({ ok: false, reason: 'neither journalctl -k nor dmesg could be read by this login (dmesg_restrict?)' });
     expect(parseKernelLog(dmesg(1, '', 5, [`[ 1.0] ${XID79}`]), undefined).ok).toBe(false);
   });
 });
