@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick]`: the three latencies on-call feels, measured on this machine
+ * `npm run bench [-- --quick | --watch]`: the three latencies on-call feels, measured on this machine
  * against the real stack (Redis, bot and worker processes, a real-sshd fleet, fake Slack), each
  * next to a baseline measured in the same run, interleaved, so a ratio holds on a noisy machine.
  * Prints one JSON object on stdout; progress goes to stderr. See bench/README.md.
@@ -556,7 +556,9 @@ async function main(): Promise<void> {
 
 // Everything it started is stopped in `finally`; exit once the JSON is flushed rather than wait
 // ~30 s for lingering keep-alive sockets and timers of the harness to time out.
-main().then(
+// `--watch`: the watchdog round's Redis and SSH cost over 50 and 200 machines instead (bench/watch-round.ts).
+const run = process.argv.includes('--watch') ? () => import('./watch-round.ts').then((m) => m.watchBench()) : main;
+run().then(
   () => process.stdout.write('', () => process.exit(0)),
   (e: unknown) => {
     process.stderr.write(`bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`, () => process.exit(1));

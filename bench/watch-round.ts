@@ -12,15 +12,19 @@
  * The round is the worker's (workers/watchdog.ts runWatchJob with the real SSH executor, the real
  * WatchRoundStore and SnoozeStore), against the real fleet (sshd per host, fake nvidia-smi, kernel
  * log). Every 10th host has one GPU holder, so the holder-state part of the read has work to do.
- * The first round of each size is cold (empty watch state, no SSH connection yet); the rest are
- * steady. Prints one JSON object on stdout; progress on stderr. See bench/README.md.
+ * Cold: one round per size as a just-started worker does it (empty watch state, its own executor
+ * with no connection yet). Steady: every connection pooled (opened 20 at a time), the state stored
+ * by one uncounted round per size, then N rounds per size, interleaved. Prints one JSON object on
+ * stdout; progress on stderr. See bench/README.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { validateInventory } from '../src/config/load-inventory.ts';
 import type { Inventory } from '../src/config/inventory.ts';
+import { routeFor } from '../src/config/machines.ts';
 import { createSshExecutor } from '../src/ssh/executor.ts';
+import type { Executor } from '../src/ssh/types.ts';
 import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
 import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
 import { DEFAULT_WATCH_SETTINGS } from '../src/watchdog/judge.ts';
@@ -31,7 +35,8 @@ import type { Fleet } from '../test/harness/fleet/types.ts';
 import { freePort } from './procs.ts';
 import { round as r1, summarize, type Summary } from './stats.ts';
 
-const SIZES = [50, 200] as const;
+/** `--sizes 2,6` for a quick try; default 50 and 200. */
+const SIZES: readonly number[] = process.argv.includes('--sizes') ? (process.argv[process.argv.indexOf('--sizes') + 1] ?? '').split(',').map(Number).filter((n) => n > 0) : [50, 200];
 const ROUNDS = Math.max(2, Number(process.argv[process.argv.indexOf('--rounds') + 1]) || 4);
 const ALERTS_CHANNEL = 'C0ALERTS01';
 
@@ -100,10 +105,12 @@ interface RoundFigures {
   sshSessions: number;
   sshNewConnections: number;
   machines: number;
-  alertsRaised: number;
+  /** Alerts the round raised, by kind (an idle fleet raises none once read). */
+  raised: Record<string, number>;
 }
 
-async function main(): Promise<void> {
+/** Runs the watchdog-round bench and prints its JSON (bench/run.ts calls it for `--watch`). */
+export async function watchBench(): Promise<void> {
   progress('starting a private redis-server');
   const redisServer = await startPrivateRedis();
   const hosts = Math.max(...SIZES);
@@ -124,57 +131,72 @@ async function main(): Promise<void> {
       inv.hosts = inv.hosts.map((h, i) => ({ ...h, site: i < n ? `w${n}` : 'idle' }));
       return inv;
     };
-    const executor = createSshExecutor({ connectTimeoutMs: base.defaults.connectTimeoutSec * 1000 });
-    const depsOf = (n: number): WatchdogDeps => {
+    const newExecutor = () => createSshExecutor({ connectTimeoutMs: base.defaults.connectTimeoutSec * 1000 });
+    const depsOf = (n: number, executor: Executor): WatchdogDeps => {
       const prefix = `bw${n}`;
       return {
         inventory: inventoryOf(n),
         executor,
-        store: new WatchRoundStore(new Redis(redisServer.url), prefix, ALERTS_CHANNEL),
-        snoozes: new SnoozeStore(new Redis(redisServer.url), prefix),
+        store: new WatchRoundStore(redis, prefix, ALERTS_CHANNEL),
+        snoozes: new SnoozeStore(redis, prefix),
         settings: { ...DEFAULT_WATCH_SETTINGS },
         now: () => new Date(),
         commandTimeoutMs: base.defaults.commandTimeoutSec * 1000,
         logger,
       };
     };
-    const deps = new Map(SIZES.map((n) => [n, depsOf(n)]));
     const machines = [...Array(hosts).keys()].map((i) => `kpro${i + 1}`);
     const sessions = (): number => machines.reduce((a, m) => a + (fleet?.commandLog(m).filter((c) => c.via === 'ssh').length ?? 0), 0);
     const figures: RoundFigures[] = [];
-    for (let k = 0; k < ROUNDS; k++) {
-      for (const n of SIZES) {
-        const d = deps.get(n);
-        if (!d) continue;
-        const before = await commandStats(redis);
-        const s0 = sessions();
-        const c0 = sshClientSockets(ports);
-        const start = performance.now();
-        const results = await runWatchJob({ kind: 'watch', site: `w${n}` }, d);
-        const wallMs = performance.now() - start;
-        const c1 = sshClientSockets(ports);
-        const s1 = sessions();
-        const after = await commandStats(redis);
-        const byCommand: Record<string, number> = {};
-        for (const [cmd, calls] of after) {
-          const delta = calls - (before.get(cmd) ?? 0) - (cmd === 'info' ? 1 : 0);
-          if (delta > 0) byCommand[cmd] = delta;
-        }
-        const f: RoundFigures = {
-          size: n,
-          cold: k === 0,
-          wallMs: r1(wallMs),
-          redisCommands: Object.values(byCommand).reduce((a, b) => a + b, 0),
-          redisByCommand: byCommand,
-          sshSessions: s1 - s0,
-          sshNewConnections: Math.max(0, c1 - c0),
-          machines: results.length,
-          alertsRaised: results.reduce((a, x) => a + x.changes.filter((c) => c.type === 'raise').length, 0),
-        };
-        figures.push(f);
-        progress(`round ${k + 1} over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections`);
+    const measure = async (n: number, executor: Executor, cold: boolean, record = true): Promise<void> => {
+      const d = depsOf(n, executor);
+      const before = await commandStats(redis);
+      const s0 = sessions();
+      const c0 = sshClientSockets(ports);
+      const start = performance.now();
+      const results = await runWatchJob({ kind: 'watch', site: `w${n}` }, d);
+      const wallMs = performance.now() - start;
+      const c1 = sshClientSockets(ports);
+      const s1 = sessions();
+      const after = await commandStats(redis);
+      const byCommand: Record<string, number> = {};
+      for (const [cmd, calls] of after) {
+        const delta = calls - (before.get(cmd) ?? 0) - (cmd === 'info' ? 1 : 0);
+        if (delta > 0) byCommand[cmd] = delta;
       }
+      const f: RoundFigures = {
+        size: n,
+        cold,
+        wallMs: r1(wallMs),
+        redisCommands: Object.values(byCommand).reduce((a, b) => a + b, 0),
+        redisByCommand: byCommand,
+        sshSessions: s1 - s0,
+        sshNewConnections: Math.max(0, c1 - c0),
+        machines: results.length,
+        raised: results.flatMap((x) => x.changes.filter((c) => c.type === 'raise').map((c) => c.alert.kind)).reduce<Record<string, number>>((a, k) => ({ ...a, [k]: (a[k] ?? 0) + 1 }), {}),
+      };
+      if (record) figures.push(f);
+      const firstRaise = results.flatMap((x) => x.changes).find((c) => c.type === 'raise');
+      progress(`${record ? '' : '(not counted) '}${cold ? 'cold' : 'steady'} round over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections, raised ${JSON.stringify(f.raised)}${firstRaise ? ` (e.g. ${firstRaise.alert.machineId}: ${firstRaise.alert.sentence})` : ''}`);
+    };
+    // Cold: a worker just started (empty watch state, no pooled connection): each size on its own executor.
+    for (const n of SIZES) {
+      const ex = newExecutor();
+      await measure(n, ex, true);
+      await ex.close();
+      await redis.eval(`for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 1`, 0, `bw${n}:*`);
     }
+    // Steady: connections pooled (opened 20 at a time first), state stored by one uncounted round.
+    const executor = newExecutor();
+    for (let i = 0; i < base.hosts.length; i += 20)
+      await Promise.all(
+        base.hosts.slice(i, i + 20).map(async (h) => {
+          const route = routeFor(base, h.id);
+          if (route) await executor.exec(route, { argv: ['true'], timeoutMs: 10_000 }).catch(() => undefined);
+        }),
+      );
+    for (const n of SIZES) await measure(n, executor, false, false);
+    for (let k = 0; k < ROUNDS; k++) for (const n of SIZES) await measure(n, executor, false);
     const per = (n: number, cold: boolean) => figures.filter((f) => f.size === n && f.cold === cold);
     const summary = (xs: number[]): Summary => summarize(xs);
     const out = {
@@ -208,10 +230,6 @@ async function main(): Promise<void> {
     };
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
     await executor.close();
-    for (const d of deps.values()) {
-      // The stores' connections: each was given its own.
-      void d;
-    }
   } finally {
     redis.disconnect();
     await fleet?.stop();
@@ -219,10 +237,3 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e: unknown) => {
-    process.stderr.write(`watch bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
-    process.exit(1);
-  },
-);
