@@ -9,7 +9,7 @@
  * - ghost_memory: GPU memory no process anywhere on the host holds (host view: used minus every
  *   compute app on that GPU) of at least `ghostMinMiB`, raised once it lasted `ghostMinutes`;
  * - holder_stuck: a GPU holder in uninterruptible sleep (D) or a zombie (Z) while holding memory;
- * - ram_high: host RAM at or above `ramPct` %, with the root causes the holders' command lines show
+ * - ram_high: host RAM at or above `ramPct` % (hosts' readings only), with the root causes the holders' command lines show
  *   (`snapshot.rootCauses`, host-RAM kinds) when the read had them;
  * - nvidia_smi_failing: the GPU query hung, or the driver failed as a whole;
  * - gpu_error: one GPU answered with an error instead of numbers;
@@ -121,7 +121,10 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
         : { key: `${m}/nvidia_smi_failing`, kind: 'nvidia_smi_failing', gpu: null, sentence: `nvidia-smi fails for every GPU (${s.gpuError.kind.replace(/[^a-z_]/g, '')}).` },
     );
   }
-  if (s.ram && s.ram.totalBytes > 0) {
+  // Host RAM is the host's condition: judged on its own reading only. A container's `free` shows
+  // its host's RAM or (lxcfs) its own limit; either way the host's alert is the one to act on,
+  // and a second alert per container would repeat it. (One raised before still clears: observed.)
+  if (s.view === 'host' && s.ram && s.ram.totalBytes > 0) {
     const pct = Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100);
     // Why, when the holders' command lines say so (root-cause.ts: numbers and flag names only).
     const why = snapshotRootCauses(s, HOST_RAM_CAUSES).map((c) => ` Why: ${c.sentence}`).join('');

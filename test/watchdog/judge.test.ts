@@ -80,6 +80,17 @@ describe('watchdog judgement', () => {
     expect(changes[0]?.sentence).toBe('host PID 4242 holds 96,413 MiB on GPU 0 and is in uninterruptible sleep (D): signals wait until the kernel call returns.');
   });
 
+  it('host RAM is judged on the host only: a container reading the same RAM raises no second alert, and one raised before still clears', () => {
+    const ct = (at: number): MachineReading => ({ machineId: 'ct129', at, ok: true, snapshot: { ...host({ ramUsedGiB: 439 }), machineId: 'ct129', view: 'container' } });
+    expect(run([ct(T0), ct(T0 + MIN)]).changes).toEqual([]);
+    const stale: WatchState = {
+      ...EMPTY_WATCH_STATE,
+      alerts: { 'ct129/ram_high': { key: 'ct129/ram_high', kind: 'ram_high', machineId: 'ct129', gpu: null, since: T0, raisedAt: T0, sentence: 'host RAM 98 % used (439 of 449 GiB).', lastSeenAt: T0 } },
+    };
+    const j = judge(stale, ct(T0 + MIN));
+    expect(j.changes.map((c) => [c.type, c.alert.key])).toEqual([['clear', 'ct129/ram_high']]);
+  });
+
   it('fewer GPUs than last seen raises gpus_missing until the GPU is back', () => {
     const { changes } = run([read(T0, host({ gpus: 8 })), read(T0 + MIN, host({ gpus: 7 })), read(T0 + 2 * MIN, host({ gpus: 7 })), read(T0 + 3 * MIN, host({ gpus: 8 }))]);
     expect(changes.map((c) => [c.type, c.kind, c.at - T0])).toEqual([
