@@ -69,6 +69,12 @@ export interface Stack {
    * closed with force (running jobs are not waited for). Resolves once the new ones run.
    */
   restartWorkers(): Promise<{ killedPid: number | null; newPid: number | null }>;
+  /** The two halves of restartBot, for a step that happens while the bot is down (no-op when already so). */
+  stopBot(): Promise<void>;
+  startBot(): Promise<void>;
+  /** The two halves of restartWorkers (the worker process SIGKILLed); no-op when already so. */
+  stopWorkers(): Promise<{ killedPid: number | null }>;
+  startWorkers(): Promise<{ newPid: number | null }>;
   stop(): Promise<void>;
 }
 
@@ -128,6 +134,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const metrics = o.metrics ? createMetrics() : null;
   const metricsServer: MetricsServer | null = metrics ? await startMetricsServer({ registry: metrics.registry, host: '127.0.0.1', port: 0, logger: logger.child({ role: 'metrics' }) }) : null;
   let generation = 1;
+  let botUp = true;
+  let workersUp = true;
   const botDeps = metrics ? { metrics } : {};
   let bot = await startBot(botEnv, inventory, logger.child({ role: 'bot' }), botDeps);
   const noWorkers: WorkerGroup = { health: () => ({}), close: async () => undefined };
@@ -161,6 +169,39 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const redis = connectRedis(env);
   // A test may stop its Redis on purpose; reconnecting is ioredis' job, the error is expected.
   redis.on('error', () => undefined);
+  const stopBot = async (): Promise<void> => {
+    if (!botUp) return;
+    botUp = false;
+    await bot.stop();
+  };
+  const startBotAgain = async (): Promise<void> => {
+    if (botUp) return;
+    generation++;
+    bot = await startBot(botEnv, inventory, logger.child({ role: 'bot', generation }), botDeps);
+    botUp = true;
+  };
+  const stopWorkers = async (): Promise<{ killedPid: number | null }> => {
+    if (!workersUp) return { killedPid: null };
+    workersUp = false;
+    if (workerChild) {
+      const killedPid = workerChild.pid;
+      await workerChild.kill();
+      return { killedPid };
+    }
+    if (inProcess) await workers.close(true);
+    return { killedPid: null };
+  };
+  const startWorkers = async (): Promise<{ newPid: number | null }> => {
+    if (workersUp) return { newPid: null };
+    generation++;
+    workersUp = true;
+    if (workerChild) {
+      workerChild = await startChild();
+      return { newPid: workerChild.pid };
+    }
+    if (inProcess) workers = await startInProcess();
+    return { newPid: null };
+  };
   const eventsUrl = (): string => `http://127.0.0.1:${bot.port}/slack/events`;
   return {
     fleet,
@@ -237,28 +278,23 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         await Promise.all(queues.map((q) => q.close()));
       }
     },
+    stopBot,
+    startBot: startBotAgain,
     async restartBot() {
-      await bot.stop();
-      generation++;
-      bot = await startBot(botEnv, inventory, logger.child({ role: 'bot', generation }), botDeps);
+      await stopBot();
+      await startBotAgain();
     },
+    stopWorkers,
+    startWorkers,
     async restartWorkers() {
-      generation++;
-      if (workerChild) {
-        const killedPid = workerChild.pid;
-        await workerChild.kill();
-        workerChild = await startChild();
-        return { killedPid, newPid: workerChild.pid };
-      }
-      if (!inProcess) return { killedPid: null, newPid: null };
-      await workers.close(true);
-      workers = await startInProcess();
-      return { killedPid: null, newPid: null };
+      const { killedPid } = await stopWorkers();
+      const { newPid } = await startWorkers();
+      return { killedPid, newPid };
     },
     async stop() {
-      await bot.stop().catch(() => undefined);
-      await workers.close(true).catch(() => undefined);
-      await workerChild?.stop().catch(() => undefined);
+      if (botUp) await bot.stop().catch(() => undefined);
+      if (workersUp) await workers.close(true).catch(() => undefined);
+      if (workersUp) await workerChild?.stop().catch(() => undefined);
       rmSync(inventoryPath, { force: true });
       rmSync(healthPath, { force: true });
       await metricsServer?.close().catch(() => undefined);

@@ -351,7 +351,7 @@ export class ScenarioRuntime {
       if (st.watch.ramPct !== undefined) env.GPU_MEDIC_WATCH_RAM_PCT = String(st.watch.ramPct);
     }
     // A worker that a step restarts runs as its own process, so the restart is a real SIGKILL.
-    const workerProcess = scenario.steps.some((x) => 'restart' in x && x.restart !== 'bot');
+    const workerProcess = scenario.steps.some((x) => ('restart' in x && x.restart !== 'bot') || ('down' in x && x.down !== 'bot'));
     const stack = await startStack({
       workerProcess,
       fleet: {
@@ -933,6 +933,16 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
     // Both: the worker crashes first (SIGKILL), then the bot goes down and comes back.
     if (step.restart !== 'bot') Object.assign(result, await rt.stack.restartWorkers());
     if (step.restart !== 'worker') await rt.stack.restartBot();
+    rep.result = result;
+  } else if ('down' in step) {
+    const result: Record<string, unknown> = { down: step.down };
+    if (step.down !== 'bot') Object.assign(result, await rt.stack.stopWorkers());
+    if (step.down !== 'worker') await rt.stack.stopBot();
+    rep.result = result;
+  } else if ('up' in step) {
+    const result: Record<string, unknown> = { up: step.up };
+    if (step.up !== 'bot') Object.assign(result, await rt.stack.startWorkers());
+    if (step.up !== 'worker') await rt.stack.startBot();
     rep.result = result;
   } else if ('waitFor' in step) {
     const inc = incidentFor();

@@ -276,12 +276,17 @@ const ClickAlertStep = z
 /** Stops and starts the bot, the worker or both against the same Redis (the worker as a crash: SIGKILL). */
 const RestartStep = z.object({ ...StepCommon, restart: z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker or both' }) }).strict();
 
+/** The halves of a restart, for what happens while it is down: `down` stops (the worker: SIGKILL), `up` starts again. */
+const procs = z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker or both' });
+const DownStep = z.object({ ...StepCommon, down: procs }).strict();
+const UpStep = z.object({ ...StepCommon, up: procs }).strict();
+
 const WaitStep = z.object({ ...StepCommon, wait: Duration }).strict();
 const WaitForStep = z.object({ ...StepCommon, waitFor: Condition }).strict();
 const FleetStep = z.object({ ...StepCommon, fleet: MachineChange }).strict();
 const ProcessStep = z.object({ ...StepCommon, process: ProcessChange }).strict();
 
-export const Step = z.union([CommandStep, ClickStep, ClickAlertStep, RestartStep, WaitStep, WaitForStep, FleetStep, ProcessStep]);
+export const Step = z.union([CommandStep, ClickStep, ClickAlertStep, RestartStep, DownStep, UpStep, WaitStep, WaitForStep, FleetStep, ProcessStep]);
 export type Step = z.output<typeof Step>;
 
 /**
@@ -456,6 +461,21 @@ export const ScenarioSchema = z
       ...(st.after !== undefined && typeof st.after !== 'number' ? [['after', st.after] as [string, Condition]] : []),
       ...('waitFor' in st ? [['waitFor', st.waitFor] as [string, Condition]] : []),
     ];
+    // What is down before each step: nobody can type or click at a stopped bot, and all comes back up.
+    const down = new Set<string>();
+    const partsOf = (p: 'bot' | 'worker' | 'both') => (p === 'both' ? ['bot', 'worker'] : [p]);
+    s.steps.forEach((st, i) => {
+      if ('down' in st) for (const p of partsOf(st.down)) {
+        if (down.has(p)) bad(['steps', i, 'down'], `the ${p} is already down`);
+        down.add(p);
+      }
+      if ('up' in st) for (const p of partsOf(st.up)) {
+        if (!down.has(p)) bad(['steps', i, 'up'], `the ${p} is not down (a down: step must come first)`);
+        down.delete(p);
+      }
+      if (('as' in st || 'restart' in st) && down.size > 0) bad(['steps', i], `the ${[...down].join(' and ')} ${down.size > 1 ? 'are' : 'is'} down here: bring ${down.size > 1 ? 'them' : 'it'} up first`);
+    });
+    if (down.size > 0) bad(['steps'], `the ${[...down].join(' and ')} ${down.size > 1 ? 'stay' : 'stays'} down at the end: add an up: step`);
     s.steps.forEach((st, i) => {
       for (const [where, c] of conditionOf(st)) if (typeof c !== 'string' && 'alert' in c) checkAlertTarget(['steps', i, where, 'alert'], c.alert, 'an alert condition');
       if ('clickAlert' in st) {

@@ -76,6 +76,24 @@ expect:
     expect(msg).toContain('expect.alerts.0: an alerts expectation needs settings.watch');
   });
 
+  it('down and up steps must pair, and nobody types or clicks while the bot is down', () => {
+    const msg = problems(`
+name: bad
+users: [alice]
+${FLEET}
+steps:
+  - { up: worker }
+  - { down: bot }
+  - { as: alice, command: /gpu status kpro5 }
+  - { down: both }
+  - { up: bot }
+`);
+    expect(msg).toContain('steps.0.up: the worker is not down (a down: step must come first)');
+    expect(msg).toContain('steps.2: the bot is down here: bring it up first');
+    expect(msg).toContain('steps.3.down: the bot is already down');
+    expect(msg).toContain('steps: the worker stays down at the end: add an up: step');
+  });
+
   it('a well-formed watch scenario parses, with the alerts channel and interval defaulted', () => {
     const s = parseScenario(`
 name: ok

@@ -39,6 +39,20 @@ describe('S15 host RAM high: raise, crash and restart, edit in place, snooze, cl
     expect(updates.some((t) => t > (restarts[0] ?? Infinity))).toBe(true);
   });
 
+  it('cleared while the bot was down, and shown once it was back: the clear was not lost', () => {
+    const [a] = alertsOf(r, 'ram_high', 'kpro5');
+    const stepT = (key: string, value: string) => r.steps.find((x) => (x.step as Record<string, unknown>)[key] === value)?.t ?? NaN;
+    const botDown = stepT('down', 'bot');
+    const botUp = stepT('up', 'bot');
+    // Events carry wall-clock times, steps ms since the first step (startedAt + startupMs, to a few ms).
+    const t0 = Date.parse(r.startedAt) + r.startupMs;
+    const clearedAt = Date.parse(String(a?.events.find((e) => e.type === 'alert_cleared')?.at)) - t0;
+    expect(clearedAt).toBeGreaterThan(botDown);
+    expect(clearedAt).toBeLessThan(botUp);
+    const shown = r.slack.calls.find((c) => c.method === 'chat.update' && c.ts === a?.messages[0]?.ts && /Cleared/.test(JSON.stringify(c.blocks ?? c.text)));
+    expect(shown?.t).toBeGreaterThan(botUp);
+  });
+
   it('the watchdog signalled nothing and nothing but reads ran', () => {
     expect(r.signals).toEqual([]);
   });
