@@ -135,7 +135,14 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
   it('what each Home user was last sent is kept in Redis, for Home users only', async () => {
     await open(DAVE);
     await s.slack.waitFor(() => home(DAVE), 20_000);
-    const published = await s.redis.hgetall(`${s.prefix}:home:published`);
+    // The record is written once views.publish has answered, a moment after the fake Slack holds the view.
+    const deadline = Date.now() + 20_000;
+    let published: Record<string, string> = {};
+    while (Date.now() < deadline) {
+      published = await s.redis.hgetall(`${s.prefix}:home:published`);
+      if (DAVE in published) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     expect(Object.keys(published).sort()).toEqual([ALICE, CAROL, DAVE].sort());
   });
 });
