@@ -1,6 +1,7 @@
 /**
  * The watchdog round (issue 13): a `watch` job from the site queue's job scheduler reads every
- * machine of the site in parallel (src/playbooks/watch-read.ts, bounded by the command timeout),
+ * machine of the site in parallel (at most `maxConcurrentReads` at once; src/playbooks/watch-read.ts,
+ * each bounded by the command timeout),
  * and as soon as one machine's reading is in, judges it (src/watchdog/judge.ts) against its stored
  * state and active snoozes and commits state, alert incidents and events in one atomic step
  * (src/watch-store/watch-round-store.ts). So a machine that hangs delays only its own alerts.
@@ -31,6 +32,13 @@ export interface WatchdogDeps {
   now(): Date;
   commandTimeoutMs: number;
   logger: Logger;
+  /**
+   * Machines read at once (default 32). A cold round over 200 machines opened 200 SSH connections
+   * at once, and on a busy worker some handshakes outlived the connect timeout: machines that were
+   * fine were alerted as unreachable (the bench saw 35). A hung machine holds one slot for its
+   * command timeout, so it still delays only its own alert while fewer than this many hang.
+   */
+  maxConcurrentReads?: number;
   /** Test seam: runs between judging and the commit (a crash injected here must lose and double nothing). */
   beforeCommit?: (machineId: string) => Promise<void>;
 }
@@ -46,11 +54,31 @@ export interface MachineRoundResult {
 }
 
 const MAX_ATTEMPTS = 10;
+export const DEFAULT_CONCURRENT_READS = 32;
+
+/** `Promise.allSettled` over `items`, with at most `limit` running at once, results in input order. */
+async function settleAtMost<T, R>(items: readonly T[], limit: number, run: (item: T) => Promise<R>): Promise<Array<PromiseSettledResult<R>>> {
+  const out: Array<PromiseSettledResult<R>> = new Array(items.length);
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      const item = items[i] as T;
+      try {
+        out[i] = { status: 'fulfilled', value: await run(item) };
+      } catch (reason) {
+        out[i] = { status: 'rejected', reason };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
 
 /** One round over the job's site; resolves with one result per machine; rejects if any machine could not be committed. */
 export async function runWatchJob(job: WatchJob, deps: WatchdogDeps): Promise<MachineRoundResult[]> {
   const machines = listMachines(deps.inventory).filter((m) => m.site === job.site);
-  const settled = await Promise.allSettled(machines.map((m) => watchMachine(m, deps)));
+  const settled = await settleAtMost(machines, Math.max(1, deps.maxConcurrentReads ?? DEFAULT_CONCURRENT_READS), (m) => watchMachine(m, deps));
   const failed: string[] = [];
   const out: MachineRoundResult[] = [];
   settled.forEach((s, i) => {
