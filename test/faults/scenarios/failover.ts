@@ -136,8 +136,10 @@ export async function failover(o: FailoverOptions): Promise<Figures & { failover
       check(others.length === 0, `round ${round}: a process other than the holder was signalled: ${JSON.stringify(others.slice(0, 3))}`);
 
       // Every acknowledged incident (before and during the failover) completes, thread exact.
-      for (const id of acked) {
-        const v = await settleThread(stack, id, 60_000);
+      // Settled side by side: each is bounded by 60 s, and one after the other they added up to more
+      // than the test's own bound on a loaded machine (it timed out instead of saying which was late).
+      const settled = await Promise.all(acked.map(async (id) => ({ id, v: await settleThread(stack, id, 60_000) })));
+      for (const { id, v } of settled) {
         if (!v.eventsComplete) f.eventsLost++;
         f.messagesLost += v.messagesOff;
         check(v.eventsComplete && v.threadExact, `round ${round}: incident ${id} after the failover: ${v.detail}${v.eventsComplete ? '' : ' (events lost)'}`);
