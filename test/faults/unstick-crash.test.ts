@@ -125,7 +125,10 @@ async function checkRun(o: { point: Point | null; incidentId: string; target: st
   for (const pid of pids)
     for (const s of ['SIGTERM', 'SIGKILL']) if (signals.filter((x) => x.hostPid === pid && x.signal === s).length > 1) twice++;
   // Events lost: a signal a holder received that the log does not record as sent.
-  const lost = signals.filter((x) => !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal));
+  // A worker killed after its signal went out and before it wrote `signalled` leaves the
+  // `signal_intent` written just before the command: the log still names whom it was for.
+  const intended = ofType(ev, 'signal_intent').flatMap((e) => e.targets.map((t) => ({ hostPid: t.hostPid, signal: e.signal })));
+  const lost = signals.filter((x) => !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal) && !intended.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal));
   // Outside the bound: any signal, during this run, to a process that is not one of its holders.
   const outside = rig.fleet.signals().filter((x) => x.ts >= o.started && !pids.includes(x.hostPid));
   const finished = ofType(ev, 'finished');
