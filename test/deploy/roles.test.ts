@@ -189,9 +189,15 @@ describe('each role from a .env that holds everything (real processes)', () => {
     // The probe sees a reader when there is one.
     const reader = spawn('cat', [keyFifo], { stdio: 'ignore' });
     try {
-      const until = Date.now() + 10_000;
-      while (!fifoHasReader(keyFifo) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-      expect(fifoHasReader(keyFifo)).toBe(true);
+      // One probe's answer is the result: a probe that finds the reader also ends it (its close is
+      // cat's end of file), so a second probe races cat's exit.
+      const until = Date.now() + 30_000;
+      let seen = fifoHasReader(keyFifo);
+      while (!seen && Date.now() < until) {
+        await new Promise((r) => setTimeout(r, 20));
+        seen = fifoHasReader(keyFifo);
+      }
+      expect(seen).toBe(true);
     } finally {
       reader.kill('SIGKILL');
     }
