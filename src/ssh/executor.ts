@@ -82,6 +82,25 @@ interface Waiter {
 /** Thrown to a queued exec whose connection died before its command started: safe to retry. */
 class NotStarted extends Error {}
 
+/**
+ * The server refused to open a session (SSH_MSG_CHANNEL_OPEN_FAILURE): the exec request is only
+ * sent on an open channel, so nothing ran and the exec may wait for a slot and try again.
+ */
+class SessionRefused extends Error {
+  constructor(
+    message: string,
+    /** Sessions still open on the connection besides the refused one. */
+    readonly othersOpen: number,
+  ) {
+    super(message);
+  }
+}
+
+/** ssh2 gives a refused channel open a numeric `reason` (RFC 4254 5.1). */
+function isOpenFailure(err: Error): boolean {
+  return typeof (err as Error & { reason?: unknown }).reason === 'number';
+}
+
 interface Connection {
   key: string;
   endpoint: SshEndpoint;
@@ -89,6 +108,11 @@ interface Connection {
   ready: Promise<void>;
   state: 'connecting' | 'ready' | 'closed';
   active: number;
+  /**
+   * Sessions this server has granted at once, learned from a refusal: new work waits for a slot
+   * below it (never above `maxChannelsPerConnection`).
+   */
+  limit: number;
   waiters: Waiter[];
   /** Running execs, told when the connection drops. */
   onLost: Set<(e: CodedError) => void>;
@@ -156,6 +180,7 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
       ready: Promise.resolve(),
       state: 'connecting',
       active: 0,
+      limit: maxChannels,
       waiters: [],
       onLost: new Set(),
       idleTimer: undefined,
@@ -276,7 +301,7 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
       clearTimeout(conn.idleTimer);
       conn.idleTimer = undefined;
     }
-    if (conn.active < maxChannels) {
+    if (conn.active < conn.limit) {
       conn.active++;
       return Promise.resolve();
     }
@@ -285,7 +310,8 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
 
   function release(conn: Connection): void {
     if (conn.state === 'closed') return;
-    const next = conn.waiters.shift();
+    // Above a limit learned meanwhile the slot is given up, not passed on.
+    const next = conn.active <= conn.limit ? conn.waiters.shift() : undefined;
     if (next) {
       next.resolve(); // the slot passes on; `active` stays
       return;
@@ -409,6 +435,12 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         }
         if (err) {
           if (conn.state === 'closed') return; // onLost reported it
+          if (isOpenFailure(err)) {
+            const othersOpen = conn.active - 1;
+            cleanup();
+            reject(new SessionRefused(err.message, othersOpen));
+            return;
+          }
           cleanup();
           reject(new CodedError(ErrorCode.CommandFailed, `Could not open an SSH session on ${where(endpoint)} (${err.message}); nothing was run.`, { machineId: endpoint.machineId, command }));
           return;
@@ -466,7 +498,11 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
     if (usablePins(endpoint.hostKeyFingerprints).length === 0) {
       throw unpinnedError(endpoint.machineId, endpoint.host, endpoint.port);
     }
-    // One retry, only for a pooled connection found dead before our command started on it.
+    const deadlineMs = lastRemoteKillMs + clientGraceMs;
+    const refusalsUntil = now() + deadlineMs;
+    let refusals = 0;
+    // One retry for a pooled connection found dead before our command started on it; retries
+    // within the command deadline for sessions the server refused (nothing ran either way).
     for (let attempt = 0; ; attempt++) {
       const conn = getConnection(endpoint);
       await conn.ready;
@@ -476,7 +512,25 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         if (e instanceof NotStarted && attempt === 0 && !shutDown) continue;
         throw lostError(endpoint, e instanceof Error ? e.message : String(e));
       }
-      return run(conn, command, spec, lastRemoteKillMs + clientGraceMs);
+      try {
+        return await run(conn, command, spec, deadlineMs);
+      } catch (e) {
+        if (!(e instanceof SessionRefused)) throw e;
+        refusals++;
+        // The server holds no more sessions than the others still open: wait below that. When
+        // none was open it may still be freeing closed ones; the pause lets it.
+        conn.limit = Math.max(1, Math.min(conn.limit, e.othersOpen));
+        const pauseMs = Math.min(500, 25 * 2 ** Math.min(refusals, 5));
+        log.debug({ machineId: endpoint.machineId, command, refusals, limit: conn.limit }, 'ssh server refused a session; waiting for a slot');
+        if (shutDown || now() + pauseMs >= refusalsUntil) {
+          throw new CodedError(
+            ErrorCode.CommandFailed,
+            `${where(endpoint)} refused every session for \`${command}\` (${refusals} tries in ${((now() - refusalsUntil + deadlineMs) / 1000).toFixed(1)} s: ${e.message}); nothing was run. The server's MaxSessions may be 0, or other clients hold its sessions.`,
+            { machineId: endpoint.machineId, command },
+          );
+        }
+        await new Promise((r) => setTimeout(r, pauseMs));
+      }
     }
   }
 

@@ -32,6 +32,8 @@ export interface SshdOptions {
   port?: number;
   /** File each remote command line is appended to, one JSON line `{ts, cmd}` (ts: ISO time). Default `<dir>/commands.jsonl`. */
   commandLog?: string;
+  /** sshd's MaxSessions, sessions per connection (default 10, OpenSSH's own default). */
+  maxSessions?: number;
 }
 
 export interface Sshd {
@@ -135,7 +137,7 @@ function wrapperScript(o: { pathPrefix?: string; basePath?: string; env?: Record
   return lines.join('\n');
 }
 
-function sshdConfig(o: { port: number; dir: string; hostKeyPath: string; wrapper: string }): string {
+function sshdConfig(o: { port: number; dir: string; hostKeyPath: string; wrapper: string; maxSessions?: number }): string {
   return [
     `Port ${o.port}`,
     'ListenAddress 127.0.0.1',
@@ -148,7 +150,7 @@ function sshdConfig(o: { port: number; dir: string; hostKeyPath: string; wrapper
     'PubkeyAuthentication yes',
     'PasswordAuthentication no',
     'KbdInteractiveAuthentication no',
-    'MaxSessions 10',
+    `MaxSessions ${o.maxSessions ?? 10}`,
     // Tests open many connections at once; don't let sshd drop them as a startup flood.
     'MaxStartups 200',
     'UseDNS no',
@@ -312,7 +314,7 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
 
   for (let attempt = 0; ; attempt++) {
     const port = o.port ?? (await freePort());
-    await writeFile(configPath, sshdConfig({ port, dir, hostKeyPath, wrapper }));
+    await writeFile(configPath, sshdConfig({ port, dir, hostKeyPath, wrapper, ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}) }));
     await writeFile(logPath, '');
     const logFd = await open(logPath, 'a');
     const child = spawn(SSHD, ['-D', '-e', '-f', configPath], { stdio: ['ignore', logFd.fd, logFd.fd] });

@@ -446,3 +446,41 @@ describe('client-side deadline', () => {
     for (const pid of processesMatching(`sleep ${m}`)) process.kill(pid, 'SIGKILL');
   });
 });
+
+describe('a server that refuses a session (its MaxSessions, or sessions it has not freed yet)', () => {
+  // A refused session never ran anything: the exec waits for a slot the server will grant and runs
+  // then. Seen in CI on a loaded machine: sshd had not yet freed sessions the client had closed,
+  // and a doctor probe failed with "Channel open failure" though nothing was wrong.
+  let small: Sshd;
+  let none: Sshd;
+  beforeAll(async () => {
+    small = await startSshd({ dir: join(root, 'sshd-small'), authorizedKeys: [workerKey.publicKey], maxSessions: 2 });
+    none = await startSshd({ dir: join(root, 'sshd-none'), authorizedKeys: [workerKey.publicKey], maxSessions: 0 });
+  });
+  afterAll(async () => {
+    await small?.stop();
+    await none?.stop();
+  });
+
+  it('more execs than the server grants at once: each runs once, exactly, over one login', async () => {
+    const ex = executor({ maxChannelsPerConnection: 6 });
+    const route = direct({ port: small.port, hostKeyFingerprints: [small.hostKeyFingerprint] });
+    const logins = await small.loginCount();
+    const rs = await Promise.all(Array.from({ length: 6 }, (_, i) => ex.exec(route, { argv: ['sh', '-c', `sleep 0.3; echo r${i}`], timeoutMs: 10_000 })));
+    expect(rs.map((r) => [r.code, r.stdout])).toEqual(Array.from({ length: 6 }, (_, i) => [0, `r${i}\n`]));
+    expect(await small.loginCount()).toBe(logins + 1);
+    // Each command reached the server once: none ran twice.
+    const ran = (await readFile(small.commandLog, 'utf8')).split('\n').filter((l) => /echo r\d/.test(l));
+    expect(ran).toHaveLength(6);
+  });
+
+  it('a server that grants no session at all: a clear error within the command deadline, nothing run', async () => {
+    const ex = executor({ killAfterMs: 200, clientGraceMs: 300 });
+    const route = direct({ port: none.port, hostKeyFingerprints: [none.hostKeyFingerprint] });
+    const t0 = Date.now();
+    const e = await rejection(ex.exec(route, { argv: ['echo', 'never'], timeoutMs: 1500 }));
+    expect(e.message).toMatch(/refused every session .*nothing was run/);
+    expect(Date.now() - t0).toBeLessThan(2000 + 1000);
+    expect(await readFile(none.commandLog, 'utf8').catch(() => '')).not.toContain('never');
+  });
+});

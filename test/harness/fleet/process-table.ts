@@ -292,7 +292,9 @@ export class ProcessTable {
       await waitUntil(() => procStat('/proc', p.hostPid)?.startTime !== p.startTime, 10_000, `zombie ${p.id} still there`);
     } else {
       for (const c of childrenOf(p.hostPid)) killPid(c);
-      await waitUntil(() => procStat('/proc', p.hostPid)?.state !== 'D', 10_000, `${p.id} still in D`);
+      // Out of D it is briefly runnable (R) before it sleeps again as a plain holder does (S):
+      // released means back to S, so a reader right after sees what an idle holder shows.
+      await waitUntil(() => procStat('/proc', p.hostPid)?.state === 'S', 10_000, `${p.id} not back to S`);
     }
   }
 
