@@ -30,7 +30,9 @@ type Ev<T extends AnyLoggedEvent['type']> = Extract<AnyLoggedEvent, { type: T }>
 const ofType = <T extends AnyLoggedEvent['type']>(ev: readonly AnyLoggedEvent[], t: T): Array<Ev<T>> => ev.filter((e): e is Ev<T> => e.type === t);
 const all = (m: StoredMessage): string => `${m.text} ${JSON.stringify(m.blocks ?? [])}`;
 
-describe('a card nobody decides in time reminds, escalates and expires with advice', () => {
+// The two cards are on separate containers and wait on real timers (12 s escalation, 30 s
+// expiry): they run side by side on the one stack.
+describe.concurrent('a card nobody decides in time reminds, escalates and expires with advice', () => {
   let s: Stack;
   beforeAll(async () => {
     s = await startStack({
@@ -61,13 +63,17 @@ describe('a card nobody decides in time reminds, escalates and expires with advi
   }, 60_000);
 
   const cardOf = (t: StoredMessage[]) => t.find((m) => buttonsOf(m).length === 2);
-  const click = (user: string, card: StoredMessage, value: string) =>
-    sendInteraction(
+  /** Clicks Approve and returns the answer posted to that click's own response_url. */
+  const click = async (user: string, card: StoredMessage, value: string): Promise<{ status: number; answer: string }> => {
+    const responseUrl = s.slack.newResponseUrl();
+    const res = await sendInteraction(
       s.eventsUrl,
       s.signingSecret,
-      blockActionPayload({ user, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: 'gpu_approve', value, responseUrl: s.slack.newResponseUrl() }),
+      blockActionPayload({ user, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: 'gpu_approve', value, responseUrl }),
     );
-  const answerAfter = (n: number) => s.slack.waitFor(() => s.slack.responses().slice(n).map((x) => String(x.body.text ?? ''))[0] ?? null, 15_000);
+    const answer = await s.slack.waitFor(() => s.slack.responses().find((x) => x.url === responseUrl)?.body.text ?? null, 15_000);
+    return { status: res.status, answer: String(answer) };
+  };
 
   it('the escalation approver is refused before the escalation, pinged at it, and her approval then runs the host kill once', async () => {
     const holder = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 50_000 }], title: 'sglang::scheduler_TP0' });
@@ -80,9 +86,8 @@ describe('a card nobody decides in time reminds, escalates and expires with advi
     expect(approval?.escalation?.approvers).toEqual([ERIN]);
     expect(all(card)).toContain('escalates to <@U0ERIN0001> at');
 
-    let n = s.slack.responses().length;
-    expect((await click(ERIN, card, value)).status).toBe(200);
-    const early = await answerAfter(n);
+    const { status, answer: early } = await click(ERIN, card, value);
+    expect(status).toBe(200);
     expect(early).toMatch(/escalation group.*may decide it from \d\d:\d\d UTC on/);
     expect(early).toMatch(/Nothing was run/);
     expect(s.fleet.signals().filter((x) => x.hostPid === holder.hostPid)).toEqual([]);
@@ -94,9 +99,9 @@ describe('a card nobody decides in time reminds, escalates and expires with advi
     // The card itself now says how long is left, as of the escalation.
     expect(all(escalated.find((m) => m.ts === card.ts) ?? card)).toMatch(/as of \d\d:\d\d UTC: (\d+ min|less than a minute) left/);
 
-    n = s.slack.responses().length;
-    expect((await click(ERIN, card, value)).status).toBe(200);
-    expect(await answerAfter(n)).toMatch(/^:white_check_mark: Approved/);
+    const approved = await click(ERIN, card, value);
+    expect(approved.status).toBe(200);
+    expect(approved.answer).toMatch(/^:white_check_mark: Approved/);
     await s.threadOf(id, { timeoutMs: 60_000, done: (th) => /Recovered/.test(th[0]?.text ?? '') });
     expect(s.fleet.signals().filter((x) => x.hostPid === holder.hostPid).map((x) => x.signal)).toEqual(['SIGKILL']);
     const ev = await new IncidentLog(s.redis, s.prefix).events(id);

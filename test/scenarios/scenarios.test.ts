@@ -246,7 +246,7 @@ describe('S8 nvidia-smi hangs, host unreachable, host key changed', () => {
 });
 
 /** Files with their own describe block (here or in unstick-scenarios.test.ts). */
-const DEDICATED = new Set(['s1-', 's2-', 's3-', 's4-', 's5-', 's6-', 's7-', 's8-']);
+const DEDICATED = new Set(['s1-', 's2-', 's3-', 's4-', 's5-', 's6-', 's7-', 's8-', 's9-', 's10-', 's11-', 's12-']);
 
 describe('other scenario files (generic: their expect block must hold)', () => {
   // Watchdog scenarios (settings.watch) are played by watch-scenarios.test.ts.
