@@ -41,8 +41,10 @@ async function waitForLog(child: ChildProcess, logPath: string, needle: string, 
   for (;;) {
     const text = existsSync(logPath) ? readFileSync(logPath, 'utf8') : '';
     if (text.includes(needle)) return;
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${logPath}: process exited before "${needle}":\n${text.slice(-2000)}`);
-    if (Date.now() > deadline) throw new Error(`${logPath}: no "${needle}" within ${timeoutMs} ms:\n${text.slice(-2000)}`);
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`${logPath}: process exited before "${needle}":\n${text.slice(-2000)}`);
+    if (Date.now() > deadline)
+      throw new Error(`${logPath}: no "${needle}" within ${timeoutMs} ms:\n${text.slice(-2000)}`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }
@@ -51,7 +53,12 @@ async function waitForLog(child: ChildProcess, logPath: string, needle: string, 
  * Starts one role. `env` is the whole environment the process gets (no inherited secrets or
  * `.env`: its cwd is `workDir`, which has none). Resolves once the role logged that it started.
  */
-export async function startRole(role: Role, env: Record<string, string>, workDir: string, name: string): Promise<RoleProcess> {
+export async function startRole(
+  role: Role,
+  env: Record<string, string>,
+  workDir: string,
+  name: string,
+): Promise<RoleProcess> {
   const logPath = join(workDir, `${name}.log`);
   const fd = openSync(logPath, 'a');
   built ??= buildDist();

@@ -29,8 +29,26 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const QUICK = process.argv.includes('--quick');
 
 const CFG = QUICK
-  ? { hosts: 50, firstTableRuns: 3, fanoutRuns: 1, ackRuns: 2, ackSerial: 5, ackSettleMs: 500, unstickRuns: 1, unstickWarmup: false }
-  : { hosts: 200, firstTableRuns: 9, fanoutRuns: 3, ackRuns: 5, ackSerial: 20, ackSettleMs: 1500, unstickRuns: 3, unstickWarmup: true };
+  ? {
+      hosts: 50,
+      firstTableRuns: 3,
+      fanoutRuns: 1,
+      ackRuns: 2,
+      ackSerial: 5,
+      ackSettleMs: 500,
+      unstickRuns: 1,
+      unstickWarmup: false,
+    }
+  : {
+      hosts: 200,
+      firstTableRuns: 9,
+      fanoutRuns: 3,
+      ackRuns: 5,
+      ackSerial: 20,
+      ackSettleMs: 1500,
+      unstickRuns: 3,
+      unstickWarmup: true,
+    };
 const FANOUT = QUICK ? [1, 50] : [1, 50, 200];
 /** `status all` over the most machines also runs with two worker processes on the same site queue. */
 const TWO_WORKERS = `status${CFG.hosts}x2`;
@@ -80,7 +98,8 @@ async function slash(slack: FakeSlack, p: Pair, text: string, channel: string): 
     { text, user_id: 'U0BENCH001', channel_id: channel, response_url: slack.newResponseUrl() },
     { timeoutMs: 30_000 },
   );
-  const ackText = typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
+  const ackText =
+    typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
   const m = /incident `(inc_[a-z0-9_]+)`/.exec(ackText);
   return { ms: r.elapsedMs, status: r.status, ackText, incidentId: m?.[1] ?? null };
 }
@@ -98,12 +117,16 @@ async function poll<T>(what: string, f: () => T | null, timeoutMs: number, every
 }
 
 function hasTable(m: StoredMessage): boolean {
-  return (m.blocks ?? []).some((b) => typeof b === 'object' && b !== null && (b as { type?: unknown }).type === 'table');
+  return (m.blocks ?? []).some(
+    (b) => typeof b === 'object' && b !== null && (b as { type?: unknown }).type === 'table',
+  );
 }
 
 /** The thread of an incident in a channel, once its parent is posted. */
 function threadIn(slack: FakeSlack, channel: string, incidentId: string): StoredMessage[] | null {
-  const parent = slack.messages(channel).find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId) || m.text.includes(incidentId));
+  const parent = slack
+    .messages(channel)
+    .find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId) || m.text.includes(incidentId));
   return parent ? slack.thread(channel, parent.ts) : null;
 }
 
@@ -112,9 +135,14 @@ async function commandToFirstTable(slack: FakeSlack, p: Pair, text: string, time
   const channel = newChannel();
   const t0 = performance.now();
   const r = await slash(slack, p, text, channel);
-  if (r.status !== 200 || r.incidentId === null) throw new Error(`${p.name}: "${text}" was not queued: ${r.status} ${r.ackText}`);
+  if (r.status !== 200 || r.incidentId === null)
+    throw new Error(`${p.name}: "${text}" was not queued: ${r.status} ${r.ackText}`);
   const id = r.incidentId;
-  await poll(`a table for ${text} on ${p.name}`, () => threadIn(slack, channel, id)?.slice(1).find(hasTable) ?? null, timeoutMs);
+  await poll(
+    `a table for ${text} on ${p.name}`,
+    () => threadIn(slack, channel, id)?.slice(1).find(hasTable) ?? null,
+    timeoutMs,
+  );
   return performance.now() - t0;
 }
 
@@ -139,7 +167,12 @@ async function shellRcProbe(): Promise<{ withRcMs: Summary; withoutRcMs: Summary
   const once = (ssh: boolean): Promise<number> =>
     new Promise((res, rej) => {
       const t0 = performance.now();
-      const env: Record<string, string> = { HOME: process.env.HOME ?? '/root', PATH: '/usr/bin:/bin', SHLVL: '0', ...(ssh ? { SSH_CLIENT: '127.0.0.1 40000 22' } : {}) };
+      const env: Record<string, string> = {
+        HOME: process.env.HOME ?? '/root',
+        PATH: '/usr/bin:/bin',
+        SHLVL: '0',
+        ...(ssh ? { SSH_CLIENT: '127.0.0.1 40000 22' } : {}),
+      };
       // stdin must not be a socket (libuv's pipes are socketpairs): bash would source ~/.bashrc for that too.
       const c = spawn('bash', ['-c', 'true'], { env, stdio: 'ignore' });
       c.once('error', rej);
@@ -171,7 +204,8 @@ async function benchFirstTable(slack: FakeSlack, fleet: Fleet, p: Pair): Promise
   const t = { timeoutMs: 20_000 };
   // A host: the worker runs these three in parallel over one pooled connection.
   const cmds = [remote(queryGpus(t)), remote(queryComputeApps(t)), remote(hostMemory(t))];
-  const baseline = (): Promise<number> => runScript('baseline-ssh.sh', [fleet.clientKeyPath, fleet.knownHostsPath, String(port), ...cmds]);
+  const baseline = (): Promise<number> =>
+    runScript('baseline-ssh.sh', [fleet.clientKeyPath, fleet.knownHostsPath, String(port), ...cmds]);
   const ours = (): Promise<number> => commandToFirstTable(slack, p, `status ${STATUS_TARGET}`, 120_000);
   progress(`statusFirstTable: warm-up (cold pool) then ${CFG.firstTableRuns} interleaved runs`);
   const coldOurs = await ours();
@@ -219,15 +253,43 @@ function sshFloor(fleet: Fleet, n: number): Promise<number> {
       (port) =>
         new Promise<void>((res, rej) => {
           if (port === null) return rej(new Error('a fan-out host has no ssh port'));
-          const args = ['-T', '-p', String(port), '-i', fleet.clientKeyPath, '-o', 'IdentitiesOnly=yes', '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes'];
-          args.push('-o', `UserKnownHostsFile=${fleet.knownHostsPath}`, '-o', 'GlobalKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR', 'root@127.0.0.1', 'true');
-          execFile('ssh', args, { timeout: 120_000 }, (err, _o, stderr) => (err ? rej(new Error(`ssh floor: ${err.message} ${stderr.slice(0, 200)}`)) : res()));
+          const args = [
+            '-T',
+            '-p',
+            String(port),
+            '-i',
+            fleet.clientKeyPath,
+            '-o',
+            'IdentitiesOnly=yes',
+            '-o',
+            'BatchMode=yes',
+            '-o',
+            'StrictHostKeyChecking=yes',
+          ];
+          args.push(
+            '-o',
+            `UserKnownHostsFile=${fleet.knownHostsPath}`,
+            '-o',
+            'GlobalKnownHostsFile=/dev/null',
+            '-o',
+            'LogLevel=ERROR',
+            'root@127.0.0.1',
+            'true',
+          );
+          execFile('ssh', args, { timeout: 120_000 }, (err, _o, stderr) =>
+            err ? rej(new Error(`ssh floor: ${err.message} ${stderr.slice(0, 200)}`)) : res(),
+          );
         }),
     ),
   ).then(() => performance.now() - t0);
 }
 
-async function benchFanout(slack: FakeSlack, fleet: Fleet, pairs: Map<number, Pair>, two: Pair | null): Promise<object> {
+async function benchFanout(
+  slack: FakeSlack,
+  fleet: Fleet,
+  pairs: Map<number, Pair>,
+  two: Pair | null,
+): Promise<object> {
   const byN = new Map<number, number[]>();
   const floorByN = new Map<number, number[]>();
   const twoWorkers: number[] = [];
@@ -264,19 +326,32 @@ async function benchFanout(slack: FakeSlack, fleet: Fleet, pairs: Map<number, Pa
     floor[String(n)] = summarize(floorByN.get(n) ?? []);
     toFloor[String(n)] = ratio(byN.get(n) ?? [], floorByN.get(n) ?? []);
   }
-  const ratios = Object.fromEntries(FANOUT.filter((n) => n > 1).map((n) => [`ratio${n}to1`, ratio(byN.get(n) ?? [], byN.get(1) ?? [])]));
+  const ratios = Object.fromEntries(
+    FANOUT.filter((n) => n > 1).map((n) => [`ratio${n}to1`, ratio(byN.get(n) ?? [], byN.get(1) ?? [])]),
+  );
   return {
     machines,
     ...ratios,
     serialWouldBe: max,
     bareSshFloorMs: floor,
     oursOverFloor: toFloor,
-    ...(two ? { twoWorkerProcesses: { machines: max, oneWorkerMs: summarize(byN.get(max) ?? []), twoWorkersMs: summarize(twoWorkers), ratio: ratio(twoWorkers, byN.get(max) ?? []) } } : {}),
+    ...(two
+      ? {
+          twoWorkerProcesses: {
+            machines: max,
+            oneWorkerMs: summarize(byN.get(max) ?? []),
+            twoWorkersMs: summarize(twoWorkers),
+            ratio: ratio(twoWorkers, byN.get(max) ?? []),
+          },
+        }
+      : {}),
     // Machine-wide busy CPU time during each run (other processes included), divided by the
     // cores. Equal to the wall time: the cores were saturated throughout, so the run was bound by
     // this machine's CPU, where every simulated machine's sshd, shell and fake nvidia-smi share
     // the same 2 cores (real machines each bring their own).
-    machineBusyPerCoreMs: Object.fromEntries(FANOUT.map((n) => [String(n), summarize((cpuByN.get(n) ?? []).map((x) => x / cpus().length))])),
+    machineBusyPerCoreMs: Object.fromEntries(
+      FANOUT.map((n) => [String(n), summarize((cpuByN.get(n) ?? []).map((x) => x / cpus().length))]),
+    ),
     coldPoolMs: Object.fromEntries(FANOUT.map((n) => [String(n), round(cold.get(n) ?? 0)])),
   };
 }
@@ -333,7 +408,11 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
       p99OverHelp: ratio(s.p99, h.p99),
     };
   }
-  return { limitMs: ACK_LIMIT_MS, levels, sample: `per run: ${CFG.ackSerial} sequential commands at 1, one burst of c commands at 50 and 200` };
+  return {
+    limitMs: ACK_LIMIT_MS,
+    levels,
+    sample: `per run: ${CFG.ackSerial} sequential commands at 1, one burst of c commands at 50 and 200`,
+  };
 }
 
 async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<object> {
@@ -343,16 +422,36 @@ async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<ob
   const snapshot = [remote(queryGpus(t)), remote(queryComputeApps(t)), remote(hostMemory(t)), remote(fuserDevices(t))];
   const spawnS2 = async (): Promise<FleetProcess[]> =>
     Promise.all([
-      fleet.spawnHolder(UNSTICK_CT, { gpus: [{ index: 0, mib: 96413 }], title: 'sglang::scheduler_TP0', ignoreTerm: true }),
-      fleet.spawnHolder(UNSTICK_CT, { gpus: [{ index: 2, mib: 96417 }], title: 'sglang::scheduler_TP1', ignoreTerm: true }),
+      fleet.spawnHolder(UNSTICK_CT, {
+        gpus: [{ index: 0, mib: 96413 }],
+        title: 'sglang::scheduler_TP0',
+        ignoreTerm: true,
+      }),
+      fleet.spawnHolder(UNSTICK_CT, {
+        gpus: [{ index: 2, mib: 96417 }],
+        title: 'sglang::scheduler_TP1',
+        ignoreTerm: true,
+      }),
     ]);
   const gone = async (hs: FleetProcess[]): Promise<void> => {
-    await Promise.race([Promise.all(hs.map((h) => h.exited)), sleep(30_000).then(() => Promise.reject(new Error('S2 holders still alive after 30 s')))]);
+    await Promise.race([
+      Promise.all(hs.map((h) => h.exited)),
+      sleep(30_000).then(() => Promise.reject(new Error('S2 holders still alive after 30 s'))),
+    ]);
   };
   const baseline = async (): Promise<number> => {
     const hs = await spawnS2();
     const pids = hs.map((h) => String(h.containerPid)).join(' ');
-    const ms = await runScript('baseline-unstick.sh', [fleet.clientKeyPath, fleet.knownHostsPath, String(port), String(GRACE_SEC), '1024', pids, remote(queryGpus(t)), ...snapshot]);
+    const ms = await runScript('baseline-unstick.sh', [
+      fleet.clientKeyPath,
+      fleet.knownHostsPath,
+      String(port),
+      String(GRACE_SEC),
+      '1024',
+      pids,
+      remote(queryGpus(t)),
+      ...snapshot,
+    ]);
     await gone(hs);
     return ms;
   };
@@ -384,7 +483,10 @@ async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<ob
       120_000,
       10,
     );
-    if (verdict === 'silent') return giveUp('unstick not available yet: the bot queues it, but no worker step appeared in the thread within 30 s');
+    if (verdict === 'silent')
+      return giveUp(
+        'unstick not available yet: the bot queues it, but no worker step appeared in the thread within 30 s',
+      );
     const ms = performance.now() - t0;
     await gone(hs);
     return ms;
@@ -394,7 +496,9 @@ async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<ob
   const probe = await ours();
   const b: number[] = [];
   if (probe === null) {
-    progress(`unstickS2: not available yet; measuring the ssh baseline alone (${CFG.unstickRuns} runs after a warm-up)`);
+    progress(
+      `unstickS2: not available yet; measuring the ssh baseline alone (${CFG.unstickRuns} runs after a warm-up)`,
+    );
     if (CFG.unstickWarmup) await baseline();
     for (let i = 0; i < CFG.unstickRuns; i++) b.push(await baseline());
     return { pending: pendingWhy, baselineMs: summarize(b) };
@@ -435,30 +539,66 @@ async function main(): Promise<void> {
     progress(`starting a fleet of ${CFG.hosts} hosts + ${UNSTICK_CT} (real sshd each)`);
     const f0 = performance.now();
     fleet = await startFleet({
-      hosts: Array.from({ length: CFG.hosts }, (_, i) => ({ id: `kpro${i + 1}`, gpus: 8, ramTotalGiB: 449, ramUsedGiB: 40 })),
+      hosts: Array.from({ length: CFG.hosts }, (_, i) => ({
+        id: `kpro${i + 1}`,
+        gpus: 8,
+        ramTotalGiB: 449,
+        ramUsedGiB: 40,
+      })),
       containers: [{ id: UNSTICK_CT, vmid: 129, host: UNSTICK_HOST, ownAddress: true }],
     });
     const fleetStartMs = performance.now() - f0;
     slack = await startFakeSlack();
     // A holder on the status target, so the table has a process row as in real life.
-    await fleet.spawnHolder(STATUS_TARGET, { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 96417 }], title: 'sglang::scheduler_TP0' });
+    await fleet.spawnHolder(STATUS_TARGET, {
+      gpus: [
+        { index: 0, mib: 96413 },
+        { index: 2, mib: 96417 },
+      ],
+      title: 'sglang::scheduler_TP0',
+    });
 
     const inv: InventoryInput = fleet.inventory();
     const hostsOf = (n: number): InventoryInput['hosts'] => (inv.hosts ?? []).slice(0, n);
-    const inventories: Array<{ name: string; inventory: InventoryInput; worker: boolean; workers?: number; extraEnv?: Record<string, string> }> = [
-      ...FANOUT.map((n) => ({ name: `status${n}`, inventory: { ...inv, hosts: hostsOf(n), containers: [] }, worker: true })),
+    const inventories: Array<{
+      name: string;
+      inventory: InventoryInput;
+      worker: boolean;
+      workers?: number;
+      extraEnv?: Record<string, string>;
+    }> = [
+      ...FANOUT.map((n) => ({
+        name: `status${n}`,
+        inventory: { ...inv, hosts: hostsOf(n), containers: [] },
+        worker: true,
+      })),
       // The same machines as the largest fan-out, served by two worker processes on one queue.
-      ...(QUICK ? [] : [{ name: TWO_WORKERS, inventory: { ...inv, hosts: hostsOf(CFG.hosts), containers: [] }, worker: true, workers: 2 }]),
+      ...(QUICK
+        ? []
+        : [
+            {
+              name: TWO_WORKERS,
+              inventory: { ...inv, hosts: hostsOf(CFG.hosts), containers: [] },
+              worker: true,
+              workers: 2,
+            },
+          ]),
       // Acks only: its queue has no consumer (see README), so the next burst is not slowed by 600 reads.
       { name: 'ack', inventory: { ...inv, hosts: hostsOf(CFG.hosts), containers: [] }, worker: false },
       {
         name: 'unstick',
-        inventory: { ...inv, hosts: (inv.hosts ?? []).filter((h) => h.id === UNSTICK_HOST), containers: (inv.containers ?? []).filter((c) => c.id === UNSTICK_CT) },
+        inventory: {
+          ...inv,
+          hosts: (inv.hosts ?? []).filter((h) => h.id === UNSTICK_HOST),
+          containers: (inv.containers ?? []).filter((c) => c.id === UNSTICK_CT),
+        },
         worker: true,
         extraEnv: { GPU_MEDIC_TERM_GRACE_SEC: String(GRACE_SEC) },
       },
     ];
-    progress(`starting ${inventories.length} bots and ${inventories.filter((x) => x.worker).length} workers as child processes`);
+    progress(
+      `starting ${inventories.length} bots and ${inventories.filter((x) => x.worker).length} workers as child processes`,
+    );
     const p0 = performance.now();
     const pairs = new Map<string, Pair>();
     const fakeSlack = slack;
@@ -470,11 +610,24 @@ async function main(): Promise<void> {
         prefixes.push(prefix);
         const secret = randomBytes(16).toString('hex');
         const port = await freePort();
-        const common = { REDIS_URL, GPU_MEDIC_PREFIX: prefix, GPU_MEDIC_INVENTORY: invPath, LOG_LEVEL: 'info', ...(x.extraEnv ?? {}) };
+        const common = {
+          REDIS_URL,
+          GPU_MEDIC_PREFIX: prefix,
+          GPU_MEDIC_INVENTORY: invPath,
+          LOG_LEVEL: 'info',
+          ...(x.extraEnv ?? {}),
+        };
         const [bot, worker] = await Promise.all([
           startRole(
             'bot',
-            { ...common, GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: fakeSlack.botToken, SLACK_SIGNING_SECRET: secret, SLACK_API_URL: fakeSlack.apiUrl, PORT: String(port) },
+            {
+              ...common,
+              GPU_MEDIC_MODE: 'http',
+              SLACK_BOT_TOKEN: fakeSlack.botToken,
+              SLACK_SIGNING_SECRET: secret,
+              SLACK_API_URL: fakeSlack.apiUrl,
+              PORT: String(port),
+            },
             work,
             `${x.name}-bot`,
           ),
@@ -482,8 +635,16 @@ async function main(): Promise<void> {
         ]);
         roles.push(bot);
         if (worker) roles.push(worker);
-        for (let k = 1; k < (x.workers ?? 1); k++) roles.push(await startRole('worker', common, work, `${x.name}-worker${k + 1}`));
-        pairs.set(x.name, { name: x.name, prefix, secret, eventsUrl: `http://127.0.0.1:${port}/slack/events`, bot, worker });
+        for (let k = 1; k < (x.workers ?? 1); k++)
+          roles.push(await startRole('worker', common, work, `${x.name}-worker${k + 1}`));
+        pairs.set(x.name, {
+          name: x.name,
+          prefix,
+          secret,
+          eventsUrl: `http://127.0.0.1:${port}/slack/events`,
+          bot,
+          worker,
+        });
       }),
     );
     const processesStartMs = performance.now() - p0;
@@ -501,7 +662,10 @@ async function main(): Promise<void> {
       cpuModel: cpus()[0]?.model ?? 'unknown',
       node: process.version,
       loadavg1AtStart: round(load0, 2),
-      sshSessionShellStartup: { ...(await shellRcProbe()), note: "bash -c true as sshd starts it for root (SSH_CLIENT set: ~/.bashrc is sourced) vs without; every SSH command, ours and the baseline's, pays the difference" },
+      sshSessionShellStartup: {
+        ...(await shellRcProbe()),
+        note: "bash -c true as sshd starts it for root (SSH_CLIENT set: ~/.bashrc is sourced) vs without; every SSH command, ours and the baseline's, pays the difference",
+      },
     };
     out['mode'] = QUICK ? 'quick' : 'full';
     out['setup'] = {
@@ -522,13 +686,31 @@ async function main(): Promise<void> {
       }
     };
     await attempt('statusFirstTable', () => benchFirstTable(fakeSlack, fleet as Fleet, big), big);
-    await attempt('statusFanout', () => benchFanout(fakeSlack, fleet as Fleet, new Map(FANOUT.map((n) => [n, pair(`status${n}`)])), pairs.get(TWO_WORKERS) ?? null), big);
+    await attempt(
+      'statusFanout',
+      () =>
+        benchFanout(
+          fakeSlack,
+          fleet as Fleet,
+          new Map(FANOUT.map((n) => [n, pair(`status${n}`)])),
+          pairs.get(TWO_WORKERS) ?? null,
+        ),
+      big,
+    );
     const workerAfterFanout = big.worker?.peakKiB() ?? 0;
     await attempt('ack', () => benchAck(fakeSlack, ackPair), ackPair);
     await attempt('unstickS2', () => benchUnstick(fakeSlack, fleet as Fleet, pair('unstick')), pair('unstick'));
     out['memory'] = {
-      bot: { peakMiB: MiB(ackPair.bot.peakKiB()), idleMiB: MiB(idle.ackBot), during: `${ACK_LEVELS.join('/')} concurrent command bursts (the ack figure)` },
-      botServingStatus: { peakMiB: MiB(big.bot.peakKiB()), idleMiB: MiB(idle.bot), during: `status and status-all threads over ${CFG.hosts} machines` },
+      bot: {
+        peakMiB: MiB(ackPair.bot.peakKiB()),
+        idleMiB: MiB(idle.ackBot),
+        during: `${ACK_LEVELS.join('/')} concurrent command bursts (the ack figure)`,
+      },
+      botServingStatus: {
+        peakMiB: MiB(big.bot.peakKiB()),
+        idleMiB: MiB(idle.bot),
+        during: `status and status-all threads over ${CFG.hosts} machines`,
+      },
       worker: {
         peakMiB: MiB(workerAfterFanout),
         idleMiB: MiB(idle.worker),
@@ -561,6 +743,8 @@ const run = process.argv.includes('--watch') ? () => import('./watch-round.ts').
 run().then(
   () => process.stdout.write('', () => process.exit(0)),
   (e: unknown) => {
-    process.stderr.write(`bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`, () => process.exit(1));
+    process.stderr.write(`bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`, () =>
+      process.exit(1),
+    );
   },
 );

@@ -29,7 +29,12 @@ export function round(x: number, digits = 0): number {
 
 /** Median, min and max of one figure over its measured runs (warm-up already left out). */
 export function summarize(xs: readonly number[], digits = 0): Summary {
-  return { median: round(median(xs), digits), min: round(Math.min(...xs), digits), max: round(Math.max(...xs), digits), runs: xs.length };
+  return {
+    median: round(median(xs), digits),
+    min: round(Math.min(...xs), digits),
+    max: round(Math.max(...xs), digits),
+    runs: xs.length,
+  };
 }
 
 /** ours / baseline of the medians, two decimals; null when the baseline is 0. */

@@ -36,17 +36,27 @@ import { freePort } from './procs.ts';
 import { round as r1, summarize, type Summary } from './stats.ts';
 
 /** `--sizes 2,6` for a quick try; default 50 and 200. */
-const SIZES: readonly number[] = process.argv.includes('--sizes') ? (process.argv[process.argv.indexOf('--sizes') + 1] ?? '').split(',').map(Number).filter((n) => n > 0) : [50, 200];
+const SIZES: readonly number[] = process.argv.includes('--sizes')
+  ? (process.argv[process.argv.indexOf('--sizes') + 1] ?? '')
+      .split(',')
+      .map(Number)
+      .filter((n) => n > 0)
+  : [50, 200];
 const ROUNDS = Math.max(2, Number(process.argv[process.argv.indexOf('--rounds') + 1]) || 4);
 const ALERTS_CHANNEL = 'C0ALERTS01';
 
 const t0 = performance.now();
-const progress = (msg: string): void => void process.stderr.write(`[watch-bench ${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+const progress = (msg: string): void =>
+  void process.stderr.write(`[watch-bench ${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 async function startPrivateRedis(): Promise<{ url: string; proc: ChildProcess }> {
   const port = await freePort();
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const proc = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
   const url = `redis://127.0.0.1:${port}`;
   const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
   probe.on('error', () => undefined);
@@ -118,8 +128,16 @@ export async function watchBench(): Promise<void> {
   let fleet: Fleet | null = null;
   const redis = new Redis(redisServer.url);
   try {
-    fleet = await startFleet({ hosts: Array.from({ length: hosts }, (_, i) => ({ id: `kpro${i + 1}`, gpus: 8, ramTotalGiB: 449, ramUsedGiB: 40 })) });
-    for (let i = 0; i < hosts; i += 10) await fleet.spawnHolder(`kpro${i + 1}`, { gpus: [{ index: 0, mib: 40_000 }], title: 'python3 train.py' });
+    fleet = await startFleet({
+      hosts: Array.from({ length: hosts }, (_, i) => ({
+        id: `kpro${i + 1}`,
+        gpus: 8,
+        ramTotalGiB: 449,
+        ramUsedGiB: 40,
+      })),
+    });
+    for (let i = 0; i < hosts; i += 10)
+      await fleet.spawnHolder(`kpro${i + 1}`, { gpus: [{ index: 0, mib: 40_000 }], title: 'python3 train.py' });
     const v = validateInventory(fleet.inventory());
     if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
     const base = v.inventory;
@@ -146,7 +164,8 @@ export async function watchBench(): Promise<void> {
       };
     };
     const machines = [...Array(hosts).keys()].map((i) => `kpro${i + 1}`);
-    const sessions = (): number => machines.reduce((a, m) => a + (fleet?.commandLog(m).filter((c) => c.via === 'ssh').length ?? 0), 0);
+    const sessions = (): number =>
+      machines.reduce((a, m) => a + (fleet?.commandLog(m).filter((c) => c.via === 'ssh').length ?? 0), 0);
     const figures: RoundFigures[] = [];
     const measure = async (n: number, executor: Executor, cold: boolean, record = true): Promise<void> => {
       const d = depsOf(n, executor);
@@ -173,18 +192,26 @@ export async function watchBench(): Promise<void> {
         sshSessions: s1 - s0,
         sshNewConnections: Math.max(0, c1 - c0),
         machines: results.length,
-        raised: results.flatMap((x) => x.changes.filter((c) => c.type === 'raise').map((c) => c.alert.kind)).reduce<Record<string, number>>((a, k) => ({ ...a, [k]: (a[k] ?? 0) + 1 }), {}),
+        raised: results
+          .flatMap((x) => x.changes.filter((c) => c.type === 'raise').map((c) => c.alert.kind))
+          .reduce<Record<string, number>>((a, k) => ({ ...a, [k]: (a[k] ?? 0) + 1 }), {}),
       };
       if (record) figures.push(f);
       const firstRaise = results.flatMap((x) => x.changes).find((c) => c.type === 'raise');
-      progress(`${record ? '' : '(not counted) '}${cold ? 'cold' : 'steady'} round over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections, raised ${JSON.stringify(f.raised)}${firstRaise ? ` (e.g. ${firstRaise.alert.machineId}: ${firstRaise.alert.sentence})` : ''}`);
+      progress(
+        `${record ? '' : '(not counted) '}${cold ? 'cold' : 'steady'} round over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections, raised ${JSON.stringify(f.raised)}${firstRaise ? ` (e.g. ${firstRaise.alert.machineId}: ${firstRaise.alert.sentence})` : ''}`,
+      );
     };
     // Cold: a worker just started (empty watch state, no pooled connection): each size on its own executor.
     for (const n of SIZES) {
       const ex = newExecutor();
       await measure(n, ex, true);
       await ex.close();
-      await redis.eval(`for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 1`, 0, `bw${n}:*`);
+      await redis.eval(
+        `for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 1`,
+        0,
+        `bw${n}:*`,
+      );
     }
     // Steady: connections pooled (opened 20 at a time first), state stored by one uncounted round.
     const executor = newExecutor();
@@ -202,7 +229,10 @@ export async function watchBench(): Promise<void> {
     const out = {
       bench: 'watchdog round',
       at: new Date().toISOString(),
-      machine: { cores: (await import('node:os')).cpus().length, load: (await import('node:os')).loadavg().map((x) => r1(x)) },
+      machine: {
+        cores: (await import('node:os')).cpus().length,
+        load: (await import('node:os')).loadavg().map((x) => r1(x)),
+      },
       rounds: ROUNDS,
       hostsWithHolder: Math.ceil(hosts / 10),
       sizes: Object.fromEntries(
@@ -216,9 +246,13 @@ export async function watchBench(): Promise<void> {
               steady: {
                 wallMs: summary(steady.map((f) => f.wallMs)),
                 redisCommands: summary(steady.map((f) => f.redisCommands)),
-                redisCommandsPerMachine: r1((steady.reduce((a, f) => a + f.redisCommands, 0) / Math.max(1, steady.length)) / n),
+                redisCommandsPerMachine: r1(
+                  steady.reduce((a, f) => a + f.redisCommands, 0) / Math.max(1, steady.length) / n,
+                ),
                 sshSessions: summary(steady.map((f) => f.sshSessions)),
-                sshSessionsPerMachine: r1((steady.reduce((a, f) => a + f.sshSessions, 0) / Math.max(1, steady.length)) / n),
+                sshSessionsPerMachine: r1(
+                  steady.reduce((a, f) => a + f.sshSessions, 0) / Math.max(1, steady.length) / n,
+                ),
                 sshNewConnections: summary(steady.map((f) => f.sshNewConnections)),
                 redisByCommand: steady[steady.length - 1]?.redisByCommand ?? {},
               },
@@ -236,4 +270,3 @@ export async function watchBench(): Promise<void> {
     redisServer.proc.kill('SIGKILL');
   }
 }
-

@@ -18,7 +18,14 @@ import type { CommandDeps } from './deps.ts';
 import { startStatus } from './status.ts';
 import { startUnstick } from './unstick.ts';
 
-export type AlertButton = 'status' | 'unstick' | 'unstick_pick' | 'snooze_1h' | 'snooze_1d' | 'snooze_gpu_1h' | 'snooze_gpu_1d';
+export type AlertButton =
+  | 'status'
+  | 'unstick'
+  | 'unstick_pick'
+  | 'snooze_1h'
+  | 'snooze_1d'
+  | 'snooze_gpu_1h'
+  | 'snooze_gpu_1d';
 
 /** One click on an alert message, as Slack sent it: nothing in it is trusted but the shape. */
 export interface AlertClick {
@@ -39,8 +46,9 @@ const SNOOZE: Partial<Record<AlertButton, { ms: number; gpu: boolean; words: str
   snooze_gpu_1d: { ms: 24 * HOUR, gpu: true, words: '1 day' },
 };
 
-const UNKNOWN = ':question: This alert does not exist (any more). Nothing was done. `/gpu status <machine>` reads a machine now.';
-const NOT_THIS_MESSAGE = ':no_entry: This button does not belong to that alert\'s message. Nothing was done.';
+const UNKNOWN =
+  ':question: This alert does not exist (any more). Nothing was done. `/gpu status <machine>` reads a machine now.';
+const NOT_THIS_MESSAGE = ":no_entry: This button does not belong to that alert's message. Nothing was done.";
 const hhmm = (ms: number): string => `${new Date(ms).toISOString().slice(11, 16)} UTC`;
 const stamp = (ms: number): string => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 
@@ -88,11 +96,14 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
     const m = findMachine(deps.inventory, machineId);
     if (click.button === 'unstick_pick') {
       const c = picked === null ? null : findMachine(deps.inventory, picked);
-      if (!m || m.kind !== 'host' || !c || c.kind !== 'container' || c.hostId !== m.id) return ':no_entry: That choice is not a container of this alert\'s host. Nothing was done.';
+      if (!m || m.kind !== 'host' || !c || c.kind !== 'container' || c.hostId !== m.id)
+        return ":no_entry: That choice is not a container of this alert's host. Nothing was done.";
       target = c.id;
-    } else if (m && m.kind !== 'container') return `:no_entry: ${code(machineId)} is a host: pick one of its containers in the alert's Unstick list. Nothing was done.`;
+    } else if (m && m.kind !== 'container')
+      return `:no_entry: ${code(machineId)} is a host: pick one of its containers in the alert's Unstick list. Nothing was done.`;
   }
-  if (snooze?.gpu && alert.gpu === null) return ':no_entry: This alert is not about one GPU, so there is no GPU to snooze. Nothing was done.';
+  if (snooze?.gpu && alert.gpu === null)
+    return ':no_entry: This alert is not about one GPU, so there is no GPU to snooze. Nothing was done.';
   const at = deps.now().toISOString();
   const record = (incidentId: string | null, refused: AlertActionRefusal | null) =>
     deps.log.append(id, { type: 'alert_action', at, by: click.user, action, incidentId, refused, target });
@@ -111,7 +122,13 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
   if (snooze) {
     const scope = snooze.gpu ? `${machineId}/${alert.gpu}` : machineId;
     const until = await deps.snoozes.snooze(scope, deps.now().getTime() + snooze.ms);
-    await deps.log.append(id, { type: 'alert_snoozed', at, by: click.user, scope, until: new Date(until).toISOString() });
+    await deps.log.append(id, {
+      type: 'alert_snoozed',
+      at,
+      by: click.user,
+      scope,
+      until: new Date(until).toISOString(),
+    });
     const what = snooze.gpu ? `GPU ${alert.gpu} of ${code(machineId)}` : code(machineId);
     return `:zzz: ${what} is snoozed until ${stamp(until)}${until > deps.now().getTime() + snooze.ms ? ' (an earlier, longer snooze is kept)' : ''}: the watchdog raises no new alert there until then. Nothing was signalled or reset; this message stays as it is and still says when the condition clears.`;
   }
@@ -120,7 +137,12 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
   const started =
     action === 'status'
       ? await startStatus(machineId, { ...input, text: `status ${machineId}` }, deps)
-      : await startUnstick(target, `from the watchdog alert ${id} on ${machineId}`, { ...input, text: `unstick ${target}` }, deps);
+      : await startUnstick(
+          target,
+          `from the watchdog alert ${id} on ${machineId}`,
+          { ...input, text: `unstick ${target}` },
+          deps,
+        );
   await record(started.incidentId, started.refused);
   return started.text;
 }
@@ -135,26 +157,44 @@ const BUTTONS: ReadonlyArray<[string, AlertButton]> = [
 ];
 
 export function registerAlertActions(app: App, deps: CommandDeps): void {
-  const run = async (body: BlockAction, button: AlertButton, value: string, respond: (m: { response_type: 'ephemeral'; replace_original: false; text: string }) => Promise<unknown>): Promise<void> => {
+  const run = async (
+    body: BlockAction,
+    button: AlertButton,
+    value: string,
+    respond: (m: { response_type: 'ephemeral'; replace_original: false; text: string }) => Promise<unknown>,
+  ): Promise<void> => {
     let text: string;
     try {
       text = await handleAlertClick(
-        { button, value, user: body.user.id, channel: body.channel?.id ?? body.container?.channel_id ?? null, messageTs: body.message?.ts ?? body.container?.message_ts ?? null },
+        {
+          button,
+          value,
+          user: body.user.id,
+          channel: body.channel?.id ?? body.container?.channel_id ?? null,
+          messageTs: body.message?.ts ?? body.container?.message_ts ?? null,
+        },
         deps,
       );
     } catch (err) {
       deps.logger.error({ err }, 'alert click failed');
-      text = ':warning: gpu-medic could not handle this click (queue unavailable?). Nothing was done. Try again in a minute.';
+      text =
+        ':warning: gpu-medic could not handle this click (queue unavailable?). Nothing was done. Try again in a minute.';
     }
     await respond({ response_type: 'ephemeral', replace_original: false, text });
   };
   for (const [actionId, button] of BUTTONS)
-    app.action<BlockAction<ButtonAction>>({ type: 'block_actions', action_id: actionId }, async ({ ack, body, action, respond }) => {
+    app.action<BlockAction<ButtonAction>>(
+      { type: 'block_actions', action_id: actionId },
+      async ({ ack, body, action, respond }) => {
+        await ack();
+        await run(body, button, String(action.value ?? ''), respond);
+      },
+    );
+  app.action<BlockAction<StaticSelectAction>>(
+    { type: 'block_actions', action_id: ALERT_UNSTICK_PICK_ACTION_ID },
+    async ({ ack, body, action, respond }) => {
       await ack();
-      await run(body, button, String(action.value ?? ''), respond);
-    });
-  app.action<BlockAction<StaticSelectAction>>({ type: 'block_actions', action_id: ALERT_UNSTICK_PICK_ACTION_ID }, async ({ ack, body, action, respond }) => {
-    await ack();
-    await run(body, 'unstick_pick', String(action.selected_option?.value ?? ''), respond);
-  });
+      await run(body, 'unstick_pick', String(action.selected_option?.value ?? ''), respond);
+    },
+  );
 }

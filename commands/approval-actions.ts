@@ -23,7 +23,7 @@ function hhmm(ms: number): string {
 export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval | null, user?: string): string {
   switch (code) {
     case 'self_approval':
-      return ':no_entry: You asked for this unstick, so you can\'t approve its host-level step: a second person must. Nothing was run.';
+      return ":no_entry: You asked for this unstick, so you can't approve its host-level step: a second person must. Nothing was run.";
     case 'not_approver':
       if (user !== undefined && a?.approvers.includes(user))
         return ':no_entry: You are no longer on the approvers list for host-level steps (GPU_MEDIC_APPROVERS now), though you were when this card was posted. Nothing was run. Ask a current approver to look at the card.';
@@ -35,11 +35,11 @@ export function refusalText(code: StoreRefusalCode | 'wrong_card', a: Approval |
     case 'approval_decided':
       return `:information_source: Already ${a?.state ?? 'decided'}${a?.decidedBy ? ` by ${mention(a.decidedBy)}` : ''}${a?.decidedAt ? ` at ${hhmm(a.decidedAt)}` : ''}. Nothing more was done.`;
     case 'budget_exhausted':
-      return ':no_entry: The host\'s blast-radius budget of host-level steps is spent for this hour: only an admin can approve more. Nothing was run.';
+      return ":no_entry: The host's blast-radius budget of host-level steps is spent for this hour: only an admin can approve more. Nothing was run.";
     case 'approval_not_found':
       return ':question: This approval does not exist (any more). Nothing was run.';
     case 'wrong_card':
-      return ':no_entry: This button does not belong to that approval\'s card. Nothing was run.';
+      return ":no_entry: This button does not belong to that approval's card. Nothing was run.";
   }
 }
 
@@ -61,28 +61,54 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
       by: click.user,
       reason: code === 'wrong_card' ? 'approval_not_found' : code,
     });
-    deps.logger.warn({ incident: approval.incidentId, approval: approval.id, user: click.user, code, event: 'approval_refused' }, 'approval click refused');
+    deps.logger.warn(
+      { incident: approval.incidentId, approval: approval.id, user: click.user, code, event: 'approval_refused' },
+      'approval click refused',
+    );
     return refusalText(code, a, click.user);
   };
   // The id is unguessable, but a tampered payload could still carry one from another thread.
   const refs = await deps.log.slackRefs(approval.incidentId);
   const card = refs.get(`approval:${approval.id}`);
-  if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts) return refuse('wrong_card', approval);
+  if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts)
+    return refuse('wrong_card', approval);
   // Checked against the live configuration as well as the card's frozen list, in the same atomic step.
-  const r = await deps.approvals.decide(approval.id, { user: click.user, decision: click.decision, now: deps.now().getTime(), liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])], liveEscalation: deps.policy.escalationApprovers ?? [] });
+  const r = await deps.approvals.decide(approval.id, {
+    user: click.user,
+    decision: click.decision,
+    now: deps.now().getTime(),
+    liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])],
+    liveEscalation: deps.policy.escalationApprovers ?? [],
+  });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
-  const enqueue = () => deps.dispatcher.enqueue(site, { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id }, decisionJobId(approval.incidentId, approval.id));
+  const enqueue = () =>
+    deps.dispatcher.enqueue(
+      site,
+      { kind: 'decision', incidentId: approval.incidentId, approvalId: approval.id },
+      decisionJobId(approval.incidentId, approval.id),
+    );
   if (!r.ok) {
     // A retry of a click whose job was never queued: queue it now (same job id: never twice).
-    if (r.code === 'approval_decided' && (await deps.approvals.isUndispatched(approval.id))) await enqueue().catch(() => undefined);
+    if (r.code === 'approval_decided' && (await deps.approvals.isUndispatched(approval.id)))
+      await enqueue().catch(() => undefined);
     return refuse(r.code, r.approval);
   }
-  await deps.log.append(approval.incidentId, { type: 'approval_decided', at, approvalId: approval.id, stepId: approval.stepId, decision: click.decision, by: click.user });
+  await deps.log.append(approval.incidentId, {
+    type: 'approval_decided',
+    at,
+    approvalId: approval.id,
+    stepId: approval.stepId,
+    decision: click.decision,
+    by: click.user,
+  });
   try {
     await enqueue();
   } catch (err) {
     // The decision is stored (and indexed as not yet taken up): a worker's sweep queues its job.
-    deps.logger.warn({ err, incident: approval.incidentId, approval: approval.id }, 'decision stored, its job not queued: left to the workers\' sweep');
+    deps.logger.warn(
+      { err, incident: approval.incidentId, approval: approval.id },
+      "decision stored, its job not queued: left to the workers' sweep",
+    );
     return click.decision === 'approved'
       ? ':white_check_mark: Approved and recorded. Handing it to a worker failed just now; a worker picks it up on its own within seconds (nothing runs twice). Results follow in the thread.'
       : ':x: Denied and recorded. Nothing will run on the host; a worker closes the incident within seconds.';
@@ -97,25 +123,29 @@ export function registerApprovalActions(app: App, deps: CommandDeps): void {
     [APPROVE_ACTION_ID, 'approved'],
     [DENY_ACTION_ID, 'denied'],
   ] as const) {
-    app.action<BlockAction<ButtonAction>>({ type: 'block_actions', action_id: actionId }, async ({ ack, body, action, respond }) => {
-      await ack();
-      let text: string;
-      try {
-        text = await handleApprovalClick(
-          {
-            approvalId: String(action.value ?? ''),
-            decision,
-            user: body.user.id,
-            channel: body.channel?.id ?? body.container?.channel_id ?? null,
-            messageTs: body.message?.ts ?? body.container?.message_ts ?? null,
-          },
-          deps,
-        );
-      } catch (err) {
-        deps.logger.error({ err }, 'approval click failed');
-        text = ':warning: gpu-medic could not record this click (queue unavailable?). Nothing was run. Try again in a minute.';
-      }
-      await respond({ response_type: 'ephemeral', replace_original: false, text });
-    });
+    app.action<BlockAction<ButtonAction>>(
+      { type: 'block_actions', action_id: actionId },
+      async ({ ack, body, action, respond }) => {
+        await ack();
+        let text: string;
+        try {
+          text = await handleApprovalClick(
+            {
+              approvalId: String(action.value ?? ''),
+              decision,
+              user: body.user.id,
+              channel: body.channel?.id ?? body.container?.channel_id ?? null,
+              messageTs: body.message?.ts ?? body.container?.message_ts ?? null,
+            },
+            deps,
+          );
+        } catch (err) {
+          deps.logger.error({ err }, 'approval click failed');
+          text =
+            ':warning: gpu-medic could not record this click (queue unavailable?). Nothing was run. Try again in a minute.';
+        }
+        await respond({ response_type: 'ephemeral', replace_original: false, text });
+      },
+    );
   }
 }

@@ -16,11 +16,15 @@ export async function doctorCommand(target: string, input: SlashInput, deps: Com
   let machines: Machine[];
   if (target === 'all') {
     machines = listMachines(deps.inventory);
-    if (machines.length === 0) return 'The inventory has no machines yet, so there is nothing to check. Nothing was queued.';
+    if (machines.length === 0)
+      return 'The inventory has no machines yet, so there is nothing to check. Nothing was queued.';
   } else {
     const m = findMachine(deps.inventory, target);
     if (!m) {
-      const guess = closest(target, listMachines(deps.inventory).map((x) => x.id));
+      const guess = closest(
+        target,
+        listMachines(deps.inventory).map((x) => x.id),
+      );
       return `:question: No machine called "${target}"${guess ? `; did you mean ${code(guess)}?` : '.'} Nothing was queued. \`/gpu doctor all\` checks every machine.`;
     }
     machines = [m];
@@ -30,7 +34,8 @@ export async function doctorCommand(target: string, input: SlashInput, deps: Com
   try {
     await deps.log.create(meta);
     await deps.log.append(id, { type: 'requested', at: meta.createdAt });
-    for (const [site, ids] of bySite) await deps.dispatcher.enqueue(site, { kind: 'doctor', incidentId: id, machines: ids }, `${id}-doctor-${site}`);
+    for (const [site, ids] of bySite)
+      await deps.dispatcher.enqueue(site, { kind: 'doctor', incidentId: id, machines: ids }, `${id}-doctor-${site}`);
   } catch (e) {
     deps.logger.error({ err: e, incident: id }, 'could not queue doctor');
     return QUEUE_DOWN;

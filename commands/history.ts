@@ -15,13 +15,25 @@ export const LOG_DOWN =
  * `/gpu history <machine> [N]`: the last N incidents that touched the machine, from the durable log,
  * answered only to the asker. Read-only: it opens no incident, queues no job and reaches no machine.
  */
-export async function historyCommand(target: string, limit: number, cappedFrom: number | null, input: SlashInput, deps: CommandDeps): Promise<string> {
+export async function historyCommand(
+  target: string,
+  limit: number,
+  cappedFrom: number | null,
+  input: SlashInput,
+  deps: CommandDeps,
+): Promise<string> {
   const m = findMachine(deps.inventory, target);
   if (!m) {
-    const guess = closest(target, listMachines(deps.inventory).map((x) => x.id));
+    const guess = closest(
+      target,
+      listMachines(deps.inventory).map((x) => x.id),
+    );
     return `:question: I don't know a machine called ${code(target)}${guess ? `; did you mean ${code(guess)}?` : '.'} Nothing was read. \`/gpu status all\` lists every machine.`;
   }
-  const containers = m.kind === 'host' ? listMachines(deps.inventory).flatMap((x) => (x.kind === 'container' && x.hostId === m.id ? [x.id] : [])) : [];
+  const containers =
+    m.kind === 'host'
+      ? listMachines(deps.inventory).flatMap((x) => (x.kind === 'container' && x.hostId === m.id ? [x.id] : []))
+      : [];
   try {
     const r = await readHistory(deps.log, { target: m, containers, limit });
     deps.logger.info({ target: m.id, user: input.userId, shown: r.items.length }, 'history read');
@@ -33,7 +45,12 @@ export async function historyCommand(target: string, limit: number, cappedFrom: 
       max: HISTORY_MAX,
       more: r.more,
       scan: r.fallback,
-      entries: r.items.map((i) => ({ id: i.id, at: i.at, via: i.via, summary: i.meta ? summarizeIncident(i.meta, i.events) : null })),
+      entries: r.items.map((i) => ({
+        id: i.id,
+        at: i.at,
+        via: i.via,
+        summary: i.meta ? summarizeIncident(i.meta, i.events) : null,
+      })),
     });
   } catch (e) {
     deps.logger.error({ err: e, target: m.id, code: isCodedError(e) ? e.code : 'internal' }, 'could not read history');

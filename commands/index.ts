@@ -35,10 +35,14 @@ export function registerCommands(app: App, deps: CommandDeps): void {
   app.command('/gpu', async ({ command, ack }) => {
     let text: string;
     try {
-      text = await handleSlash({ text: command.text ?? '', userId: command.user_id, channelId: command.channel_id }, deps);
+      text = await handleSlash(
+        { text: command.text ?? '', userId: command.user_id, channelId: command.channel_id },
+        deps,
+      );
     } catch (err) {
       deps.logger.error({ err }, 'slash command failed');
-      text = ':warning: Something went wrong on gpu-medic\'s side; nothing was queued. Try again, and tell the gpu-medic admins if it repeats.';
+      text =
+        ":warning: Something went wrong on gpu-medic's side; nothing was queued. Try again, and tell the gpu-medic admins if it repeats.";
     }
     await ack({ response_type: 'ephemeral', text });
   });

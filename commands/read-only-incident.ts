@@ -3,7 +3,12 @@ import type { IncidentKind, IncidentMeta } from '../src/incident/events.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 
 /** A read-only incident (status, doctor) over `machines`, and its machine ids grouped by site queue. */
-export function readOnlyIncident(kind: IncidentKind, machines: readonly Machine[], input: SlashInput, deps: CommandDeps): { meta: IncidentMeta; bySite: Map<string, string[]> } {
+export function readOnlyIncident(
+  kind: IncidentKind,
+  machines: readonly Machine[],
+  input: SlashInput,
+  deps: CommandDeps,
+): { meta: IncidentMeta; bySite: Map<string, string[]> } {
   const meta: IncidentMeta = {
     id: deps.newIncidentId(),
     kind,

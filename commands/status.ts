@@ -25,11 +25,19 @@ export async function startStatus(target: string, input: SlashInput, deps: Comma
   let machines: Machine[];
   if (target === 'all') {
     machines = listMachines(deps.inventory);
-    if (machines.length === 0) return { text: 'The inventory has no machines yet, so there is nothing to read. Nothing was queued.', incidentId: null, refused: 'unknown_machine' };
+    if (machines.length === 0)
+      return {
+        text: 'The inventory has no machines yet, so there is nothing to read. Nothing was queued.',
+        incidentId: null,
+        refused: 'unknown_machine',
+      };
   } else {
     const m = findMachine(deps.inventory, target);
     if (!m) {
-      const guess = closest(target, listMachines(deps.inventory).map((x) => x.id));
+      const guess = closest(
+        target,
+        listMachines(deps.inventory).map((x) => x.id),
+      );
       return {
         text: `:question: I don't know a machine called ${code(target)}${guess ? `; did you mean ${code(guess)}?` : '.'} Nothing was queued. \`/gpu status all\` lists every machine.`,
         incidentId: null,
@@ -42,7 +50,8 @@ export async function startStatus(target: string, input: SlashInput, deps: Comma
   const id = meta.id;
   try {
     await deps.log.create(meta);
-    for (const [site, ids] of bySite) await deps.dispatcher.enqueue(site, { kind: 'status', incidentId: id, machines: ids }, `${id}-${site}`);
+    for (const [site, ids] of bySite)
+      await deps.dispatcher.enqueue(site, { kind: 'status', incidentId: id, machines: ids }, `${id}-${site}`);
     await deps.log.append(id, { type: 'requested', at: meta.createdAt });
   } catch (e) {
     deps.logger.error({ err: e, incident: id, code: isCodedError(e) ? e.code : 'internal' }, 'could not queue status');
@@ -50,5 +59,9 @@ export async function startStatus(target: string, input: SlashInput, deps: Comma
   }
   deps.logger.info({ incident: id, targets: meta.targets, user: input.userId }, 'status queued');
   const what = target === 'all' ? `all ${machines.length} machines` : code(target);
-  return { text: `:mag: Reading ${what}; the table will appear in a thread in this channel (incident ${code(id)}).`, incidentId: id, refused: null };
+  return {
+    text: `:mag: Reading ${what}; the table will appear in a thread in this channel (incident ${code(id)}).`,
+    incidentId: id,
+    refused: null,
+  };
 }

@@ -10,16 +10,31 @@ function hhmm(iso: string): string {
 }
 
 /** `/gpu unstick <container> [reason]`: lock the target, open an incident, enqueue the (non-retried) job. */
-export async function unstickCommand(target: string, reason: string | null, input: SlashInput, deps: CommandDeps): Promise<string> {
+export async function unstickCommand(
+  target: string,
+  reason: string | null,
+  input: SlashInput,
+  deps: CommandDeps,
+): Promise<string> {
   return (await startUnstick(target, reason, input, deps)).text;
 }
 
 /** The whole of `/gpu unstick` after policy (also run by an alert's Unstick button, the clicker as requester). */
-export async function startUnstick(target: string, reason: string | null, input: SlashInput, deps: CommandDeps): Promise<Started> {
+export async function startUnstick(
+  target: string,
+  reason: string | null,
+  input: SlashInput,
+  deps: CommandDeps,
+): Promise<Started> {
   const m = findMachine(deps.inventory, target);
   if (!m) {
     // A destructive command proposes only a near-certain typo, never merely the closest other container.
-    const guess = nearCertainTypo(target, listMachines(deps.inventory).filter((x) => x.kind === 'container').map((x) => x.id));
+    const guess = nearCertainTypo(
+      target,
+      listMachines(deps.inventory)
+        .filter((x) => x.kind === 'container')
+        .map((x) => x.id),
+    );
     const text = guess
       ? `:question: I don't know a container called ${code(target)}; did you mean ${code(guess)}? Nothing was done: run \`/gpu unstick ${codeLine(guess)}\` if so.`
       : `:question: I don't know a container called ${code(target)}. Nothing was done. \`/gpu status all\` lists every machine.`;

@@ -41,7 +41,8 @@ export function redactRedisUrl(url: string): string {
 export function redisReason(err: Error | null): string {
   if (!err) return 'no answer within 5 s';
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `${err.message} (the host name does not resolve here; "redis" exists only inside docker compose)`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
+    return `${err.message} (the host name does not resolve here; "redis" exists only inside docker compose)`;
   if (code === 'ECONNREFUSED') return `${err.message} (nothing listens there: is Redis running? see docs/deploy.md)`;
   return err.message;
 }
@@ -94,7 +95,15 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     ...(deps.now ? { now: deps.now } : {}),
   });
   // A correctly signed request delivered a second time (within Bolt's 5-minute window) runs nothing.
-  slack.app.use(replayGuard({ redis: fast, prefix: env.GPU_MEDIC_PREFIX, logger: logger.child({ component: 'replay-guard' }), unavailableText: QUEUE_DOWN, ...(deps.now ? { now: deps.now } : {}) }));
+  slack.app.use(
+    replayGuard({
+      redis: fast,
+      prefix: env.GPU_MEDIC_PREFIX,
+      logger: logger.child({ component: 'replay-guard' }),
+      unavailableText: QUEUE_DOWN,
+      ...(deps.now ? { now: deps.now } : {}),
+    }),
+  );
   const dispatcher = createDispatcher({ connection: fast, prefix: env.GPU_MEDIC_PREFIX });
   const metrics = deps.metrics;
   if (metrics) {
@@ -106,9 +115,17 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   }
   registerCommands(slack.app, {
     inventory,
-    log: metrics ? new ObservedIncidentLog(fast, env.GPU_MEDIC_PREFIX, metrics) : new IncidentLog(fast, env.GPU_MEDIC_PREFIX),
+    log: metrics
+      ? new ObservedIncidentLog(fast, env.GPU_MEDIC_PREFIX, metrics)
+      : new IncidentLog(fast, env.GPU_MEDIC_PREFIX),
     dispatcher,
-    policy: { allowedChannels: env.GPU_MEDIC_ALLOWED_CHANNELS, allowedUsers: env.GPU_MEDIC_ALLOWED_USERS, approvers: env.GPU_MEDIC_APPROVERS, admins: env.GPU_MEDIC_ADMINS, escalationApprovers: env.GPU_MEDIC_ESCALATION_APPROVERS },
+    policy: {
+      allowedChannels: env.GPU_MEDIC_ALLOWED_CHANNELS,
+      allowedUsers: env.GPU_MEDIC_ALLOWED_USERS,
+      approvers: env.GPU_MEDIC_APPROVERS,
+      admins: env.GPU_MEDIC_ADMINS,
+      escalationApprovers: env.GPU_MEDIC_ESCALATION_APPROVERS,
+    },
     now: () => new Date(),
     newIncidentId: () => newIncidentId(new Date()),
     logger: logger.child({ component: 'commands' }),
@@ -140,7 +157,10 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   outbox.start();
   home.start();
   const startedAt = Date.now();
-  logger.info({ mode: env.GPU_MEDIC_MODE, port, ...(env.GPU_MEDIC_MODE === 'http' ? { bind: env.GPU_MEDIC_BIND_ADDRESS } : {}) }, 'bot started');
+  logger.info(
+    { mode: env.GPU_MEDIC_MODE, port, ...(env.GPU_MEDIC_MODE === 'http' ? { bind: env.GPU_MEDIC_BIND_ADDRESS } : {}) },
+    'bot started',
+  );
   return {
     port,
     outbox,
@@ -149,7 +169,9 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       outbox: async () => {
         // Counted from the start until the first pass completes.
         const age = Date.now() - (outbox.lastPassAt() ?? startedAt);
-        return age <= outboxStaleMs(env) ? null : `no completed outbox pass for ${Math.round(age / 1000)} s (Redis unreachable?)`;
+        return age <= outboxStaleMs(env)
+          ? null
+          : `no completed outbox pass for ${Math.round(age / 1000)} s (Redis unreachable?)`;
       },
       slack: async () => slack.connectionProblem(),
     }),

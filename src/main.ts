@@ -15,7 +15,12 @@ const [sub, ...rest] = process.argv.slice(2);
 /** The role whose settings a subcommand may take from .env; null for `parse`, which reads none. */
 function settingsRole(): Role | null {
   if (sub === 'bot' || sub === 'worker' || sub === 'start') return sub;
-  if (sub === 'config') return rest[1] === 'bot' || rest[1] === 'worker' ? rest[1] : rest[1] === undefined || rest[1] === 'start' ? 'start' : 'worker';
+  if (sub === 'config')
+    return rest[1] === 'bot' || rest[1] === 'worker'
+      ? rest[1]
+      : rest[1] === undefined || rest[1] === 'start'
+        ? 'start'
+        : 'worker';
   // health and incidents read Redis and file settings only: never a Slack secret.
   return sub === 'parse' ? null : 'worker';
 }
@@ -34,7 +39,8 @@ async function loadDotEnv(): Promise<void> {
   if (!file) return;
   for (const [k, v] of Object.entries(file.values)) if (process.env[k] === undefined) process.env[k] = v;
   // Reported with the other problems by checkConfig (never the line itself: it may hold a secret).
-  for (const n of file.badLines) envFileProblems.push(`.env line ${n} is not KEY=value (no spaces in the key, "#" for a comment); it was not used`);
+  for (const n of file.badLines)
+    envFileProblems.push(`.env line ${n} is not KEY=value (no spaces in the key, "#" for a comment); it was not used`);
 }
 
 /** Problems found in ./.env before any setting was parsed. */
@@ -59,7 +65,10 @@ async function run(role: Role): Promise<number> {
   const checks: Record<string, () => Promise<string | null>> = {};
   const name = (part: string, check: string): string => (role === 'start' ? `${part}.${check}` : check);
   // One registry per process: `start` serves the bot's and the worker's metrics on one port.
-  const metrics = env.GPU_MEDIC_METRICS_PORT === undefined ? undefined : await startMetrics(env.GPU_MEDIC_METRICS_BIND, env.GPU_MEDIC_METRICS_PORT, role, logger, stops);
+  const metrics =
+    env.GPU_MEDIC_METRICS_PORT === undefined
+      ? undefined
+      : await startMetrics(env.GPU_MEDIC_METRICS_BIND, env.GPU_MEDIC_METRICS_PORT, role, logger, stops);
   if (role === 'bot' || role === 'start') {
     const { startBot } = await import('./bot.ts');
     // The bot never gets SSH key paths it could open; it only needs machine ids and sites.
@@ -69,7 +78,12 @@ async function run(role: Role): Promise<number> {
   }
   if (role === 'worker' || role === 'start') {
     const { startWorkerProcess } = await import('./worker-process.ts');
-    const workerEnv = { ...env, SLACK_BOT_TOKEN: undefined, SLACK_APP_TOKEN: undefined, SLACK_SIGNING_SECRET: undefined };
+    const workerEnv = {
+      ...env,
+      SLACK_BOT_TOKEN: undefined,
+      SLACK_APP_TOKEN: undefined,
+      SLACK_SIGNING_SECRET: undefined,
+    };
     const w = await startWorkerProcess(workerEnv, inventory, logger, metrics);
     stops.push(() => w.close());
     for (const [k, c] of Object.entries(w.health())) checks[name('worker', k)] = c;
@@ -93,7 +107,13 @@ async function run(role: Role): Promise<number> {
   return 0;
 }
 
-async function startMetrics(host: string, port: number, role: Role, logger: Logger, stops: Array<() => Promise<void>>): Promise<Metrics> {
+async function startMetrics(
+  host: string,
+  port: number,
+  role: Role,
+  logger: Logger,
+  stops: Array<() => Promise<void>>,
+): Promise<Metrics> {
   const { createMetrics } = await import('./metrics/metrics.ts');
   const { startMetricsServer } = await import('./metrics/server.ts');
   const { collectDefaultMetrics, Registry } = await import('prom-client');
@@ -137,7 +157,9 @@ async function main(): Promise<number> {
     case 'start':
       return run(sub);
   }
-  process.stderr.write(`usage: gpu-medic <bot|worker|start|config check [bot|worker|start]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json|--markdown]|history MACHINE [--limit N]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`);
+  process.stderr.write(
+    `usage: gpu-medic <bot|worker|start|config check [bot|worker|start]|parse [--json] FILE|-|incidents [--limit N]|incident ID [--json|--markdown]|history MACHINE [--limit N]|health [bot|worker|start]|doctor [machine|all] [--json]>\n`,
+  );
   return 2;
 }
 

@@ -7,7 +7,12 @@ import type { Metrics } from './metrics/metrics.ts';
 import { createSshExecutor } from './ssh/executor.ts';
 
 /** The SSH-holding process: BullMQ workers for this worker's sites. Holds no Slack token. */
-export async function startWorkerProcess(env: Env, inventory: Inventory, logger: Logger, metrics?: Metrics): Promise<WorkerGroup> {
+export async function startWorkerProcess(
+  env: Env,
+  inventory: Inventory,
+  logger: Logger,
+  metrics?: Metrics,
+): Promise<WorkerGroup> {
   const executor = createSshExecutor({
     connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
     logger: logger.child({ component: 'ssh' }),
@@ -41,6 +46,10 @@ export function watchOptionsOf(env: Env, alertsChannel: string): WatchOptions {
   return {
     alertsChannel,
     intervalMs: env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000,
-    settings: { ...DEFAULT_WATCH_SETTINGS, ghostMinutes: env.GPU_MEDIC_WATCH_GHOST_SEC / 60, ramPct: env.GPU_MEDIC_WATCH_RAM_PCT },
+    settings: {
+      ...DEFAULT_WATCH_SETTINGS,
+      ghostMinutes: env.GPU_MEDIC_WATCH_GHOST_SEC / 60,
+      ramPct: env.GPU_MEDIC_WATCH_RAM_PCT,
+    },
   };
 }

@@ -36,7 +36,11 @@ export async function sweepDecisions(d: DecisionSweepDeps): Promise<number> {
     // Another site's worker group (with its own inventory) queues it; no incident record: nothing to run it for.
     if (!meta || site === undefined) continue;
     try {
-      await d.dispatcher.enqueue(site, { kind: 'decision', incidentId: a.incidentId, approvalId: id }, decisionJobId(a.incidentId, id));
+      await d.dispatcher.enqueue(
+        site,
+        { kind: 'decision', incidentId: a.incidentId, approvalId: id },
+        decisionJobId(a.incidentId, id),
+      );
       queued++;
       d.logger.info({ approvalId: id, incident: a.incidentId }, 'queued the job of a decision no worker had taken up');
     } catch (err) {

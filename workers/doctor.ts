@@ -17,13 +17,33 @@ export async function runDoctorJob(job: DoctorJob, deps: DoctorWorkerDeps): Prom
   const known = job.machines.filter((id) => findMachine(deps.inventory, id) !== null);
   const unknown = job.machines.filter((id) => !known.includes(id));
   if (unknown.length > 0)
-    await deps.log.append(job.incidentId, { type: 'error', at: deps.now().toISOString(), code: 'target_unknown', message: `this worker's inventory has no machine ${unknown.map((u) => `"${u}"`).join(', ')}` });
+    await deps.log.append(job.incidentId, {
+      type: 'error',
+      at: deps.now().toISOString(),
+      code: 'target_unknown',
+      message: `this worker's inventory has no machine ${unknown.map((u) => `"${u}"`).join(', ')}`,
+    });
   let outcome: 'ok' | 'partial' | 'failed' = unknown.length > 0 ? 'failed' : 'ok';
   if (known.length > 0) {
-    const report = await runDoctor(deps.inventory, known, { exec: (r, s) => deps.executor.exec(r, s), commandTimeoutMs: deps.commandTimeoutMs });
-    await deps.log.append(job.incidentId, { type: 'doctor_report', at: deps.now().toISOString(), machines: known, findings: report.findings, failed: report.failed, warned: report.warned });
+    const report = await runDoctor(deps.inventory, known, {
+      exec: (r, s) => deps.executor.exec(r, s),
+      commandTimeoutMs: deps.commandTimeoutMs,
+    });
+    await deps.log.append(job.incidentId, {
+      type: 'doctor_report',
+      at: deps.now().toISOString(),
+      machines: known,
+      findings: report.findings,
+      failed: report.failed,
+      warned: report.warned,
+    });
     if (report.failed > 0) outcome = 'failed';
     deps.logger.info({ incident: job.incidentId, failed: report.failed, warned: report.warned }, 'doctor finished');
   }
-  await deps.log.append(job.incidentId, { type: 'finished', at: deps.now().toISOString(), outcome, durationMs: deps.now().getTime() - t0 });
+  await deps.log.append(job.incidentId, {
+    type: 'finished',
+    at: deps.now().toISOString(),
+    outcome,
+    durationMs: deps.now().getTime() - t0,
+  });
 }

@@ -23,7 +23,14 @@ import { sweepDecisions } from './decision-sweep.ts';
 import { planKeyFor } from './plan-key.ts';
 import { runDoctorJob } from './doctor.ts';
 import { runStatusJob, type StatusWorkerDeps } from './status.ts';
-import { runDecisionJob, runEscalateJob, runExpireJob, runRemindJob, runUnstickJob, type UnstickWorkerDeps } from './unstick.ts';
+import {
+  runDecisionJob,
+  runEscalateJob,
+  runExpireJob,
+  runRemindJob,
+  runUnstickJob,
+  type UnstickWorkerDeps,
+} from './unstick.ts';
 import { runWatchJob, type WatchdogDeps } from './watchdog.ts';
 
 export interface WorkerGroupOptions {
@@ -152,7 +159,11 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     }
     const data = parsed.data;
     // Claims name the job and its attempt, so a re-run can tell its own dead attempt's claims.
-    const attempt = (): UnstickWorkerDeps => ({ ...unstickDeps, workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`, jobId: String(job.id) });
+    const attempt = (): UnstickWorkerDeps => ({
+      ...unstickDeps,
+      workerId: `${unstickDeps.workerId}:${job.id}:${job.attemptsStarted}`,
+      jobId: String(job.id),
+    });
     const readOnly = (): StatusWorkerDeps => ({
       inventory: o.inventory,
       executor,
@@ -216,21 +227,31 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   }
   // One scheduler per site queue (an upsert: every worker of the site writes the same one, so a
   // round is produced once per interval however many workers serve the site).
-  const schedulerQueues = sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) }));
-  for (const { queue } of schedulerQueues) queue.on('error', (err) => o.logger.warn({ err }, 'watch scheduler queue error'));
+  const schedulerQueues = sites.map((site) => ({
+    site,
+    queue: new Queue(queueName(site), { connection, prefix: o.prefix }),
+  }));
+  for (const { queue } of schedulerQueues)
+    queue.on('error', (err) => o.logger.warn({ err }, 'watch scheduler queue error'));
   await Promise.all(
     schedulerQueues.map(({ site, queue }) =>
       o.watch
         ? queue.upsertJobScheduler(
             watchSchedulerId(site),
             { every: o.watch.intervalMs },
-            { name: 'watch', data: { kind: 'watch', site } satisfies WatchJob, opts: { attempts: 1, removeOnComplete: 100, removeOnFail: 100 } },
+            {
+              name: 'watch',
+              data: { kind: 'watch', site } satisfies WatchJob,
+              opts: { attempts: 1, removeOnComplete: 100, removeOnFail: 100 },
+            },
           )
         : queue.removeJobScheduler(watchSchedulerId(site)),
     ),
   );
   // Queue depth is read from Redis when Prometheus scrapes, not polled.
-  const depthQueues = metrics ? sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) })) : [];
+  const depthQueues = metrics
+    ? sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) }))
+    : [];
   const stopReading = metrics?.onScrape(async (g) => {
     for (const { site, queue } of depthQueues) {
       const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'failed');
@@ -238,7 +259,15 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     }
   });
   // A decision stored by the bot whose job it then failed to queue is not lost: queued from here.
-  const sweepDeps = { approvals: unstickDeps.approvals, log, inventory: o.inventory, dispatcher, now, logger: o.logger, graceMs: 3000 };
+  const sweepDeps = {
+    approvals: unstickDeps.approvals,
+    log,
+    inventory: o.inventory,
+    dispatcher,
+    now,
+    logger: o.logger,
+    graceMs: 3000,
+  };
   let sweeping = false;
   const sweep = setInterval(() => {
     if (sweeping) return;

@@ -12,9 +12,14 @@ import type { Logger } from '../src/logger.ts';
  * worker picking up the decision (they are refused, never run unchecked).
  */
 export function planKeyFor(secret: string | undefined, inventory: Inventory, logger: Logger): Buffer {
-  const derive = (ikm: Buffer, from: string): Buffer => Buffer.from(hkdfSync('sha256', ikm, `gpu-medic ${from}`, 'plan seal v1', 32));
+  const derive = (ikm: Buffer, from: string): Buffer =>
+    Buffer.from(hkdfSync('sha256', ikm, `gpu-medic ${from}`, 'plan seal v1', 32));
   if (secret !== undefined && secret !== '') return derive(Buffer.from(secret, 'utf8'), 'worker secret');
-  const files = [inventory.defaults.keyFile, ...inventory.hosts.map((h) => h.keyFile), ...inventory.containers.map((c) => c.keyFile)];
+  const files = [
+    inventory.defaults.keyFile,
+    ...inventory.hosts.map((h) => h.keyFile),
+    ...inventory.containers.map((c) => c.keyFile),
+  ];
   const paths = [...new Set(files.filter((f): f is string => typeof f === 'string' && f !== ''))].sort();
   // Regular files only: a FIFO or device would block the start, and is not a stable key anyway.
   const readable = paths.filter((p) => {
@@ -28,8 +33,13 @@ export function planKeyFor(secret: string | undefined, inventory: Inventory, log
   try {
     if (readable.length > 0) return derive(Buffer.concat(readable.map((p) => readFileSync(p))), 'ssh keys');
   } catch (err) {
-    logger.warn({ err: { message: (err as Error).message } }, 'could not read the SSH key files to derive the plan seal key');
+    logger.warn(
+      { err: { message: (err as Error).message } },
+      'could not read the SSH key files to derive the plan seal key',
+    );
   }
-  logger.warn('GPU_MEDIC_WORKER_SECRET is not set and no SSH key file could be read: approvals are sealed with a key of this process only (a restarted or another worker refuses them)');
+  logger.warn(
+    'GPU_MEDIC_WORKER_SECRET is not set and no SSH key file could be read: approvals are sealed with a key of this process only (a restarted or another worker refuses them)',
+  );
   return randomBytes(32);
 }

@@ -43,14 +43,25 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
         });
         return false;
       }
-      const outcome = await takeSnapshot(machine, route, {
-        exec: (r, s) => deps.executor.exec(r, s),
-        now: deps.now,
-        commandTimeoutMs: deps.commandTimeoutMs,
-      }, { commandLines: true });
+      const outcome = await takeSnapshot(
+        machine,
+        route,
+        {
+          exec: (r, s) => deps.executor.exec(r, s),
+          now: deps.now,
+          commandTimeoutMs: deps.commandTimeoutMs,
+        },
+        { commandLines: true },
+      );
       const at = deps.now().toISOString();
       if (outcome.ok) {
-        await deps.log.append(job.incidentId, { type: 'snapshot', at, label: 'status', snapshot: outcome.snapshot, commands: outcome.commands });
+        await deps.log.append(job.incidentId, {
+          type: 'snapshot',
+          at,
+          label: 'status',
+          snapshot: outcome.snapshot,
+          commands: outcome.commands,
+        });
         // Read, but its GPUs answered an error (or no memory figure): not a success.
         const trouble = gpuTroubleOf(outcome.snapshot);
         if (trouble) logger.warn({ machine: id, gpuTrouble: trouble.kind }, 'snapshot read with GPUs in error');
@@ -71,5 +82,10 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
   );
   const okCount = read.filter(Boolean).length;
   const outcome = okCount === read.length ? 'ok' : okCount === 0 ? 'failed' : 'partial';
-  await deps.log.append(job.incidentId, { type: 'finished', at: deps.now().toISOString(), outcome, durationMs: deps.now().getTime() - t0 });
+  await deps.log.append(job.incidentId, {
+    type: 'finished',
+    at: deps.now().toISOString(),
+    outcome,
+    durationMs: deps.now().getTime() - t0,
+  });
 }

@@ -14,7 +14,14 @@ import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
 import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
-import { planUnstick, restrictStep, stepCommands, stepHash, type Step, type StepTarget } from '../src/playbooks/unstick-plan.ts';
+import {
+  planUnstick,
+  restrictStep,
+  stepCommands,
+  stepHash,
+  type Step,
+  type StepTarget,
+} from '../src/playbooks/unstick-plan.ts';
 import { approvalCardFits } from '../src/render/unstick.ts';
 import { EXPIRED_NOTE } from '../src/render/approval-nudges.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
@@ -87,11 +94,13 @@ interface Target {
 function resolveTarget(deps: UnstickWorkerDeps, machineId: string): Target | string {
   const m = findMachine(deps.inventory, machineId);
   if (!m) return `this worker's inventory has no machine "${machineId}"`;
-  if (m.kind !== 'container') return `\`${machineId}\` is a host; unstick works on a container (its GPU holders and its host's view of them)`;
+  if (m.kind !== 'container')
+    return `\`${machineId}\` is a host; unstick works on a container (its GPU holders and its host's view of them)`;
   const host = findMachine(deps.inventory, m.hostId);
   const container = routeFor(deps.inventory, m.id);
   const hostRoute = hostRouteFor(deps.inventory, m.hostId);
-  if (!host || !container || !hostRoute) return `container \`${machineId}\` names host \`${m.hostId}\`, which this worker's inventory does not have`;
+  if (!host || !container || !hostRoute)
+    return `container \`${machineId}\` names host \`${m.hostId}\`, which this worker's inventory does not have`;
   const entry = deps.inventory.containers.find((c) => c.id === m.id);
   const user = container.kind === 'pct' ? 'root' : (entry?.user ?? deps.inventory.defaults.user);
   return { container: m, host, routes: { container, host: hostRoute }, execUid: user === 'root' ? 0 : null };
@@ -115,14 +124,21 @@ class IncidentRun {
   /** Appends to the incident's log while this attempt holds its job's fence; a superseded attempt's events go to the process log only. */
   async append(e: AnyEvent): Promise<void> {
     if (!(await this.current())) {
-      this.logger.warn({ event: e.type }, 'a later attempt of this job holds the fence: this attempt writes nothing more to the incident');
+      this.logger.warn(
+        { event: e.type },
+        'a later attempt of this job holds the fence: this attempt writes nothing more to the incident',
+      );
       return;
     }
     await this.deps.log.append(this.incidentId, e);
   }
 
   readingDeps() {
-    return { exec: this.deps.executor.exec.bind(this.deps.executor), now: this.deps.now, commandTimeoutMs: this.deps.timing.commandTimeoutMs };
+    return {
+      exec: this.deps.executor.exec.bind(this.deps.executor),
+      now: this.deps.now,
+      commandTimeoutMs: this.deps.timing.commandTimeoutMs,
+    };
   }
 
   /** Machine ids whose read failed in the last `read()` that returned null, named in the stop message. */
@@ -133,18 +149,45 @@ class IncidentRun {
     const r = await readTarget(t.container, t.host, t.routes, this.readingDeps());
     if (!r.ok) {
       // The tables that were read are posted: a later read failing does not unsee them.
-      for (const x of r.read) await this.append({ type: 'snapshot', at: this.at(), label, snapshot: x.snapshot, commands: x.commands });
+      for (const x of r.read)
+        await this.append({ type: 'snapshot', at: this.at(), label, snapshot: x.snapshot, commands: x.commands });
       for (const f of r.failures)
-        await this.append({ type: 'machine_error', at: this.at(), machineId: f.machineId, code: f.code, message: f.message, commands: f.commands });
-      this.lastFailed = r.failures.map((f) => (f.machineId === t.host.id ? `the host view of \`${f.machineId}\`` : `\`${f.machineId}\``));
+        await this.append({
+          type: 'machine_error',
+          at: this.at(),
+          machineId: f.machineId,
+          code: f.code,
+          message: f.message,
+          commands: f.commands,
+        });
+      this.lastFailed = r.failures.map((f) =>
+        f.machineId === t.host.id ? `the host view of \`${f.machineId}\`` : `\`${f.machineId}\``,
+      );
       return null;
     }
-    await this.append({ type: 'snapshot', at: this.at(), label, snapshot: r.value.container.snapshot, commands: r.value.container.commands });
-    await this.append({ type: 'snapshot', at: this.at(), label, snapshot: r.value.host.snapshot, commands: r.value.host.commands });
+    await this.append({
+      type: 'snapshot',
+      at: this.at(),
+      label,
+      snapshot: r.value.container.snapshot,
+      commands: r.value.container.commands,
+    });
+    await this.append({
+      type: 'snapshot',
+      at: this.at(),
+      label,
+      snapshot: r.value.host.snapshot,
+      commands: r.value.host.commands,
+    });
     return r.value;
   }
 
-  async diagnose(t: Target, r: TargetReadings, label: 'before' | 'after', containerFailed: readonly ContainerFailure[] = []): Promise<Diagnosis> {
+  async diagnose(
+    t: Target,
+    r: TargetReadings,
+    label: 'before' | 'after',
+    containerFailed: readonly ContainerFailure[] = [],
+  ): Promise<Diagnosis> {
     const d = diagnoseReadings(t.container.id, t.host.id, r, { containerExecUid: t.execUid, containerFailed });
     await this.append({ type: 'diagnosis', at: this.at(), label, diagnosis: d });
     return d;
@@ -154,7 +197,15 @@ class IncidentRun {
     const { graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs } = this.deps.timing;
     // A host kill too big for one approval card is planned as one card-sized step per batch.
     const fitsCard = (s: Step): boolean => approvalCardFits(s, t.host.id, t.container.vmid);
-    return planUnstick(d, { incidentId: this.incidentId, vmid: t.container.vmid, graceMs, releaseTimeoutMs, pollIntervalMs, commandTimeoutMs, fitsCard });
+    return planUnstick(d, {
+      incidentId: this.incidentId,
+      vmid: t.container.vmid,
+      graceMs,
+      releaseTimeoutMs,
+      pollIntervalMs,
+      commandTimeoutMs,
+      fitsCard,
+    });
   }
 
   /** The name attempts of this job share in the fence: the BullMQ job id (a direct call: this attempt alone). */
@@ -179,28 +230,64 @@ class IncidentRun {
    * and, for a reset, only if it had not reached a destructive command. A step already finished
    * is not run again.
    */
-  async runStep(t: Target, planned: Step, hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] }): Promise<StepResult> {
+  async runStep(
+    t: Target,
+    planned: Step,
+    hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] },
+  ): Promise<StepResult> {
     const { steps, workerId } = this.deps;
     let step = planned;
     const st = await steps.stepState(this.incidentId, step.id);
-    if (st.state === 'finished') return { outcome: st.outcome, containerFailed: [], sent: 0, released: null, message: 'finished by an earlier attempt', error: null };
+    if (st.state === 'finished')
+      return {
+        outcome: st.outcome,
+        containerFailed: [],
+        sent: 0,
+        released: null,
+        message: 'finished by an earlier attempt',
+        error: null,
+      };
     if (st.state === 'claimed' && this.sameJob(st.by) && step.kind !== 'container_signal') {
       const events = await this.deps.log.events(this.incidentId);
       const mine = (e: AnyLoggedEvent): boolean => 'stepId' in e && e.stepId === step.id;
-      const destructive = events.some((e) => mine(e) && e.type === 'command' && (e.role === 'reset' || e.role === 'persistence_off' || e.role === 'persistence_on'));
+      const destructive = events.some(
+        (e) =>
+          mine(e) &&
+          e.type === 'command' &&
+          (e.role === 'reset' || e.role === 'persistence_off' || e.role === 'persistence_on'),
+      );
       if (!(step.kind === 'host_reset' && destructive) && (await steps.dropClaim(this.incidentId, step.id, st.by))) {
-        const sent = new Set(events.filter((e): e is Ev<'signalled'> => mine(e) && e.type === 'signalled' && e.result === 'sent' && e.signal === 'KILL').map((e) => e.hostPid));
+        const sent = new Set(
+          events
+            .filter(
+              (e): e is Ev<'signalled'> =>
+                mine(e) && e.type === 'signalled' && e.result === 'sent' && e.signal === 'KILL',
+            )
+            .map((e) => e.hostPid),
+        );
         const left = step.targets.filter((x) => !sent.has(x.hostPid));
-        this.logger.warn({ stepId: step.id, by: st.by, alreadySent: [...sent] }, 'an earlier attempt of this job claimed this step and is gone: finishing it');
+        this.logger.warn(
+          { stepId: step.id, by: st.by, alreadySent: [...sent] },
+          'an earlier attempt of this job claimed this step and is gone: finishing it',
+        );
         if (step.kind === 'host_kill' && left.length === 0) {
           const now = this.deps.now().getTime();
-          if ((await steps.claimStepFenced(this.incidentId, step.id, workerId, now, this.job)) !== 'claimed') return this.superseded(step);
+          if ((await steps.claimStepFenced(this.incidentId, step.id, workerId, now, this.job)) !== 'claimed')
+            return this.superseded(step);
           await steps.finishStep(this.incidentId, step.id, workerId, 'done', now);
           const message = `The earlier attempt (its worker stopped) had already sent every signal of this step; nothing is sent again.`;
-          await this.append({ type: 'step_finished', at: this.at(), stepId: step.id, outcome: 'done', durationMs: 0, message });
+          await this.append({
+            type: 'step_finished',
+            at: this.at(),
+            stepId: step.id,
+            outcome: 'done',
+            durationMs: 0,
+            message,
+          });
           return { outcome: 'done', containerFailed: [], sent: 0, released: null, message, error: null };
         }
-        if (step.kind === 'host_kill') step = restrictStep(step, left, { timeoutMs: this.deps.timing.commandTimeoutMs });
+        if (step.kind === 'host_kill')
+          step = restrictStep(step, left, { timeoutMs: this.deps.timing.commandTimeoutMs });
       }
     }
     return runStep(
@@ -215,12 +302,17 @@ class IncidentRun {
       },
       {
         exec: async (route, spec) => {
-          if (!(await this.current())) throw new CodedError(ErrorCode.Internal, 'a later attempt of this job took over; this attempt stopped before its next command');
+          if (!(await this.current()))
+            throw new CodedError(
+              ErrorCode.Internal,
+              'a later attempt of this job took over; this attempt stopped before its next command',
+            );
           return this.deps.executor.exec(route, spec);
         },
         append: (e) => this.append(e),
         steps: {
-          claimStep: async (incidentId, stepId, by, now) => (await steps.claimStepFenced(incidentId, stepId, by, now, this.job)) === 'claimed',
+          claimStep: async (incidentId, stepId, by, now) =>
+            (await steps.claimStepFenced(incidentId, stepId, by, now, this.job)) === 'claimed',
           finishStep: (incidentId, stepId, by, outcome, now) => steps.finishStep(incidentId, stepId, by, outcome, now),
         },
         now: this.deps.now,
@@ -232,26 +324,54 @@ class IncidentRun {
   }
 
   /** The verdict, with what the log says happened to the steps: the advice names what is really left and who can do it. */
-  verdictOf(before: Diagnosis, after: Diagnosis, meta: IncidentMeta | null, events: readonly AnyLoggedEvent[], known: readonly KnownDecision[] = []): Verdict {
+  verdictOf(
+    before: Diagnosis,
+    after: Diagnosis,
+    meta: IncidentMeta | null,
+    events: readonly AnyLoggedEvent[],
+    known: readonly KnownDecision[] = [],
+  ): Verdict {
     // Who can act: the approvers, and the escalation group (they decide a new card once it escalates).
     const deciders = [...new Set([...this.deps.approvers, ...(this.deps.escalation?.approvers ?? [])])];
     return verdictOf(before, after, verdictContextOf(events, deciders, meta?.requester ?? null, known));
   }
 
   private superseded(step: Step): StepResult {
-    this.logger.warn({ stepId: step.id }, 'a later attempt of this job holds the fence: this attempt runs nothing more');
-    return { outcome: 'interrupted', containerFailed: [], sent: 0, released: null, message: 'superseded by a later attempt', error: null };
+    this.logger.warn(
+      { stepId: step.id },
+      'a later attempt of this job holds the fence: this attempt runs nothing more',
+    );
+    return {
+      outcome: 'interrupted',
+      containerFailed: [],
+      sent: 0,
+      released: null,
+      message: 'superseded by a later attempt',
+      error: null,
+    };
   }
 
   /** Verdict, `finished`, lock released: the incident's last three things. */
-  async finish(meta: IncidentMeta | null, verdict: Verdict | null, outcome?: 'ok' | 'partial' | 'failed'): Promise<void> {
+  async finish(
+    meta: IncidentMeta | null,
+    verdict: Verdict | null,
+    outcome?: 'ok' | 'partial' | 'failed',
+  ): Promise<void> {
     // Once per incident, whichever job gets here first (a re-run job must not close it twice).
     if (!(await this.claimOnce(FINISH_KEY, (e) => e.type === 'finished'))) {
       this.logger.info('incident already finished by another attempt: nothing appended');
       return;
     }
     if (verdict) await this.append({ type: 'verdict', at: this.at(), verdict });
-    const o = outcome ?? (verdict === null ? 'failed' : isGreen(verdict) ? 'ok' : verdict.kind === 'partially_recovered' ? 'partial' : 'failed');
+    const o =
+      outcome ??
+      (verdict === null
+        ? 'failed'
+        : isGreen(verdict)
+          ? 'ok'
+          : verdict.kind === 'partially_recovered'
+            ? 'partial'
+            : 'failed');
     const created = meta ? Date.parse(meta.createdAt) : NaN;
     const durationMs = Number.isFinite(created) ? Math.max(0, this.deps.now().getTime() - created) : 0;
     await this.append({ type: 'finished', at: this.at(), outcome: o, durationMs });
@@ -277,7 +397,10 @@ class IncidentRun {
     const st = await steps.stepState(this.incidentId, key);
     if (st.state !== 'claimed' || st.by === workerId || !st.by.includes(`:${jobId}:`)) return false;
     if ((await this.deps.log.events(this.incidentId)).some(written)) return false;
-    this.logger.warn({ key, by: st.by }, 'an earlier attempt of this job claimed this and died before writing it: doing it now');
+    this.logger.warn(
+      { key, by: st.by },
+      'an earlier attempt of this job claimed this and died before writing it: doing it now',
+    );
     return true;
   }
 
@@ -290,7 +413,12 @@ class IncidentRun {
    * step's hash, the card's event, and the expiry job. A step already asked for in this incident
    * (a re-run job, or a re-plan that came back the same) is not asked for again.
    */
-  async requestApproval(t: Target, meta: IncidentMeta, planned: Step, events: readonly AnyLoggedEvent[]): Promise<'requested' | 'already' | 'over_budget'> {
+  async requestApproval(
+    t: Target,
+    meta: IncidentMeta,
+    planned: Step,
+    events: readonly AnyLoggedEvent[],
+  ): Promise<'requested' | 'already' | 'over_budget'> {
     if (events.some((e) => e.type === 'approval_requested' && e.stepId === planned.id)) return 'already';
     const now = this.deps.now().getTime();
     // Past the host's blast-radius budget, only an admin may approve, and the card says so.
@@ -299,19 +427,37 @@ class IncidentRun {
     const over = used >= budget.limit;
     const approvers = over ? admins.filter((a) => a !== meta.requester) : this.deps.approvers;
     if (over && approvers.length === 0) {
-      await this.error('budget_exhausted', `${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}) and no admin is configured (GPU_MEDIC_ADMINS) to lift it; nothing was asked for or run.`);
+      await this.error(
+        'budget_exhausted',
+        `${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}) and no admin is configured (GPU_MEDIC_ADMINS) to lift it; nothing was asked for or run.`,
+      );
       return 'over_budget';
     }
     const step: Step = over
-      ? { ...planned, explanation: `${planned.explanation} Blast-radius budget: ${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}), so only an admin (GPU_MEDIC_ADMINS) can approve this one.` }
+      ? {
+          ...planned,
+          explanation: `${planned.explanation} Blast-radius budget: ${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}), so only an admin (GPU_MEDIC_ADMINS) can approve this one.`,
+        }
       : planned;
-    if (!(await this.claimOnce(`${APPROVAL_KEY}${step.id}`, (e) => e.type === 'approval_requested' && e.stepId === step.id))) return 'already';
+    if (
+      !(await this.claimOnce(
+        `${APPROVAL_KEY}${step.id}`,
+        (e) => e.type === 'approval_requested' && e.stepId === step.id,
+      ))
+    )
+      return 'already';
     // The seal names the approval, so a sealed plan cannot be moved to another approval or incident.
     const id = ApprovalStore.newId();
     const expiresAt = now + this.deps.approvalTtlMs;
     // Past the budget only an admin decides: no escalation widens that.
-    const escalation = over || !this.deps.escalation ? null : escalationOf({ approvers, escalation: this.deps.escalation }, meta.requester, now, expiresAt);
-    const seal = sealStep({ incidentId: this.incidentId, approvalId: id, container: t.container.id, vmid: t.container.vmid, step }, this.deps.planKey);
+    const escalation =
+      over || !this.deps.escalation
+        ? null
+        : escalationOf({ approvers, escalation: this.deps.escalation }, meta.requester, now, expiresAt);
+    const seal = sealStep(
+      { incidentId: this.incidentId, approvalId: id, container: t.container.id, vmid: t.container.vmid, step },
+      this.deps.planKey,
+    );
     const approval = await this.deps.approvals.create({
       id,
       seal,
@@ -335,7 +481,14 @@ class IncidentRun {
       host: t.host.id,
       vmid: t.container.vmid,
       approvers: [...approval.approvers],
-      ...(approval.escalation ? { escalation: { approvers: [...approval.escalation.approvers], at: new Date(approval.escalation.at).toISOString() } } : {}),
+      ...(approval.escalation
+        ? {
+            escalation: {
+              approvers: [...approval.escalation.approvers],
+              at: new Date(approval.escalation.at).toISOString(),
+            },
+          }
+        : {}),
     });
     // Counted from the card's creation, as its expiry is.
     await this.scheduleTimers(t, approval, approval.createdAt);
@@ -347,18 +500,42 @@ class IncidentRun {
    * workers) is a no-op: the reminder at half its time to live, the escalation at its time (when
    * it has one), and the expiry. Each does nothing once the card is decided or expired.
    */
-  async scheduleTimers(t: Target, a: Pick<Approval, 'id' | 'createdAt' | 'expiresAt' | 'escalation'>, now = this.deps.now().getTime()): Promise<void> {
+  async scheduleTimers(
+    t: Target,
+    a: Pick<Approval, 'id' | 'createdAt' | 'expiresAt' | 'escalation'>,
+    now = this.deps.now().getTime(),
+  ): Promise<void> {
     const timers: Array<{ kind: 'remind' | 'escalate' | 'expire'; at: number; failed: string }> = [
-      { kind: 'remind', at: a.createdAt + Math.floor((a.expiresAt - a.createdAt) / 2), failed: 'the approvers are not reminded' },
-      ...(a.escalation ? [{ kind: 'escalate' as const, at: a.escalation.at, failed: 'the escalation group is not pinged (it may still decide from its time on)' }] : []),
+      {
+        kind: 'remind',
+        at: a.createdAt + Math.floor((a.expiresAt - a.createdAt) / 2),
+        failed: 'the approvers are not reminded',
+      },
+      ...(a.escalation
+        ? [
+            {
+              kind: 'escalate' as const,
+              at: a.escalation.at,
+              failed: 'the escalation group is not pinged (it may still decide from its time on)',
+            },
+          ]
+        : []),
       // The store refuses a late click on its own; only the "expired" line in the thread would be missing.
       { kind: 'expire', at: a.expiresAt, failed: 'the thread will not say it expired' },
     ];
     for (const x of timers) {
       try {
-        await this.deps.dispatcher.enqueue(t.container.site, { kind: x.kind, incidentId: this.incidentId, approvalId: a.id }, `${x.kind}-${a.id}`, { delayMs: Math.max(1, x.at - now) });
+        await this.deps.dispatcher.enqueue(
+          t.container.site,
+          { kind: x.kind, incidentId: this.incidentId, approvalId: a.id },
+          `${x.kind}-${a.id}`,
+          { delayMs: Math.max(1, x.at - now) },
+        );
       } catch (e) {
-        this.logger.warn({ err: e, approvalId: a.id, job: x.kind }, `could not schedule the approval's ${x.kind} job: ${x.failed}`);
+        this.logger.warn(
+          { err: e, approvalId: a.id, job: x.kind },
+          `could not schedule the approval's ${x.kind} job: ${x.failed}`,
+        );
       }
     }
   }
@@ -388,7 +565,8 @@ class IncidentRun {
       await this.error('not_approver', 'no approvers configured: host-level steps cannot run; set GPU_MEDIC_APPROVERS');
       return this.finish(meta, this.verdictOf(before, current, meta, events));
     }
-    if ((await this.requestApproval(t, meta, step, events)) === 'over_budget') return this.finish(meta, this.verdictOf(before, current, meta, events));
+    if ((await this.requestApproval(t, meta, step, events)) === 'over_budget')
+      return this.finish(meta, this.verdictOf(before, current, meta, events));
   }
 }
 
@@ -408,14 +586,25 @@ async function asAttempt(run: IncidentRun, body: () => Promise<void>): Promise<v
   const { steps, workerId } = run.deps;
   const aliveMs = run.deps.aliveMs ?? DEFAULT_ALIVE_MS;
   await steps.beat(workerId, aliveMs);
-  const timer = setInterval(() => void steps.beat(workerId, aliveMs).catch(() => undefined), Math.max(50, Math.floor(aliveMs / 5)));
+  const timer = setInterval(
+    () => void steps.beat(workerId, aliveMs).catch(() => undefined),
+    Math.max(50, Math.floor(aliveMs / 5)),
+  );
   try {
     const since = run.deps.now().getTime();
     for (;;) {
       const holder = await steps.fenceHolder(run.incidentId, run.job);
-      const gone = holder === null || holder === workerId || !(await steps.isAlive(holder)) || run.deps.now().getTime() - since > MAX_WAIT_FOR_EARLIER_MS;
+      const gone =
+        holder === null ||
+        holder === workerId ||
+        !(await steps.isAlive(holder)) ||
+        run.deps.now().getTime() - since > MAX_WAIT_FOR_EARLIER_MS;
       if (gone && (await steps.takeFence(run.incidentId, run.job, workerId, holder))) {
-        if (holder !== null && holder !== workerId) run.deps.logger.warn({ incident: run.incidentId, from: holder }, 'took over from an earlier attempt of this job');
+        if (holder !== null && holder !== workerId)
+          run.deps.logger.warn(
+            { incident: run.incidentId, from: holder },
+            'took over from an earlier attempt of this job',
+          );
         break;
       }
       await run.deps.sleep(Math.min(run.deps.timing.pollIntervalMs, aliveMs / 2));
@@ -449,18 +638,27 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
     return run.finish(meta, null);
   }
   if (!meta) {
-    await run.error('internal', `incident ${job.incidentId} has no record (requester unknown), so no approval could be asked for. Nothing was run.`);
+    await run.error(
+      'internal',
+      `incident ${job.incidentId} has no record (requester unknown), so no approval could be asked for. Nothing was run.`,
+    );
     return run.finish(null, null);
   }
   // The job's data is not the record: the incident names its target; a job naming another is refused (and closes nothing).
   if (meta.targets[0] !== job.machineId) {
-    await run.error('job_mismatch', `this job names \`${job.machineId}\` but incident ${job.incidentId} is about \`${meta.targets[0] ?? '?'}\`; nothing was run.`);
+    await run.error(
+      'job_mismatch',
+      `this job names \`${job.machineId}\` but incident ${job.incidentId} is about \`${meta.targets[0] ?? '?'}\`; nothing was run.`,
+    );
     return;
   }
 
   const r0 = await run.read(t, 'before');
   if (!r0) {
-    await run.error('machine_error', `Nothing was signalled: ${run.lastFailed.join(' and ')} could not be read (the reason is above), and unstick acts only on both views.`);
+    await run.error(
+      'machine_error',
+      `Nothing was signalled: ${run.lastFailed.join(' and ')} could not be read (the reason is above), and unstick acts only on both views.`,
+    );
     return run.finish(meta, null);
   }
   const before = await run.diagnose(t, r0, 'before');
@@ -470,15 +668,20 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
   // already sent would make a different step (other targets, other id) and get a second SIGTERM.
   const events = await deps.log.events(job.incidentId);
   const first = firstBefore(events) ?? before;
-  const earlier = events.find((e): e is Ev<'step_started'> => e.type === 'step_started' && e.kind === 'container_signal');
+  const earlier = events.find(
+    (e): e is Ev<'step_started'> => e.type === 'step_started' && e.kind === 'container_signal',
+  );
   // It ran to its end before the worker died: this fresh look is its after; nothing is run again.
-  if (earlier && events.some((e) => e.type === 'step_finished' && e.stepId === earlier.stepId)) return run.next(t, meta, first, before);
+  if (earlier && events.some((e) => e.type === 'step_finished' && e.stepId === earlier.stepId))
+    return run.next(t, meta, first, before);
   // Only processes this attempt's own readings show as GPU holders now: the first attempt's plan
   // comes back from Redis and is not trusted beyond that. None of them left: a fresh plan (new processes).
   const fresh = run.plan(t, before).steps.find((s) => s.tier === 1);
   const firstTier1 = earlier ? run.plan(t, first).steps.find((s) => s.tier === 1) : undefined;
   const holdersNow = before.gpus.flatMap((g) => g.holders.map((h) => h.process));
-  const resumed = firstTier1 ? restrictStep(firstTier1, holdersNow, { timeoutMs: deps.timing.commandTimeoutMs }) : undefined;
+  const resumed = firstTier1
+    ? restrictStep(firstTier1, holdersNow, { timeoutMs: deps.timing.commandTimeoutMs })
+    : undefined;
   const tier1 = resumed && resumed.targets.length > 0 ? resumed : fresh;
   if (!tier1) return run.next(t, meta, first, before);
 
@@ -487,17 +690,30 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
   if (!(await run.current())) return;
   const r1 = await run.read(t, 'after');
   if (!r1) {
-    await run.error('machine_error', `the container step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\` before anything else.`);
+    await run.error(
+      'machine_error',
+      `the container step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\` before anything else.`,
+    );
     return run.finish(meta, null);
   }
   // Holders the container could not stop, and tier-1 targets still running as the same process: only the host can now.
-  const after = diagnoseReadings(t.container.id, t.host.id, r1, { containerExecUid: t.execUid, containerFailed: res.containerFailed });
+  const after = diagnoseReadings(t.container.id, t.host.id, r1, {
+    containerExecUid: t.execUid,
+    containerFailed: res.containerFailed,
+  });
   const failed = [...res.containerFailed];
   if (res.outcome !== 'interrupted' && res.error === null)
     for (const g of after.gpus)
       for (const h of g.holders)
-        if (h.reach === 'container' && tier1.targets.some((x) => x.hostPid === h.process.hostPid && x.startTimeTicks === h.process.startTimeTicks))
-          if (!failed.some((f) => f.process.hostPid === h.process.hostPid)) failed.push({ process: h.process, reason: 'it was still running after SIGTERM and SIGKILL from inside the container' });
+        if (
+          h.reach === 'container' &&
+          tier1.targets.some((x) => x.hostPid === h.process.hostPid && x.startTimeTicks === h.process.startTimeTicks)
+        )
+          if (!failed.some((f) => f.process.hostPid === h.process.hostPid))
+            failed.push({
+              process: h.process,
+              reason: 'it was still running after SIGTERM and SIGKILL from inside the container',
+            });
   const current = await run.diagnose(t, r1, 'after', failed);
   return run.next(t, meta, first, current);
 }
@@ -560,21 +776,39 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
     const after = r ? await run.diagnose(t, r, 'after', hostOnly) : (latestDiagnosis(events) ?? before);
     const known = [{ approvalId: approval.id, decision: 'denied' as const, by: approval.decidedBy ?? '?' }];
     const verdict = run.verdictOf(before, after, meta, await deps.log.events(job.incidentId), known);
-    return run.finish(meta, withNote(verdict, say`Denied by ${user(approval.decidedBy ?? '?')}: nothing from the approval card was run.`));
+    return run.finish(
+      meta,
+      withNote(verdict, say`Denied by ${user(approval.decidedBy ?? '?')}: nothing from the approval card was run.`),
+    );
   }
-  const stillStuck = (note: Rich) => run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
+  const stillStuck = (note: Rich) =>
+    run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
   // The decider is checked again, here, against this worker's live list: Redis only says who decided.
   const by = approval.decidedBy ?? '';
   const live = [...deps.approvers, ...deps.admins];
   // The escalation group: frozen into the approval, still on this worker's live list, and decided no earlier than its time.
   const esc = approval.escalation;
-  const byEscalation = esc !== undefined && esc.approvers.includes(by) && (deps.escalation?.approvers ?? []).includes(by) && (approval.decidedAt ?? 0) >= esc.at;
+  const byEscalation =
+    esc !== undefined &&
+    esc.approvers.includes(by) &&
+    (deps.escalation?.approvers ?? []).includes(by) &&
+    (approval.decidedAt ?? 0) >= esc.at;
   const byApprover = live.includes(by) && approval.approvers.includes(by);
-  const refusal = by === meta.requester || by === approval.requester ? 'self_approval' : !byApprover && !byEscalation ? 'not_approver' : null;
+  const refusal =
+    by === meta.requester || by === approval.requester
+      ? 'self_approval'
+      : !byApprover && !byEscalation
+        ? 'not_approver'
+        : null;
   if (refusal !== null) {
     await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: refusal });
-    logger.warn({ by, reason: refusal, event: 'approval_refused' }, 'approved by someone who may not approve it: nothing run');
-    return stillStuck(say`The approval by ${user(by)} was refused (${refusal === 'self_approval' ? 'the requester cannot approve their own request' : 'not a configured approver'}): nothing from the card was run.`);
+    logger.warn(
+      { by, reason: refusal, event: 'approval_refused' },
+      'approved by someone who may not approve it: nothing run',
+    );
+    return stillStuck(
+      say`The approval by ${user(by)} was refused (${refusal === 'self_approval' ? 'the requester cannot approve their own request' : 'not a configured approver'}): nothing from the card was run.`,
+    );
   }
   // What runs is what this worker sealed when it asked, rebuilt from its templates; the stream's copy of the step is only the card's text.
   const opened = openSeal(approval.seal, deps.planKey);
@@ -594,25 +828,53 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
   if (sealed === null || why !== null) {
     await run.error('plan_unverified', `${why ?? 'no sealed plan'}; nothing was run. Ask again with \`/gpu unstick\`.`);
     logger.warn({ why }, 'approved step without a valid worker seal: nothing run');
-    return stillStuck(['The approved step could not be verified as the one this worker planned; nothing from the card was run.']);
+    return stillStuck([
+      'The approved step could not be verified as the one this worker planned; nothing from the card was run.',
+    ]);
   }
-  const step: Step = { ...sealed.step, commands: stepCommands(sealed.step.kind, sealed.step.targets, sealed.step.gpus, { timeoutMs: deps.timing.commandTimeoutMs }) };
+  const step: Step = {
+    ...sealed.step,
+    commands: stepCommands(sealed.step.kind, sealed.step.targets, sealed.step.gpus, {
+      timeoutMs: deps.timing.commandTimeoutMs,
+    }),
+  };
   // The budget is taken when the step is about to run (once per step): a card approved within it
   // may still find it spent by other incidents since; then only an admin's approval goes through.
-  const spent = await deps.budget.consume(t.host.id, { incidentId: job.incidentId, stepId: step.id }, deps.now().getTime(), deps.admins.includes(by));
+  const spent = await deps.budget.consume(
+    t.host.id,
+    { incidentId: job.incidentId, stepId: step.id },
+    deps.now().getTime(),
+    deps.admins.includes(by),
+  );
   if (spent === 'exhausted') {
-    await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: 'budget_exhausted' });
-    await run.error('budget_exhausted', `${t.host.id} already had ${deps.budget.limit} host-level destructive step(s) in the last hour (the blast-radius budget); only an admin (GPU_MEDIC_ADMINS) can approve more. Nothing was run.`);
-    return stillStuck(['The blast-radius budget of the host is spent for this hour: nothing from the card was run. Ask again with /gpu unstick and have an admin approve it.']);
+    await run.append({
+      type: 'approval_refused',
+      at: run.at(),
+      approvalId: approval.id,
+      by,
+      reason: 'budget_exhausted',
+    });
+    await run.error(
+      'budget_exhausted',
+      `${t.host.id} already had ${deps.budget.limit} host-level destructive step(s) in the last hour (the blast-radius budget); only an admin (GPU_MEDIC_ADMINS) can approve more. Nothing was run.`,
+    );
+    return stillStuck([
+      'The blast-radius budget of the host is spent for this hour: nothing from the card was run. Ask again with /gpu unstick and have an admin approve it.',
+    ]);
   }
   // The step re-checks everything it acts on; the last host snapshot only sets the release baseline.
-  const hostSnap = [...events].reverse().find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
+  const hostSnap = [...events]
+    .reverse()
+    .find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
   const res = await run.runStep(t, step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });
   // Superseded meanwhile (stalled, and a later attempt took over): that attempt carries on, this one stops.
   if (!(await run.current())) return;
   const r1 = await run.read(t, 'after');
   if (!r1) {
-    await run.error('machine_error', `the approved step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\`.`);
+    await run.error(
+      'machine_error',
+      `the approved step ran (${res.outcome}), but the fresh snapshot failed; check \`/gpu status ${t.container.id}\`.`,
+    );
     return run.finish(meta, null);
   }
   const hostOnly = hostOnlyOf(step.targets);
@@ -631,12 +893,22 @@ async function expireJob(run: IncidentRun, job: ExpireJob, deps: UnstickWorkerDe
   // Already expired with the incident still open: an earlier attempt of this job expired it and
   // died before saying so; the log decides what is still to be written.
   const approval = res.expired || res.reason === 'already_expired' ? res.approval : null;
-  const open = approval !== null && approval.incidentId === job.incidentId && (res.expired || !(await deps.log.events(job.incidentId)).some((e) => e.type === 'finished'));
+  const open =
+    approval !== null &&
+    approval.incidentId === job.incidentId &&
+    (res.expired || !(await deps.log.events(job.incidentId)).some((e) => e.type === 'finished'));
   if (!approval || !open) {
-    deps.logger.child({ incident: job.incidentId }).info({ approvalId: job.approvalId, reason: res.expired ? 'other_incident' : res.reason }, 'expiry: nothing to do');
+    deps.logger
+      .child({ incident: job.incidentId })
+      .info(
+        { approvalId: job.approvalId, reason: res.expired ? 'other_incident' : res.reason },
+        'expiry: nothing to do',
+      );
     return;
   }
-  if (!(await deps.log.events(job.incidentId)).some((e) => e.type === 'approval_expired' && e.approvalId === approval.id))
+  if (
+    !(await deps.log.events(job.incidentId)).some((e) => e.type === 'approval_expired' && e.approvalId === approval.id)
+  )
     await run.append({ type: 'approval_expired', at: run.at(), approvalId: approval.id, stepId: approval.stepId });
   const events = await deps.log.events(job.incidentId);
   const meta = await loadMeta(run);
@@ -667,19 +939,43 @@ async function nudgeJob(run: IncidentRun, job: RemindJob | EscalateJob, kind: 'r
   const logger = deps.logger.child({ incident: job.incidentId, approvalId: job.approvalId });
   const nothing = (reason: string, why: string): void => logger.info({ reason, job: kind }, `${what}: ${why}`);
   const approval = await deps.approvals.get(job.approvalId);
-  if (!approval || approval.incidentId !== job.incidentId) return nothing('approval_not_found', 'no such approval in this incident, nothing posted');
-  if (approval.state !== 'pending') return nothing(approval.state, `the approval is ${approval.state}, nothing to ${kind === 'remind' ? 'remind of' : 'escalate'}`);
+  if (!approval || approval.incidentId !== job.incidentId)
+    return nothing('approval_not_found', 'no such approval in this incident, nothing posted');
+  if (approval.state !== 'pending')
+    return nothing(
+      approval.state,
+      `the approval is ${approval.state}, nothing to ${kind === 'remind' ? 'remind of' : 'escalate'}`,
+    );
   const now = deps.now().getTime();
-  if (now >= approval.expiresAt) return nothing('expired', 'the approval has run out of time (its expiry job closes it), nothing posted');
+  if (now >= approval.expiresAt)
+    return nothing('expired', 'the approval has run out of time (its expiry job closes it), nothing posted');
   const escalated = approval.escalation !== undefined && now + EARLY_MS >= approval.escalation.at;
-  if (kind === 'escalate' && !escalated) return nothing(approval.escalation ? 'not_due' : 'no_escalation', approval.escalation ? 'not due yet, nothing posted' : 'this approval has no escalation group, nothing posted');
+  if (kind === 'escalate' && !escalated)
+    return nothing(
+      approval.escalation ? 'not_due' : 'no_escalation',
+      approval.escalation ? 'not due yet, nothing posted' : 'this approval has no escalation group, nothing posted',
+    );
   const events = await deps.log.events(job.incidentId);
   if (events.some((e) => e.type === 'finished')) return nothing('finished', 'the incident is over, nothing posted');
   const type = kind === 'remind' ? 'approval_reminded' : 'approval_escalated';
-  if (events.some((e) => e.type === type && e.approvalId === approval.id)) return nothing('already', kind === 'remind' ? 'already reminded, nothing posted again' : 'already escalated, nothing posted again');
+  if (events.some((e) => e.type === type && e.approvalId === approval.id))
+    return nothing(
+      'already',
+      kind === 'remind' ? 'already reminded, nothing posted again' : 'already escalated, nothing posted again',
+    );
   // The reminder pings whoever may decide now: the approvers, and the escalation group once it escalated.
-  const deciders = kind === 'escalate' ? (approval.escalation?.approvers ?? []) : [...approval.approvers, ...(escalated ? (approval.escalation?.approvers ?? []) : [])];
+  const deciders =
+    kind === 'escalate'
+      ? (approval.escalation?.approvers ?? [])
+      : [...approval.approvers, ...(escalated ? (approval.escalation?.approvers ?? []) : [])];
   const pinged = [...new Set(deciders)].filter((u) => u !== approval.requester);
-  await run.append({ type, at: run.at(), approvalId: approval.id, stepId: approval.stepId, pinged, expiresAt: new Date(approval.expiresAt).toISOString() });
+  await run.append({
+    type,
+    at: run.at(),
+    approvalId: approval.id,
+    stepId: approval.stepId,
+    pinged,
+    expiresAt: new Date(approval.expiresAt).toISOString(),
+  });
   logger.info({ job: kind, pinged: pinged.length }, `${what} posted`);
 }

@@ -19,7 +19,13 @@ import type { WatchJob } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import type { SnoozeStore } from '../src/watch-store/snooze-store.ts';
 import type { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
-import { type AlertChange, judge, type MachineReading, type WatchSettings, type WatchState } from '../src/watchdog/judge.ts';
+import {
+  type AlertChange,
+  judge,
+  type MachineReading,
+  type WatchSettings,
+  type WatchState,
+} from '../src/watchdog/judge.ts';
 import type { KernelLogCursor } from '../src/watchdog/kernel-log.ts';
 import type { MachineGlance } from '../src/watchdog/watch-glance.ts';
 
@@ -57,7 +63,11 @@ const MAX_ATTEMPTS = 10;
 export const DEFAULT_CONCURRENT_READS = 32;
 
 /** `Promise.allSettled` over `items`, with at most `limit` running at once, results in input order. */
-async function settleAtMost<T, R>(items: readonly T[], limit: number, run: (item: T) => Promise<R>): Promise<Array<PromiseSettledResult<R>>> {
+async function settleAtMost<T, R>(
+  items: readonly T[],
+  limit: number,
+  run: (item: T) => Promise<R>,
+): Promise<Array<PromiseSettledResult<R>>> {
   const out: Array<PromiseSettledResult<R>> = new Array(items.length);
   let next = 0;
   const lane = async (): Promise<void> => {
@@ -78,7 +88,9 @@ async function settleAtMost<T, R>(items: readonly T[], limit: number, run: (item
 /** One round over the job's site; resolves with one result per machine; rejects if any machine could not be committed. */
 export async function runWatchJob(job: WatchJob, deps: WatchdogDeps): Promise<MachineRoundResult[]> {
   const machines = listMachines(deps.inventory).filter((m) => m.site === job.site);
-  const settled = await settleAtMost(machines, Math.max(1, deps.maxConcurrentReads ?? DEFAULT_CONCURRENT_READS), (m) => watchMachine(m, deps));
+  const settled = await settleAtMost(machines, Math.max(1, deps.maxConcurrentReads ?? DEFAULT_CONCURRENT_READS), (m) =>
+    watchMachine(m, deps),
+  );
   const failed: string[] = [];
   const out: MachineRoundResult[] = [];
   settled.forEach((s, i) => {
@@ -97,21 +109,44 @@ export async function runWatchJob(job: WatchJob, deps: WatchdogDeps): Promise<Ma
 export async function watchMachine(machine: Machine, deps: WatchdogDeps): Promise<MachineRoundResult> {
   const route = routeFor(deps.inventory, machine.id);
   const first = await deps.store.load(machine.id);
-  if (first.damaged) deps.logger.warn({ machine: machine.id }, 'watchdog: stored state unreadable; judging from an empty state');
+  if (first.damaged)
+    deps.logger.warn({ machine: machine.id }, 'watchdog: stored state unreadable; judging from an empty state');
   const read = route
-    ? await readForWatch(machine, route, { exec: (r, s) => deps.executor.exec(r, s), now: deps.now, commandTimeoutMs: deps.commandTimeoutMs }, first.state.kernelLog, { ramPct: deps.settings.ramPct })
-    : { reading: { machineId: machine.id, at: deps.now().getTime(), ok: false as const, code: 'target_unknown' }, kernelLog: undefined, commands: [], gaps: [] };
-  if (read.gaps.length > 0) deps.logger.warn({ machine: machine.id, gaps: read.gaps }, 'watchdog: part of the reading is missing');
+    ? await readForWatch(
+        machine,
+        route,
+        { exec: (r, s) => deps.executor.exec(r, s), now: deps.now, commandTimeoutMs: deps.commandTimeoutMs },
+        first.state.kernelLog,
+        { ramPct: deps.settings.ramPct },
+      )
+    : {
+        reading: { machineId: machine.id, at: deps.now().getTime(), ok: false as const, code: 'target_unknown' },
+        kernelLog: undefined,
+        commands: [],
+        gaps: [],
+      };
+  if (read.gaps.length > 0)
+    deps.logger.warn({ machine: machine.id, gaps: read.gaps }, 'watchdog: part of the reading is missing');
   let stored = first;
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
     if (attempt > 1) stored = await deps.store.load(machine.id);
-    if ((stored.state.lastReadingAt ?? 0) > read.reading.at) return { machineId: machine.id, changes: [], skipped: 'newer_reading_judged', attempts: attempt };
+    if ((stored.state.lastReadingAt ?? 0) > read.reading.at)
+      return { machineId: machine.id, changes: [], skipped: 'newer_reading_judged', attempts: attempt };
     const snoozes = await deps.snoozes.active(read.reading.at);
     const { next, changes } = judge(stored.state, read.reading, deps.settings, snoozes);
     const cursor = laterCursor(stored.state.kernelLog, read.kernelLog);
     const toStore: WatchState = cursor === undefined ? next : { ...next, kernelLog: cursor };
     await deps.beforeCommit?.(machine.id);
-    if (await deps.store.commit(machine.id, stored.raw, toStore, changes, glanceOf(read.reading, toStore), read.reading.at)) {
+    if (
+      await deps.store.commit(
+        machine.id,
+        stored.raw,
+        toStore,
+        changes,
+        glanceOf(read.reading, toStore),
+        read.reading.at,
+      )
+    ) {
       return { machineId: machine.id, changes, skipped: null, attempts: attempt };
     }
   }
@@ -119,19 +154,40 @@ export async function watchMachine(machine: Machine, deps: WatchdogDeps): Promis
 }
 
 /** The cursor further along (two rounds may both have read the log); a new source or boot wins. */
-function laterCursor(stored: KernelLogCursor | undefined, read: KernelLogCursor | undefined): KernelLogCursor | undefined {
+function laterCursor(
+  stored: KernelLogCursor | undefined,
+  read: KernelLogCursor | undefined,
+): KernelLogCursor | undefined {
   if (read === undefined) return stored;
   if (stored === undefined) return read;
-  if (stored.source === 'journal' && read.source === 'journal') return stored.lastUs > read.lastUs ? { ...read, lastUs: stored.lastUs } : read;
-  if (stored.source === 'dmesg' && read.source === 'dmesg' && stored.bootId === read.bootId) return stored.lastSec > read.lastSec ? stored : read;
+  if (stored.source === 'journal' && read.source === 'journal')
+    return stored.lastUs > read.lastUs ? { ...read, lastUs: stored.lastUs } : read;
+  if (stored.source === 'dmesg' && read.source === 'dmesg' && stored.bootId === read.bootId)
+    return stored.lastSec > read.lastSec ? stored : read;
   return read;
 }
 
 function glanceOf(r: MachineReading, state: WatchState): MachineGlance {
-  const openAlerts = Object.values(state.alerts).filter((a) => a.machineId === r.machineId && a.raisedAt !== null).length;
-  if (!r.ok) return { machineId: r.machineId, at: r.at, ok: false, code: /^[a-z_]{1,40}$/.test(r.code) ? r.code : 'unknown', gpus: 0, gpuMemoryUsedMiB: 0, gpuMemoryTotalMiB: 0, ramPct: null, openAlerts };
+  const openAlerts = Object.values(state.alerts).filter(
+    (a) => a.machineId === r.machineId && a.raisedAt !== null,
+  ).length;
+  if (!r.ok)
+    return {
+      machineId: r.machineId,
+      at: r.at,
+      ok: false,
+      code: /^[a-z_]{1,40}$/.test(r.code) ? r.code : 'unknown',
+      gpus: 0,
+      gpuMemoryUsedMiB: 0,
+      gpuMemoryTotalMiB: 0,
+      ramPct: null,
+      openAlerts,
+    };
   const s = r.snapshot;
-  const ram = s.ram && s.ram.totalBytes > 0 ? Math.min(100, Math.max(0, Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100))) : null;
+  const ram =
+    s.ram && s.ram.totalBytes > 0
+      ? Math.min(100, Math.max(0, Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100)))
+      : null;
   return {
     machineId: r.machineId,
     at: r.at,

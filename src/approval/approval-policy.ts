@@ -7,7 +7,13 @@ export type ApprovalState = 'pending' | 'approved' | 'denied' | 'expired';
 export type ApprovalDecision = 'approved' | 'denied';
 
 /** The error codes of src/errors.ts a click can be refused with. */
-export type DecideRefusalCode = 'self_approval' | 'not_approver' | 'escalation_not_due' | 'approval_expired' | 'approval_decided' | 'budget_exhausted';
+export type DecideRefusalCode =
+  | 'self_approval'
+  | 'not_approver'
+  | 'escalation_not_due'
+  | 'approval_expired'
+  | 'approval_decided'
+  | 'budget_exhausted';
 
 export interface ApprovalPolicy {
   /** Slack user IDs (not names) who may approve or deny host-level steps. */
@@ -50,7 +56,12 @@ export function approvalExpiresAt(policy: ApprovalPolicy, now: number): number {
  * requester, from `createdAt + afterMs`. Null when none is configured, the group is empty, or the
  * card would expire first (an escalation nobody can use is not offered).
  */
-export function escalationOf(policy: ApprovalPolicy, requester: string, createdAt: number, expiresAt: number): Escalation | null {
+export function escalationOf(
+  policy: ApprovalPolicy,
+  requester: string,
+  createdAt: number,
+  expiresAt: number,
+): Escalation | null {
   const e = policy.escalation;
   if (!e || e.afterMs <= 0) return null;
   const approvers = e.approvers.filter((a) => a !== requester);
@@ -69,18 +80,38 @@ function hhmm(ms: number): string {
  */
 export function canDecide(policy: ApprovalPolicy, c: DecideContext): DecideCheck {
   if (c.state === 'approved' || c.state === 'denied')
-    return { ok: false, code: 'approval_decided', message: `This request was already ${c.state}; nothing more will run from this card.` };
+    return {
+      ok: false,
+      code: 'approval_decided',
+      message: `This request was already ${c.state}; nothing more will run from this card.`,
+    };
   if (c.state === 'expired' || c.now >= c.expiresAt)
-    return { ok: false, code: 'approval_expired', message: 'This request expired and nothing was run. Ask for it again with `/gpu unstick` if it is still needed.' };
+    return {
+      ok: false,
+      code: 'approval_expired',
+      message: 'This request expired and nothing was run. Ask for it again with `/gpu unstick` if it is still needed.',
+    };
   if (c.clicker === c.requester)
-    return { ok: false, code: 'self_approval', message: 'You asked for this step, so a second person must decide it. Nothing was run.' };
+    return {
+      ok: false,
+      code: 'self_approval',
+      message: 'You asked for this step, so a second person must decide it. Nothing was run.',
+    };
   if (policy.approvers.includes(c.clicker)) return { ok: true };
   // The escalation group decides as well, from the escalation time on (never before it).
   const esc = c.createdAt === undefined ? null : escalationOf(policy, c.requester, c.createdAt, c.expiresAt);
   if (esc?.approvers.includes(c.clicker)) {
     if (c.now < esc.at)
-      return { ok: false, code: 'escalation_not_due', message: `You are in the escalation group: you may decide this card from ${hhmm(esc.at)}, if nobody has by then. Nothing was run.` };
+      return {
+        ok: false,
+        code: 'escalation_not_due',
+        message: `You are in the escalation group: you may decide this card from ${hhmm(esc.at)}, if nobody has by then. Nothing was run.`,
+      };
     return { ok: true };
   }
-  return { ok: false, code: 'not_approver', message: 'Only configured approvers may decide host-level steps. Nothing was run.' };
+  return {
+    ok: false,
+    code: 'not_approver',
+    message: 'Only configured approvers may decide host-level steps. Nothing was run.',
+  };
 }

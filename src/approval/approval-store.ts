@@ -48,11 +48,17 @@ export interface CreateApproval {
 
 export type StoreRefusalCode = DecideRefusalCode | 'approval_not_found';
 
-export type DecideResult = { ok: true; approval: Approval } | { ok: false; code: StoreRefusalCode; approval: Approval | null };
+export type DecideResult =
+  | { ok: true; approval: Approval }
+  | { ok: false; code: StoreRefusalCode; approval: Approval | null };
 
 export type ExpireResult =
   | { expired: true; approval: Approval }
-  | { expired: false; reason: 'not_due' | 'decided' | 'already_expired' | 'approval_not_found'; approval: Approval | null };
+  | {
+      expired: false;
+      reason: 'not_due' | 'decided' | 'already_expired' | 'approval_not_found';
+      approval: Approval | null;
+    };
 
 export interface ApprovalStoreOptions {
   /** How long an approval record is kept after it expires, for the incident record. Default 7 days. */
@@ -130,7 +136,14 @@ const Stored = z.object({
 
 const Approvers = z.array(z.string());
 const EscalationJson = z.object({ approvers: z.array(z.string()), at: z.number().int() });
-const RefusalCode = z.enum(['self_approval', 'not_approver', 'escalation_not_due', 'approval_expired', 'approval_decided', 'approval_not_found']);
+const RefusalCode = z.enum([
+  'self_approval',
+  'not_approver',
+  'escalation_not_due',
+  'approval_expired',
+  'approval_decided',
+  'approval_not_found',
+]);
 const ExpireReason = z.enum(['not_due', 'decided', 'already_expired', 'approval_not_found']);
 
 /** Approvals on Redis, one hash per approval, every transition a Lua script. */
@@ -192,7 +205,9 @@ export class ApprovalStore {
       decidedBy: null,
       decidedAt: null,
       seal: input.seal ?? null,
-      ...(input.escalation ? { escalation: { approvers: [...input.escalation.approvers], at: input.escalation.at } } : {}),
+      ...(input.escalation
+        ? { escalation: { approvers: [...input.escalation.approvers], at: input.escalation.at } }
+        : {}),
     };
     const key = this.key(approval.id);
     await this.redis
@@ -260,12 +275,31 @@ export class ApprovalStore {
    */
   async decide(
     id: string,
-    d: { user: string; decision: ApprovalDecision; now: number; liveApprovers?: readonly string[]; liveEscalation?: readonly string[] },
+    d: {
+      user: string;
+      decision: ApprovalDecision;
+      now: number;
+      liveApprovers?: readonly string[];
+      liveEscalation?: readonly string[];
+    },
   ): Promise<DecideResult> {
     if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
     const live = d.liveApprovers === undefined ? '' : JSON.stringify([...d.liveApprovers]);
     const liveEsc = d.liveEscalation === undefined ? '' : JSON.stringify([...d.liveEscalation]);
-    const res = String(await this.redis.eval(DECIDE, 2, this.key(id), this.undispatchedKey(), d.user, d.decision, String(d.now), live, id, liveEsc));
+    const res = String(
+      await this.redis.eval(
+        DECIDE,
+        2,
+        this.key(id),
+        this.undispatchedKey(),
+        d.user,
+        d.decision,
+        String(d.now),
+        live,
+        id,
+        liveEsc,
+      ),
+    );
     const approval = await this.get(id);
     if (res === 'ok' && approval !== null) return { ok: true, approval };
     const code = RefusalCode.safeParse(res);

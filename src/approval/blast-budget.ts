@@ -46,8 +46,24 @@ export class BlastBudget {
   }
 
   /** Takes one unit for this step (once per step, however often asked), unless the budget is spent and no admin lifts it. */
-  async consume(hostId: string, step: { incidentId: string; stepId: string }, now: number, lift: boolean): Promise<ConsumeResult> {
-    const r = String(await this.redis.eval(CONSUME, 1, this.key(hostId), String(now), String(this.windowMs), String(this.limit), `${step.incidentId}:${step.stepId}`, lift ? '1' : '0'));
+  async consume(
+    hostId: string,
+    step: { incidentId: string; stepId: string },
+    now: number,
+    lift: boolean,
+  ): Promise<ConsumeResult> {
+    const r = String(
+      await this.redis.eval(
+        CONSUME,
+        1,
+        this.key(hostId),
+        String(now),
+        String(this.windowMs),
+        String(this.limit),
+        `${step.incidentId}:${step.stepId}`,
+        lift ? '1' : '0',
+      ),
+    );
     return r === 'ok' || r === 'already' ? r : 'exhausted';
   }
 }

@@ -16,7 +16,9 @@ export async function runConfigCheck(
   const role = ROLES.find((r) => r === arg);
   if (role === undefined || args.length > 1) {
     const near = closest(arg, ROLES);
-    out.write(`config check: "${args.join(' ')}" is not a role${near && args.length === 1 ? `; did you mean ${near}?` : ''} (usage: config check [bot|worker|start]; nothing was checked)\n`);
+    out.write(
+      `config check: "${args.join(' ')}" is not a role${near && args.length === 1 ? `; did you mean ${near}?` : ''} (usage: config check [bot|worker|start]; nothing was checked)\n`,
+    );
     return 2;
   }
   const report = await checkConfig(env, role, loadInventoryFile, envFileProblems);

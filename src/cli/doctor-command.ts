@@ -27,7 +27,9 @@ export async function runDoctorCommand(args: string[], io: DoctorIo): Promise<nu
   const path = io.env['GPU_MEDIC_INVENTORY'] || './inventory.yaml';
   const inv = await loadInventoryFile(path);
   if (!inv.inventory) {
-    io.err.write(`gpu-medic doctor: inventory ${path} has problems:\n${inv.problems.map((p) => `  - ${p.at}: ${p.message}`).join('\n')}\n`);
+    io.err.write(
+      `gpu-medic doctor: inventory ${path} has problems:\n${inv.problems.map((p) => `  - ${p.at}: ${p.message}`).join('\n')}\n`,
+    );
     return 2;
   }
   const target = resolveDoctorTarget(inv.inventory, (rest[0] ?? 'all').toLowerCase());
@@ -37,7 +39,10 @@ export async function runDoctorCommand(args: string[], io: DoctorIo): Promise<nu
   }
   const executor = createSshExecutor({ connectTimeoutMs: inv.inventory.defaults.connectTimeoutSec * 1000 });
   try {
-    const report = await runDoctor(inv.inventory, target.machines, { exec: executor.exec, commandTimeoutMs: inv.inventory.defaults.commandTimeoutSec * 1000 });
+    const report = await runDoctor(inv.inventory, target.machines, {
+      exec: executor.exec,
+      commandTimeoutMs: inv.inventory.defaults.commandTimeoutSec * 1000,
+    });
     io.out.write(json ? `${JSON.stringify(report, null, 2)}\n` : reportText(report, target.machines.length));
     return report.failed > 0 ? 1 : 0;
   } finally {

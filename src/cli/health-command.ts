@@ -5,7 +5,11 @@
 import { readFile } from 'node:fs/promises';
 import { defaultHealthFile, judgeHealth } from '../health/report.ts';
 
-export async function runHealthCommand(args: string[], env: Record<string, string | undefined>, out: NodeJS.WritableStream): Promise<number> {
+export async function runHealthCommand(
+  args: string[],
+  env: Record<string, string | undefined>,
+  out: NodeJS.WritableStream,
+): Promise<number> {
   const role = args[0] ?? 'start';
   if (!['bot', 'worker', 'start'].includes(role) || args.length > 1) {
     out.write('usage: gpu-medic health [bot|worker|start]\n');

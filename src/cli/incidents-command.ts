@@ -13,7 +13,12 @@ import { closest } from '../config/suggest.ts';
 import { readHistory } from '../incident/history.ts';
 import { renderIncidentMarkdown } from '../render/incident-markdown.ts';
 
-const ReadEnv = EnvSchema.pick({ REDIS_URL: true, REDIS_SENTINELS: true, REDIS_SENTINEL_NAME: true, GPU_MEDIC_PREFIX: true });
+const ReadEnv = EnvSchema.pick({
+  REDIS_URL: true,
+  REDIS_SENTINELS: true,
+  REDIS_SENTINEL_NAME: true,
+  GPU_MEDIC_PREFIX: true,
+});
 const INCIDENT_ID = /^inc_[a-z0-9_]+$/;
 const MACHINE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -23,10 +28,15 @@ export interface IncidentsIo {
   err: NodeJS.WritableStream;
 }
 
-const USAGE = 'usage: gpu-medic incidents [--limit N]   |   gpu-medic incident <inc_id> [--json|--markdown]   |   gpu-medic history <machine> [--limit N]\n';
+const USAGE =
+  'usage: gpu-medic incidents [--limit N]   |   gpu-medic incident <inc_id> [--json|--markdown]   |   gpu-medic history <machine> [--limit N]\n';
 
 /** Exit codes: 0 shown; 1 not found or Redis unreachable; 2 bad arguments or settings. */
-export async function runIncidentsCommand(sub: 'incidents' | 'incident' | 'history', args: string[], io: IncidentsIo): Promise<number> {
+export async function runIncidentsCommand(
+  sub: 'incidents' | 'incident' | 'history',
+  args: string[],
+  io: IncidentsIo,
+): Promise<number> {
   const env = ReadEnv.safeParse(io.env);
   if (!env.success) {
     io.err.write(`gpu-medic ${sub}: ${env.error.issues.map((i) => `${i.path.join('.')} ${i.message}`).join('; ')}\n`);
@@ -58,7 +68,9 @@ export async function runIncidentsCommand(sub: 'incidents' | 'incident' | 'histo
     }
   }
   if (sub === 'incident' && (id === null || !INCIDENT_ID.test(id))) {
-    io.err.write(`gpu-medic incident: ${id === null ? 'which incident?' : `${JSON.stringify(id.slice(0, 80))} is not an incident id (they look like inc_20261130_031245_ab12)`}\n${USAGE}`);
+    io.err.write(
+      `gpu-medic incident: ${id === null ? 'which incident?' : `${JSON.stringify(id.slice(0, 80))} is not an incident id (they look like inc_20261130_031245_ab12)`}\n${USAGE}`,
+    );
     return 2;
   }
 
@@ -67,36 +79,55 @@ export async function runIncidentsCommand(sub: 'incidents' | 'incident' | 'histo
   if (sub === 'history') {
     const t = (id ?? '').toLowerCase();
     if (!MACHINE.test(t)) {
-      io.err.write(`gpu-medic history: ${id === null ? 'which machine?' : `${JSON.stringify(t.slice(0, 80))} is not a machine name`}\n${USAGE}`);
+      io.err.write(
+        `gpu-medic history: ${id === null ? 'which machine?' : `${JSON.stringify(t.slice(0, 80))} is not a machine name`}\n${USAGE}`,
+      );
       return 2;
     }
     // The inventory says which containers run on a host (their incidents touched it).
     const path = io.env['GPU_MEDIC_INVENTORY'] || './inventory.yaml';
     const inv = await loadInventoryFile(path);
     if (!inv.inventory) {
-      io.err.write(`gpu-medic history: inventory ${path} has problems:\n${inv.problems.map((p) => `  - ${p.at}: ${p.message}`).join('\n')}\n`);
+      io.err.write(
+        `gpu-medic history: inventory ${path} has problems:\n${inv.problems.map((p) => `  - ${p.at}: ${p.message}`).join('\n')}\n`,
+      );
       return 2;
     }
     machine = findMachine(inv.inventory, t);
     const all = listMachines(inv.inventory);
     if (!machine) {
-      const guess = closest(t, all.map((m) => m.id));
-      io.err.write(`gpu-medic history: the inventory (${path}) has no machine ${t}${guess ? `; did you mean ${guess}?` : ''}\n`);
+      const guess = closest(
+        t,
+        all.map((m) => m.id),
+      );
+      io.err.write(
+        `gpu-medic history: the inventory (${path}) has no machine ${t}${guess ? `; did you mean ${guess}?` : ''}\n`,
+      );
       return 1;
     }
     const hostId = machine.id;
-    containers = machine.kind === 'host' ? all.flatMap((m) => (m.kind === 'container' && m.hostId === hostId ? [m.id] : [])) : [];
+    containers =
+      machine.kind === 'host' ? all.flatMap((m) => (m.kind === 'container' && m.hostId === hostId ? [m.id] : [])) : [];
   }
 
   // Fail fast and plainly when Redis is not there: no retry loop, no offline queue.
   // With REDIS_SENTINELS, the primary the sentinels name (after a failover: the new one).
-  const redis = connectRedis(env.data, { lazyConnect: true, connectTimeout: 3000, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, sentinelRetryStrategy: () => null });
+  const redis = connectRedis(env.data, {
+    lazyConnect: true,
+    connectTimeout: 3000,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+    sentinelRetryStrategy: () => null,
+  });
   redis.on('error', () => undefined);
   try {
     try {
       await redis.connect();
     } catch (e) {
-      io.err.write(`gpu-medic ${sub}: cannot reach Redis at ${redactUrl(env.data.REDIS_URL)}: ${e instanceof Error ? e.message : String(e)}\n`);
+      io.err.write(
+        `gpu-medic ${sub}: cannot reach Redis at ${redactUrl(env.data.REDIS_URL)}: ${e instanceof Error ? e.message : String(e)}\n`,
+      );
       return 1;
     }
     const log = new IncidentLog(redis, env.data.GPU_MEDIC_PREFIX);
@@ -114,10 +145,17 @@ export async function runIncidentsCommand(sub: 'incidents' | 'incident' | 'histo
     }
     if (sub === 'history' && machine) {
       const r = await readHistory(log, { target: machine, containers, limit });
-      if (r.items.length === 0) io.out.write(`no incident touched ${machine.id}${containers.length > 0 ? ' or its containers' : ''} under prefix ${env.data.GPU_MEDIC_PREFIX}\n`);
+      if (r.items.length === 0)
+        io.out.write(
+          `no incident touched ${machine.id}${containers.length > 0 ? ' or its containers' : ''} under prefix ${env.data.GPU_MEDIC_PREFIX}\n`,
+        );
       for (const item of r.items) {
         const via = item.via ? `  (container ${item.via} on ${machine.id})` : '';
-        io.out.write(item.meta ? `${incidentListLine(item.meta, item.events)}${via}\n` : `${item.id}  ${item.at}  (its record is gone from the log)\n`);
+        io.out.write(
+          item.meta
+            ? `${incidentListLine(item.meta, item.events)}${via}\n`
+            : `${item.id}  ${item.at}  (its record is gone from the log)\n`,
+        );
       }
       if (r.more) io.out.write(`… older incidents exist: --limit ${Math.min(1000, limit * 2)}\n`);
       if (r.fallback)
@@ -129,11 +167,19 @@ export async function runIncidentsCommand(sub: 'incidents' | 'incident' | 'histo
     const incident = id ?? '';
     const meta = await log.meta(incident);
     if (!meta) {
-      io.err.write(`gpu-medic incident: no incident ${incident} under prefix ${env.data.GPU_MEDIC_PREFIX}; \`gpu-medic incidents\` lists the recent ones\n`);
+      io.err.write(
+        `gpu-medic incident: no incident ${incident} under prefix ${env.data.GPU_MEDIC_PREFIX}; \`gpu-medic incidents\` lists the recent ones\n`,
+      );
       return 1;
     }
     const events = await log.events(incident);
-    io.out.write(format === 'json' ? `${JSON.stringify({ meta, events }, null, 2)}\n` : format === 'markdown' ? renderIncidentMarkdown(meta, events) : renderTimeline(meta, events));
+    io.out.write(
+      format === 'json'
+        ? `${JSON.stringify({ meta, events }, null, 2)}\n`
+        : format === 'markdown'
+          ? renderIncidentMarkdown(meta, events)
+          : renderTimeline(meta, events),
+    );
     return 0;
   } finally {
     redis.disconnect();

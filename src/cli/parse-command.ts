@@ -20,7 +20,8 @@ async function readStdin(stream: NodeJS.ReadableStream): Promise<Buffer> {
     const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
     size += buf.length;
     // Stop reading as soon as the limit is passed: a 100 MB pipe is refused, not buffered.
-    if (size > MAX_BYTES) throw new InputRefused(`input is larger than ${MAX_BYTES / 1024 / 1024} MiB; nvidia-smi output never is`);
+    if (size > MAX_BYTES)
+      throw new InputRefused(`input is larger than ${MAX_BYTES / 1024 / 1024} MiB; nvidia-smi output never is`);
     chunks.push(buf);
   }
   return Buffer.concat(chunks);
@@ -30,7 +31,10 @@ async function readInput(file: string, stdin: NodeJS.ReadableStream): Promise<Bu
   if (file === '-') return readStdin(stdin);
   const info = await stat(file);
   if (!info.isFile()) throw new InputRefused(`${file} is not a regular file`);
-  if (info.size > MAX_BYTES) throw new InputRefused(`${file} is ${info.size} bytes, larger than ${MAX_BYTES / 1024 / 1024} MiB; nvidia-smi output never is`);
+  if (info.size > MAX_BYTES)
+    throw new InputRefused(
+      `${file} is ${info.size} bytes, larger than ${MAX_BYTES / 1024 / 1024} MiB; nvidia-smi output never is`,
+    );
   return readFile(file);
 }
 
@@ -85,7 +89,12 @@ export async function runParseCommand(args: string[], io: ParseCommandIo): Promi
   try {
     text = decode(await readInput(parsed.file, io.stdin));
   } catch (e) {
-    const reason = e instanceof InputRefused ? e.message : e instanceof Error && 'code' in e ? `cannot read ${parsed.file} (${String(e.code)})` : 'cannot read input';
+    const reason =
+      e instanceof InputRefused
+        ? e.message
+        : e instanceof Error && 'code' in e
+          ? `cannot read ${parsed.file} (${String(e.code)})`
+          : 'cannot read input';
     io.stderr.write(`parse: ${reason}\n`);
     return 1;
   }
@@ -94,7 +103,9 @@ export async function runParseCommand(args: string[], io: ParseCommandIo): Promi
     result = parseNvidiaOutput(text, { exitCode: parsed.exitCode, csvFields: parsed.fields });
   } catch (e) {
     // A parser bug must still end in one line, not a stack trace.
-    io.stderr.write(`parse: internal error while parsing (${e instanceof Error ? e.message.split('\n')[0] : 'unknown'})\n`);
+    io.stderr.write(
+      `parse: internal error while parsing (${e instanceof Error ? e.message.split('\n')[0] : 'unknown'})\n`,
+    );
     return 1;
   }
   if (!result.ok) {

@@ -7,9 +7,12 @@ export type Deployment = Env['GPU_MEDIC_DEPLOYMENT'];
 
 /** What each documented way of running gpu-medic means, said back by `config check`. */
 const ASSUMED: Record<Deployment, string> = {
-  local: 'a plain host, run from this checkout (npm start, npm run bot|worker): settings from the environment and ./.env, Redis at REDIS_URL (default redis://127.0.0.1:6379, a local Redis)',
-  systemd: 'a plain host under systemd (deploy/systemd/): settings from the unit and /etc/gpu-medic/.env, Redis at REDIS_URL (a local Redis unless you point it elsewhere)',
-  compose: 'docker compose (docker-compose.yml): settings from .env through the compose file, Redis the compose service "redis", the inventory and ./ssh mounted under /etc/gpu-medic',
+  local:
+    'a plain host, run from this checkout (npm start, npm run bot|worker): settings from the environment and ./.env, Redis at REDIS_URL (default redis://127.0.0.1:6379, a local Redis)',
+  systemd:
+    'a plain host under systemd (deploy/systemd/): settings from the unit and /etc/gpu-medic/.env, Redis at REDIS_URL (a local Redis unless you point it elsewhere)',
+  compose:
+    'docker compose (docker-compose.yml): settings from .env through the compose file, Redis the compose service "redis", the inventory and ./ssh mounted under /etc/gpu-medic',
 };
 
 export interface ConfigReport {
@@ -34,7 +37,10 @@ export async function checkConfig(
   earlier: readonly string[] = [],
 ): Promise<ConfigReport> {
   const e = parseEnv(source, role);
-  const deployment: Deployment = source.GPU_MEDIC_DEPLOYMENT === 'compose' || source.GPU_MEDIC_DEPLOYMENT === 'systemd' ? source.GPU_MEDIC_DEPLOYMENT : 'local';
+  const deployment: Deployment =
+    source.GPU_MEDIC_DEPLOYMENT === 'compose' || source.GPU_MEDIC_DEPLOYMENT === 'systemd'
+      ? source.GPU_MEDIC_DEPLOYMENT
+      : 'local';
   const problems = [...earlier, ...e.problems.map((p) => `${p.variable} ${p.message}`)];
   const redisUrl = source.REDIS_URL ?? 'redis://127.0.0.1:6379';
   if (deployment !== 'compose' && /^rediss?:\/\/([^@/]*@)?redis(:\d+)?(\/|$)/.test(redisUrl))
@@ -44,7 +50,13 @@ export async function checkConfig(
   const path = source.GPU_MEDIC_INVENTORY || './inventory.yaml';
   const inv = await loadInventory(path);
   for (const p of inv.problems) problems.push(`inventory ${path}: ${p.at}: ${p.message}`);
-  return { role, deployment, problems, env: problems.length === 0 ? e.env : null, inventory: problems.length === 0 ? inv.inventory : null };
+  return {
+    role,
+    deployment,
+    problems,
+    env: problems.length === 0 ? e.env : null,
+    inventory: problems.length === 0 ? inv.inventory : null,
+  };
 }
 
 /** "assuming ..." line plus either the problems or a one-line summary. */

@@ -8,7 +8,10 @@ import { readFileSync } from 'node:fs';
  * Returns null when there is no such file. `badLines` are the numbers of lines that are neither
  * blank, a comment nor `KEY=value` (named, never shown: such a line may hold a secret).
  */
-export function readEnvFile(path: string, keep: (key: string) => boolean): { values: Record<string, string>; badLines: number[] } | null {
+export function readEnvFile(
+  path: string,
+  keep: (key: string) => boolean,
+): { values: Record<string, string>; badLines: number[] } | null {
   let buf: Buffer;
   try {
     buf = readFileSync(path);

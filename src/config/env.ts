@@ -5,7 +5,12 @@ import { closest, editDistance } from './suggest.ts';
 const list = z
   .string()
   .optional()
-  .transform((s) => (s ?? '').split(',').map((x) => x.trim()).filter((x) => x.length > 0));
+  .transform((s) =>
+    (s ?? '')
+      .split(',')
+      .map((x) => x.trim())
+      .filter((x) => x.length > 0),
+  );
 
 const slackUserId = /^[UW][A-Z0-9]{2,}$/;
 
@@ -20,8 +25,14 @@ const oneOf = <const T extends readonly [string, ...string[]]>(values: T, def: T
 /** Everything read from the environment. Tokens never leave this object except into the Slack client. */
 export const EnvSchema = z.object({
   GPU_MEDIC_MODE: oneOf(['socket', 'http'], 'socket'),
-  SLACK_BOT_TOKEN: z.string().regex(/^xoxb-/, 'must be a bot token (xoxb-...)').optional(),
-  SLACK_APP_TOKEN: z.string().regex(/^xapp-/, 'must be an app-level token (xapp-...) for Socket Mode').optional(),
+  SLACK_BOT_TOKEN: z
+    .string()
+    .regex(/^xoxb-/, 'must be a bot token (xoxb-...)')
+    .optional(),
+  SLACK_APP_TOKEN: z
+    .string()
+    .regex(/^xapp-/, 'must be an app-level token (xapp-...) for Socket Mode')
+    .optional(),
   SLACK_SIGNING_SECRET: z.string().min(8, 'is too short to be a Slack signing secret').optional(),
   /** Web API base URL (ends with /api/); only tests and the demo point it elsewhere. */
   SLACK_API_URL: z.url({ error: 'must be a URL such as https://slack.com/api/' }).optional(),
@@ -29,18 +40,39 @@ export const EnvSchema = z.object({
   /** HTTP mode: the address the receiver listens on. Loopback by default: put a TLS proxy in front. */
   GPU_MEDIC_BIND_ADDRESS: z
     .string()
-    .regex(/^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/, 'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)')
+    .regex(
+      /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
+      'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
+    )
     .default('127.0.0.1'),
-  REDIS_URL: z.string().regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379').default('redis://127.0.0.1:6379'),
+  REDIS_URL: z
+    .string()
+    .regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379')
+    .default('redis://127.0.0.1:6379'),
   /** Redis Sentinel: `host:port` of each sentinel (comma list); empty = REDIS_URL is the server itself. */
-  REDIS_SENTINELS: list.pipe(z.array(z.string().regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port entries, e.g. 10.0.0.5:26379,10.0.0.6:26379'))),
+  REDIS_SENTINELS: list.pipe(
+    z.array(
+      z
+        .string()
+        .regex(
+          /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/,
+          'must be host:port entries, e.g. 10.0.0.5:26379,10.0.0.6:26379',
+        ),
+    ),
+  ),
   /** The primary's name in the sentinels' `sentinel monitor <name> ...` (only with REDIS_SENTINELS). */
-  REDIS_SENTINEL_NAME: z.string().regex(/^[A-Za-z0-9._-]+$/, 'may hold only letters, digits, ".", "_" and "-"').default('gpu-medic'),
+  REDIS_SENTINEL_NAME: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]+$/, 'may hold only letters, digits, ".", "_" and "-"')
+    .default('gpu-medic'),
   GPU_MEDIC_INVENTORY: z.string().default('./inventory.yaml'),
   /** Which documented way of running this is; only changes what `config check` says and checks. */
   GPU_MEDIC_DEPLOYMENT: oneOf(['local', 'systemd', 'compose'], 'local'),
   /** Key prefix in Redis for queues and incidents (tests use a random one). */
-  GPU_MEDIC_PREFIX: z.string().regex(/^[a-zA-Z0-9:_-]+$/, 'may hold only letters, digits, ":", "_" and "-"').default('gpu-medic'),
+  GPU_MEDIC_PREFIX: z
+    .string()
+    .regex(/^[a-zA-Z0-9:_-]+$/, 'may hold only letters, digits, ":", "_" and "-"')
+    .default('gpu-medic'),
   /** Sites this worker serves (comma list); empty = every site in the inventory. */
   GPU_MEDIC_SITES: list,
   /** Channels where /gpu may be used (comma list of IDs); empty = any. */
@@ -48,7 +80,9 @@ export const EnvSchema = z.object({
   /** Users who may request (comma list of IDs); empty = any member of an allowed channel. */
   GPU_MEDIC_ALLOWED_USERS: list,
   /** Users who may approve host-level steps (Slack user IDs, never names). */
-  GPU_MEDIC_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+  GPU_MEDIC_APPROVERS: list.pipe(
+    z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
+  ),
   /**
    * Worker only (never give it to the bot): the key approved plans are sealed with, so that whoever
    * writes Redis cannot change what a worker runs. Every worker of a site needs the same value.
@@ -58,10 +92,15 @@ export const EnvSchema = z.object({
    * Admins (Slack user IDs): the only ones who may approve a host-level step past the blast-radius
    * budget. Empty: nobody can lift it.
    */
-  GPU_MEDIC_ADMINS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+  GPU_MEDIC_ADMINS: list.pipe(
+    z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
+  ),
   /** Blast-radius budget: host-level destructive steps (kills, resets, container stops) allowed per host per hour. */
   GPU_MEDIC_HOST_BUDGET_PER_HOUR: wholeNumber(1, 1000, 3),
-  GPU_MEDIC_WORKER_SECRET: z.string().min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)').optional(),
+  GPU_MEDIC_WORKER_SECRET: z
+    .string()
+    .min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)')
+    .optional(),
   /** Seconds an approval stays open. At least 5 so a test can watch a card expire; production wants minutes. */
   GPU_MEDIC_APPROVAL_TTL_SEC: wholeNumber(5, 86_400, 900),
   GPU_MEDIC_TERM_GRACE_SEC: wholeNumber(1, 300, 10),
@@ -96,7 +135,9 @@ export const EnvSchema = z.object({
    * Approvals that don't stall: a second group (Slack user IDs) who may also approve host-level steps
    * once a card has waited GPU_MEDIC_ESCALATE_AFTER_SEC. Empty: no escalation.
    */
-  GPU_MEDIC_ESCALATION_APPROVERS: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+  GPU_MEDIC_ESCALATION_APPROVERS: list.pipe(
+    z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
+  ),
   /** Seconds a pending card waits before the escalation group is pinged and may approve. 0: never. */
   GPU_MEDIC_ESCALATE_AFTER_SEC: wholeNumber(0, 86_400, 0),
   GPU_MEDIC_HEALTH_FILE: z.string().default(''),
@@ -113,7 +154,10 @@ export const EnvSchema = z.object({
   /** Address the metrics endpoint listens on. Loopback by default: scrape through a proxy or set 0.0.0.0 on a trusted network. */
   GPU_MEDIC_METRICS_BIND: z
     .string()
-    .regex(/^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/, 'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)')
+    .regex(
+      /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
+      'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
+    )
     .default('127.0.0.1'),
 });
 
@@ -210,7 +254,10 @@ const isSetting = (k: string): k is Setting => Object.hasOwn(EnvSchema.shape, k)
  * words: empty values, values out of range, unknown names (with the closest real one), the
  * tokens the mode needs, and for the worker a Slack secret it must not hold. Pure.
  */
-export function parseEnv(source: Record<string, string | undefined>, role: Role): { env: Env | null; problems: EnvProblem[] } {
+export function parseEnv(
+  source: Record<string, string | undefined>,
+  role: Role,
+): { env: Env | null; problems: EnvProblem[] } {
   const problems: EnvProblem[] = [];
   const mine = new Set<Setting>(settingsFor(role));
   const defaults = EnvSchema.parse({}) as Record<string, unknown>;
@@ -228,12 +275,14 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
       if (role === 'worker' && SLACK_SECRETS.includes(k) && v !== '')
         problems.push({
           variable: k,
-          message: 'is in the worker\'s environment: the worker holds the SSH keys and must never hold a Slack secret. Start it without it (compose: no env_file; systemd: the unit\'s own settings; a shell: unset it)',
+          message:
+            "is in the worker's environment: the worker holds the SSH keys and must never hold a Slack secret. Start it without it (compose: no env_file; systemd: the unit's own settings; a shell: unset it)",
         });
       if (role === 'bot' && WORKER_SECRETS.includes(k) && v !== '')
         problems.push({
           variable: k,
-          message: 'is in the bot\'s environment: it is the worker\'s secret and the bot must never hold it. Start the bot without it (compose: keep it out of the bot\'s env_file; systemd: only in the worker\'s settings; a shell: unset it)',
+          message:
+            "is in the bot's environment: it is the worker's secret and the bot must never hold it. Start the bot without it (compose: keep it out of the bot's env_file; systemd: only in the worker's settings; a shell: unset it)",
         });
       continue;
     }
@@ -263,12 +312,14 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
     if (group && after === 0)
       problems.push({
         variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
-        message: 'is 0, so the escalation group (GPU_MEDIC_ESCALATION_APPROVERS) would never be asked: set how many seconds a card waits before it escalates, or remove the group',
+        message:
+          'is 0, so the escalation group (GPU_MEDIC_ESCALATION_APPROVERS) would never be asked: set how many seconds a card waits before it escalates, or remove the group',
       });
     else if (!group && after > 0)
       problems.push({
         variable: 'GPU_MEDIC_ESCALATION_APPROVERS',
-        message: 'is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
+        message:
+          'is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
       });
     else if (group && after >= env.GPU_MEDIC_APPROVAL_TTL_SEC)
       problems.push({
@@ -280,9 +331,13 @@ export function parseEnv(source: Record<string, string | undefined>, role: Role)
   if (role !== 'worker') {
     const mode = input.GPU_MEDIC_MODE ?? 'socket';
     const has = (k: Setting): boolean => input[k] !== undefined || problems.some((p) => p.variable === k);
-    if (!has('SLACK_BOT_TOKEN')) problems.push({ variable: 'SLACK_BOT_TOKEN', message: 'is required to post to Slack (xoxb-...)' });
+    if (!has('SLACK_BOT_TOKEN'))
+      problems.push({ variable: 'SLACK_BOT_TOKEN', message: 'is required to post to Slack (xoxb-...)' });
     if (mode === 'socket' && !has('SLACK_APP_TOKEN'))
-      problems.push({ variable: 'SLACK_APP_TOKEN', message: 'is required in socket mode (xapp-... with connections:write)' });
+      problems.push({
+        variable: 'SLACK_APP_TOKEN',
+        message: 'is required in socket mode (xapp-... with connections:write)',
+      });
     if (mode === 'http' && !has('SLACK_SIGNING_SECRET'))
       problems.push({ variable: 'SLACK_SIGNING_SECRET', message: 'is required in http mode to verify requests' });
     // An alert's buttons follow the channel policy of /gpu, so an alerts channel left out would refuse every click.

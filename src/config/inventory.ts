@@ -19,13 +19,19 @@ const text = (what: string) => z.string({ error: `must be ${what}` }).min(1, 'mu
 
 const sshFields = {
   /** Hostname or IP the worker connects to. */
-  address: text('a hostname or IP address').max(253, 'is longer than a hostname can be (253 characters)').regex(/^[A-Za-z0-9.:_-]+$/, 'must be a hostname or IP address'),
+  address: text('a hostname or IP address')
+    .max(253, 'is longer than a hostname can be (253 characters)')
+    .regex(/^[A-Za-z0-9.:_-]+$/, 'must be a hostname or IP address'),
   port: bounded(1, 65535, 'a port number').default(22),
-  user: text('a plain Unix user name').regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'must be a plain Unix user name').optional(),
+  user: text('a plain Unix user name')
+    .regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'must be a plain Unix user name')
+    .optional(),
   /** Path to the private key on the worker's machine. */
   keyFile: text('the path of a private key file').optional(),
   /** Pinned host keys; at least one. */
-  hostKeys: z.array(fingerprint, { error: 'must be a list of SHA256:... fingerprints' }).min(1, 'must list at least one pinned fingerprint (ssh-keygen -l -f /etc/ssh/ssh_host_ed25519_key.pub)'),
+  hostKeys: z
+    .array(fingerprint, { error: 'must be a list of SHA256:... fingerprints' })
+    .min(1, 'must list at least one pinned fingerprint (ssh-keygen -l -f /etc/ssh/ssh_host_ed25519_key.pub)'),
 };
 
 export const HostSchema = z

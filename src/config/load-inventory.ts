@@ -28,7 +28,8 @@ export function validateInventory(doc: unknown): { inventory: Inventory | null; 
   const raw: Doc = doc === null || doc === undefined ? {} : isDoc(doc) ? doc : {};
   if (!isDoc(doc) && doc !== null && doc !== undefined)
     problems.push({ at: '(top level)', message: 'must be a mapping with `defaults`, `hosts` and `containers`' });
-  for (const k of Object.keys(raw)) if (!TOP_KEYS.includes(k)) problems.push({ at: '(top level)', message: unknownField(k, TOP_KEYS) });
+  for (const k of Object.keys(raw))
+    if (!TOP_KEYS.includes(k)) problems.push({ at: '(top level)', message: unknownField(k, TOP_KEYS) });
 
   const listOf = (key: 'hosts' | 'containers'): unknown[] => {
     const v = raw[key];
@@ -46,16 +47,23 @@ export function validateInventory(doc: unknown): { inventory: Inventory | null; 
 
   const labelOf = (kind: 'host' | 'container', e: unknown, i: number): string => {
     const id = isDoc(e) ? e.id : undefined;
-    return typeof id === 'string' && id !== '' ? `${kind} ${/^[a-z0-9._-]+$/.test(id) ? id : JSON.stringify(id)}` : `${kind}s[${i}] (no id)`;
+    return typeof id === 'string' && id !== ''
+      ? `${kind} ${/^[a-z0-9._-]+$/.test(id) ? id : JSON.stringify(id)}`
+      : `${kind}s[${i}] (no id)`;
   };
   const seen = new Map<string, string>();
   const sameId = (e: unknown, label: string): void => {
     const id = isDoc(e) ? str(e.id) : undefined;
     if (id === undefined) return;
     const before = seen.get(id);
-    if (before) problems.push({ at: label, message: `id "${id}" is used twice (also by the ${before.split(' ')[0]} before it); ids must be unique` });
+    if (before)
+      problems.push({
+        at: label,
+        message: `id "${id}" is used twice (also by the ${before.split(' ')[0]} before it); ids must be unique`,
+      });
     else seen.set(id, label);
-    if (id === 'all' || id === 'help') problems.push({ at: label, message: `"${id}" is a reserved word in /gpu, not a machine id` });
+    if (id === 'all' || id === 'help')
+      problems.push({ at: label, message: `"${id}" is a reserved word in /gpu, not a machine id` });
   };
 
   const hostIds: string[] = [];
@@ -66,7 +74,8 @@ export function validateInventory(doc: unknown): { inventory: Inventory | null; 
     sameId(h, at);
     const id = isDoc(h) ? str(h.id) : undefined;
     if (id) hostIds.push(id);
-    if (isDoc(h) && !str(h.keyFile) && !defaultKey) problems.push({ at, message: 'has no keyFile, and defaults.keyFile is not set either' });
+    if (isDoc(h) && !str(h.keyFile) && !defaultKey)
+      problems.push({ at, message: 'has no keyFile, and defaults.keyFile is not set either' });
   });
 
   const vmids = new Map<string, string>();
@@ -79,7 +88,10 @@ export function validateInventory(doc: unknown): { inventory: Inventory | null; 
     const host = str(c.host);
     if (host !== undefined && !hostIds.includes(host)) {
       const near = closest(host, hostIds);
-      problems.push({ at, message: `host "${host}" is not in hosts${near ? `; did you mean ${near}?` : hostIds.length ? ` (hosts: ${hostIds.join(', ')})` : ' (there are no hosts)'}` });
+      problems.push({
+        at,
+        message: `host "${host}" is not in hosts${near ? `; did you mean ${near}?` : hostIds.length ? ` (hosts: ${hostIds.join(', ')})` : ' (there are no hosts)'}`,
+      });
     }
     if (host !== undefined && typeof c.vmid === 'number') {
       const key = `${host}/${c.vmid}`;
@@ -89,8 +101,12 @@ export function validateInventory(doc: unknown): { inventory: Inventory | null; 
     }
     if (str(c.address)) {
       if (!Array.isArray(c.hostKeys) || c.hostKeys.length === 0)
-        problems.push({ at, message: 'has its own address, so it needs its own pinned hostKeys (its sshd is not its host\'s)' });
-      if (!str(c.keyFile) && !defaultKey) problems.push({ at, message: 'has its own address but no keyFile, and defaults.keyFile is not set either' });
+        problems.push({
+          at,
+          message: "has its own address, so it needs its own pinned hostKeys (its sshd is not its host's)",
+        });
+      if (!str(c.keyFile) && !defaultKey)
+        problems.push({ at, message: 'has its own address but no keyFile, and defaults.keyFile is not set either' });
     }
   });
 
@@ -112,7 +128,13 @@ function fieldPath(path: ReadonlyArray<PropertyKey>): string {
   return out;
 }
 
-const KIND_WORDS: Record<string, string> = { string: 'text', number: 'a number', array: 'a list', object: 'a mapping', boolean: 'true or false' };
+const KIND_WORDS: Record<string, string> = {
+  string: 'text',
+  number: 'a number',
+  array: 'a list',
+  object: 'a mapping',
+  boolean: 'true or false',
+};
 
 /** zod's issues in our words: "address is missing", "unknown field "adress"; did you mean address?". */
 function plainIssues(at: string, issues: readonly z.core.$ZodIssue[], known: readonly string[]): InventoryProblem[] {
@@ -129,28 +151,44 @@ function plainIssues(at: string, issues: readonly z.core.$ZodIssue[], known: rea
       continue;
     }
     // Our schemas phrase every rule; only a shape mismatch we did not phrase falls back to the kind expected.
-    const message = issue.message.startsWith('Invalid input') || issue.message.startsWith('Too ') ? `must be ${KIND_WORDS[String((issue as { expected?: unknown }).expected)] ?? 'something else'}` : issue.message;
-    const shown = issue.input !== undefined && (typeof issue.input === 'string' || typeof issue.input === 'number') ? ` (it is ${JSON.stringify(issue.input)})` : '';
+    const message =
+      issue.message.startsWith('Invalid input') || issue.message.startsWith('Too ')
+        ? `must be ${KIND_WORDS[String((issue as { expected?: unknown }).expected)] ?? 'something else'}`
+        : issue.message;
+    const shown =
+      issue.input !== undefined && (typeof issue.input === 'string' || typeof issue.input === 'number')
+        ? ` (it is ${JSON.stringify(issue.input)})`
+        : '';
     out.push({ at, message: `${subject} ${message}${shown}` });
   }
   return out;
 }
 
 /** Reads a YAML (or JSON) inventory file. Never reads the key files it names. */
-export async function loadInventoryFile(path: string): Promise<{ inventory: Inventory | null; problems: InventoryProblem[] }> {
+export async function loadInventoryFile(
+  path: string,
+): Promise<{ inventory: Inventory | null; problems: InventoryProblem[] }> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code ?? 'error';
-    const why = code === 'ENOENT' ? 'there is no such file (copy inventory.example.yaml, or set GPU_MEDIC_INVENTORY)' : code === 'EACCES' ? 'this user may not read it' : code;
+    const why =
+      code === 'ENOENT'
+        ? 'there is no such file (copy inventory.example.yaml, or set GPU_MEDIC_INVENTORY)'
+        : code === 'EACCES'
+          ? 'this user may not read it'
+          : code;
     return { inventory: null, problems: [{ at: path, message: `cannot read the inventory file: ${why}` }] };
   }
   let doc: unknown;
   try {
     doc = parseYaml(text);
   } catch (e) {
-    return { inventory: null, problems: [{ at: path, message: `not valid YAML: ${(e as Error).message.split('\n')[0]}` }] };
+    return {
+      inventory: null,
+      problems: [{ at: path, message: `not valid YAML: ${(e as Error).message.split('\n')[0]}` }],
+    };
   }
   return validateInventory(doc);
 }

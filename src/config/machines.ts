@@ -10,7 +10,14 @@ export function listMachines(inv: Inventory): Machine[] {
   const out: Machine[] = inv.hosts.map((h) => ({ kind: 'host', id: h.id, site: h.site }));
   for (const c of inv.containers) {
     const host = inv.hosts.find((h) => h.id === c.host);
-    out.push({ kind: 'container', id: c.id, site: host?.site ?? 'default', vmid: c.vmid, hostId: c.host, ownAddress: Boolean(c.address) });
+    out.push({
+      kind: 'container',
+      id: c.id,
+      site: host?.site ?? 'default',
+      vmid: c.vmid,
+      hostId: c.host,
+      ownAddress: Boolean(c.address),
+    });
   }
   return out;
 }
@@ -26,7 +33,14 @@ export function sitesOf(inv: Inventory): string[] {
 /** The SSH endpoint of an inventory entry with an address; user and key fall back to the defaults. */
 function endpointOf(
   inv: Inventory,
-  e: { id: string; address: string; port: number; user?: string | undefined; keyFile?: string | undefined; hostKeys?: string[] | undefined },
+  e: {
+    id: string;
+    address: string;
+    port: number;
+    user?: string | undefined;
+    keyFile?: string | undefined;
+    hostKeys?: string[] | undefined;
+  },
 ): SshEndpoint {
   return {
     machineId: e.id,

@@ -43,7 +43,14 @@ export function nearCertainTypo(input: string, candidates: readonly string[]): s
     if (a.length !== b.length || a.length < 5) return false;
     const diff = [...a].flatMap((ch, i) => (ch === b[i] ? [] : [i]));
     const [i, j] = diff;
-    return diff.length === 2 && i !== undefined && j === i + 1 && a[i] === b[j] && a[j] === b[i] && !/\d/.test(`${a[i]}${a[j]}`);
+    return (
+      diff.length === 2 &&
+      i !== undefined &&
+      j === i + 1 &&
+      a[i] === b[j] &&
+      a[j] === b[i] &&
+      !/\d/.test(`${a[i]}${a[j]}`)
+    );
   });
   return fits.length === 1 ? (fits[0] ?? null) : null;
 }

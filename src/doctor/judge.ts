@@ -41,7 +41,19 @@ export type MachineReading = HostReading | ContainerReading;
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';
 
-export const CHECKS = ['ssh', 'timeout -k', 'nvidia-smi', 'persistence', 'fuser', 'pidfd kill', '/proc', 'pct', 'lxc-info', 'pid namespace', 'GPU UUIDs'] as const;
+export const CHECKS = [
+  'ssh',
+  'timeout -k',
+  'nvidia-smi',
+  'persistence',
+  'fuser',
+  'pidfd kill',
+  '/proc',
+  'pct',
+  'lxc-info',
+  'pid namespace',
+  'GPU UUIDs',
+] as const;
 export type CheckName = (typeof CHECKS)[number];
 
 export interface Finding {
@@ -86,14 +98,17 @@ function exitText(r: Ran): string {
   return `exit ${r.code ?? '?'}`;
 }
 
-const okRun = (r: ProbeRun | undefined | null): r is Ran => r !== undefined && r !== null && r.ran && r.code === 0 && !r.timedOut;
+const okRun = (r: ProbeRun | undefined | null): r is Ran =>
+  r !== undefined && r !== null && r.ran && r.code === 0 && !r.timedOut;
 /** 127: the shell, `timeout`, nsenter or lxc-attach found no such program. */
 const notFound = (r: ProbeRun | undefined | null): boolean => r !== undefined && r !== null && r.ran && r.code === 127;
 
 /** `timeout` itself is missing: the shell or the container attach could not run it (not `timeout` failing to run its command). */
 function timeoutMissing(r: Ran): boolean {
   const text = `${r.stderr}\n${r.stdout}`;
-  return r.code === 127 && /\btimeout\b[^\n]*(not found|No such file)/.test(text) && !/failed to run command/.test(text);
+  return (
+    r.code === 127 && /\btimeout\b[^\n]*(not found|No such file)/.test(text) && !/failed to run command/.test(text)
+  );
 }
 
 function failedRun(r: ProbeRun | undefined | null, tool: string): string {
@@ -104,13 +119,16 @@ function failedRun(r: ProbeRun | undefined | null, tool: string): string {
 }
 
 const SSH_HINTS: Record<string, string> = {
-  host_key_mismatch: 'If the machine was reinstalled, check its new key out of band (console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and replace hostKeys in the inventory; otherwise treat it as an attack.',
-  host_key_unpinned: 'Pin the host key: run `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the machine (console) and put the SHA256: value in its hostKeys.',
+  host_key_mismatch:
+    'If the machine was reinstalled, check its new key out of band (console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and replace hostKeys in the inventory; otherwise treat it as an attack.',
+  host_key_unpinned:
+    'Pin the host key: run `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the machine (console) and put the SHA256: value in its hostKeys.',
   auth_failed: "Add the worker's public key to the login user's ~/.ssh/authorized_keys on this machine.",
-  connect_timeout: 'Check that the machine is up and its SSH port is reachable from the worker (firewall, address, port).',
+  connect_timeout:
+    'Check that the machine is up and its SSH port is reachable from the worker (firewall, address, port).',
   connect_failed: 'Check address and port in the inventory and that sshd runs on the machine.',
   connection_lost: 'The connection dropped: check the machine and the network, then run doctor again.',
-  config_invalid: "Check keyFile in the inventory: the worker must be able to read an unencrypted private key there.",
+  config_invalid: 'Check keyFile in the inventory: the worker must be able to read an unencrypted private key there.',
 };
 
 interface NvidiaRow {
@@ -125,7 +143,14 @@ function nvidiaRows(r: Ran): NvidiaRow[] {
   for (const line of r.stdout.split('\n')) {
     const cells = line.split(',').map((c) => c.trim());
     const [index, uuid, driver, persistence] = cells;
-    if (cells.length !== 4 || index === undefined || !/^\d+$/.test(index) || uuid === undefined || !/^GPU-[0-9a-fA-F-]+$/.test(uuid)) continue;
+    if (
+      cells.length !== 4 ||
+      index === undefined ||
+      !/^\d+$/.test(index) ||
+      uuid === undefined ||
+      !/^GPU-[0-9a-fA-F-]+$/.test(uuid)
+    )
+      continue;
     rows.push({ index: Number(index), uuid, driver: driver ?? '?', persistence: persistence ?? '?' });
   }
   return rows;
@@ -146,15 +171,38 @@ class Findings {
     private readonly kind: 'host' | 'container',
   ) {}
   add(check: CheckName, status: CheckStatus, detail: string, hint: string | null = null): void {
-    this.list.push({ machineId: this.machineId, kind: this.kind, check, status, detail: oneLine(detail, DETAIL_MAX), hint });
+    this.list.push({
+      machineId: this.machineId,
+      kind: this.kind,
+      check,
+      status,
+      detail: oneLine(detail, DETAIL_MAX),
+      hint,
+    });
   }
   skipAll(checks: readonly CheckName[], why: string): void {
     for (const c of checks) this.add(c, 'skip', why);
   }
 }
 
-const HOST_CHECKS: readonly CheckName[] = ['timeout -k', 'nvidia-smi', 'persistence', 'pidfd kill', '/proc', 'pct', 'lxc-info'];
-const CONTAINER_CHECKS: readonly CheckName[] = ['timeout -k', 'nvidia-smi', 'fuser', 'pidfd kill', '/proc', 'pid namespace', 'GPU UUIDs'];
+const HOST_CHECKS: readonly CheckName[] = [
+  'timeout -k',
+  'nvidia-smi',
+  'persistence',
+  'pidfd kill',
+  '/proc',
+  'pct',
+  'lxc-info',
+];
+const CONTAINER_CHECKS: readonly CheckName[] = [
+  'timeout -k',
+  'nvidia-smi',
+  'fuser',
+  'pidfd kill',
+  '/proc',
+  'pid namespace',
+  'GPU UUIDs',
+];
 
 /** ssh and timeout: whether anything else could be looked at. Returns false when the rest is skipped. */
 function judgeLogin(m: MachineReading, f: Findings): boolean {
@@ -162,7 +210,12 @@ function judgeLogin(m: MachineReading, f: Findings): boolean {
   const u = m.probes.uname;
   if (u === undefined || !u.ran) {
     const code = u === undefined ? 'internal' : u.code;
-    f.add('ssh', 'fail', u === undefined ? 'not attempted' : oneLine(u.message, 240), SSH_HINTS[code] ?? 'Check the machine and its inventory entry.');
+    f.add(
+      'ssh',
+      'fail',
+      u === undefined ? 'not attempted' : oneLine(u.message, 240),
+      SSH_HINTS[code] ?? 'Check the machine and its inventory entry.',
+    );
     f.skipAll(['timeout -k', ...rest], 'not checked: no login');
     return false;
   }
@@ -172,11 +225,26 @@ function judgeLogin(m: MachineReading, f: Findings): boolean {
     return true;
   }
   if (timeoutMissing(u)) {
-    f.add('timeout -k', 'fail', `timeout not found (${said(u)})`, 'Install GNU coreutils (it provides timeout): gpu-medic bounds every command with `timeout -k`.');
+    f.add(
+      'timeout -k',
+      'fail',
+      `timeout not found (${said(u)})`,
+      'Install GNU coreutils (it provides timeout): gpu-medic bounds every command with `timeout -k`.',
+    );
   } else if (u.code === 125) {
-    f.add('timeout -k', 'fail', `timeout refused -k: ${said(u)}`, "Install GNU coreutils' timeout (a minimal one such as busybox's may lack -k).");
+    f.add(
+      'timeout -k',
+      'fail',
+      `timeout refused -k: ${said(u)}`,
+      "Install GNU coreutils' timeout (a minimal one such as busybox's may lack -k).",
+    );
   } else {
-    f.add('timeout -k', 'fail', `uname under timeout -k: ${exitText(u)}: ${said(u)}`, 'Run `timeout -k 1 5 uname -r` on the machine as the login user and fix what it says.');
+    f.add(
+      'timeout -k',
+      'fail',
+      `uname under timeout -k: ${exitText(u)}: ${said(u)}`,
+      'Run `timeout -k 1 5 uname -r` on the machine as the login user and fix what it says.',
+    );
   }
   f.skipAll(rest, 'not checked: every gpu-medic command runs under timeout -k');
   return false;
@@ -189,7 +257,13 @@ function judgeNvidia(m: MachineReading, f: Findings): NvidiaRow[] | null {
   const where = m.kind === 'host' ? 'host' : 'container';
   if (rows !== null) {
     const drivers = [...new Set(rows.map((x) => x.driver))].join(', ');
-    if (error !== null) f.add('nvidia-smi', 'warn', `driver ${drivers}, ${rows.length} GPUs listed; also: ${oneLine(error.message)}`, 'A GPU reports an error: see `/gpu status` for it; a lost GPU usually needs a host reboot.');
+    if (error !== null)
+      f.add(
+        'nvidia-smi',
+        'warn',
+        `driver ${drivers}, ${rows.length} GPUs listed; also: ${oneLine(error.message)}`,
+        'A GPU reports an error: see `/gpu status` for it; a lost GPU usually needs a host reboot.',
+      );
     else f.add('nvidia-smi', 'ok', `driver ${drivers}, ${rows.length} GPU${rows.length === 1 ? '' : 's'}`);
     return rows;
   }
@@ -198,7 +272,9 @@ function judgeNvidia(m: MachineReading, f: Findings): NvidiaRow[] | null {
       'nvidia-smi',
       'fail',
       `nvidia-smi not found`,
-      where === 'host' ? 'Install the NVIDIA driver utilities on the host.' : "Put the host driver's nvidia-smi (same version) in the container, or bind-mount it from the host.",
+      where === 'host'
+        ? 'Install the NVIDIA driver utilities on the host.'
+        : "Put the host driver's nvidia-smi (same version) in the container, or bind-mount it from the host.",
     );
     return null;
   }
@@ -208,7 +284,7 @@ function judgeNvidia(m: MachineReading, f: Findings): NvidiaRow[] | null {
       : error?.kind === 'driver_unreachable'
         ? 'The NVIDIA kernel driver is not loaded or not reachable: check `dmesg` and `modprobe nvidia` on the host.'
         : error?.kind === 'no_devices' && where === 'container'
-          ? "No GPU is passed into this container: check its devN:/lxc.mount.entry lines for /dev/nvidia* on the host."
+          ? 'No GPU is passed into this container: check its devN:/lxc.mount.entry lines for /dev/nvidia* on the host.'
           : 'Run the same nvidia-smi on the machine and fix what it says.';
   f.add('nvidia-smi', 'fail', error !== null ? oneLine(error.message) : failedRun(r, 'nvidia-smi'), hint);
   return null;
@@ -261,10 +337,20 @@ function judgeProc(m: MachineReading, f: Findings): void {
     return;
   }
   if (m.kind === 'host') {
-    f.add('/proc', 'fail', `login is uid ${uid}, not root: host-level kills and /proc/PID/ns reads of other users fail`, 'Log in to hosts as root (host-level steps signal processes of every user).');
+    f.add(
+      '/proc',
+      'fail',
+      `login is uid ${uid}, not root: host-level kills and /proc/PID/ns reads of other users fail`,
+      'Log in to hosts as root (host-level steps signal processes of every user).',
+    );
     return;
   }
-  f.add('/proc', 'warn', `login is uid ${uid}, not root: fuser shows only this user's open device files`, "Log in as root in the container, so other users' GPU holders are seen by fuser.");
+  f.add(
+    '/proc',
+    'warn',
+    `login is uid ${uid}, not root: fuser shows only this user's open device files`,
+    "Log in as root in the container, so other users' GPU holders are seen by fuser.",
+  );
 }
 
 function pctVmids(r: Ran): Map<number, string> {
@@ -304,10 +390,26 @@ function judgeHost(m: HostReading, f: Findings): void {
         `not on this host: ${missing.map((c) => `${c.containerId} (vmid ${c.vmid})`).join(', ')}`,
         'Fix host and vmid of those containers in the inventory (`pct list` on the host shows its vmids).',
       );
-    else if (stopped.length > 0) f.add('pct', 'warn', `stopped: ${stopped.map((c) => `${c.containerId} (vmid ${c.vmid})`).join(', ')}`, 'Start them, or expect unstick to refuse them.');
-    else f.add('pct', 'ok', `${vmids.size} container${vmids.size === 1 ? '' : 's'} listed, every inventory container of this host among them`);
+    else if (stopped.length > 0)
+      f.add(
+        'pct',
+        'warn',
+        `stopped: ${stopped.map((c) => `${c.containerId} (vmid ${c.vmid})`).join(', ')}`,
+        'Start them, or expect unstick to refuse them.',
+      );
+    else
+      f.add(
+        'pct',
+        'ok',
+        `${vmids.size} container${vmids.size === 1 ? '' : 's'} listed, every inventory container of this host among them`,
+      );
   } else {
-    f.add('pct', 'fail', failedRun(pct, 'pct'), 'gpu-medic reaches containers and runs host-level steps with `pct exec`: hosts must be Proxmox VE hosts with pct on the PATH.');
+    f.add(
+      'pct',
+      'fail',
+      failedRun(pct, 'pct'),
+      'gpu-medic reaches containers and runs host-level steps with `pct exec`: hosts must be Proxmox VE hosts with pct on the PATH.',
+    );
   }
   if (m.inits.length === 0) {
     f.add('lxc-info', 'skip', 'no container of the inventory on this host');
@@ -315,7 +417,12 @@ function judgeHost(m: HostReading, f: Findings): void {
   }
   const broken = m.inits.find((c) => notFound(c.lxcInfo) || c.lxcInfo === null || !c.lxcInfo.ran);
   if (broken) {
-    f.add('lxc-info', 'fail', failedRun(broken.lxcInfo, 'lxc-info'), 'Install lxc-info (Proxmox: pve-lxc): it names the host PID of a container\'s init, against which logins are checked.');
+    f.add(
+      'lxc-info',
+      'fail',
+      failedRun(broken.lxcInfo, 'lxc-info'),
+      "Install lxc-info (Proxmox: pve-lxc): it names the host PID of a container's init, against which logins are checked.",
+    );
     return;
   }
   const parts = m.inits.map((c) => {
@@ -323,7 +430,12 @@ function judgeHost(m: HostReading, f: Findings): void {
     return pid === null ? `${c.vmid}: no init PID (not running?)` : `${c.vmid} → init PID ${pid}`;
   });
   const anyMissing = m.inits.some((c) => c.lxcInfo === null || !okRun(c.lxcInfo) || initPidOf(c.lxcInfo) === null);
-  f.add('lxc-info', anyMissing ? 'warn' : 'ok', parts.join(', '), anyMissing ? 'A container without an init PID is not running: start it, or fix its vmid.' : null);
+  f.add(
+    'lxc-info',
+    anyMissing ? 'warn' : 'ok',
+    parts.join(', '),
+    anyMissing ? 'A container without an init PID is not running: start it, or fix its vmid.' : null,
+  );
 }
 
 /** `lxc-info -p -H` prints the bare PID; the labelled form (`PID: 4242`) is accepted too. */
@@ -339,7 +451,13 @@ function judgeContainer(m: ContainerReading, host: HostReading | undefined, f: F
   const rows = judgeNvidia(m, f);
   const fuser = m.probes.fuser;
   if (okRun(fuser)) f.add('fuser', 'ok', oneLine(`${fuser.stderr}\n${fuser.stdout}`).split(' | ')[0] ?? 'present');
-  else f.add('fuser', 'fail', failedRun(fuser, 'fuser'), 'Install psmisc in the container (apt install psmisc): fuser finds the GPU holders by container PID.');
+  else
+    f.add(
+      'fuser',
+      'fail',
+      failedRun(fuser, 'fuser'),
+      'Install psmisc in the container (apt install psmisc): fuser finds the GPU holders by container PID.',
+    );
   judgePidfd(m, f);
   judgeProc(m, f);
 
@@ -347,7 +465,8 @@ function judgeContainer(m: ContainerReading, host: HostReading | undefined, f: F
   const ns = m.probes.ns;
   const init = host?.inits.find((c) => c.vmid === m.vmid);
   const hostNs = init?.ns;
-  const hostUnread = host === undefined || !okRun(host.probes.uname) ? `not compared: host ${m.hostId} could not be read` : null;
+  const hostUnread =
+    host === undefined || !okRun(host.probes.uname) ? `not compared: host ${m.hostId} could not be read` : null;
   if (!okRun(ns) || !NS.test(ns.stdout.trim())) {
     f.add('pid namespace', 'fail', failedRun(ns, 'readlink'), 'Check that readlink (coreutils) runs in the container.');
   } else if (hostUnread !== null) {
@@ -357,7 +476,11 @@ function judgeContainer(m: ContainerReading, host: HostReading | undefined, f: F
   } else if (!okRun(hostNs) || !NS.test(hostNs.stdout.trim())) {
     f.add('pid namespace', 'skip', `not compared: ${failedRun(hostNs, 'readlink')} on ${m.hostId}`);
   } else if (ns.stdout.trim() === hostNs.stdout.trim()) {
-    f.add('pid namespace', 'ok', `${m.login.via === 'ssh' ? 'login' : 'pct exec'} lands in ${ns.stdout.trim()}, the namespace of vmid ${m.vmid}'s init`);
+    f.add(
+      'pid namespace',
+      'ok',
+      `${m.login.via === 'ssh' ? 'login' : 'pct exec'} lands in ${ns.stdout.trim()}, the namespace of vmid ${m.vmid}'s init`,
+    );
   } else {
     f.add(
       'pid namespace',
@@ -399,5 +522,9 @@ export function judge(readings: readonly MachineReading[]): DoctorReport {
     }
     findings.push(...f.list);
   }
-  return { findings, failed: findings.filter((x) => x.status === 'fail').length, warned: findings.filter((x) => x.status === 'warn').length };
+  return {
+    findings,
+    failed: findings.filter((x) => x.status === 'fail').length,
+    warned: findings.filter((x) => x.status === 'warn').length,
+  };
 }

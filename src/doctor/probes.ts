@@ -14,7 +14,8 @@ export const NVIDIA_FIELDS = ['index', 'uuid', 'driver_version', 'persistence_mo
  * Opens a pidfd on itself (Linux >= 5.3; x86_64 and arm64 both number pidfd_open 434) and closes
  * it: proves the interpreter and the kernel can do the race-free kill, signals nothing.
  */
-export const PERL_PIDFD = 'my $fd = syscall(434, $$, 0); if ($fd < 0) { print "pidfd_open failed: $!\\n"; exit 1 } print "pidfd ok\\n";';
+export const PERL_PIDFD =
+  'my $fd = syscall(434, $$, 0); if ($fd < 0) { print "pidfd_open failed: $!\\n"; exit 1 } print "pidfd ok\\n";';
 export const PYTHON_PIDFD =
   'import os, signal\nfd = os.pidfd_open(os.getpid())\nos.close(fd)\nassert hasattr(signal, "pidfd_send_signal"), "no signal.pidfd_send_signal"\nprint("pidfd ok")';
 

@@ -2,7 +2,14 @@ import type { Inventory } from '../config/inventory.ts';
 import { findMachine, hostRouteFor, listMachines, routeFor, type Machine } from '../config/machines.ts';
 import { asCodedError } from '../errors.ts';
 import type { CommandSpec, Executor, Route } from '../ssh/types.ts';
-import { initPidOf, type ContainerReading, type HostReading, type Login, type MachineReading, type ProbeRun } from './judge.ts';
+import {
+  initPidOf,
+  type ContainerReading,
+  type HostReading,
+  type Login,
+  type MachineReading,
+  type ProbeRun,
+} from './judge.ts';
 import { lxcInitPid, pidNamespaceOf, probeSpecs, type ProbeName } from './probes.ts';
 
 /** The doctor's I/O edge: runs the fixed probes through the same executor (pinned keys, timeouts) as the worker. */
@@ -22,12 +29,21 @@ async function probe(deps: ReadDeps, route: Route, spec: CommandSpec): Promise<P
 }
 
 function loginOf(route: Route, hostId: string): Login {
-  if (route.kind === 'direct') return { via: 'ssh', user: route.endpoint.username, where: `${route.endpoint.username}@${route.endpoint.host}:${route.endpoint.port}` };
+  if (route.kind === 'direct')
+    return {
+      via: 'ssh',
+      user: route.endpoint.username,
+      where: `${route.endpoint.username}@${route.endpoint.host}:${route.endpoint.port}`,
+    };
   return { via: 'pct', user: 'root', where: `pct exec ${route.vmid} on ${hostId}` };
 }
 
 /** `uname` first (login and `timeout -k`); the other probes only once something can run there. */
-async function runProbes(deps: ReadDeps, route: Route, kind: 'host' | 'container'): Promise<Partial<Record<ProbeName, ProbeRun>>> {
+async function runProbes(
+  deps: ReadDeps,
+  route: Route,
+  kind: 'host' | 'container',
+): Promise<Partial<Record<ProbeName, ProbeRun>>> {
   const specs = probeSpecs(kind, deps.commandTimeoutMs);
   const out: Partial<Record<ProbeName, ProbeRun>> = {};
   const first = specs.uname;
@@ -48,7 +64,9 @@ async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, d
   const route = hostRouteFor(inv, m.id);
   if (route === null) throw new Error(`no route to host ${m.id}`);
   const probes = await runProbes(deps, route, 'host');
-  const mine = listMachines(inv).filter((c): c is Extract<Machine, { kind: 'container' }> => c.kind === 'container' && c.hostId === m.id);
+  const mine = listMachines(inv).filter(
+    (c): c is Extract<Machine, { kind: 'container' }> => c.kind === 'container' && c.hostId === m.id,
+  );
   const canRun = probes.uname?.ran === true && probes.uname.code === 0;
   const inits = await Promise.all(
     mine.map(async (c) => {
@@ -63,11 +81,22 @@ async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, d
   return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits };
 }
 
-async function readContainer(inv: Inventory, m: Extract<Machine, { kind: 'container' }>, deps: ReadDeps): Promise<ContainerReading> {
+async function readContainer(
+  inv: Inventory,
+  m: Extract<Machine, { kind: 'container' }>,
+  deps: ReadDeps,
+): Promise<ContainerReading> {
   const route = routeFor(inv, m.id);
   if (route === null) throw new Error(`no route to container ${m.id}`);
   const probes = await runProbes(deps, route, 'container');
-  return { kind: 'container', machineId: m.id, hostId: m.hostId, vmid: m.vmid, login: loginOf(route, m.hostId), probes };
+  return {
+    kind: 'container',
+    machineId: m.id,
+    hostId: m.hostId,
+    vmid: m.vmid,
+    login: loginOf(route, m.hostId),
+    probes,
+  };
 }
 
 /**
@@ -84,5 +113,7 @@ export function machinesToRead(inv: Inventory, ids: readonly string[]): Machine[
 }
 
 export async function readMachines(inv: Inventory, ids: readonly string[], deps: ReadDeps): Promise<MachineReading[]> {
-  return Promise.all(machinesToRead(inv, ids).map((m) => (m.kind === 'host' ? readHost(inv, m, deps) : readContainer(inv, m, deps))));
+  return Promise.all(
+    machinesToRead(inv, ids).map((m) => (m.kind === 'host' ? readHost(inv, m, deps) : readContainer(inv, m, deps))),
+  );
 }

@@ -12,12 +12,17 @@ export function tableRows(findings: readonly Finding[]): string[][] {
 /** One line per problem with its fix, failures first. */
 export function hintLines(findings: readonly Finding[]): string[] {
   const problems = [...findings.filter((f) => f.status === 'fail'), ...findings.filter((f) => f.status === 'warn')];
-  return problems.filter((f) => f.hint !== null).map((f) => `${MARK[f.status]} ${f.machineId} ${f.check}: ${f.hint ?? ''}`);
+  return problems
+    .filter((f) => f.hint !== null)
+    .map((f) => `${MARK[f.status]} ${f.machineId} ${f.check}: ${f.hint ?? ''}`);
 }
 
 export function summaryLine(r: DoctorReport, machines: number): string {
   if (r.failed === 0 && r.warned === 0) return `All checks passed on ${machines} machine${machines === 1 ? '' : 's'}.`;
-  const parts = [r.failed > 0 ? `${r.failed} problem${r.failed === 1 ? '' : 's'} that would make unstick fail` : null, r.warned > 0 ? `${r.warned} warning${r.warned === 1 ? '' : 's'}` : null];
+  const parts = [
+    r.failed > 0 ? `${r.failed} problem${r.failed === 1 ? '' : 's'} that would make unstick fail` : null,
+    r.warned > 0 ? `${r.warned} warning${r.warned === 1 ? '' : 's'}` : null,
+  ];
   return `${parts.filter((p) => p !== null).join(', ')} on ${machines} machine${machines === 1 ? '' : 's'}.`;
 }
 
@@ -35,5 +40,11 @@ export function textTable(header: readonly string[], rows: readonly (readonly st
 /** Everything the CLI prints: table, fixes, summary. */
 export function reportText(r: DoctorReport, machines: number): string {
   const hints = hintLines(r.findings);
-  return [textTable(TABLE_HEADER, tableRows(r.findings)), '', ...(hints.length > 0 ? ['How to fix:', ...hints.map((h) => `  ${h}`), ''] : []), summaryLine(r, machines), ''].join('\n');
+  return [
+    textTable(TABLE_HEADER, tableRows(r.findings)),
+    '',
+    ...(hints.length > 0 ? ['How to fix:', ...hints.map((h) => `  ${h}`), ''] : []),
+    summaryLine(r, machines),
+    '',
+  ].join('\n');
 }

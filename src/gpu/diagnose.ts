@@ -1,5 +1,12 @@
 import type { GpuMatch } from './gpu-map.ts';
-import { sameProcess, type DeviceOnlyHolder, type GpuHolder, type HolderReport, type ProcessIdentity, type UnresolvedHolder } from './holders.ts';
+import {
+  sameProcess,
+  type DeviceOnlyHolder,
+  type GpuHolder,
+  type HolderReport,
+  type ProcessIdentity,
+  type UnresolvedHolder,
+} from './holders.ts';
 import { errorAdvice } from './error-advice.ts';
 import type { RootCause } from './root-cause.ts';
 import { IDLE_MIB } from './snapshot.ts';
@@ -114,12 +121,18 @@ const mib = (n: number | null): string => (n === null ? '? MiB' : `${fmt(n)} MiB
 
 function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'reach' | 'hostOnlyWhy'> {
   if (h.isContainerInit)
-    return { reach: 'host', hostOnlyWhy: `it is the container’s init (PID 1), and a PID namespace’s init ignores signals sent from inside its namespace` };
+    return {
+      reach: 'host',
+      hostOnlyWhy: `it is the container’s init (PID 1), and a PID namespace’s init ignores signals sent from inside its namespace`,
+    };
   const failed = input.containerFailed?.find((f) => sameProcess(f.process, h.process));
   if (failed) return { reach: 'host', hostOnlyWhy: `the container could not stop it (${failed.reason})` };
   const execUid = input.containerExecUid ?? 0;
   if (execUid !== 0 && h.process.uid !== undefined && h.process.uid !== execUid)
-    return { reach: 'host', hostOnlyWhy: `it runs as uid ${h.process.uid} and container commands run as uid ${execUid}` };
+    return {
+      reach: 'host',
+      hostOnlyWhy: `it runs as uid ${h.process.uid} and container commands run as uid ${execUid}`,
+    };
   return { reach: 'container', hostOnlyWhy: null };
 }
 
@@ -141,7 +154,10 @@ function distinct<T extends { process: ProcessIdentity }>(hs: readonly T[]): T[]
 /** `host PID 823001 \`python3 train.py\` (40,211 MiB)`, for processes outside the target. */
 function outsiders(hs: readonly GpuHolder[]): Part[] {
   return joinRich(
-    distinct(hs).map((h) => say`host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))))})`),
+    distinct(hs).map(
+      (h) =>
+        say`host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))))})`,
+    ),
     ', ',
   );
 }
@@ -149,7 +165,10 @@ function outsiders(hs: readonly GpuHolder[]): Part[] {
 function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: DiagnoseInput): Part[] {
   const gpu = `GPU ${d.index ?? d.hostIndex ?? '?'}`;
   const used = mib(d.usedMiB);
-  const outsideNote = d.outside.length > 0 ? say` Also used by something outside ${input.target} (${outsiders(d.outside)}): left alone.` : '';
+  const outsideNote =
+    d.outside.length > 0
+      ? say` Also used by something outside ${input.target} (${outsiders(d.outside)}): left alone.`
+      : '';
   const leakNote =
     d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB
       ? say` Another ${mib(d.unaccountedMiB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
@@ -166,14 +185,28 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
         : say`${gpu}: its memory could not be read. Nothing will be signalled; look at ${input.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
     case 'held_in_container': {
       const hs = distinct(d.holders);
-      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(hs.map((h) => who(h.process)), ', ')}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;
+      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(
+        hs.map((h) => who(h.process)),
+        ', ',
+      )}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;
     }
     case 'held_host_only': {
       const hs = distinct(d.holders);
       const hostOnly = hs.filter((h) => h.reach === 'host');
       const ct = hs.filter((h) => h.reach === 'container');
-      const hostPart = joinRich(hostOnly.map((h) => say`${who(h.process)}: only the host can stop it, because ${h.hostOnlyWhy ?? 'the container cannot'}`), '; ');
-      const ctPart = ct.length > 0 ? say` The container can stop ${joinRich(ct.map((h) => who(h.process)), ', ')} itself.` : '';
+      const hostPart = joinRich(
+        hostOnly.map(
+          (h) => say`${who(h.process)}: only the host can stop it, because ${h.hostOnlyWhy ?? 'the container cannot'}`,
+        ),
+        '; ',
+      );
+      const ctPart =
+        ct.length > 0
+          ? say` The container can stop ${joinRich(
+              ct.map((h) => who(h.process)),
+              ', ',
+            )} itself.`
+          : '';
       return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${leakNote}${outsideNote}`;
     }
     case 'orphaned_memory':
@@ -215,11 +248,17 @@ export interface GpuAccount {
 export function accountOf(g: Pick<GpuDiagnosis, 'usedMiB' | 'holders' | 'outside' | 'unresolved'>): GpuAccount {
   const targetMiB = sumMiB(g.holders);
   const othersMiB = sumMiB([...g.outside, ...g.unresolved]);
-  const unaccountedMiB = g.usedMiB !== null && targetMiB !== null && othersMiB !== null ? Math.max(0, g.usedMiB - targetMiB - othersMiB) : null;
+  const unaccountedMiB =
+    g.usedMiB !== null && targetMiB !== null && othersMiB !== null
+      ? Math.max(0, g.usedMiB - targetMiB - othersMiB)
+      : null;
   return { targetMiB, othersMiB, unaccountedMiB };
 }
 
-function kindOf(d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'usedMiB' | 'error' | 'unaccountedMiB'>, unreadable: boolean): DiagnosisKind {
+function kindOf(
+  d: Pick<GpuDiagnosis, 'holders' | 'outside' | 'unresolved' | 'usedMiB' | 'error' | 'unaccountedMiB'>,
+  unreadable: boolean,
+): DiagnosisKind {
   if (d.error !== null || unreadable) return 'gpu_error';
   if (d.holders.length > 0) return d.holders.some((h) => h.reach === 'host') ? 'held_host_only' : 'held_in_container';
   if (d.unresolved.length > 0) return 'unidentified';
@@ -256,8 +295,10 @@ export function diagnose(input: DiagnoseInput): Diagnosis {
     const holders = mine.filter((h) => h.inTarget).map((h): DiagnosedHolder => ({ ...h, ...reachOf(h, input) }));
     const busId = cg.busId ?? hg?.busId ?? null;
     // A GPU the host's view could not match is not acted on; a failing host nvidia-smi is the likelier cause, so it wins.
-    const mapError: NvidiaError | null = unmatched !== null ? { kind: 'unknown', message: unmatched, busId: null } : null;
-    const error = errors.find((e) => e.busId !== null && e.busId === busId) ?? (hg === null ? (hostError ?? mapError) : null);
+    const mapError: NvidiaError | null =
+      unmatched !== null ? { kind: 'unknown', message: unmatched, busId: null } : null;
+    const error =
+      errors.find((e) => e.busId !== null && e.busId === busId) ?? (hg === null ? (hostError ?? mapError) : null);
     const usedMiB = hg?.memoryUsedMiB ?? cg.memoryUsedMiB;
     const totalMiB = hg?.memoryTotalMiB ?? cg.memoryTotalMiB;
     const held = {
@@ -279,13 +320,21 @@ export function diagnose(input: DiagnoseInput): Diagnosis {
     const kind = kindOf(base, usedMiB === null);
     const d = { ...base, kind };
     const parts =
-      mapError !== null && error === mapError ? say`GPU ${cg.index ?? '?'}: ${unmatched ?? ''}. Nothing will be done to it from ${input.host}.` : sentenceOf(d, input);
+      mapError !== null && error === mapError
+        ? say`GPU ${cg.index ?? '?'}: ${unmatched ?? ''}. Nothing will be done to it from ${input.host}.`
+        : sentenceOf(d, input);
     return { ...d, sentence: richPlain(parts), parts };
   });
   // An error about a GPU the target has no row for (nvidia-smi failed as a whole: `GPU is lost`
   // stops the query) is the diagnosis's error: never dropped, never read as "nothing stuck".
   const unattached = errors.find((e) => !gpus.some((g) => g.error === e)) ?? null;
-  return { target: input.target, host: input.host, gpus, deviceOnly: input.holders.deviceOnly, error: machineError ?? (gpus.length === 0 ? unattached : null) };
+  return {
+    target: input.target,
+    host: input.host,
+    gpus,
+    deviceOnly: input.holders.deviceOnly,
+    error: machineError ?? (gpus.length === 0 ? unattached : null),
+  };
 }
 
 /** GPUs the unstick flow would act on (or must report as stuck). */

@@ -42,7 +42,13 @@ export function passedHostGpus(hostGpus: readonly Gpu[], passing: GpuPassing): G
   const out: Gpu[] = [];
   for (const m of passing.minors) {
     const rec = passing.hostMinors.find((x) => x.minor === m);
-    const g = rec ? hostGpus.find((h) => (rec.uuid !== null && h.uuid === rec.uuid) || (rec.uuid === null && rec.busId !== null && busKey(h.busId) === busKey(rec.busId))) : undefined;
+    const g = rec
+      ? hostGpus.find(
+          (h) =>
+            (rec.uuid !== null && h.uuid === rec.uuid) ||
+            (rec.uuid === null && rec.busId !== null && busKey(h.busId) === busKey(rec.busId)),
+        )
+      : undefined;
     if (g && !out.includes(g)) out.push(g);
   }
   return out;
@@ -54,16 +60,33 @@ export function passedHostGpus(hostGpus: readonly Gpu[], passing: GpuPassing): G
  * bus id (when it reports one) must be the host's for that UUID. Anything else is unmatched,
  * with the reason: no host-side action may be taken on it.
  */
-export function matchContainerGpus(containerGpus: readonly Gpu[], hostGpus: readonly Gpu[], passing: GpuPassing, hostId: string): GpuMatch[] {
+export function matchContainerGpus(
+  containerGpus: readonly Gpu[],
+  hostGpus: readonly Gpu[],
+  passing: GpuPassing,
+  hostId: string,
+): GpuMatch[] {
   const where = { host: hostId, vmid: passing.vmid };
   const passed = passedHostGpus(hostGpus, passing);
   const claims = new Map<string, number>();
   for (const cg of containerGpus) if (cg.uuid !== null) claims.set(cg.uuid, (claims.get(cg.uuid) ?? 0) + 1);
   return containerGpus.map((cg): GpuMatch => {
     const label = `GPU ${cg.index ?? '?'}`;
-    if (passed === null) return { host: null, problem: `which host GPU the container's ${label} is could not be told from ${where.host}'s own view: ${passing.problem ?? 'its configuration could not be read'}` };
-    if (cg.uuid === null) return { host: null, problem: `the container reports no UUID for ${label}, so it cannot be matched to a GPU ${where.host} passed to it` };
-    if ((claims.get(cg.uuid) ?? 0) > 1) return { host: null, problem: `the container reports ${cg.uuid} for more than one GPU, so ${label} cannot be matched` };
+    if (passed === null)
+      return {
+        host: null,
+        problem: `which host GPU the container's ${label} is could not be told from ${where.host}'s own view: ${passing.problem ?? 'its configuration could not be read'}`,
+      };
+    if (cg.uuid === null)
+      return {
+        host: null,
+        problem: `the container reports no UUID for ${label}, so it cannot be matched to a GPU ${where.host} passed to it`,
+      };
+    if ((claims.get(cg.uuid) ?? 0) > 1)
+      return {
+        host: null,
+        problem: `the container reports ${cg.uuid} for more than one GPU, so ${label} cannot be matched`,
+      };
     const hg = passed.find((g) => g.uuid === cg.uuid);
     if (hg === undefined)
       return {
@@ -71,7 +94,10 @@ export function matchContainerGpus(containerGpus: readonly Gpu[], hostGpus: read
         problem: `the container reports ${label} as ${cg.uuid}, which is not one of the GPUs ${where.host} passes to container ${where.vmid} (\`pct config ${where.vmid}\`: ${passed.length === 0 ? 'none' : passed.map((g) => `host GPU ${g.index ?? '?'}`).join(', ')})`,
       };
     if (cg.busId !== null && hg.busId !== null && busKey(cg.busId) !== busKey(hg.busId))
-      return { host: null, problem: `the container reports ${label} (${cg.uuid}) at bus ${cg.busId}, but on ${where.host} that GPU is at ${hg.busId}` };
+      return {
+        host: null,
+        problem: `the container reports ${label} (${cg.uuid}) at bus ${cg.busId}, but on ${where.host} that GPU is at ${hg.busId}`,
+      };
     return { host: hg, problem: null };
   });
 }

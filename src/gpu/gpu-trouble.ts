@@ -33,6 +33,7 @@ export function errorLabel(kind: NvidiaErrorKind): string {
 export function gpuTroubleOf(s: Pick<MachineSnapshot, 'gpus' | 'gpuError'>): GpuTrouble | null {
   if (s.gpuError) return { kind: s.gpuError.kind, label: LABELS[s.gpuError.kind] };
   const unreadable = s.gpus.filter((g) => g.memoryUsedMiB === null);
-  if (unreadable.length > 0) return { kind: 'unreadable', label: `GPU ${unreadable.map((g) => g.index ?? '?').join(', ')} memory unreadable` };
+  if (unreadable.length > 0)
+    return { kind: 'unreadable', label: `GPU ${unreadable.map((g) => g.index ?? '?').join(', ')} memory unreadable` };
   return null;
 }

@@ -114,7 +114,10 @@ export function parsePidNsLink(text: string): string | null {
 }
 
 /** Same process: same host PID and same start time (a reused PID has a later start time). */
-export function sameProcess(a: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>, b: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>): boolean {
+export function sameProcess(
+  a: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>,
+  b: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>,
+): boolean {
   return a.hostPid === b.hostPid && a.startTimeTicks === b.startTimeTicks;
 }
 
@@ -165,7 +168,11 @@ export function buildHolders(host: HostReadings, container: ContainerReadings): 
     // The container's own reading counts only if it is the same process (PID + start time):
     // a container PID reused between the two reads must not lend its uid or visibility.
     const ct = inTarget ? ctProcs.get(id.containerPid) : undefined;
-    const ctSame = ct !== undefined && ct.stat !== null && ct.stat.startTimeTicks === id.startTimeTicks && (ct.pidNs === null || ct.pidNs === id.pidNs);
+    const ctSame =
+      ct !== undefined &&
+      ct.stat !== null &&
+      ct.stat.startTimeTicks === id.startTimeTicks &&
+      (ct.pidNs === null || ct.pidNs === id.pidNs);
     const process: ProcessIdentity = ctSame && ct.uid !== null ? { ...id, uid: ct.uid } : id;
     holders.push({
       ...where,

@@ -70,7 +70,15 @@ const PROGRAMS: readonly Program[] = [
     name: 'SGLang',
     launch: /(?:^|[\s/])(?:-m\s+)?sglang(?:\.launch_server|\s+serve)\b/,
     rankFlags: ['--tp-size', '--tp', '--tensor-parallel-size'],
-    hostMemory: [{ flags: ['--hicache-size'], what: 'host cache', unit: 'GB', perRank: true, requires: '--enable-hierarchical-cache' }],
+    hostMemory: [
+      {
+        flags: ['--hicache-size'],
+        what: 'host cache',
+        unit: 'GB',
+        perRank: true,
+        requires: '--enable-hierarchical-cache',
+      },
+    ],
     gpuFraction: { flags: ['--mem-fraction-static'], default: null },
     underscores: false,
   },
@@ -173,10 +181,20 @@ function causesOf(p: Program, raw: readonly string[], input: RootCauseInput): Ar
         ? `${ranks} ranks × ${trim(value)} ${a.unit} ${a.what} (${flag} is per rank) = ${bytesWords(total, a.unit)}`
         : `${trim(value)} ${a.unit} ${a.what} (${flag})`;
     if (input.hostRamTotalBytes !== null && total > input.hostRamTotalBytes) {
-      out.push({ program: p.name, kind: 'host_memory_over_ram', requestedBytes: total, sentence: `${how} requested on a ${ramWords(input.hostRamTotalBytes)} host: more than its RAM.` });
+      out.push({
+        program: p.name,
+        kind: 'host_memory_over_ram',
+        requestedBytes: total,
+        sentence: `${how} requested on a ${ramWords(input.hostRamTotalBytes)} host: more than its RAM.`,
+      });
     } else if (input.hostRamTotalBytes !== null && total >= NEAR_RAM * input.hostRamTotalBytes) {
       const pct = Math.round((total / input.hostRamTotalBytes) * 100);
-      out.push({ program: p.name, kind: 'host_memory_near_ram', requestedBytes: total, sentence: `${how} requested on a ${ramWords(input.hostRamTotalBytes)} host: ${pct} % of its RAM.` });
+      out.push({
+        program: p.name,
+        kind: 'host_memory_near_ram',
+        requestedBytes: total,
+        sentence: `${how} requested on a ${ramWords(input.hostRamTotalBytes)} host: ${pct} % of its RAM.`,
+      });
     }
   }
   if (input.gpusVisible !== null && ranks > input.gpusVisible) {
@@ -210,7 +228,8 @@ export function rootCauses(input: RootCauseInput): RootCause[] {
     const program = PROGRAMS.find((p) => p.launch.test(norm));
     if (!program) continue;
     for (const c of causesOf(program, norm.split(' '), input)) {
-      if (!out.some((o) => o.kind === c.kind && o.sentence === c.sentence)) out.push({ ...c, parts: partsOf(c.sentence) });
+      if (!out.some((o) => o.kind === c.kind && o.sentence === c.sentence))
+        out.push({ ...c, parts: partsOf(c.sentence) });
     }
   }
   return out;

@@ -17,7 +17,10 @@ export const HOST_RAM_CAUSES: readonly RootCauseKind[] = ['host_memory_over_ram'
 
 /** Every command line of these readings: each process's own, then its parents', nearest first. */
 export function commandLinesOf(readings: readonly ProcReading[]): string[] {
-  return readings.flatMap((r) => [...(r.cmdline !== null ? [r.cmdline] : []), ...(r.parents ?? []).map((p) => p.cmdline)]);
+  return readings.flatMap((r) => [
+    ...(r.cmdline !== null ? [r.cmdline] : []),
+    ...(r.parents ?? []).map((p) => p.cmdline),
+  ]);
 }
 
 /** The GPUs a snapshot shows, or null when nvidia-smi gave no list (unknown, not zero). */
@@ -26,12 +29,22 @@ export function gpusSeen(s: Pick<MachineSnapshot, 'gpus'>): number | null {
 }
 
 /** Root causes of these command lines against the snapshot's own RAM and GPUs. */
-export function causesInSnapshot(s: Pick<MachineSnapshot, 'gpus' | 'ram'>, commandLines: readonly string[]): RootCause[] {
-  return rootCauses({ commandLines, hostRamTotalBytes: s.ram && s.ram.totalBytes > 0 ? s.ram.totalBytes : null, gpusVisible: gpusSeen(s) });
+export function causesInSnapshot(
+  s: Pick<MachineSnapshot, 'gpus' | 'ram'>,
+  commandLines: readonly string[],
+): RootCause[] {
+  return rootCauses({
+    commandLines,
+    hostRamTotalBytes: s.ram && s.ram.totalBytes > 0 ? s.ram.totalBytes : null,
+    gpusVisible: gpusSeen(s),
+  });
 }
 
 /** The causes a read stored on its snapshot (none when it did not read command lines), optionally only some kinds. */
-export function snapshotRootCauses(s: Pick<MachineSnapshot, 'rootCauses'>, kinds?: readonly RootCauseKind[]): RootCause[] {
+export function snapshotRootCauses(
+  s: Pick<MachineSnapshot, 'rootCauses'>,
+  kinds?: readonly RootCauseKind[],
+): RootCause[] {
   const all = s.rootCauses ?? [];
   return kinds === undefined ? [...all] : all.filter((c) => kinds.includes(c.kind));
 }

@@ -52,7 +52,9 @@ export function usedPct(used: number | null, total: number | null): number | nul
 /** Processes listed for a GPU: by index, else by UUID. */
 export function processesOn(s: Pick<MachineSnapshot, 'processes'>, gpu: Gpu): GpuProcess[] {
   return s.processes.filter(
-    (p) => (p.gpuIndex !== null && p.gpuIndex === gpu.index) || (p.gpuUuid !== null && gpu.uuid !== null && p.gpuUuid === gpu.uuid),
+    (p) =>
+      (p.gpuIndex !== null && p.gpuIndex === gpu.index) ||
+      (p.gpuUuid !== null && gpu.uuid !== null && p.gpuUuid === gpu.uuid),
   );
 }
 

@@ -38,7 +38,13 @@ export interface GpuChange {
  * `gpu_error`: a target GPU (or nvidia-smi as a whole) is in error; `not_verified`: a GPU the
  * target had before is missing from the after-view. Neither is ever green.
  */
-export type VerdictKind = 'recovered' | 'partially_recovered' | 'still_stuck' | 'nothing_stuck' | 'gpu_error' | 'not_verified';
+export type VerdictKind =
+  | 'recovered'
+  | 'partially_recovered'
+  | 'still_stuck'
+  | 'nothing_stuck'
+  | 'gpu_error'
+  | 'not_verified';
 
 export interface Verdict {
   kind: VerdictKind;
@@ -111,18 +117,25 @@ function incidentMiB(g: GpuDiagnosis): number | null {
   if (g.kind === 'gpu_error') return null;
   const a = accountOf(g);
   if (a.targetMiB === null) return null;
-  if (a.unaccountedMiB === null) return g.outside.length === 0 && g.unresolved.length === 0 && g.usedMiB !== null ? Math.max(a.targetMiB, g.usedMiB) : null;
+  if (a.unaccountedMiB === null)
+    return g.outside.length === 0 && g.unresolved.length === 0 && g.usedMiB !== null
+      ? Math.max(a.targetMiB, g.usedMiB)
+      : null;
   return a.targetMiB + (a.unaccountedMiB > IDLE_MIB ? a.unaccountedMiB : 0);
 }
 
 function errorNext(g: GpuDiagnosis | null, error: NvidiaError | null, d: Diagnosis): Part[] {
   const who = g ? say`${gpuName(g)}: ` : '';
-  if (error === null) return say`${who}its memory could not be read; run \`/gpu status ${d.target}\` and \`/gpu status ${d.host}\` and look at ${d.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
+  if (error === null)
+    return say`${who}its memory could not be read; run \`/gpu status ${d.target}\` and \`/gpu status ${d.host}\` and look at ${d.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
   return say`${who}${errorAdvice(error.kind, d.target, d.host)}`;
 }
 
 function usersText(ids: readonly string[]): Part[] {
-  return joinRich(ids.map((u) => [user(u)]), ', ');
+  return joinRich(
+    ids.map((u) => [user(u)]),
+    ', ',
+  );
 }
 
 /** Approvers still able to decide: configured, not the requester, not one who already denied. */
@@ -132,12 +145,23 @@ function otherApprovers(c: VerdictContext): string[] | null {
 }
 
 /** What happened to the tier-2 step that this GPU needs, and what is really left. */
-function tier2Next(what: Rich, kind: 'host_kill' | 'host_reset', step: StepHistory | undefined, c: VerdictContext, d: Diagnosis): Part[] {
+function tier2Next(
+  what: Rich,
+  kind: 'host_kill' | 'host_reset',
+  step: StepHistory | undefined,
+  c: VerdictContext,
+  d: Diagnosis,
+): Part[] {
   const others = otherApprovers(c);
   const some = others !== null && others.length > 0;
-  const ask = some ? say`ask another approver (${usersText(others)})` : 'no other approver is configured (GPU_MEDIC_APPROVERS)';
+  const ask = some
+    ? say`ask another approver (${usersText(others)})`
+    : 'no other approver is configured (GPU_MEDIC_APPROVERS)';
   const act = kind === 'host_kill' ? 'kill' : 'reset';
-  if (step === undefined) return others === null || some ? say`${what}, approved by a second person.` : say`${what}, and ${ask}, so it cannot run.`;
+  if (step === undefined)
+    return others === null || some
+      ? say`${what}, approved by a second person.`
+      : say`${what}, and ${ask}, so it cannot run.`;
   switch (step.outcome) {
     case 'denied':
       return say`${what}; that ${act} was denied by ${user(step.by ?? '?')}. If it is still needed, ${some ? say`${ask} to approve a new \`/gpu unstick ${d.target}\`` : others === null ? say`ask another approver to approve a new \`/gpu unstick ${d.target}\`` : say`${ask}: nobody else can approve it`}.`;
@@ -151,7 +175,11 @@ function tier2Next(what: Rich, kind: 'host_kill' | 'host_reset', step: StepHisto
   }
 }
 
-function lastStep(c: VerdictContext, kind: StepHistory['kind'], about: (s: StepHistory) => boolean): StepHistory | undefined {
+function lastStep(
+  c: VerdictContext,
+  kind: StepHistory['kind'],
+  about: (s: StepHistory) => boolean,
+): StepHistory | undefined {
   return [...c.steps].reverse().find((s) => s.kind === kind && about(s));
 }
 
@@ -161,7 +189,8 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
     case 'held_in_container': {
       const step = c.steps.find((s) => s.kind === 'container_signal');
       const pids = [...new Set(g.holders.map((h) => h.process.hostPid))].join(', ');
-      if (step === undefined) return say`${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
+      if (step === undefined)
+        return say`${gpu}: still held by processes the container can stop; run \`/gpu unstick ${d.target}\` again.`;
       if (step.outcome === 'failed')
         return say`${gpu}: still held by processes of ${d.target} (host PID ${pids}); this incident’s container step did not complete${step.message ? say` (${step.message})` : ''}. Check \`/gpu status ${d.target}\` before running \`/gpu unstick ${d.target}\` again.`;
       return say`${gpu}: held by processes of ${d.target} that this incident’s container step did not target (host PID ${pids}): they did not hold it when the incident looked. If they should stop, run \`/gpu unstick ${d.target}\` again.`;
@@ -172,7 +201,10 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
         return say`${gpu}: held by ${d.target}'s init (PID 1); only stopping the container frees it, and every process in it ends with it. gpu-medic does not stop containers: if ${d.target} may stop, run \`pct stop\` for it on ${d.host} yourself.`;
       const pids = g.holders.filter((h) => h.reach === 'host').map((h) => h.process.hostPid);
       const step = lastStep(c, 'host_kill', (s) => pids.some((p) => s.hostPids.includes(p)));
-      const what = step === undefined ? say`${gpu}: needs the host-level kill on ${d.host}` : say`${gpu}: only a host-level kill on ${d.host} can free it (host PID ${pids.join(', ')})`;
+      const what =
+        step === undefined
+          ? say`${gpu}: needs the host-level kill on ${d.host}`
+          : say`${gpu}: only a host-level kill on ${d.host} can free it (host PID ${pids.join(', ')})`;
       return tier2Next(what, 'host_kill', step, c, d);
     }
     case 'orphaned_memory': {
@@ -196,7 +228,9 @@ function othersNote(g: GpuChange): string | null {
   const n = g.othersFreedMiB;
   if (n === null || Math.abs(n) <= IDLE_MIB) return null;
   const gpu = `GPU ${g.index ?? '?'}`;
-  return n > 0 ? `${gpu}: ${fmt(n)} MiB freed outside this incident.` : `${gpu}: ${fmt(-n)} MiB more in use, taken by processes outside this incident.`;
+  return n > 0
+    ? `${gpu}: ${fmt(n)} MiB freed outside this incident.`
+    : `${gpu}: ${fmt(-n)} MiB more in use, taken by processes outside this incident.`;
 }
 
 const NO_CONTEXT: VerdictContext = { steps: [], approvers: null, requester: null };
@@ -215,7 +249,8 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
     const freedMiB = heldMiB !== null && leftMiB !== null ? Math.min(heldMiB, Math.max(0, heldMiB - leftMiB)) : null;
     const beforeMiB = b.usedMiB;
     const afterMiB = afterState === 'read' ? (a?.usedMiB ?? null) : null;
-    const othersFreedMiB = beforeMiB !== null && afterMiB !== null && freedMiB !== null ? beforeMiB - afterMiB - freedMiB : null;
+    const othersFreedMiB =
+      beforeMiB !== null && afterMiB !== null && freedMiB !== null ? beforeMiB - afterMiB - freedMiB : null;
     return {
       index: b.index,
       uuid: b.uuid,
@@ -235,7 +270,10 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
   const recovered = stuckBefore.filter((g) => g.recovered);
   const stillStuck = after.gpus.filter(isStuck);
   const missing = gpus.filter((g) => g.afterState === 'missing');
-  const inError = after.error !== null || stillStuck.some((g) => g.kind === 'gpu_error') || (before.gpus.length === 0 && before.error !== null);
+  const inError =
+    after.error !== null ||
+    stillStuck.some((g) => g.kind === 'gpu_error') ||
+    (before.gpus.length === 0 && before.error !== null);
   const freedAny = gpus.some((g) => (g.freedMiB ?? 0) > IDLE_MIB && isStuck({ kind: g.before }));
   const someGood = recovered.length > 0 || freedAny;
   const kind: VerdictKind = inError
@@ -256,7 +294,10 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
 
   const next: Rich[] = [];
   const machineError = after.error ?? (before.gpus.length === 0 ? before.error : null);
-  if (machineError !== null && !stillStuck.some((g) => g.error === machineError)) next.push(say`nvidia-smi failed on ${after.target} or ${after.host}: ${errorAdvice(machineError.kind, after.target, after.host)}`);
+  if (machineError !== null && !stillStuck.some((g) => g.error === machineError))
+    next.push(
+      say`nvidia-smi failed on ${after.target} or ${after.host}: ${errorAdvice(machineError.kind, after.target, after.host)}`,
+    );
   for (const g of missing) {
     const b = before.gpus.find((x) => (x.uuid !== null ? x.uuid === g.uuid : x.index === g.index));
     next.push(

@@ -52,8 +52,17 @@ export function startHeartbeat(o: HeartbeatOptions): Heartbeat {
   const beat = async (): Promise<HealthReport> => {
     const names = Object.keys(o.checks);
     const results = await Promise.all(names.map((n) => bounded(o.checks[n] ?? (async () => 'missing check'), checkMs)));
-    const report: HealthReport = { role: o.role, pid: process.pid, at: now().toISOString(), intervalMs: o.intervalMs, checks: Object.fromEntries(names.map((n, i) => [n, results[i] ?? null])) };
-    const bad = names.filter((_, i) => results[i] !== null).map((n) => `${n}: ${report.checks[n]}`).join('; ');
+    const report: HealthReport = {
+      role: o.role,
+      pid: process.pid,
+      at: now().toISOString(),
+      intervalMs: o.intervalMs,
+      checks: Object.fromEntries(names.map((n, i) => [n, results[i] ?? null])),
+    };
+    const bad = names
+      .filter((_, i) => results[i] !== null)
+      .map((n) => `${n}: ${report.checks[n]}`)
+      .join('; ');
     if (bad !== lastBad) {
       // Log changes only, not every beat.
       if (bad) o.logger.warn({ checks: report.checks }, `unhealthy: ${bad}`);

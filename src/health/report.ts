@@ -28,7 +28,8 @@ export function maxAgeMs(intervalMs: number): number {
 
 /** The healthcheck's verdict on a heartbeat file's text (null: there is no file). One line, for `docker ps` and logs. */
 export function judgeHealth(text: string | null, nowMs: number, file: string): { ok: boolean; line: string } {
-  if (text === null) return { ok: false, line: `no heartbeat at ${file}: the process has not started, or cannot write there` };
+  if (text === null)
+    return { ok: false, line: `no heartbeat at ${file}: the process has not started, or cannot write there` };
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -42,10 +43,17 @@ export function judgeHealth(text: string | null, nowMs: number, file: string): {
   const ageMs = nowMs - at;
   if (!Number.isFinite(at)) return { ok: false, line: `heartbeat at ${file} has no valid time` };
   if (ageMs > maxAgeMs(report.intervalMs)) {
-    return { ok: false, line: `${report.role} (pid ${report.pid}) stale: last heartbeat ${Math.round(ageMs / 1000)} s ago, expected every ${Math.round(report.intervalMs / 1000)} s (hung or dead)` };
+    return {
+      ok: false,
+      line: `${report.role} (pid ${report.pid}) stale: last heartbeat ${Math.round(ageMs / 1000)} s ago, expected every ${Math.round(report.intervalMs / 1000)} s (hung or dead)`,
+    };
   }
   const bad = Object.entries(report.checks).filter((e): e is [string, string] => e[1] !== null);
   const age = `${Math.max(0, Math.round(ageMs / 1000))} s ago`;
-  if (bad.length > 0) return { ok: false, line: `${report.role} (pid ${report.pid}) unhealthy (${age}): ${bad.map(([k, v]) => `${k}: ${v}`).join('; ')}` };
+  if (bad.length > 0)
+    return {
+      ok: false,
+      line: `${report.role} (pid ${report.pid}) unhealthy (${age}): ${bad.map(([k, v]) => `${k}: ${v}`).join('; ')}`,
+    };
   return { ok: true, line: `${report.role} (pid ${report.pid}) ok (${age}): ${Object.keys(report.checks).join(', ')}` };
 }

@@ -32,7 +32,13 @@ export interface CommandRecord {
 export type IncidentEvent =
   | { type: 'requested'; at: string }
   | { type: 'started'; at: string; worker: string }
-  | { type: 'snapshot'; at: string; label: 'status' | 'before' | 'after'; snapshot: MachineSnapshot; commands: CommandRecord[] }
+  | {
+      type: 'snapshot';
+      at: string;
+      label: 'status' | 'before' | 'after';
+      snapshot: MachineSnapshot;
+      commands: CommandRecord[];
+    }
   | { type: 'machine_error'; at: string; machineId: string; code: string; message: string; commands: CommandRecord[] }
   | { type: 'finished'; at: string; outcome: 'ok' | 'partial' | 'failed'; durationMs: number }
   /** `/gpu doctor`'s result: every finding on the machines it was asked about (see src/doctor/). */
@@ -47,7 +53,10 @@ export type LoggedEvent = IncidentEvent & { id: string };
 const EventEnvelope = z.object({ type: z.string(), at: z.string() }).passthrough();
 
 /** Parses one stored event; unknown shapes are kept out rather than trusted. */
-export function decodeEvent<E extends { type: string; at: string } = IncidentEvent>(id: string, json: string): (E & { id: string }) | null {
+export function decodeEvent<E extends { type: string; at: string } = IncidentEvent>(
+  id: string,
+  json: string,
+): (E & { id: string }) | null {
   let raw: unknown;
   try {
     raw = JSON.parse(json);

@@ -51,11 +51,16 @@ export const HISTORY_SCAN_BOUND = 500;
 
 type LogReader = Pick<IncidentLog, 'recentFor' | 'targetIndexSince' | 'recentBefore' | 'metas' | 'events'>;
 
-export async function readHistory(log: LogReader, q: HistoryQuery, o: { scanBound?: number } = {}): Promise<HistoryResult> {
+export async function readHistory(
+  log: LogReader,
+  q: HistoryQuery,
+  o: { scanBound?: number } = {},
+): Promise<HistoryResult> {
   const wanted = new Set([q.target.id, ...q.containers]);
   const found = new Map<string, { at: number; meta?: IncidentMeta }>();
   // One read per machine, all at once (a host with many containers costs one round trip, not one each).
-  for (const list of await Promise.all([...wanted].map((w) => log.recentFor(w, q.limit + 1)))) for (const x of list) found.set(x.id, { at: x.at });
+  for (const list of await Promise.all([...wanted].map((w) => log.recentFor(w, q.limit + 1))))
+    for (const x of list) found.set(x.id, { at: x.at });
 
   let fallback: HistoryFallback | null = null;
   if (found.size <= q.limit) {
@@ -69,7 +74,12 @@ export async function readHistory(log: LogReader, q: HistoryQuery, o: { scanBoun
         const m = metas[i];
         if (m && m.targets.some((t) => wanted.has(t)) && !found.has(x.id)) found.set(x.id, { at: x.at, meta: m });
       });
-      fallback = { scanned: old.length, bound, complete: old.length < bound, before: since === null ? null : new Date(since).toISOString() };
+      fallback = {
+        scanned: old.length,
+        bound,
+        complete: old.length < bound,
+        before: since === null ? null : new Date(since).toISOString(),
+      };
     }
   }
 
@@ -81,7 +91,8 @@ export async function readHistory(log: LogReader, q: HistoryQuery, o: { scanBoun
   const items = await Promise.all(
     taken.map(async ([id, v]): Promise<HistoryItem> => {
       const meta = v.meta ?? metas.get(id) ?? null;
-      const via = meta === null || meta.targets.includes(q.target.id) ? null : (meta.targets.find((t) => wanted.has(t)) ?? null);
+      const via =
+        meta === null || meta.targets.includes(q.target.id) ? null : (meta.targets.find((t) => wanted.has(t)) ?? null);
       return { id, at: new Date(v.at).toISOString(), meta, events: meta === null ? [] : await log.events(id), via };
     }),
   );

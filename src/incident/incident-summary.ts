@@ -67,7 +67,17 @@ export function summarizeIncident(meta: IncidentMeta, events: readonly AnyLogged
   const step = (id: string, kind: StepKind, tier: Tier, machineId: string): StepSummary => {
     const have = steps.get(id);
     if (have) return have;
-    const s: StepSummary = { stepId: id, kind, tier, machineId, sent: { TERM: 0, KILL: 0 }, gone: 0, skipped: 0, approval: tier === 2 ? { state: 'pending', by: null } : null, outcome: null };
+    const s: StepSummary = {
+      stepId: id,
+      kind,
+      tier,
+      machineId,
+      sent: { TERM: 0, KILL: 0 },
+      gone: 0,
+      skipped: 0,
+      approval: tier === 2 ? { state: 'pending', by: null } : null,
+      outcome: null,
+    };
     steps.set(id, s);
     return s;
   };
@@ -86,7 +96,16 @@ export function summarizeIncident(meta: IncidentMeta, events: readonly AnyLogged
     alert: null,
   };
   const alertOf = (a: Alert): AlertSummary => {
-    out.alert ??= { kind: a.kind, machineId: a.machineId, gpu: a.gpu, sentence: a.sentence, raisedAt: null, clearedAt: null, snoozes: [], actions: [] };
+    out.alert ??= {
+      kind: a.kind,
+      machineId: a.machineId,
+      gpu: a.gpu,
+      sentence: a.sentence,
+      raisedAt: null,
+      clearedAt: null,
+      snoozes: [],
+      actions: [],
+    };
     out.alert.sentence = a.sentence;
     return out.alert;
   };
@@ -155,7 +174,13 @@ export function summarizeIncident(meta: IncidentMeta, events: readonly AnyLogged
         out.alert?.snoozes.push({ by: e.by, scope: e.scope, until: e.until });
         break;
       case 'alert_action':
-        out.alert?.actions.push({ by: e.by, action: e.action, incidentId: e.incidentId, refused: e.refused, ...(e.target !== undefined ? { target: e.target } : {}) });
+        out.alert?.actions.push({
+          by: e.by,
+          action: e.action,
+          incidentId: e.incidentId,
+          refused: e.refused,
+          ...(e.target !== undefined ? { target: e.target } : {}),
+        });
         break;
       default:
         break;

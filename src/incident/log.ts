@@ -132,7 +132,9 @@ export class IncidentLog {
     const p = this.redis.pipeline();
     for (const id of ids) p.xrevrange(this.k('inc', id, 'events'), '+', '-', 'COUNT', 1);
     const res = (await p.exec()) ?? [];
-    return res.map(([err, rows]) => (err || !Array.isArray(rows) || rows.length === 0 ? '' : String((rows[0] as [string, string[]])[0])));
+    return res.map(([err, rows]) =>
+      err || !Array.isArray(rows) || rows.length === 0 ? '' : String((rows[0] as [string, string[]])[0]),
+    );
   }
 
   async dirty(): Promise<string[]> {
@@ -170,7 +172,11 @@ export class IncidentLog {
 
   /** Records the ref and, atomically, that the view is no longer being posted. */
   async setSlackRef(id: string, key: string, ref: { ts: string; hash: string }): Promise<void> {
-    await this.redis.multi().hset(this.k('inc', id, 'slack'), key, JSON.stringify(ref)).hdel(this.k('inc', id, 'posting'), key).exec();
+    await this.redis
+      .multi()
+      .hset(this.k('inc', id, 'slack'), key, JSON.stringify(ref))
+      .hdel(this.k('inc', id, 'posting'), key)
+      .exec();
   }
 
   /**

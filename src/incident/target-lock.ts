@@ -26,7 +26,11 @@ export class TargetLock {
     return `${this.prefix}:lock:${machineId}`;
   }
 
-  async acquire(machineId: string, holder: LockHolder, ttlMs: number): Promise<{ ok: true } | { ok: false; holder: LockHolder | null }> {
+  async acquire(
+    machineId: string,
+    holder: LockHolder,
+    ttlMs: number,
+  ): Promise<{ ok: true } | { ok: false; holder: LockHolder | null }> {
     const res = await this.redis.set(this.key(machineId), JSON.stringify(holder), 'PX', ttlMs, 'NX');
     if (res === 'OK') return { ok: true };
     return { ok: false, holder: await this.holder(machineId) };

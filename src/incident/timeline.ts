@@ -10,9 +10,12 @@ import type { IncidentMeta } from './events.ts';
 const mib = (n: number | null): string => (n === null ? '?' : n.toLocaleString('en-US'));
 const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 /** `2026-11-30T03:12:45.123Z` → `03:12:45.123` (the header carries the date). */
-const clock = (iso: string): string => (/T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? iso);
+const clock = (iso: string): string => /T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? iso;
 /** Text from the log is shown, never interpreted: keep each event on one line. */
-const lastOf = <T extends AnyLoggedEvent['type']>(events: readonly AnyLoggedEvent[], type: T): Extract<AnyLoggedEvent, { type: T }> | undefined => {
+const lastOf = <T extends AnyLoggedEvent['type']>(
+  events: readonly AnyLoggedEvent[],
+  type: T,
+): Extract<AnyLoggedEvent, { type: T }> | undefined => {
   for (let i = events.length - 1; i >= 0; i--) {
     const e = events[i];
     if (e?.type === type) return e as Extract<AnyLoggedEvent, { type: T }>;
@@ -46,13 +49,23 @@ export function incidentState(meta: IncidentMeta, events: readonly AnyLoggedEven
   const fin = lastOf(events, 'finished');
   const verdict = lastOf(events, 'verdict');
   const trouble = gpuTroubleNote(events);
-  if (fin) return `${verdict ? `${verdict.verdict.title} (finished ${fin.outcome})` : `finished (${fin.outcome})`}${trouble}`;
+  if (fin)
+    return `${verdict ? `${verdict.verdict.title} (finished ${fin.outcome})` : `finished (${fin.outcome})`}${trouble}`;
   const pending = lastOf(events, 'approval_requested');
-  if (pending && !events.some((e) => (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId === pending.approvalId)) {
+  if (
+    pending &&
+    !events.some(
+      (e) => (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId === pending.approvalId,
+    )
+  ) {
     return `waiting for approval ${pending.approvalId}`;
   }
   if (meta.kind !== 'unstick') {
-    const read = new Set(events.flatMap((e) => (e.type === 'snapshot' ? [e.snapshot.machineId] : e.type === 'machine_error' ? [e.machineId] : [])));
+    const read = new Set(
+      events.flatMap((e) =>
+        e.type === 'snapshot' ? [e.snapshot.machineId] : e.type === 'machine_error' ? [e.machineId] : [],
+      ),
+    );
     if (meta.targets.every((t) => read.has(t))) return `done${trouble}`;
   }
   return events.some((e) => e.type === 'started') ? 'running' : 'queued';
@@ -69,7 +82,9 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       const s = e.snapshot;
       const gpus = s.gpus.map((g) => `${g.index ?? '?'}:${mib(g.memoryUsedMiB)}/${mib(g.memoryTotalMiB)}`).join(' ');
       const procs = s.processes.map((p) => `${p.pid}${p.name ? ` ${p.name}` : ''}`).join(', ');
-      const ram = s.ram ? ` · RAM ${(s.ram.usedBytes / 2 ** 30).toFixed(0)}/${(s.ram.totalBytes / 2 ** 30).toFixed(0)} GiB` : '';
+      const ram = s.ram
+        ? ` · RAM ${(s.ram.usedBytes / 2 ** 30).toFixed(0)}/${(s.ram.totalBytes / 2 ** 30).toFixed(0)} GiB`
+        : '';
       const err = s.gpuError ? ` · nvidia-smi error ${s.gpuError.kind}` : '';
       return `snapshot (${e.label}) of ${s.machineId}, ${s.view} view: GPU MiB ${gpus || 'none'}${procs ? ` · processes ${procs}` : ''}${ram}${err}`;
     }
@@ -81,7 +96,12 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       return `finished: ${e.outcome} after ${secs(e.durationMs)}`;
     case 'diagnosis': {
       const d = e.diagnosis;
-      const gpus = d.gpus.filter((g) => g.kind !== 'idle').map((g) => `GPU ${g.index ?? '?'} ${g.kind} (${mib(g.usedMiB)} MiB, ${g.holders.length} holder${g.holders.length === 1 ? '' : 's'} inside, ${g.outside.length} outside)`);
+      const gpus = d.gpus
+        .filter((g) => g.kind !== 'idle')
+        .map(
+          (g) =>
+            `GPU ${g.index ?? '?'} ${g.kind} (${mib(g.usedMiB)} MiB, ${g.holders.length} holder${g.holders.length === 1 ? '' : 's'} inside, ${g.outside.length} outside)`,
+        );
       return `diagnosis (${e.label}) of ${d.target} on ${d.host}: ${d.error ? `nvidia-smi error ${d.error.kind}` : gpus.length ? gpus.join('; ') : 'every GPU idle'}`;
     }
     case 'step_started':

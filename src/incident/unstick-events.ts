@@ -13,7 +13,15 @@ import type { CommandRecord, IncidentEvent } from './events.ts';
  */
 export type UnstickEvent =
   | { type: 'diagnosis'; at: string; label: 'before' | 'after'; diagnosis: Diagnosis }
-  | { type: 'step_started'; at: string; stepId: string; kind: StepKind; tier: Tier; machineId: string; explanation: string }
+  | {
+      type: 'step_started';
+      at: string;
+      stepId: string;
+      kind: StepKind;
+      tier: Tier;
+      machineId: string;
+      explanation: string;
+    }
   /** One command a step ran; `record.command` is the literal line sent over SSH. */
   | { type: 'command'; at: string; stepId: string; role: CommandRole; on: 'container' | 'host'; record: CommandRecord }
   /**
@@ -69,13 +77,26 @@ export type UnstickEvent =
       /** The escalation group frozen into the approval and when they may decide too; absent: none. */
       escalation?: { approvers: string[]; at: string };
     }
-  | { type: 'approval_decided'; at: string; approvalId: string; stepId: string; decision: 'approved' | 'denied'; by: string }
+  | {
+      type: 'approval_decided';
+      at: string;
+      approvalId: string;
+      stepId: string;
+      decision: 'approved' | 'denied';
+      by: string;
+    }
   | { type: 'approval_expired'; at: string; approvalId: string; stepId: string }
   /** Half the card's time to live passed undecided: `pinged` were mentioned again in the thread. */
   | { type: 'approval_reminded'; at: string; approvalId: string; stepId: string; pinged: string[]; expiresAt: string }
   /** The card waited GPU_MEDIC_ESCALATE_AFTER_SEC undecided: the escalation group (`pinged`) was mentioned and may decide too from now on. */
   | { type: 'approval_escalated'; at: string; approvalId: string; stepId: string; pinged: string[]; expiresAt: string }
-  | { type: 'approval_refused'; at: string; approvalId: string; by: string; reason: DecideRefusalCode | StoreRefusalCode }
+  | {
+      type: 'approval_refused';
+      at: string;
+      approvalId: string;
+      by: string;
+      reason: DecideRefusalCode | StoreRefusalCode;
+    }
   | { type: 'verdict'; at: string; verdict: Verdict };
 
 /** The run's end, as events.ts already defines it (merged union stays one shape per `type`). */

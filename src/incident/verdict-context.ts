@@ -28,8 +28,17 @@ export function verdictContextOf(
     if (e.type === 'step_started' && e.kind === 'container_signal') {
       if (steps.some((s) => s.kind === 'container_signal')) continue;
       const fin = finishedOf(e.stepId);
-      const hostPids = events.filter((x): x is Ev<'signalled'> => x.type === 'signalled' && x.stepId === e.stepId).map((x) => x.hostPid);
-      steps.push({ kind: 'container_signal', outcome: fin?.outcome === 'done' ? 'done' : 'failed', by: null, hostPids: [...new Set(hostPids)], gpuHostIndexes: [], message: fin?.message ?? null });
+      const hostPids = events
+        .filter((x): x is Ev<'signalled'> => x.type === 'signalled' && x.stepId === e.stepId)
+        .map((x) => x.hostPid);
+      steps.push({
+        kind: 'container_signal',
+        outcome: fin?.outcome === 'done' ? 'done' : 'failed',
+        by: null,
+        hostPids: [...new Set(hostPids)],
+        gpuHostIndexes: [],
+        message: fin?.message ?? null,
+      });
     }
     if (e.type === 'approval_requested') {
       const about = {
@@ -38,12 +47,20 @@ export function verdictContextOf(
         gpuHostIndexes: e.step.gpus.flatMap((g) => (g.hostIndex === null ? [] : [g.hostIndex])),
       };
       const decided =
-        events.find((x): x is Ev<'approval_decided'> => x.type === 'approval_decided' && x.approvalId === e.approvalId) ?? known.find((k) => k.approvalId === e.approvalId);
+        events.find(
+          (x): x is Ev<'approval_decided'> => x.type === 'approval_decided' && x.approvalId === e.approvalId,
+        ) ?? known.find((k) => k.approvalId === e.approvalId);
       const expired = events.some((x) => x.type === 'approval_expired' && x.approvalId === e.approvalId);
       if (decided?.decision === 'denied') steps.push({ ...about, outcome: 'denied', by: decided.by, message: null });
       else if (decided?.decision === 'approved') {
         const fin = finishedOf(e.stepId);
-        if (fin) steps.push({ ...about, outcome: fin.outcome === 'done' ? 'done' : 'failed', by: null, message: fin.message || null });
+        if (fin)
+          steps.push({
+            ...about,
+            outcome: fin.outcome === 'done' ? 'done' : 'failed',
+            by: null,
+            message: fin.message || null,
+          });
       } else if (expired) steps.push({ ...about, outcome: 'expired', by: null, message: null });
     }
   }

@@ -6,7 +6,10 @@ import type { Metrics } from './metrics.ts';
  * event is appended once, by one process, so bot and worker never count the same thing twice.
  * Pure apart from the counters; `kindOf` reads an incident's kind (only for `finished`).
  */
-export function eventObserver(m: Metrics, kindOf: (incidentId: string) => Promise<string | null>): (incidentId: string, e: AnyEvent) => Promise<void> {
+export function eventObserver(
+  m: Metrics,
+  kindOf: (incidentId: string) => Promise<string | null>,
+): (incidentId: string, e: AnyEvent) => Promise<void> {
   // step_started names the kind; step_finished only the step id. Bounded: a step that never finishes is forgotten.
   const stepKinds = new Map<string, string>();
   return async (incidentId, e) => {

@@ -34,7 +34,13 @@ export function observedExecutor(inner: Executor, m: Metrics): Executor {
       const machine = route.kind === 'direct' ? route.endpoint.machineId : route.host.machineId;
       try {
         const r = await inner.exec(route, spec);
-        const result = r.timedOut ? 'timed_out' : r.truncated ? 'output_too_large' : r.code === 0 ? 'ok' : 'exit_nonzero';
+        const result = r.timedOut
+          ? 'timed_out'
+          : r.truncated
+            ? 'output_too_large'
+            : r.code === 0
+              ? 'ok'
+              : 'exit_nonzero';
         m.sshCommands.inc({ machine, result });
         if (r.timedOut) m.sshErrors.inc({ code: 'command_timeout', machine });
         else if (r.truncated) m.sshErrors.inc({ code: 'output_too_large', machine });
@@ -67,6 +73,7 @@ export function observedPoster(inner: SlackPoster, m: Metrics): SlackPoster {
   return {
     post: (msg) => observe('chat.postMessage', () => inner.post(msg)),
     update: (msg) => observe('chat.update', () => inner.update(msg)),
-    findTagged: (q) => observe(q.threadTs === undefined ? 'conversations.history' : 'conversations.replies', () => inner.findTagged(q)),
+    findTagged: (q) =>
+      observe(q.threadTs === undefined ? 'conversations.history' : 'conversations.replies', () => inner.findTagged(q)),
   };
 }

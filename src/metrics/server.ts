@@ -9,7 +9,12 @@ export interface MetricsServer {
 }
 
 /** `GET /metrics` in Prometheus' text format; everything else is 404. Read-only. */
-export async function startMetricsServer(o: { registry: Registry; host: string; port: number; logger: Logger }): Promise<MetricsServer> {
+export async function startMetricsServer(o: {
+  registry: Registry;
+  host: string;
+  port: number;
+  logger: Logger;
+}): Promise<MetricsServer> {
   const server: Server = createServer((req, res) => {
     if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: metrics are at GET /metrics\n');

@@ -4,7 +4,15 @@ import type { CommandSpec } from '../ssh/types.ts';
  * The fixed command templates gpu-medic runs. Every word is a constant or an integer read from
  * a machine; nothing a user typed ever becomes part of a command.
  */
-export const GPU_FIELDS = ['index', 'uuid', 'name', 'pci.bus_id', 'memory.used', 'memory.total', 'utilization.gpu'] as const;
+export const GPU_FIELDS = [
+  'index',
+  'uuid',
+  'name',
+  'pci.bus_id',
+  'memory.used',
+  'memory.total',
+  'utilization.gpu',
+] as const;
 export const APP_FIELDS = ['gpu_uuid', 'pid', 'process_name', 'used_memory'] as const;
 
 export interface TemplateOptions {
@@ -12,11 +20,17 @@ export interface TemplateOptions {
 }
 
 export function queryGpus(o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', `--query-gpu=${GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits'], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['nvidia-smi', `--query-gpu=${GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
+    timeoutMs: o.timeoutMs,
+  };
 }
 
 export function queryComputeApps(o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits'], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
+    timeoutMs: o.timeoutMs,
+  };
 }
 
 export function hostMemory(o: TemplateOptions): CommandSpec {

@@ -71,10 +71,12 @@ export function parseMachineRead(parts: readonly CommandSpec[], stdout: string):
   for (const raw of stdout.split('\n')) {
     if (raw === '') continue;
     const m = LINE.exec(raw);
-    if (!m) return { ok: false, reason: `unexpected line in the read script's output: ${JSON.stringify(raw.slice(0, 120))}` };
+    if (!m)
+      return { ok: false, reason: `unexpected line in the read script's output: ${JSON.stringify(raw.slice(0, 120))}` };
     const i = Number(m[1]);
     const spec = parts[i];
-    if (spec === undefined || seen.has(i)) return { ok: false, reason: `the read script answered for query ${i} twice or out of range` };
+    if (spec === undefined || seen.has(i))
+      return { ok: false, reason: `the read script answered for query ${i} twice or out of range` };
     const code = Number(m[2]);
     seen.set(i, {
       command: partLine(spec),
@@ -88,7 +90,8 @@ export function parseMachineRead(parts: readonly CommandSpec[], stdout: string):
   const out: PartResult[] = [];
   for (let i = 0; i < parts.length; i++) {
     const r = seen.get(i);
-    if (r === undefined) return { ok: false, reason: `the read script gave no answer for query ${i} (${parts[i]?.argv[0] ?? '?'})` };
+    if (r === undefined)
+      return { ok: false, reason: `the read script gave no answer for query ${i} (${parts[i]?.argv[0] ?? '?'})` };
     out.push(r);
   }
   return { ok: true, parts: out };

@@ -30,9 +30,24 @@ export interface Seal {
 }
 
 const int = z.number().int();
-const Gpu = z.object({ index: int.nullable(), hostIndex: int.nullable(), uuid: z.string().nullable(), usedMiB: z.number().nullable() }).passthrough();
+const Gpu = z
+  .object({
+    index: int.nullable(),
+    hostIndex: int.nullable(),
+    uuid: z.string().nullable(),
+    usedMiB: z.number().nullable(),
+  })
+  .passthrough();
 const Target = z
-  .object({ hostPid: int.positive(), containerPid: int.positive(), startTimeTicks: int.nonnegative(), cmdline: z.string(), pidNs: z.string(), gpus: z.array(Gpu), hostOnlyWhy: z.string().nullable() })
+  .object({
+    hostPid: int.positive(),
+    containerPid: int.positive(),
+    startTimeTicks: int.nonnegative(),
+    cmdline: z.string(),
+    pidNs: z.string(),
+    gpus: z.array(Gpu),
+    hostOnlyWhy: z.string().nullable(),
+  })
   .passthrough();
 const Body = z.object({
   v: z.literal(1),
@@ -62,7 +77,14 @@ function macOf(key: Buffer, body: string): string {
 
 export function sealStep(s: Omit<SealedStep, 'v' | 'step'> & { step: Step }, key: Buffer): Seal {
   const { commands: _commands, ...step } = s.step;
-  const sealed: SealedStep = { v: 1, incidentId: s.incidentId, approvalId: s.approvalId, container: s.container, vmid: s.vmid, step };
+  const sealed: SealedStep = {
+    v: 1,
+    incidentId: s.incidentId,
+    approvalId: s.approvalId,
+    container: s.container,
+    vmid: s.vmid,
+    step,
+  };
   const body = JSON.stringify(sealed);
   return { body, mac: macOf(key, body) };
 }
@@ -74,7 +96,11 @@ export function openSeal(seal: Seal | null, key: Buffer): OpenResult {
   if (seal === null) return { ok: false, why: 'no sealed plan is stored with this approval' };
   const want = Buffer.from(macOf(key, seal.body), 'hex');
   const got = /^[0-9a-f]{64}$/.test(seal.mac) ? Buffer.from(seal.mac, 'hex') : Buffer.alloc(0);
-  if (got.length !== want.length || !timingSafeEqual(got, want)) return { ok: false, why: 'the stored plan does not carry a valid worker seal (altered, or sealed with another key)' };
+  if (got.length !== want.length || !timingSafeEqual(got, want))
+    return {
+      ok: false,
+      why: 'the stored plan does not carry a valid worker seal (altered, or sealed with another key)',
+    };
   let raw: unknown;
   try {
     raw = JSON.parse(seal.body);

@@ -37,7 +37,14 @@ export type SnapshotOutcome =
   | { ok: false; code: string; message: string; commands: CommandRecord[] };
 
 export function recordOf(r: ExecResult): CommandRecord {
-  return { machineId: r.machineId, command: r.command, code: r.code, signal: r.signal, durationMs: r.durationMs, timedOut: r.timedOut };
+  return {
+    machineId: r.machineId,
+    command: r.command,
+    code: r.code,
+    signal: r.signal,
+    durationMs: r.durationMs,
+    timedOut: r.timedOut,
+  };
 }
 
 /**
@@ -45,7 +52,12 @@ export function recordOf(r: ExecResult): CommandRecord {
  * (reused) connection. An nvidia-smi error becomes part of the snapshot; a machine we could not reach
  * or a command that hung becomes a coded failure.
  */
-export async function takeSnapshot(machine: Machine, route: Route, deps: SnapshotDeps, opts: SnapshotOptions = {}): Promise<SnapshotOutcome> {
+export async function takeSnapshot(
+  machine: Machine,
+  route: Route,
+  deps: SnapshotDeps,
+  opts: SnapshotOptions = {},
+): Promise<SnapshotOutcome> {
   return (await takeSnapshotWith(machine, route, deps, [], opts)).outcome;
 }
 
@@ -73,7 +85,8 @@ export async function takeSnapshotWith(
     const answers = await readAll(route, [...own, ...extraSpecs], deps, commands, own.length);
     const [gpuR, appsR, memR, fuserR = null] = answers.slice(0, own.length);
     const extras = answers.slice(own.length);
-    if (gpuR === undefined || appsR === undefined || memR === undefined) throw new Error('machine read: missing answers');
+    if (gpuR === undefined || appsR === undefined || memR === undefined)
+      throw new Error('machine read: missing answers');
     let gpuError: NvidiaError | null = null;
     let gpus: MachineSnapshot['gpus'] = [];
     let processes: MachineSnapshot['processes'] = [];
@@ -86,8 +99,12 @@ export async function takeSnapshotWith(
     }
     if (appsR.code === 0) {
       const a = parseComputeAppsCsv(appsR.stdout, [...APP_FIELDS]);
-      if (!a.ok) throw new CodedError(ErrorCode.ParseFailed, `could not read nvidia-smi's process list: ${a.error.reason}`);
-      processes = a.value.processes.map((p: MachineSnapshot['processes'][number]) => ({ ...p, gpuIndex: p.gpuIndex ?? gpus.find((g) => g.uuid === p.gpuUuid)?.index ?? null }));
+      if (!a.ok)
+        throw new CodedError(ErrorCode.ParseFailed, `could not read nvidia-smi's process list: ${a.error.reason}`);
+      processes = a.value.processes.map((p: MachineSnapshot['processes'][number]) => ({
+        ...p,
+        gpuIndex: p.gpuIndex ?? gpus.find((g) => g.uuid === p.gpuUuid)?.index ?? null,
+      }));
     } else if (!gpuError) {
       gpuError = errorFrom(appsR);
     }
@@ -110,8 +127,20 @@ export async function takeSnapshotWith(
         holdersError = f.error.reason.includes(first) ? f.error.reason : `${f.error.reason}: ${first}`;
       }
     }
-    const snapshot: MachineSnapshot = { machineId: machine.id, view, takenAt: deps.now().toISOString(), gpus, processes, holders, kernelMounts, ram, gpuError, ...(holdersError !== null ? { holdersError } : {}) };
-    const wantCauses = typeof opts.commandLines === 'function' ? opts.commandLines(snapshot) : opts.commandLines === true;
+    const snapshot: MachineSnapshot = {
+      machineId: machine.id,
+      view,
+      takenAt: deps.now().toISOString(),
+      gpus,
+      processes,
+      holders,
+      kernelMounts,
+      ram,
+      gpuError,
+      ...(holdersError !== null ? { holdersError } : {}),
+    };
+    const wantCauses =
+      typeof opts.commandLines === 'function' ? opts.commandLines(snapshot) : opts.commandLines === true;
     if (wantCauses) Object.assign(snapshot, await readRootCauses(route, snapshot, deps, commands));
     return { outcome: { ok: true, commands, snapshot }, extras };
   } catch (e) {
@@ -125,18 +154,34 @@ export async function takeSnapshotWith(
  * not be read. Best effort: the snapshot stands without them. Only the causes are kept, never the
  * command lines (they may hold tokens or paths nobody asked to log).
  */
-async function readRootCauses(route: Route, s: MachineSnapshot, deps: SnapshotDeps, commands: CommandRecord[]): Promise<Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>> {
-  const pids = [...new Set((s.view === 'container' ? s.holders.map((h) => h.pid) : s.processes.map((p) => p.pid)).filter((p) => Number.isSafeInteger(p) && p > 0))];
+async function readRootCauses(
+  route: Route,
+  s: MachineSnapshot,
+  deps: SnapshotDeps,
+  commands: CommandRecord[],
+): Promise<Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>> {
+  const pids = [
+    ...new Set(
+      (s.view === 'container' ? s.holders.map((h) => h.pid) : s.processes.map((p) => p.pid)).filter(
+        (p) => Number.isSafeInteger(p) && p > 0,
+      ),
+    ),
+  ];
   if (pids.length === 0) return {};
   const spec = readProcs(pids, { timeoutMs: deps.commandTimeoutMs });
   try {
     const r = await deps.exec(route, spec);
     commands.push(recordOf(r));
-    if (r.timedOut) return { rootCausesNote: `reading the holders' command lines did not answer within ${Math.round(spec.timeoutMs / 1000)} s` };
+    if (r.timedOut)
+      return {
+        rootCausesNote: `reading the holders' command lines did not answer within ${Math.round(spec.timeoutMs / 1000)} s`,
+      };
     const read = parseProcReadings(r.stdout);
     const causes = causesInSnapshot(s, commandLinesOf(read.readings));
     // A cut read still says what it saw; it is only not the whole story.
-    return read.complete ? { rootCauses: causes } : { rootCauses: causes, rootCausesNote: "the read of the holders' command lines was cut short" };
+    return read.complete
+      ? { rootCauses: causes }
+      : { rootCauses: causes, rootCausesNote: "the read of the holders' command lines was cut short" };
   } catch (e) {
     return { rootCausesNote: `the holders' command lines could not be read: ${asCodedError(e).message.slice(0, 200)}` };
   }
@@ -150,30 +195,62 @@ type Answer = Pick<ExecResult, 'code' | 'signal' | 'stdout' | 'stderr'>;
  * that hung ends the read as a timeout naming it, as a whole read that hung does (only the first
  * `required` parts: the others' answers say they hung).
  */
-async function readAll(route: Route, parts: CommandSpec[], deps: SnapshotDeps, commands: CommandRecord[], required = parts.length): Promise<ExtraAnswer[]> {
+async function readAll(
+  route: Route,
+  parts: CommandSpec[],
+  deps: SnapshotDeps,
+  commands: CommandRecord[],
+  required = parts.length,
+): Promise<ExtraAnswer[]> {
   const batch = machineRead(parts);
   const r = await deps.exec(route, batch);
   if (r.timedOut) {
     commands.push(recordOf(r));
-    throw new CodedError(ErrorCode.CommandTimeout, `the machine read did not answer within ${Math.round(batch.timeoutMs / 1000)} s and was ended`, { command: r.command });
+    throw new CodedError(
+      ErrorCode.CommandTimeout,
+      `the machine read did not answer within ${Math.round(batch.timeoutMs / 1000)} s and was ended`,
+      { command: r.command },
+    );
   }
   const parsed = r.code === 0 ? parseMachineRead(parts, r.stdout) : null;
   if (parsed === null || !parsed.ok) {
     commands.push(recordOf(r));
-    const why = parsed === null ? `exited with ${r.code ?? r.signal}${r.stderr.trim() === '' ? '' : `: ${r.stderr.trim().split('\n')[0]?.slice(0, 200)}`}` : parsed.reason;
-    throw new CodedError(ErrorCode.ParseFailed, `the read script (sh, mktemp, timeout, base64) failed: ${why}`, { command: r.command });
+    const why =
+      parsed === null
+        ? `exited with ${r.code ?? r.signal}${r.stderr.trim() === '' ? '' : `: ${r.stderr.trim().split('\n')[0]?.slice(0, 200)}`}`
+        : parsed.reason;
+    throw new CodedError(ErrorCode.ParseFailed, `the read script (sh, mktemp, timeout, base64) failed: ${why}`, {
+      command: r.command,
+    });
   }
   for (const p of parsed.parts) {
-    commands.push({ machineId: r.machineId, command: p.command, code: p.code, signal: null, durationMs: r.durationMs, timedOut: p.timedOut });
+    commands.push({
+      machineId: r.machineId,
+      command: p.command,
+      code: p.code,
+      signal: null,
+      durationMs: r.durationMs,
+      timedOut: p.timedOut,
+    });
   }
   const hung = parsed.parts.findIndex((p, i) => p.timedOut && i < required);
   const hungSpec = parts[hung];
   if (hungSpec !== undefined) {
-    throw new CodedError(ErrorCode.CommandTimeout, `\`${hungSpec.argv[0]}\` did not answer within ${Math.round(hungSpec.timeoutMs / 1000)} s and was ended`, {
-      command: parsed.parts[hung]?.command ?? r.command,
-    });
+    throw new CodedError(
+      ErrorCode.CommandTimeout,
+      `\`${hungSpec.argv[0]}\` did not answer within ${Math.round(hungSpec.timeoutMs / 1000)} s and was ended`,
+      {
+        command: parsed.parts[hung]?.command ?? r.command,
+      },
+    );
   }
-  return parsed.parts.map((p) => ({ code: p.code, signal: null, stdout: p.stdout, stderr: p.stderr, timedOut: p.timedOut }));
+  return parsed.parts.map((p) => ({
+    code: p.code,
+    signal: null,
+    stdout: p.stdout,
+    stderr: p.stderr,
+    timedOut: p.timedOut,
+  }));
 }
 
 function errorFrom(r: Answer): NvidiaError {
@@ -181,5 +258,9 @@ function errorFrom(r: Answer): NvidiaError {
   const parsed = parseNvidiaOutput(text, { exitCode: r.code });
   if (parsed.ok && parsed.value.error) return parsed.value.error;
   const firstLine = text.split('\n')[0] ?? '';
-  return { kind: 'unknown', message: `nvidia-smi exited with ${r.code ?? r.signal}: ${firstLine.slice(0, 200)}`, busId: null };
+  return {
+    kind: 'unknown',
+    message: `nvidia-smi exited with ${r.code ?? r.signal}: ${firstLine.slice(0, 200)}`,
+    busId: null,
+  };
 }

@@ -94,7 +94,16 @@ export class StepGuard {
 
   /** Takes the fence when it is free, ours, or held by `gone` (an earlier attempt seen not alive). */
   async takeFence(incidentId: string, job: string, attempt: string, gone: string | null): Promise<boolean> {
-    return (await this.redis.eval(TAKE_FENCE, 1, this.fenceKey(incidentId, job), attempt, gone ?? '', String(this.retentionMs))) === 1;
+    return (
+      (await this.redis.eval(
+        TAKE_FENCE,
+        1,
+        this.fenceKey(incidentId, job),
+        attempt,
+        gone ?? '',
+        String(this.retentionMs),
+      )) === 1
+    );
   }
 
   async holdsFence(incidentId: string, job: string, attempt: string): Promise<boolean> {
@@ -116,8 +125,22 @@ export class StepGuard {
   }
 
   /** `claimStep`, only while `by` holds its job's fence: a superseded attempt claims nothing. */
-  async claimStepFenced(incidentId: string, stepId: string, by: string, now: number, job: string): Promise<'claimed' | 'taken' | 'superseded'> {
-    const r = await this.redis.eval(FENCED_CLAIM, 2, this.key(incidentId, stepId), this.fenceKey(incidentId, job), by, JSON.stringify({ claimedAt: now, by }), String(this.retentionMs));
+  async claimStepFenced(
+    incidentId: string,
+    stepId: string,
+    by: string,
+    now: number,
+    job: string,
+  ): Promise<'claimed' | 'taken' | 'superseded'> {
+    const r = await this.redis.eval(
+      FENCED_CLAIM,
+      2,
+      this.key(incidentId, stepId),
+      this.fenceKey(incidentId, job),
+      by,
+      JSON.stringify({ claimedAt: now, by }),
+      String(this.retentionMs),
+    );
     return r === 1 ? 'claimed' : r === -1 ? 'superseded' : 'taken';
   }
 
@@ -128,12 +151,24 @@ export class StepGuard {
 
   /** True exactly once per (incident, step), whoever asks and however often. `by` names the job attempt. */
   async claimStep(incidentId: string, stepId: string, by: string, now: number): Promise<boolean> {
-    const res = await this.redis.set(this.key(incidentId, stepId), JSON.stringify({ claimedAt: now, by }), 'PX', this.retentionMs, 'NX');
+    const res = await this.redis.set(
+      this.key(incidentId, stepId),
+      JSON.stringify({ claimedAt: now, by }),
+      'PX',
+      this.retentionMs,
+      'NX',
+    );
     return res === 'OK';
   }
 
   /** Records how the claimed step ended; false if the claim is not `by`'s (or is gone). */
-  async finishStep(incidentId: string, stepId: string, by: string, outcome: StepOutcome, now: number): Promise<boolean> {
+  async finishStep(
+    incidentId: string,
+    stepId: string,
+    by: string,
+    outcome: StepOutcome,
+    now: number,
+  ): Promise<boolean> {
     const current = await this.stepState(incidentId, stepId);
     if (current.state === 'unclaimed') return false;
     const json = JSON.stringify({ claimedAt: current.claimedAt, by, finishedAt: now, outcome });
@@ -153,7 +188,13 @@ export class StepGuard {
     // An unreadable claim still means "someone started this": never treat it as free.
     if (!c.success) return { state: 'claimed', claimedAt: 0, by: 'unknown' };
     if (c.data.finishedAt !== undefined && c.data.outcome !== undefined)
-      return { state: 'finished', claimedAt: c.data.claimedAt, by: c.data.by, finishedAt: c.data.finishedAt, outcome: c.data.outcome };
+      return {
+        state: 'finished',
+        claimedAt: c.data.claimedAt,
+        by: c.data.by,
+        finishedAt: c.data.finishedAt,
+        outcome: c.data.outcome,
+      };
     return { state: 'claimed', claimedAt: c.data.claimedAt, by: c.data.by };
   }
 }

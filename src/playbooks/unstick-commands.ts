@@ -24,7 +24,10 @@ function pidWords(pids: readonly number[]): string[] {
   if (pids.length === 0) throw new CodedError(ErrorCode.BadCommand, 'No PIDs to signal; nothing was run.');
   return pids.map((p) => {
     if (!Number.isSafeInteger(p) || p <= 0)
-      throw new CodedError(ErrorCode.BadCommand, `A PID must be a positive integer, got ${String(p)}; nothing was run.`);
+      throw new CodedError(
+        ErrorCode.BadCommand,
+        `A PID must be a positive integer, got ${String(p)}; nothing was run.`,
+      );
     return String(p);
   });
 }
@@ -79,7 +82,11 @@ export function readProcs(pids: readonly number[], o: TemplateOptions): CommandS
 
 /** The container's init PID on the host: `lxc-info -n <vmid> -p` → `PID:  12345`. */
 export function containerInitPid(vmid: number, o: TemplateOptions): CommandSpec {
-  if (!Number.isSafeInteger(vmid) || vmid <= 0) throw new CodedError(ErrorCode.BadCommand, `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`);
+  if (!Number.isSafeInteger(vmid) || vmid <= 0)
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`,
+    );
   return { argv: ['lxc-info', '-n', String(vmid), '-p'], timeoutMs: o.timeoutMs };
 }
 
@@ -88,26 +95,48 @@ export const GPU_UUID = /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 
 /** A GPU named by UUID (`nvidia-smi -i` accepts one): an index names whatever GPU has it at run time. */
 function gpuUuidWord(uuid: string): string {
-  if (!GPU_UUID.test(uuid)) throw new CodedError(ErrorCode.BadCommand, `A GPU must be named by its UUID, got ${JSON.stringify(uuid.slice(0, 60))}; nothing was run.`);
+  if (!GPU_UUID.test(uuid))
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `A GPU must be named by its UUID, got ${JSON.stringify(uuid.slice(0, 60))}; nothing was run.`,
+    );
   return uuid;
 }
 
 /** The host's own record of one GPU, by UUID: proves it is still there (and at which index) right before a reset. */
 export function hostGpuByUuid(uuid: string, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', `--query-gpu=${GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
+  return {
+    argv: [
+      'nvidia-smi',
+      `--query-gpu=${GPU_FIELDS.join(',')}`,
+      '--format=csv,noheader,nounits',
+      '-i',
+      gpuUuidWord(uuid),
+    ],
+    timeoutMs: o.timeoutMs,
+  };
 }
 
 /** Compute apps of one host GPU, to prove nothing anywhere holds it before a reset. */
 export function hostGpuApps(uuid: string, o: TemplateOptions): CommandSpec {
   return {
-    argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits', '-i', gpuUuidWord(uuid)],
+    argv: [
+      'nvidia-smi',
+      `--query-compute-apps=${APP_FIELDS.join(',')}`,
+      '--format=csv,noheader,nounits',
+      '-i',
+      gpuUuidWord(uuid),
+    ],
     timeoutMs: o.timeoutMs,
   };
 }
 
 /** `0, Enabled`: whether persistence must be switched off for the reset and back on after. */
 export function persistenceMode(uuid: string, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', gpuUuidWord(uuid)],
+    timeoutMs: o.timeoutMs,
+  };
 }
 
 export function setPersistence(uuid: string, on: boolean, o: TemplateOptions): CommandSpec {
@@ -121,7 +150,11 @@ export function gpuReset(uuid: string, o: TemplateOptions): CommandSpec {
 
 /** The container's Proxmox configuration on its host (`devN: /dev/nvidiaM`: which GPUs it was given). */
 export function containerConfig(vmid: number, o: TemplateOptions): CommandSpec {
-  if (!Number.isSafeInteger(vmid) || vmid <= 0) throw new CodedError(ErrorCode.BadCommand, `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`);
+  if (!Number.isSafeInteger(vmid) || vmid <= 0)
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`,
+    );
   return { argv: ['pct', 'config', String(vmid)], timeoutMs: o.timeoutMs };
 }
 
@@ -161,7 +194,10 @@ export const CONSTANT_WORDS: ReadonlySet<string> = new Set([
 export function assertSafeArgv(argv: readonly string[]): void {
   for (const w of argv) {
     if (CONSTANT_WORDS.has(w) || /^(0|[1-9]\d{0,14})$/.test(w) || GPU_UUID.test(w)) continue;
-    throw new CodedError(ErrorCode.BadCommand, `A command word is not from a fixed template: ${JSON.stringify(w.slice(0, 40))}; nothing was run.`);
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `A command word is not from a fixed template: ${JSON.stringify(w.slice(0, 40))}; nothing was run.`,
+    );
   }
 }
 
@@ -264,7 +300,9 @@ export function parsePctConfigGpuMinors(text: string): number[] {
   for (const raw of text.split('\n')) {
     const line = raw.trim();
     if (line.startsWith('[')) break;
-    const m = /^dev\d+:\s*(?:path=)?\/dev\/nvidia(\d{1,4})(?:,|$)/.exec(line) ?? /^lxc\.mount\.entry:\s*\/dev\/nvidia(\d{1,4})\s/.exec(line);
+    const m =
+      /^dev\d+:\s*(?:path=)?\/dev\/nvidia(\d{1,4})(?:,|$)/.exec(line) ??
+      /^lxc\.mount\.entry:\s*\/dev\/nvidia(\d{1,4})\s/.exec(line);
     const n = m?.[1] !== undefined ? Number(m[1]) : null;
     if (n !== null && !out.includes(n)) out.push(n);
   }
@@ -272,7 +310,9 @@ export function parsePctConfigGpuMinors(text: string): number[] {
 }
 
 /** `nvidia-smi -q -x` → each `<gpu id="bus">`'s UUID and `<minor_number>` (`N/A` → null). */
-export function parseXmlGpuMinors(xml: string): Array<{ uuid: string | null; busId: string | null; minor: number | null }> {
+export function parseXmlGpuMinors(
+  xml: string,
+): Array<{ uuid: string | null; busId: string | null; minor: number | null }> {
   const out: Array<{ uuid: string | null; busId: string | null; minor: number | null }> = [];
   const blocks = xml.split(/<gpu id="/).slice(1);
   for (const b of blocks) {

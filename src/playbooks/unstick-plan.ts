@@ -6,7 +6,16 @@ import type { CommandSpec } from '../ssh/types.ts';
 import { queryComputeApps } from './commands.ts';
 import { splitForCards } from '../render/batches.ts';
 import { signalCommand, type SignalName, type SignalSide } from './signal/template.ts';
-import { GPU_UUID, assertSafeArgv, gpuReset, hostGpuApps, hostGpuByUuid, persistenceMode, readProcs, setPersistence } from './unstick-commands.ts';
+import {
+  GPU_UUID,
+  assertSafeArgv,
+  gpuReset,
+  hostGpuApps,
+  hostGpuByUuid,
+  persistenceMode,
+  readProcs,
+  setPersistence,
+} from './unstick-commands.ts';
 
 export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
 export type Tier = 1 | 2;
@@ -117,7 +126,13 @@ export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
 export const DEFAULT_POLL_INTERVAL_MS = 3_000;
 export const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
 
-function planned(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec, when: PlannedCommand['when'], gpu?: { hostIndex: number; uuid: string }): PlannedCommand {
+function planned(
+  role: CommandRole,
+  on: PlannedCommand['on'],
+  spec: CommandSpec,
+  when: PlannedCommand['when'],
+  gpu?: { hostIndex: number; uuid: string },
+): PlannedCommand {
   assertSafeArgv(spec.argv);
   return {
     role,
@@ -136,7 +151,12 @@ function planned(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec,
  * on an approval rebuilds the approved step's commands with it from its own sealed identity set
  * (plan-seal.ts), never from argv read back from Redis.
  */
-export function stepCommands(kind: StepKind, targets: readonly ProcessIdentity[], gpus: readonly TargetGpu[], t: { timeoutMs: number }): PlannedCommand[] {
+export function stepCommands(
+  kind: StepKind,
+  targets: readonly ProcessIdentity[],
+  gpus: readonly TargetGpu[],
+  t: { timeoutMs: number },
+): PlannedCommand[] {
   switch (kind) {
     case 'container_signal': {
       const pids = targets.map((x) => x.containerPid);
@@ -149,7 +169,15 @@ export function stepCommands(kind: StepKind, targets: readonly ProcessIdentity[]
     }
     case 'host_kill':
       return [
-        planned('read_procs', 'host', readProcs(targets.map((x) => x.hostPid), t), 'always'),
+        planned(
+          'read_procs',
+          'host',
+          readProcs(
+            targets.map((x) => x.hostPid),
+            t,
+          ),
+          'always',
+        ),
         planned('check_apps', 'host', queryComputeApps(t), 'always'),
         planned('kill', 'host', signalOf('host', 'KILL', targets, t), 'still_matching'),
       ];
@@ -173,7 +201,11 @@ export function stepCommands(kind: StepKind, targets: readonly ProcessIdentity[]
 /** A step with only the given targets (same id: the step guard key), its commands rebuilt from the templates. */
 export function restrictStep(step: Step, keep: readonly ProcessIdentity[], t: { timeoutMs: number }): Step {
   const targets = step.targets.filter((x) => keep.some((k) => sameProcess(k, x) && k.pidNs === x.pidNs));
-  return { ...step, targets, commands: targets.length > 0 || step.kind === 'host_reset' ? stepCommands(step.kind, targets, step.gpus, t) : [] };
+  return {
+    ...step,
+    targets,
+    commands: targets.length > 0 || step.kind === 'host_reset' ? stepCommands(step.kind, targets, step.gpus, t) : [],
+  };
 }
 
 /** `container_signal-3f9a0c1b2d4e`: same incident, kind and targets → same id, whatever the order. */
@@ -208,13 +240,22 @@ export function stepHash(step: Step): string {
  * The check-and-signal command a step shows and runs for these targets (the runner rebuilds it
  * from the same template for whoever is still to be signalled at run time).
  */
-function signalOf(side: SignalSide, signal: SignalName, targets: readonly ProcessIdentity[], t: { timeoutMs: number }): CommandSpec {
+function signalOf(
+  side: SignalSide,
+  signal: SignalName,
+  targets: readonly ProcessIdentity[],
+  t: { timeoutMs: number },
+): CommandSpec {
   const pidNs = targets[0]?.pidNs ?? null;
   return signalCommand(
     side,
     signal,
     pidNs,
-    targets.map((x) => ({ pid: side === 'host' ? x.hostPid : x.containerPid, startTimeTicks: x.startTimeTicks, containerPid: side === 'host' ? x.containerPid : null })),
+    targets.map((x) => ({
+      pid: side === 'host' ? x.hostPid : x.containerPid,
+      startTimeTicks: x.startTimeTicks,
+      containerPid: side === 'host' ? x.containerPid : null,
+    })),
     t,
   );
 }
@@ -295,7 +336,8 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
   });
   if (host.length > 0) {
     const fits = o.fitsCard;
-    const batches = fits === undefined ? [host] : splitForCards(host, (b) => fits(hostKillStep([...b], ' (part 99 of 99 …)')));
+    const batches =
+      fits === undefined ? [host] : splitForCards(host, (b) => fits(hostKillStep([...b], ' (part 99 of 99 …)')));
     batches.forEach((batch, i) =>
       steps.push(
         hostKillStep(
@@ -309,9 +351,16 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
   }
 
   // A reset names the GPU by its UUID (from the host's own view), never by an index that may name another GPU by run time.
-  const orphaned = d.gpus.filter((g) => g.kind === 'orphaned_memory' && g.hostIndex !== null && g.uuid !== null && GPU_UUID.test(g.uuid));
+  const orphaned = d.gpus.filter(
+    (g) => g.kind === 'orphaned_memory' && g.hostIndex !== null && g.uuid !== null && GPU_UUID.test(g.uuid),
+  );
   if (orphaned.length > 0) {
-    const gpus: TargetGpu[] = orphaned.map((g) => ({ index: g.index, hostIndex: g.hostIndex, uuid: g.uuid, usedMiB: g.unaccountedMiB ?? g.usedMiB }));
+    const gpus: TargetGpu[] = orphaned.map((g) => ({
+      index: g.index,
+      hostIndex: g.hostIndex,
+      uuid: g.uuid,
+      usedMiB: g.unaccountedMiB ?? g.usedMiB,
+    }));
     const commands = stepCommands('host_reset', [], gpus, t);
     const mibOf = (n: number | null): string => (n === null ? '?' : fmt(n));
     // What the card must show: how much no process holds, and which holders were ruled out and why.
@@ -321,8 +370,14 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
         return `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}): ${mibOf(g.unaccountedMiB)} MiB unaccounted: ${mibOf(g.usedMiB)} MiB in use, ${mibOf(held)} MiB held by the processes host nvidia-smi lists on it`;
       })
       .join('; ');
-    const monitors = d.deviceOnly.map((m) => `PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor)`);
-    const ruledOut = [`host nvidia-smi lists no process on ${orphaned.length === 1 ? 'it' : 'them'}, and it sees every process on ${d.host} (every container and the host)`, ...monitors].join('; ');
+    const monitors = d.deviceOnly.map(
+      (m) =>
+        `PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor)`,
+    );
+    const ruledOut = [
+      `host nvidia-smi lists no process on ${orphaned.length === 1 ? 'it' : 'them'}, and it sees every process on ${d.host} (every container and the host)`,
+      ...monitors,
+    ].join('; ');
     steps.push({
       id: stepId(o.incidentId, 'host_reset', gpus.map(gpuKey)),
       tier: 2,
@@ -344,7 +399,9 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
   for (const g of d.gpus) {
     if (g.outside.length > 0 || g.kind === 'gpu_error' || g.kind === 'unidentified') leftAlone.push(g.sentence);
     else if (g.kind === 'orphaned_memory' && (g.hostIndex === null || g.uuid === null || !GPU_UUID.test(g.uuid)))
-      leftAlone.push(`GPU ${g.index ?? '?'}: no matching host GPU with a UUID was found, so no reset can be offered. ${g.sentence}`);
+      leftAlone.push(
+        `GPU ${g.index ?? '?'}: no matching host GPU with a UUID was found, so no reset can be offered. ${g.sentence}`,
+      );
   }
   for (const g of d.gpus)
     for (const h of g.holders.filter(isInit)) {
@@ -357,6 +414,8 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       );
     }
   for (const m of d.deviceOnly)
-    leftAlone.push(`PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
+    leftAlone.push(
+      `PID ${m.containerPid} \`${m.command ?? '?'}\` in ${d.target} has ${m.devices.join(', ')} open but holds no GPU memory (a monitor?): left alone.`,
+    );
   return { incidentId: o.incidentId, target: d.target, host: d.host, vmid: o.vmid, steps, leftAlone };
 }

@@ -31,7 +31,14 @@ export type ReadingDeps = SnapshotDeps;
 export type ReadOutcome<T> =
   | { ok: true; snapshot: MachineSnapshot; readings: T; commands: CommandRecord[] }
   /** `snapshot`: the status snapshot, when it was read before a later read failed (still worth posting). */
-  | { ok: false; machineId: string; code: string; message: string; commands: CommandRecord[]; snapshot: MachineSnapshot | null };
+  | {
+      ok: false;
+      machineId: string;
+      code: string;
+      message: string;
+      commands: CommandRecord[];
+      snapshot: MachineSnapshot | null;
+    };
 
 export interface ProcsRead {
   readings: ProcReading[];
@@ -41,9 +48,13 @@ export interface ProcsRead {
 }
 
 function timeoutError(spec: CommandSpec, r: ExecResult): CodedError {
-  return new CodedError(ErrorCode.CommandTimeout, `\`${spec.argv[0]}\` did not answer within ${Math.round(spec.timeoutMs / 1000)} s and was ended`, {
-    command: r.command,
-  });
+  return new CodedError(
+    ErrorCode.CommandTimeout,
+    `\`${spec.argv[0]}\` did not answer within ${Math.round(spec.timeoutMs / 1000)} s and was ended`,
+    {
+      command: r.command,
+    },
+  );
 }
 
 /** The read-procs template for these PIDs in the namespace `route` lands in; none asked → nothing run. */
@@ -77,9 +88,11 @@ const firstLine = (t: string): string => (t.trim().split('\n')[0] ?? '').trim().
  */
 export function lxcInfoProblem(vmid: number, r: ExecResult): string | null {
   const said = firstLine(r.stderr) || firstLine(r.stdout);
-  if (r.code === 127) return `\`lxc-info\` was not found on ${r.machineId} (exit 127: command not found); it is needed to find container ${vmid}'s init (Proxmox VE ships it in the lxc-pve package)`;
+  if (r.code === 127)
+    return `\`lxc-info\` was not found on ${r.machineId} (exit 127: command not found); it is needed to find container ${vmid}'s init (Proxmox VE ships it in the lxc-pve package)`;
   if (r.code === 126) return `\`lxc-info\` on ${r.machineId} could not be run (exit 126${said ? `: ${said}` : ''})`;
-  if (r.code !== 0) return `\`lxc-info -n ${vmid} -p\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
+  if (r.code !== 0)
+    return `\`lxc-info -n ${vmid} -p\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
   if (parseLxcInitPid(r.stdout) === null)
     return `container ${vmid} is not running on ${r.machineId} (\`lxc-info -n ${vmid} -p\` printed no PID). Check \`pct status ${vmid}\``;
   return null;
@@ -89,14 +102,23 @@ export function lxcInfoProblem(vmid: number, r: ExecResult): string | null {
  * What is wrong with the host's /proc reading of the container's init, or null when it is PID 1
  * of its own namespace with a readable `ns/pid` link. Names the field that failed. Pure.
  */
-export function initReadingProblem(vmid: number, initHostPid: number, read: { readings: readonly ProcReading[]; complete: boolean } | null): string | null {
+export function initReadingProblem(
+  vmid: number,
+  initHostPid: number,
+  read: { readings: readonly ProcReading[]; complete: boolean } | null,
+): string | null {
   const who = `host PID ${initHostPid} (container ${vmid}'s init per \`lxc-info\`)`;
   const r = read?.readings.find((x) => x.pid === initHostPid);
-  if (read === null || !read.complete) return `the read of /proc/${initHostPid} was cut short (no end marker), so ${who} could not be checked`;
-  if (r === undefined || r.stat === null) return `${who} is gone: it exited after \`lxc-info\` answered (is the container stopping or restarting?)`;
-  if (r.nsPids === null) return `/proc/${initHostPid}/status has no NSpid line (Linux older than 4.1?), so ${who} cannot be placed in its PID namespace`;
-  if (r.nsPids[r.nsPids.length - 1] !== 1) return `host PID ${initHostPid} is not PID 1 of its PID namespace (NSpid ${r.nsPids.join(' ')}): \`lxc-info\` named a process that is not container ${vmid}'s init`;
-  if (r.pidNs === null) return `\`readlink /proc/${initHostPid}/ns/pid\` printed nothing: the host login may not read ${who}'s namespace link (log in as root)`;
+  if (read === null || !read.complete)
+    return `the read of /proc/${initHostPid} was cut short (no end marker), so ${who} could not be checked`;
+  if (r === undefined || r.stat === null)
+    return `${who} is gone: it exited after \`lxc-info\` answered (is the container stopping or restarting?)`;
+  if (r.nsPids === null)
+    return `/proc/${initHostPid}/status has no NSpid line (Linux older than 4.1?), so ${who} cannot be placed in its PID namespace`;
+  if (r.nsPids[r.nsPids.length - 1] !== 1)
+    return `host PID ${initHostPid} is not PID 1 of its PID namespace (NSpid ${r.nsPids.join(' ')}): \`lxc-info\` named a process that is not container ${vmid}'s init`;
+  if (r.pidNs === null)
+    return `\`readlink /proc/${initHostPid}/ns/pid\` printed nothing: the host login may not read ${who}'s namespace link (log in as root)`;
   return null;
 }
 
@@ -108,7 +130,14 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
   if (info.timedOut) throw timeoutError(spec, info);
   const lxcProblem = lxcInfoProblem(vmid, info);
   const initHostPid = lxcProblem === null ? parseLxcInitPid(info.stdout) : null;
-  if (initHostPid === null) return { initHostPid: null, pidNs: null, problem: lxcProblem ?? `\`lxc-info -n ${vmid} -p\` printed no PID`, commands: results.map(recordOf), results };
+  if (initHostPid === null)
+    return {
+      initHostPid: null,
+      pidNs: null,
+      problem: lxcProblem ?? `\`lxc-info -n ${vmid} -p\` printed no PID`,
+      commands: results.map(recordOf),
+      results,
+    };
   const procs = await readProcsOn(hostRoute, [initHostPid], deps);
   if (procs) results.push(procs.result);
   // Only an init that is PID 1 of its own namespace names the container's namespace.
@@ -122,7 +151,11 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
  * and host `nvidia-smi -q -x` (each GPU's device minor, by UUID). A failed read leaves
  * `minors` null with the reason: its GPUs are then matched to none.
  */
-export async function readGpuPassing(hostRoute: Route, vmid: number, deps: ReadingDeps): Promise<{ passing: GpuPassing; results: ExecResult[] }> {
+export async function readGpuPassing(
+  hostRoute: Route,
+  vmid: number,
+  deps: ReadingDeps,
+): Promise<{ passing: GpuPassing; results: ExecResult[] }> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const cfgSpec = containerConfig(vmid, t);
   const xmlSpec = hostGpuReport(t);
@@ -134,15 +167,45 @@ export async function readGpuPassing(hostRoute: Route, vmid: number, deps: Readi
     const said = firstLine(r.stderr) || firstLine(r.stdout);
     return `\`${what}\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
   };
-  if (cfg.code !== 0) return { passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] }, results };
-  if (xml.code !== 0 || xml.truncated) return { passing: { vmid, minors: null, problem: `${failed(xml, 'nvidia-smi -q -x')}, so the GPUs' device minors are unknown`, hostMinors: [] }, results };
-  return { passing: { vmid, minors: parsePctConfigGpuMinors(cfg.stdout), problem: null, hostMinors: parseXmlGpuMinors(xml.stdout) }, results };
+  if (cfg.code !== 0)
+    return { passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] }, results };
+  if (xml.code !== 0 || xml.truncated)
+    return {
+      passing: {
+        vmid,
+        minors: null,
+        problem: `${failed(xml, 'nvidia-smi -q -x')}, so the GPUs' device minors are unknown`,
+        hostMinors: [],
+      },
+      results,
+    };
+  return {
+    passing: {
+      vmid,
+      minors: parsePctConfigGpuMinors(cfg.stdout),
+      problem: null,
+      hostMinors: parseXmlGpuMinors(xml.stdout),
+    },
+    results,
+  };
 }
 
 /** Container view: its status snapshot (GPUs, `fuser -v /dev/nvidia*`) and /proc of every fuser holder. */
-export async function readContainer(machine: Machine, route: Route, deps: ReadingDeps): Promise<ReadOutcome<ContainerReadings>> {
+export async function readContainer(
+  machine: Machine,
+  route: Route,
+  deps: ReadingDeps,
+): Promise<ReadOutcome<ContainerReadings>> {
   const snap = await takeSnapshot(machine, route, deps);
-  if (!snap.ok) return { ok: false, machineId: machine.id, code: snap.code, message: snap.message, commands: snap.commands, snapshot: null };
+  if (!snap.ok)
+    return {
+      ok: false,
+      machineId: machine.id,
+      code: snap.code,
+      message: snap.message,
+      commands: snap.commands,
+      snapshot: null,
+    };
   const commands = [...snap.commands];
   try {
     const procs = await readProcsOn(
@@ -151,7 +214,12 @@ export async function readContainer(machine: Machine, route: Route, deps: Readin
       deps,
     );
     if (procs) commands.push(recordOf(procs.result));
-    return { ok: true, snapshot: snap.snapshot, readings: { holders: snap.snapshot.holders, procs: procs?.readings ?? [] }, commands };
+    return {
+      ok: true,
+      snapshot: snap.snapshot,
+      readings: { holders: snap.snapshot.holders, procs: procs?.readings ?? [] },
+      commands,
+    };
   } catch (e) {
     const ce = asCodedError(e);
     return { ok: false, machineId: machine.id, code: ce.code, message: ce.message, commands, snapshot: snap.snapshot };
@@ -162,9 +230,22 @@ export async function readContainer(machine: Machine, route: Route, deps: Readin
  * Host view: its status snapshot (GPUs, compute apps by host PID), the target container's PID
  * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app.
  */
-export async function readHost(host: Machine, hostRoute: Route, vmid: number, deps: ReadingDeps): Promise<ReadOutcome<HostReadings>> {
+export async function readHost(
+  host: Machine,
+  hostRoute: Route,
+  vmid: number,
+  deps: ReadingDeps,
+): Promise<ReadOutcome<HostReadings>> {
   const snap = await takeSnapshot(host, hostRoute, deps);
-  if (!snap.ok) return { ok: false, machineId: host.id, code: snap.code, message: snap.message, commands: snap.commands, snapshot: null };
+  if (!snap.ok)
+    return {
+      ok: false,
+      machineId: host.id,
+      code: snap.code,
+      message: snap.message,
+      commands: snap.commands,
+      snapshot: null,
+    };
   const commands = [...snap.commands];
   try {
     const init = await readContainerInit(hostRoute, vmid, deps);
@@ -187,7 +268,13 @@ export async function readHost(host: Machine, hostRoute: Route, vmid: number, de
     return {
       ok: true,
       snapshot: snap.snapshot,
-      readings: { gpus: snap.snapshot.gpus, apps: snap.snapshot.processes, procs: procs?.readings ?? [], targetPidNs: init.pidNs, passing: passing.passing },
+      readings: {
+        gpus: snap.snapshot.gpus,
+        apps: snap.snapshot.processes,
+        procs: procs?.readings ?? [],
+        targetPidNs: init.pidNs,
+        passing: passing.passing,
+      },
       commands,
     };
   } catch (e) {
@@ -209,9 +296,16 @@ export async function readTarget(
   deps: ReadingDeps,
 ): Promise<
   | { ok: true; value: TargetReadings }
-  | { ok: false; failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>>; read: Array<{ snapshot: MachineSnapshot; commands: CommandRecord[] }> }
+  | {
+      ok: false;
+      failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>>;
+      read: Array<{ snapshot: MachineSnapshot; commands: CommandRecord[] }>;
+    }
 > {
-  const [ct, h] = await Promise.all([readContainer(target, routes.container, deps), readHost(host, routes.host, target.vmid, deps)]);
+  const [ct, h] = await Promise.all([
+    readContainer(target, routes.container, deps),
+    readHost(host, routes.host, target.vmid, deps),
+  ]);
   if (ct.ok && h.ok) return { ok: true, value: { container: ct, host: h } };
   const failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>> = [];
   /** Snapshots that were read, container first: posted even though the readings as a whole failed. */
@@ -233,8 +327,18 @@ export interface DiagnoseReadingsOptions {
 }
 
 /** The per-GPU diagnosis of the target from both views' readings. Pure. */
-export function diagnoseReadings(targetId: string, hostId: string, r: TargetReadings, o: DiagnoseReadingsOptions): Diagnosis {
-  const passing = r.host.readings.passing ?? { vmid: 0, minors: null, problem: "the host's view of the container's GPUs was not read", hostMinors: [] };
+export function diagnoseReadings(
+  targetId: string,
+  hostId: string,
+  r: TargetReadings,
+  o: DiagnoseReadingsOptions,
+): Diagnosis {
+  const passing = r.host.readings.passing ?? {
+    vmid: 0,
+    minors: null,
+    problem: "the host's view of the container's GPUs was not read",
+    hostMinors: [],
+  };
   const holders = buildHolders(r.host.readings, r.container.readings);
   const d = diagnose({
     target: targetId,
@@ -260,5 +364,9 @@ export function diagnoseReadings(targetId: string, hostId: string, r: TargetRead
 function targetRootCauses(r: TargetReadings, inTarget: ReadonlySet<number>): ReturnType<typeof rootCauses> {
   const procs = [...r.container.readings.procs, ...r.host.readings.procs.filter((p) => inTarget.has(p.pid))];
   const ram = r.host.snapshot.ram ?? r.container.snapshot.ram;
-  return rootCauses({ commandLines: commandLinesOf(procs), hostRamTotalBytes: ram && ram.totalBytes > 0 ? ram.totalBytes : null, gpusVisible: gpusSeen(r.container.snapshot) });
+  return rootCauses({
+    commandLines: commandLinesOf(procs),
+    hostRamTotalBytes: ram && ram.totalBytes > 0 ? ram.totalBytes : null,
+    gpusVisible: gpusSeen(r.container.snapshot),
+  });
 }

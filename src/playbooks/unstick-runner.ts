@@ -1,5 +1,11 @@
 import type { ContainerFailure } from '../gpu/diagnose.ts';
-import { recheckTarget, staleReasonText, type ProcReading, type ProcessIdentity, type StaleReason } from '../gpu/holders.ts';
+import {
+  recheckTarget,
+  staleReasonText,
+  type ProcReading,
+  type ProcessIdentity,
+  type StaleReason,
+} from '../gpu/holders.ts';
 import { parseComputeAppsCsv, parseQueryGpuCsv } from '../gpu/parse/index.ts';
 import { IDLE_MIB } from '../gpu/snapshot.ts';
 import type { Gpu, GpuProcess } from '../gpu/types.ts';
@@ -73,13 +79,28 @@ const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps): Promise<StepResult> {
   const started = deps.now().getTime();
   const at = (): string => deps.now().toISOString();
-  await deps.append({ type: 'step_started', at: at(), stepId: step.id, kind: step.kind, tier: step.tier, machineId: step.machineId, explanation: step.explanation });
+  await deps.append({
+    type: 'step_started',
+    at: at(),
+    stepId: step.id,
+    kind: step.kind,
+    tier: step.tier,
+    machineId: step.machineId,
+    explanation: step.explanation,
+  });
 
   // Claimed before the first command, so a job BullMQ re-runs after a worker died never signals twice.
   if (!(await deps.steps.claimStep(ctx.incidentId, step.id, deps.workerId, started))) {
     const message =
       'An earlier attempt already started this step and did not report back (its worker stopped). It is not run again; a fresh snapshot follows.';
-    await deps.append({ type: 'step_finished', at: at(), stepId: step.id, outcome: 'interrupted', durationMs: deps.now().getTime() - started, message });
+    await deps.append({
+      type: 'step_finished',
+      at: at(),
+      stepId: step.id,
+      outcome: 'interrupted',
+      durationMs: deps.now().getTime() - started,
+      message,
+    });
     return { outcome: 'interrupted', containerFailed: [], sent: 0, released: null, message, error: null };
   }
 
@@ -87,7 +108,11 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
   let result: StepRun;
   try {
     result =
-      step.kind === 'container_signal' ? await run.containerSignal() : step.kind === 'host_kill' ? await run.hostKill() : await run.hostReset();
+      step.kind === 'container_signal'
+        ? await run.containerSignal()
+        : step.kind === 'host_kill'
+          ? await run.hostKill()
+          : await run.hostReset();
   } catch (e) {
     const ce = asCodedError(e);
     result = {
@@ -98,7 +123,9 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
       error: ce.message,
       message: `Stopped: ${ce.message}. ${[
         run.sent > 0 ? `${run.sent} signal(s) had been sent before that.` : '',
-        run.inFlight > 0 ? `The SIG${run.inFlightSignal ?? '?'} command for ${run.inFlight} process(es) was being sent when it stopped and no answer was recorded: they may have been signalled.` : '',
+        run.inFlight > 0
+          ? `The SIG${run.inFlightSignal ?? '?'} command for ${run.inFlight} process(es) was being sent when it stopped and no answer was recorded: they may have been signalled.`
+          : '',
         run.sent === 0 && run.inFlight === 0 ? 'Nothing was signalled.' : '',
       ]
         .filter((x) => x !== '')
@@ -107,19 +134,30 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
   }
   const end = deps.now().getTime();
   await deps.steps.finishStep(ctx.incidentId, step.id, deps.workerId, result.outcome, end);
-  await deps.append({ type: 'step_finished', at: at(), stepId: step.id, outcome: result.outcome, durationMs: end - started, message: result.message });
+  await deps.append({
+    type: 'step_finished',
+    at: at(),
+    stepId: step.id,
+    outcome: result.outcome,
+    durationMs: end - started,
+    message: result.message,
+  });
   return result;
 }
 
 /** The memory of one GPU no listed process accounts for (a leak, or a context still being torn down). */
 function unaccounted(gpu: Gpu, apps: readonly GpuProcess[]): number | null {
   if (gpu.memoryUsedMiB === null) return null;
-  const listed = apps.filter((a) => (a.gpuUuid !== null && a.gpuUuid === gpu.uuid) || (a.gpuUuid === null && a.gpuIndex === gpu.index));
+  const listed = apps.filter(
+    (a) => (a.gpuUuid !== null && a.gpuUuid === gpu.uuid) || (a.gpuUuid === null && a.gpuIndex === gpu.index),
+  );
   return Math.max(0, gpu.memoryUsedMiB - listed.reduce((n, a) => n + (a.usedMiB ?? 0), 0));
 }
 
 /** The two read-only status templates the release poll reuses (commands.ts), word for word. */
-const STATUS_READS = [queryGpus({ timeoutMs: 1 }).argv, queryComputeApps({ timeoutMs: 1 }).argv].map((a) => a.join('\0'));
+const STATUS_READS = [queryGpus({ timeoutMs: 1 }).argv, queryComputeApps({ timeoutMs: 1 }).argv].map((a) =>
+  a.join('\0'),
+);
 function isStatusRead(argv: readonly string[]): boolean {
   return STATUS_READS.includes(argv.join('\0'));
 }
@@ -156,10 +194,19 @@ class Run {
   /** Every command: template-only argv, never a reset inside a container, one `command` event. */
   private async exec(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec): Promise<ExecResult> {
     if (!isStatusRead(spec.argv)) assertSafeArgv(spec.argv);
-    if (on === 'container' && (spec.argv.includes('--gpu-reset') || spec.argv.includes('-r') || spec.argv.includes('-pm')))
-      throw new CodedError(ErrorCode.BadCommand, 'A GPU reset or persistence change was about to run inside a container; only the host may do that. Nothing was run.');
+    if (
+      on === 'container' &&
+      (spec.argv.includes('--gpu-reset') || spec.argv.includes('-r') || spec.argv.includes('-pm'))
+    )
+      throw new CodedError(
+        ErrorCode.BadCommand,
+        'A GPU reset or persistence change was about to run inside a container; only the host may do that. Nothing was run.',
+      );
     if (on === 'host' && this.step.tier !== 2 && (role === 'kill' || role === 'term' || role === 'reset'))
-      throw new CodedError(ErrorCode.BadCommand, 'A host-level signal or reset was about to run without an approved tier-2 step. Nothing was run.');
+      throw new CodedError(
+        ErrorCode.BadCommand,
+        'A host-level signal or reset was about to run without an approved tier-2 step. Nothing was run.',
+      );
     const r = await this.deps.exec(this.routeOf(on), spec);
     await this.deps.append({ type: 'command', at: this.at(), stepId: this.step.id, role, on, record: recordOf(r) });
     return r;
@@ -185,11 +232,22 @@ class Run {
       stepId: this.step.id,
       on,
       signal,
-      targets: targets.map((t) => ({ hostPid: t.hostPid, containerPid: t.containerPid, startTimeTicks: t.startTimeTicks, cmdline: t.cmdline })),
+      targets: targets.map((t) => ({
+        hostPid: t.hostPid,
+        containerPid: t.containerPid,
+        startTimeTicks: t.startTimeTicks,
+        cmdline: t.cmdline,
+      })),
     });
   }
 
-  private async signalled(t: ProcessIdentity, signal: Signal, result: 'sent' | 'gone' | 'skipped', reason: string | null, check?: 'pidfd' | 'shell' | null): Promise<void> {
+  private async signalled(
+    t: ProcessIdentity,
+    signal: Signal,
+    result: 'sent' | 'gone' | 'skipped',
+    reason: string | null,
+    check?: 'pidfd' | 'shell' | null,
+  ): Promise<void> {
     if (result === 'sent') this.sent++;
     await this.deps.append({
       type: 'signalled',
@@ -224,12 +282,18 @@ class Run {
     await this.intent('container', signal, targets);
     const done = await sendSignals(
       { side: 'container', signal, pidNs, targets },
-      { exec: (spec) => this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec), commandTimeoutMs: this.deps.commandTimeoutMs },
+      {
+        exec: (spec) => this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec),
+        commandTimeoutMs: this.deps.commandTimeoutMs,
+      },
     );
     this.inFlight = 0;
     for (const s of done) {
       out.set(s.identity.containerPid, s);
-      await this.logSignal(s, s.outcome.result === 'failed' ? `the container may not signal it: ${s.reason ?? ''}` : s.reason);
+      await this.logSignal(
+        s,
+        s.outcome.result === 'failed' ? `the container may not signal it: ${s.reason ?? ''}` : s.reason,
+      );
     }
     return out;
   }
@@ -257,7 +321,8 @@ class Run {
         await this.signalled(t, 'TERM', stale === 'gone' ? 'gone' : 'skipped', staleText(stale));
         // Still holding per the host, yet the container cannot see it as the same process: the host must look.
         if (stale === 'gone') unseen.push({ process: t, reason: 'the container does not see it' });
-        else if (stale !== 'pid_reused') failed.push({ process: t, reason: `the container could not read it (${staleText(stale)})` });
+        else if (stale !== 'pid_reused')
+          failed.push({ process: t, reason: `the container could not read it (${staleText(stale)})` });
       }
     }
     const termOut = await this.sendSignal('TERM', live);
@@ -266,7 +331,12 @@ class Run {
       const o = termOut.get(t.containerPid);
       if (o?.result === 'failed') failed.push({ process: t, reason: o.reason ?? 'the signal failed' });
       // Refused by the identity check inside the container: the host looks again with its own view.
-      else if (o?.result === 'skipped' && o.outcome.result === 'skipped' && o.outcome.reason !== 'pid_reused' && o.outcome.reason !== 'not_holding')
+      else if (
+        o?.result === 'skipped' &&
+        o.outcome.result === 'skipped' &&
+        o.outcome.reason !== 'pid_reused' &&
+        o.outcome.reason !== 'not_holding'
+      )
         failed.push({ process: t, reason: `the container could not check it (${o.reason ?? '?'})` });
     }
 
@@ -308,18 +378,41 @@ class Run {
     const termed = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent').length;
     // Only the memory of what was signalled is waited for: a holder the container could not stop
     // goes to the host-level card at once, not after the release timeout.
-    const signalled = live.filter((t) => termOut.get(t.containerPid)?.result === 'sent' && !failed.some((f) => f.process === t));
-    const release = signalled.length > 0 ? await this.waitRelease(signalled.flatMap((t) => t.gpus), signalled) : null;
+    const signalled = live.filter(
+      (t) => termOut.get(t.containerPid)?.result === 'sent' && !failed.some((f) => f.process === t),
+    );
+    const release =
+      signalled.length > 0
+        ? await this.waitRelease(
+            signalled.flatMap((t) => t.gpus),
+            signalled,
+          )
+        : null;
     const parts: string[] = [];
     if (termed > 0) parts.push(`SIGTERM reached ${termed} of ${step.targets.length} process(es)`);
     if (killed > 0) parts.push(`${killed} ignored it for ${secs(step.graceMs)} and got SIGKILL`);
     if (failed.length > 0)
-      parts.push(`the container could not stop ${failed.map((f) => `PID ${f.process.containerPid} (${f.reason})`).join(', ')}: only the host can`);
-    if (release) parts.push(release.released ? `GPU memory came back after ${secs(release.waitedMs)}` : `GPU memory was still in use after ${secs(release.waitedMs)}`);
+      parts.push(
+        `the container could not stop ${failed.map((f) => `PID ${f.process.containerPid} (${f.reason})`).join(', ')}: only the host can`,
+      );
+    if (release)
+      parts.push(
+        release.released
+          ? `GPU memory came back after ${secs(release.waitedMs)}`
+          : `GPU memory was still in use after ${secs(release.waitedMs)}`,
+      );
     if (parts.length === 0) parts.push('nothing needed a signal');
     const stopped = step.targets.length - failed.length;
-    const outcome: StepOutcome = failed.length === 0 ? (this.sent > 0 ? 'done' : 'skipped') : stopped > 0 && this.sent > 0 ? 'partial' : 'failed';
-    return { outcome, containerFailed: [...failed, ...unseen], sent: this.sent, released: release?.released ?? null, message: `${parts.join('; ')}.`, error: null };
+    const outcome: StepOutcome =
+      failed.length === 0 ? (this.sent > 0 ? 'done' : 'skipped') : stopped > 0 && this.sent > 0 ? 'partial' : 'failed';
+    return {
+      outcome,
+      containerFailed: [...failed, ...unseen],
+      sent: this.sent,
+      released: release?.released ?? null,
+      message: `${parts.join('; ')}.`,
+      error: null,
+    };
   }
 
   /** Tier 2 kill: re-check each target on the host, then check-and-SIGKILL (one act, by pidfd) on the host for those that still match. */
@@ -332,21 +425,37 @@ class Run {
     });
     // Built here from the templates and the step's identity set, never from argv read back.
     const t0 = { timeoutMs: this.deps.commandTimeoutMs };
-    const readR = await this.exec('read_procs', 'host', readProcs(step.targets.map((x) => x.hostPid), t0));
+    const readR = await this.exec(
+      'read_procs',
+      'host',
+      readProcs(
+        step.targets.map((x) => x.hostPid),
+        t0,
+      ),
+    );
     const appsR = await this.exec('check_apps', 'host', queryComputeApps(t0));
     const readings = readR.timedOut ? null : parseProcReadings(readR.stdout);
     const apps = appsR.code === 0 && !appsR.timedOut ? parseComputeAppsCsv(appsR.stdout, [...APP_FIELDS]) : null;
-    const gpuPids = apps && apps.ok && apps.value.error === null ? new Set(apps.value.processes.map((p) => p.pid)) : null;
+    const gpuPids =
+      apps && apps.ok && apps.value.error === null ? new Set(apps.value.processes.map((p) => p.pid)) : null;
 
     const matching: StepTarget[] = [];
     for (const t of step.targets) {
       let reason: string | null = null;
-      if (init.pidNs === null) reason = `container ${this.ctx.vmid}'s PID namespace could not be read: ${init.problem ?? 'unknown reason'}`;
-      else if (init.pidNs !== t.pidNs) reason = 'the container was restarted since the plan (its PID namespace changed)';
+      if (init.pidNs === null)
+        reason = `container ${this.ctx.vmid}'s PID namespace could not be read: ${init.problem ?? 'unknown reason'}`;
+      else if (init.pidNs !== t.pidNs)
+        reason = 'the container was restarted since the plan (its PID namespace changed)';
       else if (readings === null || !readings.complete) reason = 'its /proc entry could not be read completely';
-      else if (gpuPids === null) reason = 'host nvidia-smi could not list the GPU processes, so "still holds GPU memory" could not be confirmed';
+      else if (gpuPids === null)
+        reason = 'host nvidia-smi could not list the GPU processes, so "still holds GPU memory" could not be confirmed';
       else {
-        const stale = recheckTarget(t, { reading: readings.readings.find((r) => r.pid === t.hostPid), view: 'host', targetPidNs: init.pidNs, gpuHostPids: gpuPids });
+        const stale = recheckTarget(t, {
+          reading: readings.readings.find((r) => r.pid === t.hostPid),
+          view: 'host',
+          targetPidNs: init.pidNs,
+          gpuHostPids: gpuPids,
+        });
         if (stale !== null) reason = staleText(stale);
       }
       if (reason === null) matching.push(t);
@@ -369,14 +478,33 @@ class Run {
       await this.logSignal(d, d.reason);
     }
     const hit = done.filter((d) => d.result === 'sent').map((d) => d.identity);
-    const release = sent > 0 ? await this.waitRelease(step.targets.filter((t) => hit.includes(t)).flatMap((t) => t.gpus), hit) : null;
+    const release =
+      sent > 0
+        ? await this.waitRelease(
+            step.targets.filter((t) => hit.includes(t)).flatMap((t) => t.gpus),
+            hit,
+          )
+        : null;
     const skipped = step.targets.length - sent;
     const parts = [`SIGKILL on ${step.machineId} reached ${sent} of ${step.targets.length} process(es)`];
     if (skipped > 0) parts.push(`${skipped} not signalled (see above)`);
     if (refused.length > 0) parts.push(`kill failed for ${refused.join(', ')}`);
-    if (release) parts.push(release.released ? `GPU memory came back after ${secs(release.waitedMs)}` : `GPU memory was still in use after ${secs(release.waitedMs)}`);
-    const outcome: StepOutcome = sent === step.targets.length ? 'done' : sent > 0 ? 'partial' : matching.length === 0 ? 'skipped' : 'failed';
-    return { outcome, containerFailed: [], sent, released: release?.released ?? null, message: `${parts.join('; ')}.`, error: null };
+    if (release)
+      parts.push(
+        release.released
+          ? `GPU memory came back after ${secs(release.waitedMs)}`
+          : `GPU memory was still in use after ${secs(release.waitedMs)}`,
+      );
+    const outcome: StepOutcome =
+      sent === step.targets.length ? 'done' : sent > 0 ? 'partial' : matching.length === 0 ? 'skipped' : 'failed';
+    return {
+      outcome,
+      containerFailed: [],
+      sent,
+      released: release?.released ?? null,
+      message: `${parts.join('; ')}.`,
+      error: null,
+    };
   }
 
   /** Tier 2 reset, per GPU: nothing anywhere holds it → persistence off if on → `--gpu-reset` → persistence back on. */
@@ -400,10 +528,13 @@ class Run {
       }
       const p = await this.exec('read_gpus', 'host', { argv: present.argv, timeoutMs: present.timeoutMs });
       const seen = p.code === 0 && !p.timedOut ? parseQueryGpuCsv(p.stdout, [...GPU_FIELDS]) : null;
-      const now = seen && seen.ok && seen.value.error === null ? seen.value.gpus.find((x) => x.uuid === g.uuid) : undefined;
+      const now =
+        seen && seen.ok && seen.value.error === null ? seen.value.gpus.find((x) => x.uuid === g.uuid) : undefined;
       if (now === undefined) {
         const said = `${p.stdout}\n${p.stderr}`.trim().split('\n')[0] ?? '';
-        notes.push(`${label}: skipped, ${step.machineId} no longer lists that UUID (${p.timedOut ? 'timed out' : `exit ${p.code ?? p.signal}`}${said ? `: ${said.slice(0, 120)}` : ''})`);
+        notes.push(
+          `${label}: skipped, ${step.machineId} no longer lists that UUID (${p.timedOut ? 'timed out' : `exit ${p.code ?? p.signal}`}${said ? `: ${said.slice(0, 120)}` : ''})`,
+        );
         continue;
       }
       const c = await this.exec('check_apps', 'host', { argv: check.argv, timeoutMs: check.timeoutMs });
@@ -433,13 +564,27 @@ class Run {
         notes.push(`${label}: reset`);
       } else {
         const first = `${r.stdout}\n${r.stderr}`.trim().split('\n')[0] ?? '';
-        notes.push(`${label}: reset refused (${r.timedOut ? 'timed out' : `exit ${r.code ?? r.signal}`}${first ? `: ${first.slice(0, 160)}` : ''})`);
+        notes.push(
+          `${label}: reset refused (${r.timedOut ? 'timed out' : `exit ${r.code ?? r.signal}`}${first ? `: ${first.slice(0, 160)}` : ''})`,
+        );
       }
     }
     const release = done.length > 0 ? await this.waitRelease(done, [], true) : null;
-    if (release) notes.push(release.released ? `memory back to idle after ${secs(release.waitedMs)}` : `memory still in use after ${secs(release.waitedMs)}`);
+    if (release)
+      notes.push(
+        release.released
+          ? `memory back to idle after ${secs(release.waitedMs)}`
+          : `memory still in use after ${secs(release.waitedMs)}`,
+      );
     const outcome: StepOutcome = done.length === step.gpus.length ? 'done' : done.length > 0 ? 'partial' : 'failed';
-    return { outcome, containerFailed: [], sent: 0, released: release?.released ?? null, message: `${notes.join('; ')}.`, error: null };
+    return {
+      outcome,
+      containerFailed: [],
+      sent: 0,
+      released: release?.released ?? null,
+      message: `${notes.join('; ')}.`,
+      error: null,
+    };
   }
 
   /**
@@ -448,7 +593,11 @@ class Run {
    * dying rank can stay in uninterruptible sleep for tens of seconds before its memory returns:
    * memory is only called orphaned after this wait.
    */
-  private async waitRelease(gpus: readonly TargetGpu[], targets: readonly ProcessIdentity[], toIdle = false): Promise<{ released: boolean; waitedMs: number }> {
+  private async waitRelease(
+    gpus: readonly TargetGpu[],
+    targets: readonly ProcessIdentity[],
+    toIdle = false,
+  ): Promise<{ released: boolean; waitedMs: number }> {
     const start = this.deps.now().getTime();
     const baseline = new Map<TargetGpu, number>();
     for (const g of gpus) {

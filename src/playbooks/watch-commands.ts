@@ -16,7 +16,8 @@ import { FIRST_READ_LOOKBACK_SEC } from '../watchdog/kernel-log.ts';
  */
 export function kernelLogRead(o: TemplateOptions & { sinceSec: number }): CommandSpec {
   const since = Math.floor(o.sinceSec);
-  if (!Number.isSafeInteger(since) || since < 0) throw new Error('kernelLogRead: sinceSec must be a whole number of seconds');
+  if (!Number.isSafeInteger(since) || since < 0)
+    throw new Error('kernelLogRead: sinceSec must be a whole number of seconds');
   const script = [
     `printf 'now %s\\n' "$(date +%s)"`,
     `printf 'boot %s %s\\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" "$(cut -d' ' -f1 /proc/uptime 2>/dev/null)"`,
@@ -45,5 +46,8 @@ export function stuckProcesses(o: TemplateOptions): CommandSpec {
 
 /** Each GPU's recovery action (drivers that support the field; older ones refuse the query, exit 2). */
 export function queryRecoveryAction(o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '--query-gpu=index,uuid,gpu_recovery_action', '--format=csv,noheader,nounits'], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['nvidia-smi', '--query-gpu=index,uuid,gpu_recovery_action', '--format=csv,noheader,nounits'],
+    timeoutMs: o.timeoutMs,
+  };
 }

@@ -11,7 +11,13 @@ import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { CommandRecord } from '../incident/events.ts';
 import type { Route } from '../ssh/types.ts';
 import type { MachineReading } from '../watchdog/judge.ts';
-import { journalSinceSec, type KernelLogCursor, parseKernelLog, parseRecoveryActions, parseStuckProcesses } from '../watchdog/kernel-log.ts';
+import {
+  journalSinceSec,
+  type KernelLogCursor,
+  parseKernelLog,
+  parseRecoveryActions,
+  parseStuckProcesses,
+} from '../watchdog/kernel-log.ts';
 import { type SnapshotDeps, takeSnapshotWith } from './snapshot.ts';
 import { kernelLogRead, queryRecoveryAction, stuckProcesses } from './watch-commands.ts';
 
@@ -28,20 +34,42 @@ export interface WatchReadResult {
  * `ramPct`: when host RAM is at or over it, the GPU holders' command lines are read too (a second
  * command, as status does) so the RAM alert can say why (`snapshot.rootCauses`); else one session.
  */
-export async function readForWatch(machine: Machine, route: Route, deps: SnapshotDeps, kernelLog: KernelLogCursor | undefined, o: { ramPct: number }): Promise<WatchReadResult> {
+export async function readForWatch(
+  machine: Machine,
+  route: Route,
+  deps: SnapshotDeps,
+  kernelLog: KernelLogCursor | undefined,
+  o: { ramPct: number },
+): Promise<WatchReadResult> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const host = machine.kind === 'host';
-  const extras = host ? [kernelLogRead({ ...t, sinceSec: journalSinceSec(kernelLog) }), stuckProcesses(t), queryRecoveryAction(t)] : [];
-  const ramHigh = (s: MachineSnapshot): boolean => s.ram !== null && s.ram.totalBytes > 0 && (s.ram.usedBytes / s.ram.totalBytes) * 100 >= o.ramPct - 0.5;
+  const extras = host
+    ? [kernelLogRead({ ...t, sinceSec: journalSinceSec(kernelLog) }), stuckProcesses(t), queryRecoveryAction(t)]
+    : [];
+  const ramHigh = (s: MachineSnapshot): boolean =>
+    s.ram !== null && s.ram.totalBytes > 0 && (s.ram.usedBytes / s.ram.totalBytes) * 100 >= o.ramPct - 0.5;
   const { outcome, extras: answers } = await takeSnapshotWith(machine, route, deps, extras, { commandLines: ramHigh });
   const at = deps.now().getTime();
-  if (!outcome.ok) return { reading: { machineId: machine.id, at, ok: false, code: outcome.code }, kernelLog: undefined, commands: outcome.commands, gaps: [] };
-  const reading: Extract<MachineReading, { ok: true }> = { machineId: machine.id, at, ok: true, snapshot: outcome.snapshot };
+  if (!outcome.ok)
+    return {
+      reading: { machineId: machine.id, at, ok: false, code: outcome.code },
+      kernelLog: undefined,
+      commands: outcome.commands,
+      gaps: [],
+    };
+  const reading: Extract<MachineReading, { ok: true }> = {
+    machineId: machine.id,
+    at,
+    ok: true,
+    snapshot: outcome.snapshot,
+  };
   const gaps: string[] = [];
   let cursor: KernelLogCursor | undefined;
   const [logA, statesA, recoveryA] = answers ?? [];
   if (logA !== undefined) {
-    const k = logA.timedOut ? { ok: false as const, reason: 'did not answer within the command timeout' } : parseKernelLog(logA.stdout, kernelLog);
+    const k = logA.timedOut
+      ? { ok: false as const, reason: 'did not answer within the command timeout' }
+      : parseKernelLog(logA.stdout, kernelLog);
     if (k.ok) {
       reading.xids = k.xids;
       cursor = k.cursor;

@@ -33,7 +33,11 @@ export const EscalateJobSchema = z.object({ kind: z.literal('escalate'), inciden
 export type EscalateJob = z.infer<typeof EscalateJobSchema>;
 
 /** `/gpu doctor`: read-only checks of these machines (and the hosts of the containers among them). */
-export const DoctorJobSchema = z.object({ kind: z.literal('doctor'), incidentId, machines: z.array(machineId).min(1).max(500) });
+export const DoctorJobSchema = z.object({
+  kind: z.literal('doctor'),
+  incidentId,
+  machines: z.array(machineId).min(1).max(500),
+});
 export type DoctorJob = z.infer<typeof DoctorJobSchema>;
 
 /**
@@ -43,7 +47,16 @@ export type DoctorJob = z.infer<typeof DoctorJobSchema>;
 export const WatchJobSchema = z.object({ kind: z.literal('watch'), site: machineId });
 export type WatchJob = z.infer<typeof WatchJobSchema>;
 
-export const JobSchema = z.discriminatedUnion('kind', [StatusJobSchema, UnstickJobSchema, DecisionJobSchema, ExpireJobSchema, RemindJobSchema, EscalateJobSchema, DoctorJobSchema, WatchJobSchema]);
+export const JobSchema = z.discriminatedUnion('kind', [
+  StatusJobSchema,
+  UnstickJobSchema,
+  DecisionJobSchema,
+  ExpireJobSchema,
+  RemindJobSchema,
+  EscalateJobSchema,
+  DoctorJobSchema,
+  WatchJobSchema,
+]);
 export type JobData = z.infer<typeof JobSchema>;
 
 export function queueName(site: string): string {

@@ -53,10 +53,13 @@ const NEXT: Record<ConditionKind, string> = {
   nvidia_smi_failing:
     '*Status* reads it again; if nvidia-smi still fails or hangs, the driver is wedged and the host likely needs a GPU reset or a reboot, which a person decides.',
   gpu_error: '*Status* shows which GPU answers the error and what that error means for the next step.',
-  gpus_missing: 'a GPU that left the bus comes back only after the host is rebooted; *Status* shows which GPUs still answer.',
-  unreachable: 'nothing about its GPUs is known until it answers: check its SSH access (`/gpu doctor`, admins). *Status* tries again.',
+  gpus_missing:
+    'a GPU that left the bus comes back only after the host is rebooted; *Status* shows which GPUs still answer.',
+  unreachable:
+    'nothing about its GPUs is known until it answers: check its SSH access (`/gpu doctor`, admins). *Status* tries again.',
   xid: 'what the Xid means for the next step is said above; *Status* shows the GPU now.',
-  recovery_action: 'what the driver asks for is said above; a reset or reboot is for a person to decide. *Status* shows the GPU now.',
+  recovery_action:
+    'what the driver asks for is said above; a reset or reboot is for a person to decide. *Status* shows the GPU now.',
 };
 
 const stamp = (ms: number): string => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
@@ -79,7 +82,7 @@ function scopeWords(scope: string): string {
 }
 
 const REFUSED: Record<string, string> = {
-  policy: 'not allowed by gpu-medic\'s policy (user or channel)',
+  policy: "not allowed by gpu-medic's policy (user or channel)",
   target_locked: 'another unstick held the target',
   queue_unavailable: 'the work queue was not answering',
   not_a_container: 'that is not a container of this host',
@@ -89,37 +92,67 @@ const REFUSED: Record<string, string> = {
 function actionLine(e: Extract<AlertEvent, { type: 'alert_action' }>): string {
   const what = e.action === 'status' ? 'Status' : e.action === 'unstick' ? 'Unstick' : 'Snooze';
   const on = e.target !== undefined ? ` ${code(e.target)}` : '';
-  const result = e.refused !== null ? `refused: ${REFUSED[e.refused] ?? text(e.refused)}` : e.incidentId !== null ? `incident ${code(e.incidentId)}` : 'done';
+  const result =
+    e.refused !== null
+      ? `refused: ${REFUSED[e.refused] ?? text(e.refused)}`
+      : e.incidentId !== null
+        ? `incident ${code(e.incidentId)}`
+        : 'done';
   return `${what}${on} by ${mention(e.by)} at ${hhmm(Date.parse(e.at))}: ${result}`;
 }
 
 /** The Unstick control: a button for a container, a pick of the host's containers for a host, or why there is none. */
-function unstickControl(meta: IncidentMeta, machineId: string, ctx: RenderContext): { element: types.ActionsBlockElement | null; note: string | null } {
+function unstickControl(
+  meta: IncidentMeta,
+  machineId: string,
+  ctx: RenderContext,
+): { element: types.ActionsBlockElement | null; note: string | null } {
   const m = ctx.machines?.find((x) => x.id === machineId);
   if (!m) return { element: null, note: null };
   const confirm = (what: string): types.ConfirmationDialog => ({
     title: { type: 'plain_text', text: 'Unstick?' },
-    text: { type: 'mrkdwn', text: `Stops the processes holding ${what}'s GPUs, as you: every rule of \`/gpu unstick\` applies, and host-level steps need a second person.` },
+    text: {
+      type: 'mrkdwn',
+      text: `Stops the processes holding ${what}'s GPUs, as you: every rule of \`/gpu unstick\` applies, and host-level steps need a second person.`,
+    },
     confirm: { type: 'plain_text', text: 'Unstick' },
     deny: { type: 'plain_text', text: 'Cancel' },
   });
   if (m.kind === 'container')
     return {
-      element: { type: 'button', action_id: ALERT_UNSTICK_ACTION_ID, text: { type: 'plain_text', text: clipChars(`Unstick ${cell(machineId)}`, 75) }, value: meta.id, confirm: confirm(code(machineId)) },
+      element: {
+        type: 'button',
+        action_id: ALERT_UNSTICK_ACTION_ID,
+        text: { type: 'plain_text', text: clipChars(`Unstick ${cell(machineId)}`, 75) },
+        value: meta.id,
+        confirm: confirm(code(machineId)),
+      },
       note: null,
     };
-  const containers = (ctx.machines ?? []).filter((x) => x.kind === 'container' && x.hostId === machineId).map((x) => x.id);
-  if (containers.length === 0) return { element: null, note: `No container of ${code(machineId)} is in the inventory, so *Unstick* has nothing to act on here.` };
+  const containers = (ctx.machines ?? [])
+    .filter((x) => x.kind === 'container' && x.hostId === machineId)
+    .map((x) => x.id);
+  if (containers.length === 0)
+    return {
+      element: null,
+      note: `No container of ${code(machineId)} is in the inventory, so *Unstick* has nothing to act on here.`,
+    };
   const shown = containers.slice(0, SELECT_OPTIONS_MAX);
   return {
     element: {
       type: 'static_select',
       action_id: ALERT_UNSTICK_PICK_ACTION_ID,
       placeholder: { type: 'plain_text', text: 'Unstick a container…' },
-      options: shown.map((c) => ({ text: { type: 'plain_text', text: clipChars(cell(c), 75) }, value: `${meta.id}|${c}` })),
+      options: shown.map((c) => ({
+        text: { type: 'plain_text', text: clipChars(cell(c), 75) },
+        value: `${meta.id}|${c}`,
+      })),
       confirm: confirm('the chosen container'),
     },
-    note: containers.length > shown.length ? `The Unstick list shows the first ${shown.length} of ${containers.length} containers of ${code(machineId)}; \`/gpu unstick <container>\` reaches the others.` : null,
+    note:
+      containers.length > shown.length
+        ? `The Unstick list shows the first ${shown.length} of ${containers.length} containers of ${code(machineId)}; \`/gpu unstick <container>\` reaches the others.`
+        : null,
   };
 }
 
@@ -129,7 +162,11 @@ function unstickControl(meta: IncidentMeta, machineId: string, ctx: RenderContex
  * what to do next, snoozes and clicks; once cleared, when and how long it lasted, keeping what it
  * said, with no buttons. Pure: the inventory's machines come in through `ctx`.
  */
-export function renderAlert(meta: IncidentMeta, events: readonly AnyLoggedEvent[], ctx: RenderContext = {}): MessageView[] {
+export function renderAlert(
+  meta: IncidentMeta,
+  events: readonly AnyLoggedEvent[],
+  ctx: RenderContext = {},
+): MessageView[] {
   const alertEvents = events.filter((e): e is AlertEvent & { id: string } => e.type.startsWith('alert_'));
   let alert: Alert | null = null;
   let clearedAt: number | null = null;
@@ -159,36 +196,72 @@ export function renderAlert(meta: IncidentMeta, events: readonly AnyLoggedEvent[
       : `:white_check_mark: *Cleared at ${hhmm(clearedAt)} (${lasted(alert.since, clearedAt)})*: ${title} on ${where}`;
   // The watchdog appends root causes to the sentence as " Why: …" (judge.ts): each on its own line.
   const [what = '', ...whys] = alert.sentence.split(' Why: ');
-  const said = [clearedAt === null ? sentence(what) : `It said: ${sentence(what)}`, ...whys.map((w) => `:bulb: Why: ${text(w)}`)].join('\n');
+  const said = [
+    clearedAt === null ? sentence(what) : `It said: ${sentence(what)}`,
+    ...whys.map((w) => `:bulb: Why: ${text(w)}`),
+  ].join('\n');
   const when = [
     `Since ${stamp(alert.since)}`,
     ...(alert.raisedAt !== null && alert.raisedAt !== alert.since ? [`raised ${hhmm(alert.raisedAt)}`] : []),
     ...(updatedAt !== null ? [`updated ${hhmm(updatedAt)}`] : []),
     `alert ${code(meta.id)}`,
   ].join(' · ');
-  const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: `${head}\n${said}` } }, { type: 'context', elements: [{ type: 'mrkdwn', text: when }] }];
+  const blocks: KnownBlock[] = [
+    { type: 'section', text: { type: 'mrkdwn', text: `${head}\n${said}` } },
+    { type: 'context', elements: [{ type: 'mrkdwn', text: when }] },
+  ];
   const lines: string[] = [head, said, when];
   if (clearedAt === null) {
     const next = `*Next:* ${NEXT[alert.kind] ?? ''}`;
     blocks.push({ type: 'section', text: { type: 'mrkdwn', text: next } });
     lines.push(next);
   }
-  const notes: string[] = [...snoozes.entries()].map(([scope, s]) => `:zzz: ${scopeWords(scope)} snoozed until ${stamp(Date.parse(s.until))} by ${mention(s.by)}: the watchdog raises no new alert there until then`);
+  const notes: string[] = [...snoozes.entries()].map(
+    ([scope, s]) =>
+      `:zzz: ${scopeWords(scope)} snoozed until ${stamp(Date.parse(s.until))} by ${mention(s.by)}: the watchdog raises no new alert there until then`,
+  );
   notes.push(...actions.slice(-10));
   if (actions.length > 10) notes.push(`(${actions.length - 10} earlier clicks are in the incident log)`);
   if (clearedAt === null) {
-    const elements: types.ActionsBlockElement[] = [{ type: 'button', action_id: ALERT_STATUS_ACTION_ID, text: { type: 'plain_text', text: clipChars(`Status ${cell(machineId)}`, 75) }, value: meta.id }];
+    const elements: types.ActionsBlockElement[] = [
+      {
+        type: 'button',
+        action_id: ALERT_STATUS_ACTION_ID,
+        text: { type: 'plain_text', text: clipChars(`Status ${cell(machineId)}`, 75) },
+        value: meta.id,
+      },
+    ];
     const unstick = unstickControl(meta, machineId, ctx);
     if (unstick.element) elements.push(unstick.element);
     if (unstick.note) notes.push(unstick.note);
     elements.push(
-      { type: 'button', action_id: ALERT_SNOOZE_1H_ACTION_ID, text: { type: 'plain_text', text: 'Snooze 1 h' }, value: meta.id },
-      { type: 'button', action_id: ALERT_SNOOZE_1D_ACTION_ID, text: { type: 'plain_text', text: 'Snooze 1 day' }, value: meta.id },
+      {
+        type: 'button',
+        action_id: ALERT_SNOOZE_1H_ACTION_ID,
+        text: { type: 'plain_text', text: 'Snooze 1 h' },
+        value: meta.id,
+      },
+      {
+        type: 'button',
+        action_id: ALERT_SNOOZE_1D_ACTION_ID,
+        text: { type: 'plain_text', text: 'Snooze 1 day' },
+        value: meta.id,
+      },
     );
     if (alert.gpu !== null)
       elements.push(
-        { type: 'button', action_id: ALERT_SNOOZE_GPU_1H_ACTION_ID, text: { type: 'plain_text', text: `Snooze GPU ${alert.gpu} 1 h` }, value: meta.id },
-        { type: 'button', action_id: ALERT_SNOOZE_GPU_1D_ACTION_ID, text: { type: 'plain_text', text: `Snooze GPU ${alert.gpu} 1 day` }, value: meta.id },
+        {
+          type: 'button',
+          action_id: ALERT_SNOOZE_GPU_1H_ACTION_ID,
+          text: { type: 'plain_text', text: `Snooze GPU ${alert.gpu} 1 h` },
+          value: meta.id,
+        },
+        {
+          type: 'button',
+          action_id: ALERT_SNOOZE_GPU_1D_ACTION_ID,
+          text: { type: 'plain_text', text: `Snooze GPU ${alert.gpu} 1 day` },
+          value: meta.id,
+        },
       );
     if (notes.length > 0) blocks.push(...contextsOf(notes));
     // A new block_id per version, as Slack asks of updated messages (a client keeps no stale pick).

@@ -54,9 +54,13 @@ function waitedWords(ms: number): string {
 
 const mentions = (ids: readonly string[]): string => ids.map(mention).join(' ');
 
-function nudgesOf(req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[]): Array<Ev<'approval_reminded'> | Ev<'approval_escalated'>> {
+function nudgesOf(
+  req: Ev<'approval_requested'>,
+  events: readonly UnstickLoggedEvent[],
+): Array<Ev<'approval_reminded'> | Ev<'approval_escalated'>> {
   return events.filter(
-    (e): e is Ev<'approval_reminded'> | Ev<'approval_escalated'> => (e.type === 'approval_reminded' || e.type === 'approval_escalated') && e.approvalId === req.approvalId,
+    (e): e is Ev<'approval_reminded'> | Ev<'approval_escalated'> =>
+      (e.type === 'approval_reminded' || e.type === 'approval_escalated') && e.approvalId === req.approvalId,
   );
 }
 
@@ -64,7 +68,10 @@ function nudgesOf(req: Ev<'approval_requested'>, events: readonly UnstickLoggedE
  * The pending card's time words: `expires at 09:35 UTC`, then ` · as of 09:27 UTC: 7 min left`
  * once reminded or escalated, then the escalation: to come (`escalates to … at …`) or done.
  */
-export function cardTimeLeft(req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[]): { expires: string; escalation: string | null } {
+export function cardTimeLeft(
+  req: Ev<'approval_requested'>,
+  events: readonly UnstickLoggedEvent[],
+): { expires: string; escalation: string | null } {
   const nudges = nudgesOf(req, events);
   const last = nudges[nudges.length - 1];
   const asOf = last ? ` · as of ${hhmm(last.at)}: ${minutesLeft(Date.parse(req.expiresAt), Date.parse(last.at))}` : '';
@@ -86,7 +93,11 @@ function stepWords(req: Ev<'approval_requested'>): string {
 }
 
 /** Half the card's time passed undecided: its deciders are mentioned again, with the time left. */
-export function reminderMessage(e: Ev<'approval_reminded'>, req: Ev<'approval_requested'>, requester: string): MessageView {
+export function reminderMessage(
+  e: Ev<'approval_reminded'>,
+  req: Ev<'approval_requested'>,
+  requester: string,
+): MessageView {
   const left = `${minutesLeft(Date.parse(e.expiresAt), Date.parse(e.at))} as of ${hhmm(e.at)} (expires at ${hhmm(e.expiresAt)})`;
   return reply(`ev:${e.id}`, [
     `:bell: *Reminder* ${mentions(e.pinged)}: the ${stepWords(req)} in the card above still waits for a decision: ${left}.`,
@@ -95,7 +106,11 @@ export function reminderMessage(e: Ev<'approval_reminded'>, req: Ev<'approval_re
 }
 
 /** The card waited the escalation delay undecided: the escalation group is mentioned and may decide too. */
-export function escalationMessage(e: Ev<'approval_escalated'>, req: Ev<'approval_requested'>, requester: string): MessageView {
+export function escalationMessage(
+  e: Ev<'approval_escalated'>,
+  req: Ev<'approval_requested'>,
+  requester: string,
+): MessageView {
   const waited = waitedWords(Date.parse(e.at) - Date.parse(req.at));
   const left = `${minutesLeft(Date.parse(e.expiresAt), Date.parse(e.at))} as of ${hhmm(e.at)} (expires at ${hhmm(e.expiresAt)})`;
   return reply(`ev:${e.id}`, [
@@ -108,23 +123,37 @@ export function escalationMessage(e: Ev<'approval_escalated'>, req: Ev<'approval
  * do next. The next step is the verdict's advice when the worker has logged it (it names what is
  * still held and who can act, from verdict-context.ts); until then, the general one.
  */
-export function expiryMessage(e: Ev<'approval_expired'>, req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[], requester: string, target: string): MessageView {
+export function expiryMessage(
+  e: Ev<'approval_expired'>,
+  req: Ev<'approval_requested'>,
+  events: readonly UnstickLoggedEvent[],
+  requester: string,
+  target: string,
+): MessageView {
   const nudges = nudgesOf(req, events);
   const reminded = [...new Set(nudges.filter((n) => n.type === 'approval_reminded').flatMap((n) => n.pinged))];
   const escalated = [...new Set(nudges.filter((n) => n.type === 'approval_escalated').flatMap((n) => n.pinged))];
-  const asked = [...(reminded.length > 0 ? [`reminded ${mentions(reminded)}`] : []), ...(escalated.length > 0 ? [`escalated to ${mentions(escalated)}`] : [])];
+  const asked = [
+    ...(reminded.length > 0 ? [`reminded ${mentions(reminded)}`] : []),
+    ...(escalated.length > 0 ? [`escalated to ${mentions(escalated)}`] : []),
+  ];
   const i = events.indexOf(e);
   const verdict = events.slice(i + 1).find((x): x is Ev<'verdict'> => x.type === 'verdict');
   const advice = verdict?.verdict.advice
     ? rich(withoutNote(verdict.verdict.advice))
     : verdict?.verdict.nextStep
-      ? esc(verdict.verdict.nextStep.startsWith(EXPIRED_NOTE) ? verdict.verdict.nextStep.slice(EXPIRED_NOTE.length).trimStart() : verdict.verdict.nextStep)
+      ? esc(
+          verdict.verdict.nextStep.startsWith(EXPIRED_NOTE)
+            ? verdict.verdict.nextStep.slice(EXPIRED_NOTE.length).trimStart()
+            : verdict.verdict.nextStep,
+        )
       : `run ${code(`/gpu unstick ${target}`)} again when an approver can answer the card.`;
   const lines = [
     `:hourglass: ${mention(requester)}: the ${stepWords(req)} you asked for expired at ${hhmm(e.at)} with no decision${asked.length > 0 ? ` (${asked.join('; ')})` : ''}; nothing from it was run.`,
     `*What now:* ${advice}`,
   ];
   const blocks: KnownBlock[] = [...sectionsOf(lines)];
-  if (!verdict) blocks.push(...contextsOf(['The verdict with what is still held follows once the worker has looked again.']));
+  if (!verdict)
+    blocks.push(...contextsOf(['The verdict with what is still held follows once the worker has looked again.']));
   return { key: `ev:${e.id}`, placement: 'reply', text: fallbackText(lines), blocks: limitBlocks(blocks) };
 }

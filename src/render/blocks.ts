@@ -73,7 +73,10 @@ export function sectionsOf(lines: readonly string[], opts: { code?: boolean } = 
   if (lines.length === 0) return [];
   const code = opts.code === true;
   const budget = code ? SECTION_TEXT_MAX - 2 * FENCE.length - 2 : SECTION_TEXT_MAX;
-  return packLines(lines, budget, code).map((t) => ({ type: 'section', text: { type: 'mrkdwn', text: code ? `${FENCE}\n${t}\n${FENCE}` : t } }));
+  return packLines(lines, budget, code).map((t) => ({
+    type: 'section',
+    text: { type: 'mrkdwn', text: code ? `${FENCE}\n${t}\n${FENCE}` : t },
+  }));
 }
 
 /** Context blocks holding every line (a context block takes up to 10 text elements). */
@@ -81,7 +84,10 @@ export function contextsOf(lines: readonly string[]): KnownBlock[] {
   const texts = packLines(lines, SECTION_TEXT_MAX);
   const blocks: KnownBlock[] = [];
   for (let i = 0; i < texts.length; i += 10)
-    blocks.push({ type: 'context', elements: texts.slice(i, i + 10).map((t) => ({ type: 'mrkdwn' as const, text: t })) });
+    blocks.push({
+      type: 'context',
+      elements: texts.slice(i, i + 10).map((t) => ({ type: 'mrkdwn' as const, text: t })),
+    });
   return blocks;
 }
 
@@ -89,7 +95,18 @@ export function contextsOf(lines: readonly string[]): KnownBlock[] {
 export function limitBlocks(blocks: KnownBlock[]): KnownBlock[] {
   if (blocks.length <= BLOCKS_PER_MESSAGE) return blocks;
   const kept = blocks.slice(0, BLOCKS_PER_MESSAGE - 1);
-  return [...kept, { type: 'context', elements: [{ type: 'mrkdwn', text: `… ${blocks.length - kept.length} more blocks did not fit in this message (Slack's limit is ${BLOCKS_PER_MESSAGE}); the incident log keeps everything.` }] }];
+  return [
+    ...kept,
+    {
+      type: 'context',
+      elements: [
+        {
+          type: 'mrkdwn',
+          text: `… ${blocks.length - kept.length} more blocks did not fit in this message (Slack's limit is ${BLOCKS_PER_MESSAGE}); the incident log keeps everything.`,
+        },
+      ],
+    },
+  ];
 }
 
 /**

@@ -15,11 +15,14 @@ type KnownBlock = types.KnownBlock;
  * reach Slack only through the table cells (plain text) and `text()`.
  */
 export function renderDoctor(meta: IncidentMeta, events: readonly LoggedEvent[]): MessageView[] {
-  const reports = events.filter((e): e is Extract<LoggedEvent, { type: 'doctor_report' }> => e.type === 'doctor_report');
+  const reports = events.filter(
+    (e): e is Extract<LoggedEvent, { type: 'doctor_report' }> => e.type === 'doctor_report',
+  );
   const errors = events.filter((e): e is Extract<LoggedEvent, { type: 'error' }> => e.type === 'error');
   const findings: Finding[] = reports.flatMap((r) => r.findings);
   const checked = new Set(reports.flatMap((r) => r.machines));
-  const done = events.some((e) => e.type === 'finished') && meta.targets.every((t) => checked.has(t) || errors.length > 0);
+  const done =
+    events.some((e) => e.type === 'finished') && meta.targets.every((t) => checked.has(t) || errors.length > 0);
   const failed = findings.filter((f) => f.status === 'fail').length;
   const warned = findings.filter((f) => f.status === 'warn').length;
   const what = meta.targets.length === 1 ? code(meta.targets[0] ?? '') : `all machines (${meta.targets.length})`;
@@ -37,13 +40,37 @@ export function renderDoctor(meta: IncidentMeta, events: readonly LoggedEvent[])
     const hints = hintLines(findings).map(text);
     const heading = `*Checks on ${checked.size} machine${checked.size === 1 ? '' : 's'}*`;
     const table = buildTableBlock(TABLE_HEADER, rows);
-    const more = table.omittedRows > 0 ? [`${table.omittedRows} more rows are not shown here: run \`gpu-medic doctor\` where the worker runs for the whole table.`] : [];
-    const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, table.block, ...sectionsOf([...(hints.length > 0 ? ['*How to fix:*', ...hints] : []), ...more])];
-    views.push({ key: 'report', placement: 'reply', text: fallbackText([heading, monospaceTable(TABLE_HEADER, rows), ...(hints.length > 0 ? ['How to fix:', ...hints] : []), ...more]), blocks: limitBlocks(blocks) });
+    const more =
+      table.omittedRows > 0
+        ? [
+            `${table.omittedRows} more rows are not shown here: run \`gpu-medic doctor\` where the worker runs for the whole table.`,
+          ]
+        : [];
+    const blocks: KnownBlock[] = [
+      { type: 'section', text: { type: 'mrkdwn', text: heading } },
+      table.block,
+      ...sectionsOf([...(hints.length > 0 ? ['*How to fix:*', ...hints] : []), ...more]),
+    ];
+    views.push({
+      key: 'report',
+      placement: 'reply',
+      text: fallbackText([
+        heading,
+        monospaceTable(TABLE_HEADER, rows),
+        ...(hints.length > 0 ? ['How to fix:', ...hints] : []),
+        ...more,
+      ]),
+      blocks: limitBlocks(blocks),
+    });
   }
   for (const e of errors) {
     const t = `:warning: ${text(e.message)} (${text(e.code)}). Those machines were not checked.`;
-    views.push({ key: `ev:${e.id}`, placement: 'reply', text: t, blocks: [{ type: 'section', text: { type: 'mrkdwn', text: t } }] });
+    views.push({
+      key: `ev:${e.id}`,
+      placement: 'reply',
+      text: t,
+      blocks: [{ type: 'section', text: { type: 'mrkdwn', text: t } }],
+    });
   }
   return views;
 }

@@ -42,14 +42,17 @@ const LOOK_ALIKE: Record<string, string> = { '*': '∗', _: 'ˍ', '~': '∼', '`
 
 /** C0 controls → Unicode control pictures (U+2400…), DEL → ␡; C1, line/paragraph separators, bidi and BOM → �. */
 function visibleControls(s: string): string {
-  return s.replace(/[\u0000-\u001f\u007f\u0080-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]/g, (c) => {
-    const n = c.charCodeAt(0);
-    if (c === '\n' || c === '\r') return '␤';
-    if (n < 0x20) return String.fromCharCode(0x2400 + n);
-    if (n === 0x7f) return '␡';
-    if (c === '\u2028' || c === '\u2029' || c === '\u0085') return '␤';
-    return '\ufffd';
-  });
+  return s.replace(
+    /[\u0000-\u001f\u007f\u0080-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]/g,
+    (c) => {
+      const n = c.charCodeAt(0);
+      if (c === '\n' || c === '\r') return '␤';
+      if (n < 0x20) return String.fromCharCode(0x2400 + n);
+      if (n === 0x7f) return '␡';
+      if (c === '\u2028' || c === '\u2029' || c === '\u0085') return '␤';
+      return '\ufffd';
+    },
+  );
 }
 
 /** Slack's three escapes, for text already laid out (e.g. a padded monospace table): `&` `<` `>`. */

@@ -44,7 +44,8 @@ export const HISTORY_TEXT_MAX = 3_000;
 
 const fmt = (n: number): string => n.toLocaleString('en-US');
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12 UTC`. */
-const when = (iso: string): string => (/^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(iso) ? `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC` : text(clipChars(iso, 30)));
+const when = (iso: string): string =>
+  /^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(iso) ? `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC` : text(clipChars(iso, 30));
 const plural = (n: number, one: string, many = `${one}s`): string => `${fmt(n)} ${n === 1 ? one : many}`;
 
 /** The CLI that lists a machine's whole history (the escape hatch for what does not fit). */
@@ -56,7 +57,11 @@ function who(requester: string): string {
   return requester === 'watchdog' ? 'the watchdog' : mention(requester);
 }
 
-const STEP_NAME: Record<StepSummary['kind'], string> = { container_signal: 'container signals', host_kill: 'host kill', host_reset: 'GPU reset' };
+const STEP_NAME: Record<StepSummary['kind'], string> = {
+  container_signal: 'container signals',
+  host_kill: 'host kill',
+  host_reset: 'GPU reset',
+};
 
 /**
  * One step in short, as words (Rich: the approver is a mention part), for the history answer and the
@@ -69,14 +74,23 @@ export function stepWords(s: StepSummary): Rich {
   if (a && a.state === 'denied') return [`${STEP_NAME[s.kind]} denied by `, ...by(a.by)];
   if (a && a.state === 'expired') return [`${STEP_NAME[s.kind]}: approval expired, not run`];
   if (a && a.state === 'pending') return [`${STEP_NAME[s.kind]} waiting for approval`];
-  const where: Part[] = [s.kind === 'container_signal' ? 'container' : 'host', ...(a?.by ? [', approved by ', user(a.by)] : [])];
-  const extra = [...(s.gone > 0 ? [`${fmt(s.gone)} already gone`] : []), ...(s.skipped > 0 ? [`${fmt(s.skipped)} refused by the re-check`] : [])];
+  const where: Part[] = [
+    s.kind === 'container_signal' ? 'container' : 'host',
+    ...(a?.by ? [', approved by ', user(a.by)] : []),
+  ];
+  const extra = [
+    ...(s.gone > 0 ? [`${fmt(s.gone)} already gone`] : []),
+    ...(s.skipped > 0 ? [`${fmt(s.skipped)} refused by the re-check`] : []),
+  ];
   const tail = extra.length > 0 ? `; ${extra.join(', ')}` : '';
   if (s.kind === 'host_reset') {
     const state = s.outcome === null ? ' running' : s.outcome === 'done' ? '' : ` ${s.outcome}`;
     return [`GPU reset${state} (`, ...where, ')'];
   }
-  const sigs = [...(s.sent.TERM > 0 ? [`SIGTERM ${fmt(s.sent.TERM)}`] : []), ...(s.sent.KILL > 0 ? [`SIGKILL ${fmt(s.sent.KILL)}`] : [])];
+  const sigs = [
+    ...(s.sent.TERM > 0 ? [`SIGTERM ${fmt(s.sent.TERM)}`] : []),
+    ...(s.sent.KILL > 0 ? [`SIGKILL ${fmt(s.sent.KILL)}`] : []),
+  ];
   const running = s.outcome === null ? ', running' : s.outcome === 'interrupted' ? ', interrupted' : '';
   return [`${sigs.length > 0 ? sigs.join(', ') : 'no signal sent'} (`, ...where, `${running}${tail})`];
 }
@@ -88,7 +102,12 @@ export function stepsWords(steps: readonly StepSummary[]): Rich {
 
 function kindOf(s: IncidentSummary, via: string | null, hostId: string): string {
   const m = s.meta;
-  const on = via !== null ? `${code(via)} (a container on ${code(hostId)})` : m.targets.length === 1 ? code(m.targets[0] ?? '') : null;
+  const on =
+    via !== null
+      ? `${code(via)} (a container on ${code(hostId)})`
+      : m.targets.length === 1
+        ? code(m.targets[0] ?? '')
+        : null;
   switch (m.kind) {
     case 'status_all':
       return `status of all ${plural(m.targets.length, 'machine')}`;
@@ -106,7 +125,10 @@ function whatRan(s: IncidentSummary): string | null {
   if (s.meta.kind === 'alert') {
     const a = s.alert;
     if (!a) return null;
-    const acts = a.actions.map((x) => `${ACTION_NAME[x.action]}${x.target ? ` of ${code(x.target)}` : ''} by ${mention(x.by)}${x.incidentId ? ` → ${code(x.incidentId)}` : ''}${x.refused ? ` (refused: ${code(clipChars(x.refused, 80))})` : ''}`);
+    const acts = a.actions.map(
+      (x) =>
+        `${ACTION_NAME[x.action]}${x.target ? ` of ${code(x.target)}` : ''} by ${mention(x.by)}${x.incidentId ? ` → ${code(x.incidentId)}` : ''}${x.refused ? ` (refused: ${code(clipChars(x.refused, 80))})` : ''}`,
+    );
     const snz = a.snoozes.map((x) => `snoozed ${code(x.scope)} by ${mention(x.by)} until ${when(x.until)}`);
     return [...acts, ...snz].join('; ') || null;
   }
@@ -134,7 +156,8 @@ function ending(s: IncidentSummary): string {
 /** One incident as one line. */
 export function historyLine(e: HistoryEntry, hostId: string): string {
   const s = e.summary;
-  if (s === null) return `• ${when(e.at)} · ${code(e.id)}: its record is gone from the incident log (only its index entry is left)`;
+  if (s === null)
+    return `• ${when(e.at)} · ${code(e.id)}: its record is gone from the incident log (only its index entry is left)`;
   const ran = whatRan(s);
   return `• ${when(s.meta.createdAt)} · ${who(s.meta.requester)} · ${kindOf(s, e.via, hostId)}${ran ? ` · ${ran}` : ''} · ${ending(s)} · ${code(e.id)}`;
 }
@@ -145,13 +168,16 @@ export function renderHistory(v: HistoryView, o: { maxChars?: number } = {}): st
   const withContainers = v.target.kind === 'host' && v.containers.length > 0;
   const head: string[] = [];
   if (v.entries.length === 0) {
-    head.push(`:scroll: No incident has touched ${t}${withContainers ? ' or its containers' : ''} in the incident log yet.`);
+    head.push(
+      `:scroll: No incident has touched ${t}${withContainers ? ' or its containers' : ''} in the incident log yet.`,
+    );
   } else {
     head.push(
       `:scroll: *History of ${t}*: the last ${plural(v.entries.length, 'incident')} that touched it, newest first${withContainers ? `, with its containers' (they ran on it), each saying which` : ''}.`,
     );
   }
-  if (v.cappedFrom !== null) head.push(`You asked for ${fmt(v.cappedFrom)}; history shows at most ${v.max} here (the CLI below lists more).`);
+  if (v.cappedFrom !== null)
+    head.push(`You asked for ${fmt(v.cappedFrom)}; history shows at most ${v.max} here (the CLI below lists more).`);
   const foot: string[] = [];
   if (v.scan) {
     const since = v.scan.before ? ` (it began ${when(v.scan.before)})` : '';
@@ -162,13 +188,21 @@ export function renderHistory(v: HistoryView, o: { maxChars?: number } = {}): st
     );
   }
   const lines = v.entries.map((e) => historyLine(e, v.target.id));
-  const older = v.more ? `Older incidents exist: ${v.limit < v.max ? `\`/gpu history ${codeLine(v.target.id)} ${v.max}\` or ` : ''}\`${historyCliCommand(v.target.id, 100)}\`.` : null;
+  const older = v.more
+    ? `Older incidents exist: ${v.limit < v.max ? `\`/gpu history ${codeLine(v.target.id)} ${v.max}\` or ` : ''}\`${historyCliCommand(v.target.id, 100)}\`.`
+    : null;
   const join = (body: string[], tail: string[]) => [...head, ...body, ...tail].join('\n');
   const all = join(lines, [...(older ? [older] : []), ...foot]);
   if (all.length <= max) return all;
   // Not all of it fits one message: keep the newest lines that do, and say how many are left and where to see them.
   const tailFor = (rest: number): string[] => [
-    ...(rest > 0 ? [`+${fmt(rest)} more${v.more ? ' (and older ones)' : ''}: \`${historyCliCommand(v.target.id, Math.max(v.limit, 100))}\` lists them; \`${codeLine('npm run -s cli -- incident <id>')}\` shows one.`] : older ? [older] : []),
+    ...(rest > 0
+      ? [
+          `+${fmt(rest)} more${v.more ? ' (and older ones)' : ''}: \`${historyCliCommand(v.target.id, Math.max(v.limit, 100))}\` lists them; \`${codeLine('npm run -s cli -- incident <id>')}\` shows one.`,
+        ]
+      : older
+        ? [older]
+        : []),
     ...foot,
   ];
   let n = 0;

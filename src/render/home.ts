@@ -58,8 +58,15 @@ export interface HomeIncident {
  */
 export function unstickStateOf(events: readonly { type: string; approvalId?: string }[]): HomeIncidentState | null {
   if (events.some((e) => e.type === 'finished')) return null;
-  const decided = new Set(events.flatMap((e) => ((e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId !== undefined ? [e.approvalId] : [])));
-  if (events.some((e) => e.type === 'approval_requested' && e.approvalId !== undefined && !decided.has(e.approvalId))) return 'waiting for approval';
+  const decided = new Set(
+    events.flatMap((e) =>
+      (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId !== undefined
+        ? [e.approvalId]
+        : [],
+    ),
+  );
+  if (events.some((e) => e.type === 'approval_requested' && e.approvalId !== undefined && !decided.has(e.approvalId)))
+    return 'waiting for approval';
   return events.some((e) => e.type === 'started') ? 'running' : 'queued';
 }
 
@@ -127,7 +134,9 @@ function machineLine(m: HomeMachine, model: HomeModel): string {
   else {
     parts.push(plural(g.gpus, 'GPU', 'GPUs'));
     if (g.gpus > 0) parts.push(`${fmt(g.gpuMemoryUsedMiB)} / ${fmt(g.gpuMemoryTotalMiB)} MiB GPU memory`);
-    parts.push(g.ramPct === null ? 'RAM not read' : `RAM ${fmt(g.ramPct)} %${g.ramPct >= model.ramPct ? ' :warning:' : ''}`);
+    parts.push(
+      g.ramPct === null ? 'RAM not read' : `RAM ${fmt(g.ramPct)} %${g.ramPct >= model.ramPct ? ' :warning:' : ''}`,
+    );
   }
   if (g.openAlerts > 0) parts.push(`*${plural(g.openAlerts, 'open alert', 'open alerts')}*`);
   const age = model.now - g.at;
@@ -137,13 +146,17 @@ function machineLine(m: HomeMachine, model: HomeModel): string {
 
 function alertLine(a: HomeAlert, model: HomeModel): string {
   const id = code(a.incidentId);
-  if (a.alert === null) return `:warning: alert ${id}: its events could not be read (\`npm run -s cli -- incident ${a.incidentId.replace(/[^a-z0-9_]/g, '')}\` shows what the log holds)`;
+  if (a.alert === null)
+    return `:warning: alert ${id}: its events could not be read (\`npm run -s cli -- incident ${a.incidentId.replace(/[^a-z0-9_]/g, '')}\` shows what the log holds)`;
   const al = a.alert;
   // The watchdog's sentences name the GPU themselves ("GPU 3: …", "… on GPU 3 …"): only the machine goes before.
   const where = code(al.machineId);
   const icon = a.cleared ? ':white_check_mark:' : ':rotating_light:';
   const when = a.cleared ? 'cleared' : `since ${clockOf(al.raisedAt ?? al.since, model.now)}`;
-  const snooze = a.snoozedUntil !== null && Date.parse(a.snoozedUntil) > model.now ? ` · snoozed until ${clockOf(Date.parse(a.snoozedUntil), model.now)}` : '';
+  const snooze =
+    a.snoozedUntil !== null && Date.parse(a.snoozedUntil) > model.now
+      ? ` · snoozed until ${clockOf(Date.parse(a.snoozedUntil), model.now)}`
+      : '';
   return `${icon} ${where}: ${text(al.sentence)} · ${when}${snooze} · ${id}`;
 }
 
@@ -159,8 +172,14 @@ const bytesOf = (blocks: readonly KnownBlock[]): number => Buffer.byteLength(JSO
  * Sections holding as many of `lines` as fit in `maxBlocks` blocks and `maxBytes` bytes, and when
  * some do not, a last line `more(n)` saying how many were left out. Never a line cut in half.
  */
-export function fitLines(lines: readonly string[], maxBlocks: number, maxBytes: number, more: (n: number) => string): KnownBlock[] {
-  const build = (k: number): KnownBlock[] => sectionsOf(k < lines.length ? [...lines.slice(0, k), more(lines.length - k)] : lines.slice(0, k));
+export function fitLines(
+  lines: readonly string[],
+  maxBlocks: number,
+  maxBytes: number,
+  more: (n: number) => string,
+): KnownBlock[] {
+  const build = (k: number): KnownBlock[] =>
+    sectionsOf(k < lines.length ? [...lines.slice(0, k), more(lines.length - k)] : lines.slice(0, k));
   const fits = (b: KnownBlock[]): boolean => b.length <= maxBlocks && bytesOf(b) <= maxBytes;
   const all = build(lines.length);
   if (fits(all)) return all;
@@ -197,7 +216,9 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
   ];
   const footer: KnownBlock[] = [
     { type: 'divider' },
-    context('Refreshed when alerts or incidents change. `/gpu status all` reads every machine now; `/gpu help` lists the commands.'),
+    context(
+      'Refreshed when alerts or incidents change. `/gpu status all` reads every machine now; `/gpu help` lists the commands.',
+    ),
   ];
 
   // Fixed blocks: head (2), three titles with a divider before the last two (5), footer (2).
@@ -226,12 +247,15 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
           model.incidents.map((i) => incidentLine(i, model)),
           Math.min(10, Math.max(1, Math.floor(blocksLeft / 4))),
           Math.floor(bytesLeft / 4),
-          (n) => `+${fmt(n)} more ${n === 1 ? 'unstick' : 'unsticks'} in progress, each in its thread (\`npm run -s cli -- incidents\` lists them)`,
+          (n) =>
+            `+${fmt(n)} more ${n === 1 ? 'unstick' : 'unsticks'} in progress, each in its thread (\`npm run -s cli -- incidents\` lists them)`,
         );
   blocksLeft -= incBlocks.length;
   bytesLeft -= bytesOf(incBlocks);
 
-  const machTitle = section(`*Machines* (${fmt(model.machines.length)}, troubled first, as the watchdog last read them)`);
+  const machTitle = section(
+    `*Machines* (${fmt(model.machines.length)}, troubled first, as the watchdog last read them)`,
+  );
   const machBlocks =
     model.machines.length === 0
       ? [context('No machines in the inventory.')]
@@ -245,6 +269,17 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
   return {
     type: 'home',
     callback_id: 'gpu_medic_home',
-    blocks: [...head, alertTitle, ...alertBlocks, { type: 'divider' }, incTitle, ...incBlocks, { type: 'divider' }, machTitle, ...machBlocks, ...footer],
+    blocks: [
+      ...head,
+      alertTitle,
+      ...alertBlocks,
+      { type: 'divider' },
+      incTitle,
+      ...incBlocks,
+      { type: 'divider' },
+      machTitle,
+      ...machBlocks,
+      ...footer,
+    ],
   };
 }

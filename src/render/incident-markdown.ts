@@ -15,18 +15,31 @@ import { mdCellCode, mdCode, mdFence, mdRich, mdText } from './markdown-escape.t
 
 const fmt = (n: number | null): string => (n === null ? '?' : n.toLocaleString('en-US'));
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12:45 UTC`. */
-const utc = (iso: string): string => (/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/.test(iso) ? `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC` : mdText(iso));
+const utc = (iso: string): string =>
+  /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/.test(iso) ? `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC` : mdText(iso);
 /** `03:12:45.123` (the summary carries the date). */
-const clock = (iso: string): string => (/T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? mdText(iso));
-const secs = (ms: number): string => (!Number.isFinite(ms) || ms < 0 ? 'unknown' : ms < 60_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`);
+const clock = (iso: string): string => /T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? mdText(iso);
+const secs = (ms: number): string =>
+  !Number.isFinite(ms) || ms < 0
+    ? 'unknown'
+    : ms < 60_000
+      ? `${(ms / 1000).toFixed(1)} s`
+      : `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
 
 function table(head: string[], rows: string[][]): string[] {
-  return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)];
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map(() => '---').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ];
 }
 
 function title(s: IncidentSummary): string {
   const m = s.meta;
-  const what = m.kind === 'status_all' ? `status of all ${m.targets.length} machines` : `${m.kind} of ${m.targets.map(mdText).join(', ') || 'no machine'}`;
+  const what =
+    m.kind === 'status_all'
+      ? `status of all ${m.targets.length} machines`
+      : `${m.kind} of ${m.targets.map(mdText).join(', ') || 'no machine'}`;
   const end = s.verdict ? s.verdict.title : s.alert ? (s.alert.clearedAt ? 'cleared' : 'open') : s.state;
   return `# Incident ${mdText(m.id)}: ${what}, ${mdText(end)}`;
 }
@@ -39,16 +52,37 @@ function summaryTable(s: IncidentSummary): string[] {
     ['Kind', mdText(m.kind)],
     ['Target', m.targets.map(mdCellCode).join(', ') || 'none'],
     ['Requester', m.requester === 'watchdog' ? 'the watchdog' : mdCellCode(m.requester)],
-    ['Approver', s.approvers.length > 0 ? s.approvers.map(mdCellCode).join(', ') : s.steps.some((x) => x.tier === 2) ? 'nobody approved a host-level step' : 'none needed (no host-level step)'],
+    [
+      'Approver',
+      s.approvers.length > 0
+        ? s.approvers.map(mdCellCode).join(', ')
+        : s.steps.some((x) => x.tier === 2)
+          ? 'nobody approved a host-level step'
+          : 'none needed (no host-level step)',
+    ],
     ['Channel', mdCellCode(m.channel)],
     ['When', `${utc(m.createdAt)}${end ? ` to ${utc(end)}` : ' (not ended)'}`],
-    ['Duration', s.durationMs !== null ? secs(s.durationMs) : end ? secs(Date.parse(end) - Date.parse(m.createdAt)) : 'not ended'],
+    [
+      'Duration',
+      s.durationMs !== null ? secs(s.durationMs) : end ? secs(Date.parse(end) - Date.parse(m.createdAt)) : 'not ended',
+    ],
     ['Verdict', s.verdict ? mdText(s.verdict.title) : mdText(s.state)],
-    ['Memory freed', s.verdict ? `${fmt(s.verdict.totalFreedMiB)} MiB` : m.kind === 'unstick' ? 'unknown (no verdict)' : 'none (read only)'],
+    [
+      'Memory freed',
+      s.verdict
+        ? `${fmt(s.verdict.totalFreedMiB)} MiB`
+        : m.kind === 'unstick'
+          ? 'unknown (no verdict)'
+          : 'none (read only)',
+    ],
   ];
   if (m.reason) rows.splice(4, 0, ['Reason', mdText(m.reason)]);
   if (m.kind === 'unstick') rows.push(['What ran', mdRich(stepsWords(s.steps), { cell: true })]);
-  if (s.alert) rows.push(['Alert', `${mdText(s.alert.kind)} on ${mdCellCode(s.alert.machineId)}${s.alert.gpu === null ? '' : ` GPU ${s.alert.gpu}`}: ${mdText(s.alert.sentence)}`]);
+  if (s.alert)
+    rows.push([
+      'Alert',
+      `${mdText(s.alert.kind)} on ${mdCellCode(s.alert.machineId)}${s.alert.gpu === null ? '' : ` GPU ${s.alert.gpu}`}: ${mdText(s.alert.sentence)}`,
+    ]);
   return table(['', ''], rows);
 }
 
@@ -97,12 +131,20 @@ function gpuTables(label: string, snaps: ReadonlyArray<{ at: string; snapshot: M
   const out: string[] = [`## GPUs ${label}`, ''];
   for (const { snapshot: s } of snaps) {
     out.push(`### ${mdCode(s.machineId)}, ${s.view} view, read ${utc(s.takenAt)}`, '');
-    if (s.gpuError) out.push(`nvidia-smi reported an error: ${mdCode(s.gpuError.kind)}: ${mdText(s.gpuError.message)}`, '');
+    if (s.gpuError)
+      out.push(`nvidia-smi reported an error: ${mdCode(s.gpuError.kind)}: ${mdText(s.gpuError.message)}`, '');
     if (s.gpus.length > 0) {
       out.push(
         ...table(
           ['GPU', 'Name', 'Memory used (MiB)', 'Memory total (MiB)', 'Util', 'UUID'],
-          s.gpus.map((g) => [g.index === null ? '?' : String(g.index), g.name ? mdText(g.name) : '?', fmt(g.memoryUsedMiB), fmt(g.memoryTotalMiB), g.utilizationPct === null ? '?' : `${g.utilizationPct} %`, g.uuid ? mdCellCode(g.uuid) : '?']),
+          s.gpus.map((g) => [
+            g.index === null ? '?' : String(g.index),
+            g.name ? mdText(g.name) : '?',
+            fmt(g.memoryUsedMiB),
+            fmt(g.memoryTotalMiB),
+            g.utilizationPct === null ? '?' : `${g.utilizationPct} %`,
+            g.uuid ? mdCellCode(g.uuid) : '?',
+          ]),
         ),
         '',
       );
@@ -111,15 +153,35 @@ function gpuTables(label: string, snaps: ReadonlyArray<{ at: string; snapshot: M
       out.push(
         ...table(
           ['PID', 'GPU', 'Process', 'MiB'],
-          s.processes.map((p) => [String(p.pid), p.gpuIndex === null ? (p.gpuUuid ? mdCellCode(p.gpuUuid) : '?') : String(p.gpuIndex), p.name ? mdCellCode(p.name) : '?', fmt(p.usedMiB)]),
+          s.processes.map((p) => [
+            String(p.pid),
+            p.gpuIndex === null ? (p.gpuUuid ? mdCellCode(p.gpuUuid) : '?') : String(p.gpuIndex),
+            p.name ? mdCellCode(p.name) : '?',
+            fmt(p.usedMiB),
+          ]),
         ),
         '',
       );
     }
     if (s.holders.length > 0) {
-      out.push(...table(['PID (in its namespace)', 'User', 'Command', 'Device'], s.holders.map((h) => [String(h.pid), h.user ? mdCellCode(h.user) : '?', h.command ? mdCellCode(h.command) : '?', mdCellCode(h.device)])), '');
+      out.push(
+        ...table(
+          ['PID (in its namespace)', 'User', 'Command', 'Device'],
+          s.holders.map((h) => [
+            String(h.pid),
+            h.user ? mdCellCode(h.user) : '?',
+            h.command ? mdCellCode(h.command) : '?',
+            mdCellCode(h.device),
+          ]),
+        ),
+        '',
+      );
     }
-    if (s.ram) out.push(`RAM: ${fmt(Math.round(s.ram.usedBytes / 2 ** 30))} of ${fmt(Math.round(s.ram.totalBytes / 2 ** 30))} GiB used.`, '');
+    if (s.ram)
+      out.push(
+        `RAM: ${fmt(Math.round(s.ram.usedBytes / 2 ** 30))} of ${fmt(Math.round(s.ram.totalBytes / 2 ** 30))} GiB used.`,
+        '',
+      );
   }
   return out;
 }
@@ -132,7 +194,14 @@ function perGpu(s: IncidentSummary): string[] {
     '',
     ...table(
       ['GPU', 'Before', 'After', 'In use before (MiB)', 'In use after (MiB)', 'Freed by this incident (MiB)'],
-      v.gpus.map((g) => [g.index === null ? '?' : String(g.index), mdText(g.before.replace(/_/g, ' ')), g.after === null ? mdText(g.afterState) : mdText(g.after.replace(/_/g, ' ')), fmt(g.beforeMiB), fmt(g.afterMiB), fmt(g.freedMiB)]),
+      v.gpus.map((g) => [
+        g.index === null ? '?' : String(g.index),
+        mdText(g.before.replace(/_/g, ' ')),
+        g.after === null ? mdText(g.afterState) : mdText(g.after.replace(/_/g, ' ')),
+        fmt(g.beforeMiB),
+        fmt(g.afterMiB),
+        fmt(g.freedMiB),
+      ]),
     ),
     '',
   ];
@@ -142,7 +211,12 @@ function commandBlocks(list: readonly NumberedCommand[]): string[] {
   if (list.length === 0) return [];
   const out = ['## Commands', '', 'Each command exactly as it was sent over SSH, in the order it ran.', ''];
   for (const c of list) {
-    out.push(`${c.n}. ${mdText(c.what)} on ${mdCode(c.record.machineId)} at ${clock(c.at)} UTC: ${mdText(ended(c.record))}, ${c.record.durationMs} ms`, '', mdFence(c.record.command, 'sh'), '');
+    out.push(
+      `${c.n}. ${mdText(c.what)} on ${mdCode(c.record.machineId)} at ${clock(c.at)} UTC: ${mdText(ended(c.record))}, ${c.record.durationMs} ms`,
+      '',
+      mdFence(c.record.command, 'sh'),
+      '',
+    );
   }
   return out;
 }
@@ -153,20 +227,35 @@ function followUp(s: IncidentSummary): string[] {
   if (v?.advice) items.push(mdRich(v.advice));
   else if (v?.nextStep) items.push(mdText(v.nextStep));
   for (const o of v?.outside ?? []) items.push(mdText(o));
-  for (const e of s.machineErrors) items.push(`${mdCode(e.machineId)} could not be read (${mdCode(e.code)}): ${mdText(e.message)}`);
+  for (const e of s.machineErrors)
+    items.push(`${mdCode(e.machineId)} could not be read (${mdCode(e.code)}): ${mdText(e.message)}`);
   if (s.error) items.push(`The run stopped on an error (${mdCode(s.error.code)}): ${mdText(s.error.message)}`);
   for (const st of s.steps)
-    if (st.approval?.state === 'pending') items.push(`A host-level step (${mdText(st.kind.replace(/_/g, ' '))} on ${mdCode(st.machineId)}) is still waiting for an approval.`);
+    if (st.approval?.state === 'pending')
+      items.push(
+        `A host-level step (${mdText(st.kind.replace(/_/g, ' '))} on ${mdCode(st.machineId)}) is still waiting for an approval.`,
+      );
   if (s.alert && !s.alert.clearedAt) items.push(`The alert is still open: ${mdText(s.alert.sentence)}`);
-  if (s.doctor && s.doctor.failed > 0) items.push(`${s.doctor.failed} doctor check${s.doctor.failed === 1 ? '' : 's'} failed: fix them before relying on unstick there (the timeline has each).`);
-  if (items.length === 0) items.push(v ? `Nothing left to do: the verdict is ${mdText(v.title)}.` : endOf(s) ? 'Nothing was left open.' : 'The incident has not ended: look again when it has.');
+  if (s.doctor && s.doctor.failed > 0)
+    items.push(
+      `${s.doctor.failed} doctor check${s.doctor.failed === 1 ? '' : 's'} failed: fix them before relying on unstick there (the timeline has each).`,
+    );
+  if (items.length === 0)
+    items.push(
+      v
+        ? `Nothing left to do: the verdict is ${mdText(v.title)}.`
+        : endOf(s)
+          ? 'Nothing was left open.'
+          : 'The incident has not ended: look again when it has.',
+    );
   return ['## What to follow up', '', ...items.map((i) => `- ${i}`), ''];
 }
 
 export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): string {
   const s = summarizeIncident(meta, events);
   const { list, byEvent } = commandsOf(events);
-  const snaps = (label: 'status' | 'before' | 'after') => events.flatMap((e) => (e.type === 'snapshot' && e.label === label ? [{ at: e.at, snapshot: e.snapshot }] : []));
+  const snaps = (label: 'status' | 'before' | 'after') =>
+    events.flatMap((e) => (e.type === 'snapshot' && e.label === label ? [{ at: e.at, snapshot: e.snapshot }] : []));
   // An unstick reads "after" once per step: the tables show each machine's first reading before and
   // its last after (the final state); the timeline lists every reading.
   const onePerMachine = (list: ReturnType<typeof snaps>, which: 'first' | 'last') => {

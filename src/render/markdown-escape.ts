@@ -22,15 +22,18 @@
 import type { Rich } from './rich.ts';
 
 function visible(s: string, keepNewlines: boolean): string {
-  return s.replace(/[\u0000-\u001f\u007f\u0080-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]/g, (c) => {
-    const n = c.charCodeAt(0);
-    if (keepNewlines && (c === '\n' || c === '\t')) return c;
-    if (c === '\n' || c === '\u2028' || c === '\u2029' || c === '\u0085') return '␤';
-    if (c === '\r') return '␍';
-    if (n < 0x20) return String.fromCharCode(0x2400 + n);
-    if (n === 0x7f) return '␡';
-    return '\ufffd';
-  });
+  return s.replace(
+    /[\u0000-\u001f\u007f\u0080-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]/g,
+    (c) => {
+      const n = c.charCodeAt(0);
+      if (keepNewlines && (c === '\n' || c === '\t')) return c;
+      if (c === '\n' || c === '\u2028' || c === '\u2029' || c === '\u0085') return '␤';
+      if (c === '\r') return '␍';
+      if (n < 0x20) return String.fromCharCode(0x2400 + n);
+      if (n === 0x7f) return '␡';
+      return '\ufffd';
+    },
+  );
 }
 
 export function mdText(s: string): string {

@@ -31,7 +31,8 @@ export function richPlain(parts: Rich): string {
 function plainOf(v: SayValue): string {
   if (typeof v === 'number') return String(v);
   if (typeof v === 'string') return v;
-  if (Array.isArray(v)) return (v as Rich).map((p) => (typeof p === 'string' ? p : 'code' in p ? p.code : p.user)).join('');
+  if (Array.isArray(v))
+    return (v as Rich).map((p) => (typeof p === 'string' ? p : 'code' in p ? p.code : p.user)).join('');
   return (v as { user: string }).user;
 }
 

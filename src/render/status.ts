@@ -55,7 +55,10 @@ export function ramLine(s: MachineSnapshot): string {
  * did not look or found no known program (no guess).
  */
 export function whyLines(s: Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>): string[] {
-  return [...(s.rootCauses ?? []).map((c) => `:bulb: Why: ${rich(c.parts)}`), ...(s.rootCausesNote ? [`Why: not known, ${esc(s.rootCausesNote)}`] : [])];
+  return [
+    ...(s.rootCauses ?? []).map((c) => `:bulb: Why: ${rich(c.parts)}`),
+    ...(s.rootCausesNote ? [`Why: not known, ${esc(s.rootCausesNote)}`] : []),
+  ];
 }
 
 export function flagText(f: Flag, s: MachineSnapshot): string {
@@ -63,7 +66,11 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
     case 'memory_without_process':
       return s.view === 'container'
         ? `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; ${
-            s.holdersError ? 'fuser failed too, so its holders are unknown: see the fuser error' : s.holders.length > 0 ? 'see holders below' : 'fuser lists no process holding a GPU device either'
+            s.holdersError
+              ? 'fuser failed too, so its holders are unknown: see the fuser error'
+              : s.holders.length > 0
+                ? 'see holders below'
+                : 'fuser lists no process holding a GPU device either'
           })`
         : `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use with no process holding it (leaked context: may need a host-level reset)`;
     case 'ram_pressure':
@@ -79,7 +86,11 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
  * As many items as fit in `max` characters, then "+N more" for the rest; when not even one fits
  * beside the count, only the count ("12 processes"). Never an item cut in half, never a silent cut.
  */
-export function listCell(items: readonly string[], max: number, noun: [string, string] = ['process', 'processes']): string {
+export function listCell(
+  items: readonly string[],
+  max: number,
+  noun: [string, string] = ['process', 'processes'],
+): string {
   if (items.length === 0) return '-';
   const all = items.join(', ');
   if (all.length <= max) return all;
@@ -101,7 +112,8 @@ const TEXT_CELL_MAX = 40;
  */
 export function snapshotViews(key: string, s: MachineSnapshot, title: string): MessageView[] {
   const header = ['GPU', 'Name', 'Memory used / total', 'Util', 'Processes (PID name MiB)'];
-  const procsOf = (g: MachineSnapshot['gpus'][number]): string[] => processesOn(s, g).map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`);
+  const procsOf = (g: MachineSnapshot['gpus'][number]): string[] =>
+    processesOn(s, g).map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`);
   const rowWith = (g: MachineSnapshot['gpus'][number], max: number): string[] => [
     String(g.index ?? '?'),
     g.name ?? '?',
@@ -113,7 +125,10 @@ export function snapshotViews(key: string, s: MachineSnapshot, title: string): M
   const textRows = s.gpus.map((g) => rowWith(g, TEXT_CELL_MAX));
   const cut = s.gpus.some((g) => procsOf(g).join(', ').length > BLOCK_CELL_MAX);
   const flags = flagsOf(s).map((f) => `:warning: ${flagText(f, s)}`);
-  const holders = s.holders.map((h) => `${code(h.device)}: PID ${h.pid} ${code(h.command ?? '?')} (user ${code(h.user ?? '?')}, ${esc(h.access ?? '?')})`);
+  const holders = s.holders.map(
+    (h) =>
+      `${code(h.device)}: PID ${h.pid} ${code(h.command ?? '?')} (user ${code(h.user ?? '?')}, ${esc(h.access ?? '?')})`,
+  );
   const heading = `*${title}* · ${s.view} view · snapshot ${stamp(s.takenAt)}`;
   const more = cut ? ['Every process of every GPU is listed in the next message.'] : [];
   const extra = [
@@ -142,7 +157,10 @@ export function snapshotViews(key: string, s: MachineSnapshot, title: string): M
 function processListViews(key: string, s: MachineSnapshot, title: string): MessageView[] {
   const lines = s.gpus.flatMap((g) => {
     const ps = processesOn(s, g);
-    return [`GPU ${g.index ?? '?'} · ${ps.length} ${ps.length === 1 ? 'process' : 'processes'}:`, ...ps.map((p) => `    ${p.pid}  ${p.usedMiB === null ? '?' : fmt(p.usedMiB)} MiB  ${codeLine(p.name ?? '?')}`)];
+    return [
+      `GPU ${g.index ?? '?'} · ${ps.length} ${ps.length === 1 ? 'process' : 'processes'}:`,
+      ...ps.map((p) => `    ${p.pid}  ${p.usedMiB === null ? '?' : fmt(p.usedMiB)} MiB  ${codeLine(p.name ?? '?')}`),
+    ];
   });
   const sections = sectionsOf(lines, { code: true });
   const per = BLOCKS_PER_MESSAGE - 1;
@@ -152,7 +170,12 @@ function processListViews(key: string, s: MachineSnapshot, title: string): Messa
     const heading = `*${title}* · every GPU process${part} · snapshot ${stamp(s.takenAt)}`;
     const chunk = sections.slice(i, i + per);
     const body = chunk.map((b) => (b.type === 'section' && b.text ? b.text.text : ''));
-    views.push({ key: i === 0 ? `${key}:processes` : `${key}:processes:${i / per + 1}`, placement: 'reply', text: fallbackText([heading, ...body]), blocks: [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, ...chunk] });
+    views.push({
+      key: i === 0 ? `${key}:processes` : `${key}:processes:${i / per + 1}`,
+      placement: 'reply',
+      text: fallbackText([heading, ...body]),
+      blocks: [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, ...chunk],
+    });
   }
   return views;
 }
@@ -166,8 +189,10 @@ interface MachineResult {
 function resultsOf(events: LoggedEvent[]): Map<string, MachineResult> {
   const out = new Map<string, MachineResult>();
   for (const e of events) {
-    if (e.type === 'snapshot' && e.label === 'status') out.set(e.snapshot.machineId, { machineId: e.snapshot.machineId, snapshot: e.snapshot, error: null });
-    if (e.type === 'machine_error') out.set(e.machineId, { machineId: e.machineId, snapshot: null, error: { code: e.code, message: e.message } });
+    if (e.type === 'snapshot' && e.label === 'status')
+      out.set(e.snapshot.machineId, { machineId: e.snapshot.machineId, snapshot: e.snapshot, error: null });
+    if (e.type === 'machine_error')
+      out.set(e.machineId, { machineId: e.machineId, snapshot: null, error: { code: e.code, message: e.message } });
   }
   return out;
 }
@@ -177,14 +202,33 @@ function summaryRow(r: MachineResult): string[] {
   if (!s) return [r.machineId, 'unreachable', '-', '-', r.error?.code ?? '?'];
   const trouble = gpuTroubleOf(s);
   const flagText = (): string[] =>
-    flagsOf(s).map((f) => (f.kind === 'memory_without_process' ? `no-process GPU ${f.gpuIndex}` : f.kind === 'ram_pressure' ? `RAM ${f.usedPct}%` : f.kind.replace('_', ' ')));
+    flagsOf(s).map((f) =>
+      f.kind === 'memory_without_process'
+        ? `no-process GPU ${f.gpuIndex}`
+        : f.kind === 'ram_pressure'
+          ? `RAM ${f.usedPct}%`
+          : f.kind.replace('_', ' '),
+    );
   // Read, but no GPU numbers: say what is wrong rather than "0 busy / 0 idle · 0 / 0 MiB".
-  if (trouble && s.gpus.length === 0) return [r.machineId, `GPU error: ${trouble.label}`, '-', ramLine(s).replace('RAM: ', ''), flagText().join(', ') || '-'];
+  if (trouble && s.gpus.length === 0)
+    return [
+      r.machineId,
+      `GPU error: ${trouble.label}`,
+      '-',
+      ramLine(s).replace('RAM: ', ''),
+      flagText().join(', ') || '-',
+    ];
   const busy = s.gpus.filter((g) => (g.memoryUsedMiB ?? 0) > 64).length;
   const held = s.gpus.reduce((a, g) => a + (g.memoryUsedMiB ?? 0), 0);
   const total = s.gpus.reduce((a, g) => a + (g.memoryTotalMiB ?? 0), 0);
   const flags = flagText();
-  return [r.machineId, `${busy} busy / ${s.gpus.length - busy} idle${trouble ? ` · ${trouble.label}` : ''}`, mibCell(held, total), ramLine(s).replace('RAM: ', ''), flags.length ? flags.join(', ') : '-'];
+  return [
+    r.machineId,
+    `${busy} busy / ${s.gpus.length - busy} idle${trouble ? ` · ${trouble.label}` : ''}`,
+    mibCell(held, total),
+    ramLine(s).replace('RAM: ', ''),
+    flags.length ? flags.join(', ') : '-',
+  ];
 }
 
 /**
@@ -208,8 +252,17 @@ function summaryViews(machines: number, header: string[], rows: string[][], erro
     const part = pages.length > 1 ? ` (part ${i + 1} of ${pages.length}: ${page.rows.length} machines)` : '';
     const heading = `*Summary of ${machines} machines*${part}`;
     const tail = last ? errors : [];
-    const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }, page.block, ...sectionsOf(tail)];
-    return { key: i === 0 ? 'summary' : `summary:${i + 1}`, placement: 'reply' as const, text: fallbackText([heading, monospaceTable(header, page.rows), ...tail]), blocks: limitBlocks(blocks) };
+    const blocks: KnownBlock[] = [
+      { type: 'section', text: { type: 'mrkdwn', text: heading } },
+      page.block,
+      ...sectionsOf(tail),
+    ];
+    return {
+      key: i === 0 ? 'summary' : `summary:${i + 1}`,
+      placement: 'reply' as const,
+      text: fallbackText([heading, monospaceTable(header, page.rows), ...tail]),
+      blocks: limitBlocks(blocks),
+    };
   });
 }
 
@@ -231,22 +284,27 @@ export function renderIncident(meta: IncidentMeta, events: LoggedEvent[]): Messa
       ? ':white_check_mark: done'
       : `:warning: done; ${[...(failed > 0 ? [`${failed} of ${meta.targets.length} could not be read`] : []), ...troubled].join('; ')}`;
   const parentText = `:mag: GPU status of ${what}, requested by ${mention(meta.requester)} · ${state}`;
-  const views: MessageView[] = [
-    parentView(parentText, `incident ${code(meta.id)} · ${stamp(meta.createdAt)}`),
-  ];
+  const views: MessageView[] = [parentView(parentText, `incident ${code(meta.id)} · ${stamp(meta.createdAt)}`)];
   if (meta.kind === 'status') {
     for (const e of events) {
       if (e.type === 'snapshot') views.push(...snapshotViews(`ev:${e.id}`, e.snapshot, code(e.snapshot.machineId)));
       if (e.type === 'machine_error') {
         const text = explainMachineError(e.machineId, e.code, e.message);
-        views.push({ key: `ev:${e.id}`, placement: 'reply', text, blocks: [{ type: 'section', text: { type: 'mrkdwn', text: text.slice(0, 3000) } }] });
+        views.push({
+          key: `ev:${e.id}`,
+          placement: 'reply',
+          text,
+          blocks: [{ type: 'section', text: { type: 'mrkdwn', text: text.slice(0, 3000) } }],
+        });
       }
     }
   } else if (meta.kind === 'status_all' && done) {
     const ordered = meta.targets.map((t) => results.get(t)).filter((r): r is MachineResult => r !== undefined);
     const header = ['Machine', 'GPUs', 'Memory held', 'RAM', 'Flags'];
     const rows = ordered.map(summaryRow);
-    const errors = ordered.filter((r) => r.error).map((r) => explainMachineError(r.machineId, r.error?.code ?? '', r.error?.message ?? '').split('\n')[0] ?? '');
+    const errors = ordered
+      .filter((r) => r.error)
+      .map((r) => explainMachineError(r.machineId, r.error?.code ?? '', r.error?.message ?? '').split('\n')[0] ?? '');
     views.push(...summaryViews(ordered.length, header, rows, errors));
   }
   return views;

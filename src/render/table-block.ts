@@ -99,7 +99,11 @@ function moreRowsLabel(n: number): string {
   return `… ${n} more ${n === 1 ? 'row' : 'rows'}`;
 }
 
-export function buildTableBlock(header: readonly string[], rows: readonly (readonly string[])[], opts: TableBlockOptions = {}): BuiltTable {
+export function buildTableBlock(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+  opts: TableBlockOptions = {},
+): BuiltTable {
   if (header.length === 0) throw new RangeError('a table needs at least one column');
   const maxRows = Math.min(TABLE_MAX_ROWS, Math.max(2, opts.maxRows ?? TABLE_MAX_ROWS));
   const maxCellChars = Math.max(2, opts.maxCellChars ?? 500);
@@ -139,7 +143,12 @@ export function buildTableBlock(header: readonly string[], rows: readonly (reado
   const tableRows = [headerRow, ...body];
   if (omittedRows > 0) {
     // Slack rejects empty cells; a single space leaves the rest of the row blank.
-    tableRows.push(Array.from({ length: columns }, (_, c) => ({ type: 'raw_text', text: c === 0 ? moreRowsLabel(omittedRows) : ' ' })));
+    tableRows.push(
+      Array.from({ length: columns }, (_, c) => ({
+        type: 'raw_text',
+        text: c === 0 ? moreRowsLabel(omittedRows) : ' ',
+      })),
+    );
   }
 
   const numeric = numericColumns(header.slice(0, columns), rows);
@@ -187,7 +196,11 @@ function pad(text: string, width: number, align: ColumnAlign): string {
  * A fixed-width table inside ``` fences, numeric columns right-aligned, escaped for mrkdwn.
  * Rows past the budget become a final "… N more rows" line.
  */
-export function monospaceTable(header: readonly string[], rows: readonly (readonly string[])[], opts: MonospaceOptions = {}): string {
+export function monospaceTable(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+  opts: MonospaceOptions = {},
+): string {
   if (header.length === 0) throw new RangeError('a table needs at least one column');
   const maxCellChars = Math.max(2, opts.maxCellChars ?? 40);
   const maxChars = opts.maxChars ?? SECTION_TEXT_MAX;
@@ -204,7 +217,9 @@ export function monospaceTable(header: readonly string[], rows: readonly (readon
 
   const render = (shown: number): string => {
     const visible = body.slice(0, shown);
-    const widths = head.map((h, c) => Math.max(Array.from(h).length, ...visible.map((r) => Array.from(r[c] ?? '').length)));
+    const widths = head.map((h, c) =>
+      Math.max(Array.from(h).length, ...visible.map((r) => Array.from(r[c] ?? '').length)),
+    );
     const line = (r: string[]) =>
       r
         .map((text, c) => pad(text, widths[c] ?? 0, aligns[c] ?? 'left'))

@@ -29,7 +29,6 @@ const mib = (n: number | null): string => (n === null ? '?' : `${fmt(n)} MiB`);
 const stamp = (iso: string): string => `${iso.slice(0, 19).replace('T', ' ')} UTC`;
 const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 
-
 const READ_SCRIPT_WORD = shellQuote(READ_PROCS_SCRIPT);
 const SIGNAL_SCRIPT_WORD = shellQuote(SIGNAL_SCRIPT);
 
@@ -39,7 +38,9 @@ export function shortCommand(command: string): string {
     .split(READ_SCRIPT_WORD)
     .join('<read-procs script: stat, NSpid, ns/pid, cmdline>')
     .split(SIGNAL_SCRIPT_WORD)
-    .join('<check-and-signal script: pidfd, then PID + start time, PID namespace, open /dev/nvidia*; args: side signal ns (pid start ctpid)…>');
+    .join(
+      '<check-and-signal script: pidfd, then PID + start time, PID namespace, open /dev/nvidia*; args: side signal ns (pid start ctpid)…>',
+    );
 }
 
 function clip(text: string, max = SECTION_MAX): string {
@@ -68,7 +69,8 @@ const REFUSAL_TEXT: Record<DecideRefusalCode | 'approval_not_found', string> = {
   approval_expired: 'the request had expired',
   approval_decided: 'already decided',
   approval_not_found: 'no such approval',
-  budget_exhausted: "the host's blast-radius budget of host-level steps was spent for this hour; only an admin can approve more",
+  budget_exhausted:
+    "the host's blast-radius budget of host-level steps was spent for this hour; only an admin can approve more",
 };
 
 function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
@@ -81,23 +83,47 @@ function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   // Root causes (src/gpu/root-cause.ts): composed sentences, flag names as code.
   for (const c of d.causes ?? []) lines.push(`• Why: ${rich(c.parts)}`);
   for (const m of d.deviceOnly)
-    lines.push(`• PID ${m.containerPid} ${code(m.command ?? '?')} has ${m.devices.map(code).join(', ')} open but holds no GPU memory (a monitor?): left alone.`);
+    lines.push(
+      `• PID ${m.containerPid} ${code(m.command ?? '?')} has ${m.devices.map(code).join(', ')} open but holds no GPU memory (a monitor?): left alone.`,
+    );
   const heading = `*Diagnosis (${e.label})* of ${code(d.target)} on ${code(d.host)}`;
-  return { key: `ev:${e.id}`, placement: 'reply', text: fallbackText([heading, ...lines]), blocks: limitBlocks(sectionsOf([heading, ...lines])) };
+  return {
+    key: `ev:${e.id}`,
+    placement: 'reply',
+    text: fallbackText([heading, ...lines]),
+    blocks: limitBlocks(sectionsOf([heading, ...lines])),
+  };
 }
 
 /**
  * Signals the log says were about to go out (`signal_intent`) with no `signalled` answer after them:
  * the worker stopped, or the command's answer was lost, after the signal may have been sent.
  */
-function unanswered(events: readonly UnstickLoggedEvent[]): Array<{ stepId: string; signal: 'TERM' | 'KILL'; hostPid: number; containerPid: number; cmdline: string }> {
-  const out: Array<{ stepId: string; signal: 'TERM' | 'KILL'; hostPid: number; containerPid: number; cmdline: string }> = [];
+function unanswered(
+  events: readonly UnstickLoggedEvent[],
+): Array<{ stepId: string; signal: 'TERM' | 'KILL'; hostPid: number; containerPid: number; cmdline: string }> {
+  const out: Array<{
+    stepId: string;
+    signal: 'TERM' | 'KILL';
+    hostPid: number;
+    containerPid: number;
+    cmdline: string;
+  }> = [];
   events.forEach((e, i) => {
     if (e.type !== 'signal_intent') return;
     const later = events.slice(i + 1);
     for (const t of e.targets) {
-      const answered = later.some((x) => x.type === 'signalled' && x.stepId === e.stepId && x.signal === e.signal && x.hostPid === t.hostPid);
-      if (!answered) out.push({ stepId: e.stepId, signal: e.signal, hostPid: t.hostPid, containerPid: t.containerPid, cmdline: t.cmdline });
+      const answered = later.some(
+        (x) => x.type === 'signalled' && x.stepId === e.stepId && x.signal === e.signal && x.hostPid === t.hostPid,
+      );
+      if (!answered)
+        out.push({
+          stepId: e.stepId,
+          signal: e.signal,
+          hostPid: t.hostPid,
+          containerPid: t.containerPid,
+          cmdline: t.cmdline,
+        });
     }
   });
   return out;
@@ -119,16 +145,29 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
     });
   const signalled = mine
     .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
-    .map((s) => `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`);
+    .map(
+      (s) =>
+        `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`,
+    );
   for (const u of unanswered(mine))
     signalled.push(
       finished
         ? `• SIG${u.signal} PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}: may have been sent; no answer was recorded (the worker stopped or lost the connection while sending it)`
         : `• SIG${u.signal} PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}: sending…`,
     );
-  const blocks: KnownBlock[] = [section(heading), ...contextsOf([esc(start.explanation)]), ...sectionsOf(commands.flat(), { code: true }), ...sectionsOf(signalled)];
+  const blocks: KnownBlock[] = [
+    section(heading),
+    ...contextsOf([esc(start.explanation)]),
+    ...sectionsOf(commands.flat(), { code: true }),
+    ...sectionsOf(signalled),
+  ];
   if (finished?.message) blocks.push(...contextsOf([esc(finished.message)]));
-  const text = fallbackText([heading, ...(commands.length > 0 ? ['```', ...commands.flat(), '```'] : []), ...signalled, ...(finished?.message ? [esc(finished.message)] : [])]);
+  const text = fallbackText([
+    heading,
+    ...(commands.length > 0 ? ['```', ...commands.flat(), '```'] : []),
+    ...signalled,
+    ...(finished?.message ? [esc(finished.message)] : []),
+  ]);
   return { key: `step:${start.stepId}`, placement: 'reply', text, blocks: limitBlocks(blocks) };
 }
 
@@ -138,7 +177,10 @@ function cardTargets(step: Step): string[] {
     const why = t.hostOnlyWhy ? `\n    _why the host: ${esc(t.hostOnlyWhy)}_` : '';
     return `• host PID *${t.hostPid}* · container PID *${t.containerPid}* · start ${t.startTimeTicks} ticks after boot · ${code(clipChars(t.cmdline, 120))} · ${gpus}${why}`;
   });
-  for (const g of step.gpus) lines.push(`• GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}${g.uuid ? `, ${code(g.uuid)}` : ''}) · ${mib(g.usedMiB)} held, no process`);
+  for (const g of step.gpus)
+    lines.push(
+      `• GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}${g.uuid ? `, ${code(g.uuid)}` : ''}) · ${mib(g.usedMiB)} held, no process`,
+    );
   return lines;
 }
 
@@ -189,10 +231,20 @@ export function approvalCardFits(step: Step, host: string, vmid: number): boolea
   return cardBody(cardParts(step, host, vmid)).length + CARD_TAIL_BLOCKS <= BLOCKS_PER_MESSAGE;
 }
 
-function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLoggedEvent[], requester: string): MessageView {
-  const decided = events.find((e): e is Ev<'approval_decided'> => e.type === 'approval_decided' && e.approvalId === req.approvalId);
-  const expired = events.find((e): e is Ev<'approval_expired'> => e.type === 'approval_expired' && e.approvalId === req.approvalId);
-  const refusals = events.filter((e): e is Ev<'approval_refused'> => e.type === 'approval_refused' && e.approvalId === req.approvalId);
+function approvalCard(
+  req: Ev<'approval_requested'>,
+  events: readonly UnstickLoggedEvent[],
+  requester: string,
+): MessageView {
+  const decided = events.find(
+    (e): e is Ev<'approval_decided'> => e.type === 'approval_decided' && e.approvalId === req.approvalId,
+  );
+  const expired = events.find(
+    (e): e is Ev<'approval_expired'> => e.type === 'approval_expired' && e.approvalId === req.approvalId,
+  );
+  const refusals = events.filter(
+    (e): e is Ev<'approval_refused'> => e.type === 'approval_refused' && e.approvalId === req.approvalId,
+  );
   const step = req.step;
   const parts = cardParts(step, req.host, req.vmid);
   const fits = approvalCardFits(step, req.host, req.vmid);
@@ -244,22 +296,51 @@ function approvalCard(req: Ev<'approval_requested'>, events: readonly UnstickLog
             deny: { type: 'plain_text', text: 'Cancel' },
           },
         },
-        { type: 'button', action_id: DENY_ACTION_ID, text: { type: 'plain_text', text: 'Deny' }, style: 'danger', value: req.approvalId },
+        {
+          type: 'button',
+          action_id: DENY_ACTION_ID,
+          text: { type: 'plain_text', text: 'Deny' },
+          style: 'danger',
+          value: req.approvalId,
+        },
       ],
     });
   }
-  const refused = refusals.map((r) => `Refused: ${mention(r.by)}, ${REFUSAL_TEXT[r.reason] ?? esc(r.reason)} (${stamp(r.at)})`);
+  const refused = refusals.map(
+    (r) => `Refused: ${mention(r.by)}, ${REFUSAL_TEXT[r.reason] ?? esc(r.reason)} (${stamp(r.at)})`,
+  );
   if (refused.length > 0) {
     // Room is kept for one refusal block; a long run of refused clicks is counted, not listed past it.
     const room = BLOCKS_PER_MESSAGE - blocks.length;
     const all = contextsOf(refused);
-    blocks.push(...(all.length <= room ? all : contextsOf([`${refused.length} refused clicks; the latest: ${refused[refused.length - 1] ?? ''}`])));
+    blocks.push(
+      ...(all.length <= room
+        ? all
+        : contextsOf([`${refused.length} refused clicks; the latest: ${refused[refused.length - 1] ?? ''}`])),
+    );
   }
-  const text = fallbackText([parts.heading, parts.explanation, ...parts.targets, parts.commandsHeading, '```', ...parts.commands, '```', status], FALLBACK_TEXT_MAX, 'in the card above');
+  const text = fallbackText(
+    [
+      parts.heading,
+      parts.explanation,
+      ...parts.targets,
+      parts.commandsHeading,
+      '```',
+      ...parts.commands,
+      '```',
+      status,
+    ],
+    FALLBACK_TEXT_MAX,
+    'in the card above',
+  );
   return { key: `approval:${req.approvalId}`, placement: 'reply', text, blocks };
 }
 
-const NOW_TEXT: Record<'read' | 'in_error' | 'missing', string | null> = { read: null, in_error: 'gpu error', missing: 'missing after' };
+const NOW_TEXT: Record<'read' | 'in_error' | 'missing', string | null> = {
+  read: null,
+  in_error: 'gpu error',
+  missing: 'missing after',
+};
 
 /**
  * The before → after table: its own message, since Slack allows one table block per message.
@@ -267,7 +348,11 @@ const NOW_TEXT: Record<'read' | 'in_error' | 'missing', string | null> = { read:
  */
 function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
   const v: Verdict = e.verdict;
-  const icon = isGreen(v) ? ':white_check_mark:' : v.kind === 'partially_recovered' ? ':large_yellow_circle:' : ':red_circle:';
+  const icon = isGreen(v)
+    ? ':white_check_mark:'
+    : v.kind === 'partially_recovered'
+      ? ':large_yellow_circle:'
+      : ':red_circle:';
   const heading = `${icon} *${v.title}* · ${fmt(v.totalFreedMiB)} MiB freed`;
   const header = ['GPU', `Held by ${target}`, 'Left', 'Freed', 'GPU in use before → after', 'Now'];
   const num = (n: number | null | undefined): string => (n === null || n === undefined ? '?' : fmt(n));
@@ -285,7 +370,12 @@ function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
   // gpu-medic's advice as data (mentions and commands once); a verdict logged before `advice` existed is escaped whole.
   const advice = v.advice ? rich(v.advice) : v.nextStep ? esc(v.nextStep) : null;
   if (advice !== null) blocks.push(...sectionsOf([`*Next step:* ${advice}`]));
-  const text = fallbackText([heading, monospaceTable(header, rows), ...(outside.length > 0 ? [`Outside this incident: ${esc(outside.join(' '))}`] : []), ...(advice !== null ? [`Next step: ${advice}`] : [])]);
+  const text = fallbackText([
+    heading,
+    monospaceTable(header, rows),
+    ...(outside.length > 0 ? [`Outside this incident: ${esc(outside.join(' '))}`] : []),
+    ...(advice !== null ? [`Next step: ${advice}`] : []),
+  ]);
   return { key: `ev:${e.id}`, placement: 'reply', text, blocks: limitBlocks(blocks) };
 }
 
@@ -299,7 +389,9 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
     `*Summary* · ${verdict ? verdict.verdict.title : fin.outcome} · took ${secs(fin.durationMs)}`,
     `Asked by ${mention(meta.requester)}${meta.reason ? ` (reason: ${esc(meta.reason)})` : ''}`,
     approvals.length > 0
-      ? approvals.map((a) => `${a.decision === 'approved' ? 'Approved' : 'Denied'} by ${mention(a.by)} at ${stamp(a.at)}`).join('\n')
+      ? approvals
+          .map((a) => `${a.decision === 'approved' ? 'Approved' : 'Denied'} by ${mention(a.by)} at ${stamp(a.at)}`)
+          .join('\n')
       : 'No host-level step was approved.',
     sent.length > 0
       ? `Signalled:\n${sent.map((s) => `• SIG${s.signal} → PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}`).join('\n')}`
@@ -307,9 +399,15 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
         ? 'No signal is recorded as delivered.'
         : 'Nothing was signalled.',
     ...(unknown.length > 0
-      ? [`May have been signalled (the signal command was being sent and no answer was recorded):\n${unknown.map((u) => `• SIG${u.signal} → PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}`).join('\n')}`]
+      ? [
+          `May have been signalled (the signal command was being sent and no answer was recorded):\n${unknown.map((u) => `• SIG${u.signal} → PID ${u.containerPid} (host PID ${u.hostPid}) ${code(clipChars(u.cmdline, 80))}`).join('\n')}`,
+        ]
       : []),
-    ...(skipped.length > 0 ? [`Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`] : []),
+    ...(skipped.length > 0
+      ? [
+          `Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`,
+        ]
+      : []),
   ];
   const all = lines.flatMap((l) => l.split('\n'));
   return { key: 'summary', placement: 'reply', text: fallbackText(all), blocks: limitBlocks(sectionsOf(all)) };
@@ -320,11 +418,18 @@ function parentState(events: readonly UnstickLoggedEvent[]): string {
   const fin = events.find((e) => e.type === 'finished');
   if (fin && verdict) return `${verdict.verdict.title}`;
   if (fin) return fin.type === 'finished' ? `finished (${fin.outcome})` : 'finished';
-  const open = events.filter((e): e is Ev<'approval_requested'> => e.type === 'approval_requested').find(
-    (r) => !events.some((e) => (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId === r.approvalId),
-  );
+  const open = events
+    .filter((e): e is Ev<'approval_requested'> => e.type === 'approval_requested')
+    .find(
+      (r) =>
+        !events.some(
+          (e) => (e.type === 'approval_decided' || e.type === 'approval_expired') && e.approvalId === r.approvalId,
+        ),
+    );
   if (open) return `:raised_hand: waiting for a second person's approval (expires ${stamp(open.expiresAt)})`;
-  const running = events.filter((e): e is Ev<'step_started'> => e.type === 'step_started').find((s) => !events.some((e) => e.type === 'step_finished' && e.stepId === s.stepId));
+  const running = events
+    .filter((e): e is Ev<'step_started'> => e.type === 'step_started')
+    .find((s) => !events.some((e) => e.type === 'step_finished' && e.stepId === s.stepId));
   if (running) return `:gear: ${KIND_TITLE[running.kind].toLowerCase()}…`;
   if (events.some((e) => e.type === 'diagnosis')) return ':mag: diagnosed, planning…';
   return ':hourglass_flowing_right: taking the before snapshot…';
@@ -345,7 +450,14 @@ export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEven
   for (const e of events) {
     switch (e.type) {
       case 'snapshot':
-        if (e.label !== 'status') views.push(...snapshotViews(`ev:${e.id}`, e.snapshot, `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`));
+        if (e.label !== 'status')
+          views.push(
+            ...snapshotViews(
+              `ev:${e.id}`,
+              e.snapshot,
+              `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`,
+            ),
+          );
         break;
       case 'diagnosis':
         views.push(diagnosisMessage(e));
@@ -361,7 +473,9 @@ export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEven
       case 'approval_reminded':
       case 'approval_escalated':
       case 'approval_expired': {
-        const req = events.find((x): x is Ev<'approval_requested'> => x.type === 'approval_requested' && x.approvalId === e.approvalId);
+        const req = events.find(
+          (x): x is Ev<'approval_requested'> => x.type === 'approval_requested' && x.approvalId === e.approvalId,
+        );
         if (!req) break;
         views.push(
           e.type === 'approval_reminded'

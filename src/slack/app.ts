@@ -50,21 +50,46 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   // Socket Mode: our own receiver (as Bolt would build it) so that its WebSocket client uses the
   // same Web API base for apps.connections.open, and its connection state can be watched.
   const socketReceiver =
-    o.mode === 'socket' ? new SocketModeReceiver({ appToken: o.appToken ?? '', logger, logLevel: LogLevel.INFO, installerOptions: { clientOptions } }) : null;
+    o.mode === 'socket'
+      ? new SocketModeReceiver({
+          appToken: o.appToken ?? '',
+          logger,
+          logLevel: LogLevel.INFO,
+          installerOptions: { clientOptions },
+        })
+      : null;
   const httpReceiver =
     socketReceiver === null
       ? // Our own HTTPReceiver to lift the verified signature headers into the context (replay-guard.ts)
         // and to refuse requests dated outside the window in either direction before Bolt sees them.
         withRequestWindow(
-          new HTTPReceiver({ signingSecret: o.signingSecret ?? '', logger, logLevel: LogLevel.INFO, customPropertiesExtractor: signatureProperties }),
+          new HTTPReceiver({
+            signingSecret: o.signingSecret ?? '',
+            logger,
+            logLevel: LogLevel.INFO,
+            customPropertiesExtractor: signatureProperties,
+          }),
           o.now ?? Date.now,
           o.logger,
         )
       : null;
   const app =
     socketReceiver !== null
-      ? new App({ token: o.botToken, receiver: socketReceiver, socketMode: true, clientOptions, logger, logLevel: LogLevel.INFO })
-      : new App({ token: o.botToken, receiver: httpReceiver ?? undefined, clientOptions, logger, logLevel: LogLevel.INFO });
+      ? new App({
+          token: o.botToken,
+          receiver: socketReceiver,
+          socketMode: true,
+          clientOptions,
+          logger,
+          logLevel: LogLevel.INFO,
+        })
+      : new App({
+          token: o.botToken,
+          receiver: httpReceiver ?? undefined,
+          clientOptions,
+          logger,
+          logLevel: LogLevel.INFO,
+        });
   // chat.postMessage is not idempotent: a retry after a 5xx or a dropped connection can post a
   // message Slack already has. So posts are retried here only after a 429 (Slack did nothing);
   // anything else fails the pass, and the outbox, which marked the post before sending, looks
@@ -77,9 +102,16 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       if (!isRateLimitRetry(err)) throw err;
     },
   };
-  const postClient = new webApi.WebClient(o.botToken, { ...clientOptions, retryConfig: postRetries, logger, logLevel: LogLevel.INFO });
+  const postClient = new webApi.WebClient(o.botToken, {
+    ...clientOptions,
+    retryConfig: postRetries,
+    logger,
+    logLevel: LogLevel.INFO,
+  });
   // Whoever watches the app's client for 429s (metrics) sees the posts' too.
-  postClient.on(webApi.WebClientEvent.RATE_LIMITED, (...args: unknown[]) => app.client.emit(webApi.WebClientEvent.RATE_LIMITED, ...args));
+  postClient.on(webApi.WebClientEvent.RATE_LIMITED, (...args: unknown[]) =>
+    app.client.emit(webApi.WebClientEvent.RATE_LIMITED, ...args),
+  );
   const poster: SlackPoster = {
     async post(m) {
       const r = await postClient.chat.postMessage({
@@ -99,11 +131,25 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       let cursor: string | undefined;
       for (let page = 0; page < LOOKUP_MAX_PAGES; page++) {
         const r = q.threadTs
-          ? await app.client.conversations.replies({ channel: q.channel, ts: q.threadTs, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {}) })
-          : await app.client.conversations.history({ channel: q.channel, oldest: q.oldest, inclusive: true, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {}) });
+          ? await app.client.conversations.replies({
+              channel: q.channel,
+              ts: q.threadTs,
+              include_all_metadata: true,
+              limit: 200,
+              ...(cursor ? { cursor } : {}),
+            })
+          : await app.client.conversations.history({
+              channel: q.channel,
+              oldest: q.oldest,
+              inclusive: true,
+              include_all_metadata: true,
+              limit: 200,
+              ...(cursor ? { cursor } : {}),
+            });
         for (const msg of r.messages ?? []) {
           const tag = viewTagOf(msg);
-          if (tag && tag.incident === q.incident && tag.viewKey === q.viewKey && typeof msg.ts === 'string') return { ts: msg.ts, viewHash: tag.viewHash };
+          if (tag && tag.incident === q.incident && tag.viewKey === q.viewKey && typeof msg.ts === 'string')
+            return { ts: msg.ts, viewHash: tag.viewHash };
         }
         cursor = r.response_metadata?.next_cursor || undefined;
         if (!r.has_more || !cursor) return null;
@@ -111,7 +157,12 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       throw new Error(`no answer after ${LOOKUP_MAX_PAGES} pages of ${q.channel}; will look again later`);
     },
     async update(m) {
-      await app.client.chat.update({ channel: m.channel, ts: m.ts, text: m.text, ...(m.blocks ? { blocks: m.blocks } : {}) });
+      await app.client.chat.update({
+        channel: m.channel,
+        ts: m.ts,
+        text: m.text,
+        ...(m.blocks ? { blocks: m.blocks } : {}),
+      });
     },
   };
   // Socket Mode's client says when it has Slack's hello, and when it lost the connection.
@@ -122,14 +173,18 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       socketState = state;
       socketSince = Date.now();
     };
-    for (const state of ['connecting', 'connected', 'reconnecting', 'disconnecting', 'disconnected']) socketReceiver.client.on(state, track(state));
+    for (const state of ['connecting', 'connected', 'reconnecting', 'disconnecting', 'disconnected'])
+      socketReceiver.client.on(state, track(state));
   }
   let server: Server | null = null;
   return {
     app,
     poster,
     connectionProblem() {
-      if (socketReceiver) return socketState === 'connected' ? null : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`;
+      if (socketReceiver)
+        return socketState === 'connected'
+          ? null
+          : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`;
       return server?.listening ? null : 'HTTP receiver not listening';
     },
     async start() {

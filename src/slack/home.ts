@@ -21,7 +21,15 @@ import type { App, types } from '@slack/bolt';
 import type { Redis } from 'ioredis';
 import { IncidentLog } from '../incident/log.ts';
 import type { Logger } from '../logger.ts';
-import { HOME_SUMMARY_BLOCK_ID, renderHome, unstickStateOf, type HomeAlert, type HomeIncident, type HomeMachine, type HomeModel } from '../render/home.ts';
+import {
+  HOME_SUMMARY_BLOCK_ID,
+  renderHome,
+  unstickStateOf,
+  type HomeAlert,
+  type HomeIncident,
+  type HomeMachine,
+  type HomeModel,
+} from '../render/home.ts';
 import { SnoozeStore } from '../watch-store/snooze-store.ts';
 import { watchKeys } from '../watch-store/watch-keys.ts';
 import type { AlertEvent } from '../watchdog/alert-events.ts';
@@ -48,13 +56,24 @@ const INCIDENTS_LOOKED_AT = 200;
 /** Open alerts read per refresh (the view shows fewer and counts the rest). */
 const ALERTS_READ = 500;
 
-const isState = (e: { type: string }): boolean => e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
+const isState = (e: { type: string }): boolean =>
+  e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
 
 /** The model Home renders, read from Redis. `machineIds`: the inventory's, in order. */
-export async function readHomeModel(redis: Redis, prefix: string, machineIds: readonly string[], settings: HomeSettings, now: number): Promise<HomeModel> {
+export async function readHomeModel(
+  redis: Redis,
+  prefix: string,
+  machineIds: readonly string[],
+  settings: HomeSettings,
+  now: number,
+): Promise<HomeModel> {
   const keys = watchKeys(prefix);
   const log = new IncidentLog(redis, prefix);
-  const [lastRaw, openIds, snoozes] = await Promise.all([redis.hgetall(keys.last), redis.zrevrange(keys.open, 0, ALERTS_READ - 1), new SnoozeStore(redis, prefix).active(now)]);
+  const [lastRaw, openIds, snoozes] = await Promise.all([
+    redis.hgetall(keys.last),
+    redis.zrevrange(keys.open, 0, ALERTS_READ - 1),
+    new SnoozeStore(redis, prefix).active(now),
+  ]);
 
   const machines: HomeMachine[] = machineIds.map((id) => {
     const raw = lastRaw[id];
@@ -71,23 +90,36 @@ export async function readHomeModel(redis: Redis, prefix: string, machineIds: re
     openIds.map(async (incidentId): Promise<HomeAlert> => {
       // The newest events hold its latest state, unless many clicks or snoozes came after it: then all of them.
       let events = (await log.lastEvents(incidentId, 50)) as Array<{ type: string }>;
-      if (events.length === 50 && !events.some(isState)) events = (await log.events(incidentId)) as Array<{ type: string }>;
+      if (events.length === 50 && !events.some(isState))
+        events = (await log.events(incidentId)) as Array<{ type: string }>;
       const states = events.filter((e): e is Extract<AlertEvent, { alert: unknown }> => isState(e));
       const last = states.at(-1);
       if (!last) return { incidentId, alert: null, cleared: false, snoozedUntil: null };
       const a = last.alert;
       const until = Math.max(snoozes[a.machineId] ?? 0, a.gpu === null ? 0 : (snoozes[`${a.machineId}/${a.gpu}`] ?? 0));
-      return { incidentId, alert: a, cleared: last.type === 'alert_cleared', snoozedUntil: until > now ? new Date(until).toISOString() : null };
+      return {
+        incidentId,
+        alert: a,
+        cleared: last.type === 'alert_cleared',
+        snoozedUntil: until > now ? new Date(until).toISOString() : null,
+      };
     }),
   );
 
   const recent = await log.recent(INCIDENTS_LOOKED_AT);
   const metas = await log.metas(recent);
-  const unsticks = metas.filter((m): m is NonNullable<typeof m> => m !== null && m.kind === 'unstick' && now - Date.parse(m.createdAt) <= INCIDENT_WINDOW_MS);
-  const states = await Promise.all(unsticks.map(async (m) => unstickStateOf((await log.events(m.id)) as Array<{ type: string; approvalId?: string }>)));
+  const unsticks = metas.filter(
+    (m): m is NonNullable<typeof m> =>
+      m !== null && m.kind === 'unstick' && now - Date.parse(m.createdAt) <= INCIDENT_WINDOW_MS,
+  );
+  const states = await Promise.all(
+    unsticks.map(async (m) => unstickStateOf((await log.events(m.id)) as Array<{ type: string; approvalId?: string }>)),
+  );
   const incidents: HomeIncident[] = unsticks.flatMap((m, i) => {
     const state = states[i] ?? null;
-    return state === null ? [] : [{ id: m.id, targets: m.targets, requester: m.requester, state, createdAt: m.createdAt }];
+    return state === null
+      ? []
+      : [{ id: m.id, targets: m.targets, requester: m.requester, state, createdAt: m.createdAt }];
   });
   return { now, machines, alerts, incidents, ramPct: settings.ramPct, staleAfterMs: settings.staleAfterMs };
 }
@@ -173,7 +205,10 @@ export class HomePublisher {
   /** A user opened the Home tab: remember them and publish their view (soon, paced). */
   async opened(userId: string): Promise<void> {
     if (!/^[UW][A-Z0-9]{2,20}$/.test(userId)) {
-      this.o.logger.warn({ user: userId.slice(0, 40) }, 'app_home_opened from something that is not a user id; nothing published');
+      this.o.logger.warn(
+        { user: userId.slice(0, 40) },
+        'app_home_opened from something that is not a user id; nothing published',
+      );
       return;
     }
     const at = this.now();
@@ -212,7 +247,9 @@ export class HomePublisher {
     this.timer = setTimeout(() => {
       this.timer = null;
       // An open that came in during the pass gets the next one at once, not a tick later.
-      this.pass = this.tick().finally(() => this.schedule([...this.due.values()].some((d) => d.seq > this.passSeq && d.at <= this.now()) ? 0 : this.tickMs));
+      this.pass = this.tick().finally(() =>
+        this.schedule([...this.due.values()].some((d) => d.seq > this.passSeq && d.at <= this.now()) ? 0 : this.tickMs),
+      );
     }, ms);
   }
 
@@ -227,7 +264,10 @@ export class HomePublisher {
       await this.refresh();
       this.lastPass = this.now();
     } catch (err) {
-      this.o.logger.warn({ err: errorCode(err) }, 'App Home could not read what it shows (Redis unreachable?); will try again');
+      this.o.logger.warn(
+        { err: errorCode(err) },
+        'App Home could not read what it shows (Redis unreachable?); will try again',
+      );
     }
     // Users who just opened Home get the last view read, even while Redis is away.
     await this.publishDue();
@@ -236,7 +276,11 @@ export class HomePublisher {
 
   private async currentSignature(): Promise<string> {
     const log = new IncidentLog(this.o.redis, this.o.prefix);
-    const [version, newest, lastIds] = await Promise.all([this.o.redis.get(watchKeys(this.o.prefix).version), log.recent(1), log.lastEventIds(this.openIncidents)]);
+    const [version, newest, lastIds] = await Promise.all([
+      this.o.redis.get(watchKeys(this.o.prefix).version),
+      log.recent(1),
+      log.lastEventIds(this.openIncidents),
+    ]);
     return JSON.stringify([version ?? '0', newest[0] ?? '', this.openIncidents, lastIds]);
   }
 
@@ -257,12 +301,19 @@ export class HomePublisher {
     if (hash === this.viewHash) return;
     this.viewHash = hash;
     await this.o.redis.zremrangebyscore(this.keys.users, '-inf', now - this.userTtlMs);
-    const [users, sent] = await Promise.all([this.o.redis.zrangebyscore(this.keys.users, now - this.userTtlMs, '+inf'), this.o.redis.hgetall(this.keys.published)]);
-    for (const u of users) if (sent[u] !== hash && !this.due.has(u)) this.due.set(u, { at: now, failures: 0, seq: this.passSeq });
+    const [users, sent] = await Promise.all([
+      this.o.redis.zrangebyscore(this.keys.users, now - this.userTtlMs, '+inf'),
+      this.o.redis.hgetall(this.keys.published),
+    ]);
+    for (const u of users)
+      if (sent[u] !== hash && !this.due.has(u)) this.due.set(u, { at: now, failures: 0, seq: this.passSeq });
   }
 
   private takeToken(now: number): boolean {
-    this.tokens = Math.min(Math.min(10, this.maxPerMinute), this.tokens + ((now - this.tokensAt) / 60_000) * this.maxPerMinute);
+    this.tokens = Math.min(
+      Math.min(10, this.maxPerMinute),
+      this.tokens + ((now - this.tokensAt) / 60_000) * this.maxPerMinute,
+    );
     this.tokensAt = now;
     if (this.tokens < 1) return false;
     this.tokens -= 1;
@@ -274,7 +325,9 @@ export class HomePublisher {
     if (view === null || this.due.size === 0) return;
     const now = this.now();
     const seq = this.passSeq;
-    const ready = [...this.due.entries()].filter(([u, d]) => d.seq <= seq && d.at <= now && now - (this.lastPublishAt.get(u) ?? 0) >= this.perUserMinMs).sort((a, b) => a[1].at - b[1].at);
+    const ready = [...this.due.entries()]
+      .filter(([u, d]) => d.seq <= seq && d.at <= now && now - (this.lastPublishAt.get(u) ?? 0) >= this.perUserMinMs)
+      .sort((a, b) => a[1].at - b[1].at);
     for (const [user, d] of ready) {
       if (!this.running) return;
       if (!this.takeToken(this.now())) return;
@@ -306,7 +359,10 @@ export function registerHome(app: App, home: HomePublisher, logger: Logger): voi
     try {
       await home.opened(event.user);
     } catch (err) {
-      logger.warn({ err: errorCode(err) }, 'App Home open not recorded (Redis unreachable?); the view is published on the next open');
+      logger.warn(
+        { err: errorCode(err) },
+        'App Home open not recorded (Redis unreachable?); the view is published on the next open',
+      );
     }
   });
 }

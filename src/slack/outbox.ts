@@ -20,14 +20,26 @@ export const VIEW_EVENT_TYPE = 'gpu_medic_view';
 
 /** The Slack calls the outbox needs; a thin adapter over WebClient in production. */
 export interface SlackPoster {
-  post(m: { channel: string; threadTs?: string; text: string; blocks?: types.KnownBlock[]; tag: ViewTag }): Promise<{ ts: string }>;
+  post(m: {
+    channel: string;
+    threadTs?: string;
+    text: string;
+    blocks?: types.KnownBlock[];
+    tag: ViewTag;
+  }): Promise<{ ts: string }>;
   update(m: { channel: string; ts: string; text: string; blocks?: types.KnownBlock[] }): Promise<void>;
   /**
    * The message carrying `tag` (incident and view key), if Slack has one: in the thread of
    * `threadTs` (conversations.replies), or among the channel's top-level messages since `oldest`
    * (conversations.history), both with include_all_metadata and followed through every page.
    */
-  findTagged(q: { channel: string; threadTs?: string; oldest: string; incident: string; viewKey: string }): Promise<{ ts: string; viewHash: string } | null>;
+  findTagged(q: {
+    channel: string;
+    threadTs?: string;
+    oldest: string;
+    incident: string;
+    viewKey: string;
+  }): Promise<{ ts: string; viewHash: string } | null>;
 }
 
 /** A message's metadata when it is one of ours for this incident and view; anything else is not trusted. */
@@ -44,7 +56,10 @@ export function viewTagOf(message: unknown): ViewTag | null {
 
 /** Slack metadata for a tag (event_payload keys in Slack's snake_case). */
 export function viewMetadata(t: ViewTag): { event_type: string; event_payload: Record<string, string> } {
-  return { event_type: VIEW_EVENT_TYPE, event_payload: { incident: t.incident, view_key: t.viewKey, view_hash: t.viewHash } };
+  return {
+    event_type: VIEW_EVENT_TYPE,
+    event_payload: { incident: t.incident, view_key: t.viewKey, view_hash: t.viewHash },
+  };
 }
 
 /** Lookups start this long before the incident was opened (the bot's clock against Slack's). */
@@ -62,7 +77,10 @@ export function slackErrorCode(e: unknown): string | null {
 }
 
 function hashOf(v: MessageView): string {
-  return createHash('sha256').update(JSON.stringify([v.text, v.blocks])).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(JSON.stringify([v.text, v.blocks]))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 export interface OutboxOptions {
@@ -132,7 +150,10 @@ export class Outbox {
         .catch((err: unknown) => {
           const delay = Math.min((b?.delay ?? 500) * 2, 60_000);
           this.backoff.set(id, { until: Date.now() + delay, delay });
-          this.o.logger.warn({ incident: id, slackError: slackErrorCode(err), err, retryInMs: delay }, 'could not render incident; will retry');
+          this.o.logger.warn(
+            { incident: id, slackError: slackErrorCode(err), err, retryInMs: delay },
+            'could not render incident; will retry',
+          );
         })
         .finally(() => this.inflight.delete(id));
     }
@@ -146,9 +167,11 @@ export class Outbox {
     const prev = this.chains.get(id) ?? Promise.resolve();
     const next = prev.catch(() => undefined).then(() => this.syncNow(id));
     this.chains.set(id, next);
-    void next.catch(() => undefined).finally(() => {
-      if (this.chains.get(id) === next) this.chains.delete(id);
-    });
+    void next
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.chains.get(id) === next) this.chains.delete(id);
+      });
     return next;
   }
 
@@ -167,7 +190,11 @@ export class Outbox {
     if (!parentTs && views.some((v) => v.placement === 'reply')) {
       // First post of a thread whose results are already in: open it as "requested" and let the
       // final parent update below follow the replies, so "done" never shows above an empty thread.
-      const opening = renderThread(meta, events.filter((e) => e.type === 'requested'), this.o.render).find((v) => v.placement === 'parent');
+      const opening = renderThread(
+        meta,
+        events.filter((e) => e.type === 'requested'),
+        this.o.render,
+      ).find((v) => v.placement === 'parent');
       if (opening) {
         const ref = await this.postOnce(id, meta, opening, posting, undefined);
         refs.set('parent', ref);
@@ -175,13 +202,18 @@ export class Outbox {
       }
     }
     // Replies first, then the parent's state line: a reader who sees "done" finds the whole thread.
-    const ordered = [...views.filter((v) => !(v.placement === 'parent' && refs.has(v.key))), ...views.filter((v) => v.placement === 'parent' && refs.has(v.key))];
+    const ordered = [
+      ...views.filter((v) => !(v.placement === 'parent' && refs.has(v.key))),
+      ...views.filter((v) => v.placement === 'parent' && refs.has(v.key)),
+    ];
     for (const v of ordered) {
       const hash = hashOf(v);
       const ref = refs.get(v.key);
       if (ref && ref.hash === hash) continue;
       if (ref) {
-        await this.withBlockFallback(v, (blocks) => this.o.poster.update({ channel: meta.channel, ts: ref.ts, text: v.text, blocks }));
+        await this.withBlockFallback(v, (blocks) =>
+          this.o.poster.update({ channel: meta.channel, ts: ref.ts, text: v.text, blocks }),
+        );
         await this.o.log.setSlackRef(id, v.key, { ts: ref.ts, hash });
         continue;
       }
@@ -189,7 +221,9 @@ export class Outbox {
       const posted = await this.postOnce(id, meta, v, posting, v.placement === 'reply' ? parentTs : undefined);
       if (posted.hash !== hash) {
         // Found in Slack from before a crash, with what the view said then: bring it up to date.
-        await this.withBlockFallback(v, (blocks) => this.o.poster.update({ channel: meta.channel, ts: posted.ts, text: v.text, blocks }));
+        await this.withBlockFallback(v, (blocks) =>
+          this.o.poster.update({ channel: meta.channel, ts: posted.ts, text: v.text, blocks }),
+        );
         await this.o.log.setSlackRef(id, v.key, { ts: posted.ts, hash });
       }
       if (v.placement === 'parent') parentTs = posted.ts;
@@ -203,12 +237,21 @@ export class Outbox {
    * first looked up in Slack by its metadata tag (that attempt may have reached Slack with its
    * answer lost), and only posted if Slack has no such message. Returns the ref recorded.
    */
-  private async postOnce(id: string, meta: IncidentMeta, v: MessageView, posting: Set<string>, threadTs: string | undefined): Promise<{ ts: string; hash: string }> {
+  private async postOnce(
+    id: string,
+    meta: IncidentMeta,
+    v: MessageView,
+    posting: Set<string>,
+    threadTs: string | undefined,
+  ): Promise<{ ts: string; hash: string }> {
     const hash = hashOf(v);
     if (posting.has(v.key)) {
       const found = await this.lookup(id, meta, v.key, threadTs);
       if (found) {
-        this.o.logger.info({ incident: id, key: v.key, ts: found.ts }, 'message found in Slack from an attempt before a restart; not posting it again');
+        this.o.logger.info(
+          { incident: id, key: v.key, ts: found.ts },
+          'message found in Slack from an attempt before a restart; not posting it again',
+        );
         const ref = { ts: found.ts, hash: found.viewHash };
         await this.o.log.setSlackRef(id, v.key, ref);
         posting.delete(v.key);
@@ -232,21 +275,38 @@ export class Outbox {
    * view is posted (a possible double, said so in the log). Anything transient (network, 5xx, 429)
    * is thrown, so the sync is retried later and nothing is posted blind.
    */
-  private async lookup(id: string, meta: IncidentMeta, key: string, threadTs: string | undefined): Promise<{ ts: string; viewHash: string } | null> {
+  private async lookup(
+    id: string,
+    meta: IncidentMeta,
+    key: string,
+    threadTs: string | undefined,
+  ): Promise<{ ts: string; viewHash: string } | null> {
     const opened = Date.parse(meta.createdAt);
     const oldestMs = Number.isFinite(opened) ? Math.max(0, opened - LOOKUP_SKEW_MS) : 0;
     try {
-      return await this.o.poster.findTagged({ channel: meta.channel, ...(threadTs ? { threadTs } : {}), oldest: (oldestMs / 1000).toFixed(6), incident: id, viewKey: key });
+      return await this.o.poster.findTagged({
+        channel: meta.channel,
+        ...(threadTs ? { threadTs } : {}),
+        oldest: (oldestMs / 1000).toFixed(6),
+        incident: id,
+        viewKey: key,
+      });
     } catch (err) {
       const code = slackErrorCode(err);
       if (code === null || code === 'ratelimited') throw err;
-      this.o.logger.error({ incident: id, key, slackError: code }, 'could not look for an earlier post of this message (Slack refused the lookup); posting it, it may show twice');
+      this.o.logger.error(
+        { incident: id, key, slackError: code },
+        'could not look for an earlier post of this message (Slack refused the lookup); posting it, it may show twice',
+      );
       return null;
     }
   }
 
   /** If Slack refuses our blocks (e.g. a table it cannot show), the monospace `text` still gets through. */
-  private async withBlockFallback<T>(v: MessageView, send: (blocks: types.KnownBlock[] | undefined) => Promise<T>): Promise<T> {
+  private async withBlockFallback<T>(
+    v: MessageView,
+    send: (blocks: types.KnownBlock[] | undefined) => Promise<T>,
+  ): Promise<T> {
     try {
       return await send(v.blocks);
     } catch (e) {

@@ -112,7 +112,10 @@ export function replayGuard(o: ReplayGuardOptions): Middleware<AnyMiddlewareArgs
       clearTimeout(timer);
     }
     if (!fresh) {
-      o.logger.warn({ requestTimestamp: ts, type: args.body.type ?? ('command' in args ? 'slash_command' : 'unknown') }, 'replayed Slack request refused');
+      o.logger.warn(
+        { requestTimestamp: ts, type: args.body.type ?? ('command' in args ? 'slash_command' : 'unknown') },
+        'replayed Slack request refused',
+      );
       await refuse(args, REPLAYED_TEXT);
       return;
     }

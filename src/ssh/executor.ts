@@ -167,7 +167,11 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
     if (conn.idleTimer) clearTimeout(conn.idleTimer);
     for (const w of conn.waiters.splice(0)) w.reject(new NotStarted(reason.message));
     for (const lost of [...conn.onLost]) lost(reason);
-    if (wasReady) log.info({ machineId: conn.endpoint.machineId, host: conn.endpoint.host, port: conn.endpoint.port, reason: reason.code }, 'ssh connection closed');
+    if (wasReady)
+      log.info(
+        { machineId: conn.endpoint.machineId, host: conn.endpoint.host, port: conn.endpoint.port, reason: reason.code },
+        'ssh connection closed',
+      );
   }
 
   function connect(endpoint: SshEndpoint, key: string): Connection {
@@ -227,7 +231,12 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           dropConnection(conn, lostError(endpoint, err.message));
           return;
         }
-        fail(hostKeyError ?? (conn.state === 'closed' ? lostError(endpoint, 'executor closed while connecting; nothing was run') : connectError(endpoint, err)));
+        fail(
+          hostKeyError ??
+            (conn.state === 'closed'
+              ? lostError(endpoint, 'executor closed while connecting; nothing was run')
+              : connectError(endpoint, err)),
+        );
       });
       client.on('close', () => {
         resolveClosed();
@@ -235,7 +244,11 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           const why =
             conn.state === 'closed'
               ? lostError(endpoint, 'executor closed while connecting; nothing was run')
-              : new CodedError(ErrorCode.ConnectFailed, `SSH to ${where(endpoint)} was closed during the handshake; nothing was run.`, detail);
+              : new CodedError(
+                  ErrorCode.ConnectFailed,
+                  `SSH to ${where(endpoint)} was closed during the handshake; nothing was run.`,
+                  detail,
+                );
           fail(hostKeyError ?? why);
           return;
         }
@@ -248,7 +261,13 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           privateKey = await readFile(endpoint.privateKeyPath);
         } catch (e) {
           const code = e instanceof Error ? (errnoCode(e) ?? 'error') : 'error';
-          fail(new CodedError(ErrorCode.ConfigInvalid, `Cannot read the SSH private key for ${endpoint.machineId} at ${endpoint.privateKeyPath} (${code}); nothing was run.`, detail));
+          fail(
+            new CodedError(
+              ErrorCode.ConfigInvalid,
+              `Cannot read the SSH private key for ${endpoint.machineId} at ${endpoint.privateKeyPath} (${code}); nothing was run.`,
+              detail,
+            ),
+          );
           return;
         }
         if (settled) return;
@@ -269,7 +288,10 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
             hostVerifier: (keyBlob: Buffer): boolean => {
               hostKeyError = verifyHostKey(endpoint, endpoint.hostKeyFingerprints, keyBlob);
               if (hostKeyError) {
-                log.warn({ ...detail, seen: hostKeyFingerprint(keyBlob), expected: usablePins(endpoint.hostKeyFingerprints) }, 'ssh host key refused');
+                log.warn(
+                  { ...detail, seen: hostKeyFingerprint(keyBlob), expected: usablePins(endpoint.hostKeyFingerprints) },
+                  'ssh host key refused',
+                );
                 return false;
               }
               return true;
@@ -277,7 +299,13 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           });
         } catch {
           // ssh2 throws synchronously on an unparsable key; its message is not passed on, to be safe.
-          fail(new CodedError(ErrorCode.ConfigInvalid, `The SSH private key for ${endpoint.machineId} at ${endpoint.privateKeyPath} could not be used (unsupported format or passphrase-protected); nothing was run.`, detail));
+          fail(
+            new CodedError(
+              ErrorCode.ConfigInvalid,
+              `The SSH private key for ${endpoint.machineId} at ${endpoint.privateKeyPath} could not be used (unsupported format or passphrase-protected); nothing was run.`,
+              detail,
+            ),
+          );
         }
       })();
     });
@@ -385,7 +413,10 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
           timedOut,
           truncated,
         };
-        log.debug({ machineId: endpoint.machineId, command, code, signal, durationMs, timedOut, truncated }, 'ssh exec done');
+        log.debug(
+          { machineId: endpoint.machineId, command, code, signal, durationMs, timedOut, truncated },
+          'ssh exec done',
+        );
         resolve(result);
       };
       const onLost = (e: CodedError): void => {
@@ -442,7 +473,13 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
             return;
           }
           cleanup();
-          reject(new CodedError(ErrorCode.CommandFailed, `Could not open an SSH session on ${where(endpoint)} (${err.message}); nothing was run.`, { machineId: endpoint.machineId, command }));
+          reject(
+            new CodedError(
+              ErrorCode.CommandFailed,
+              `Could not open an SSH session on ${where(endpoint)} (${err.message}); nothing was run.`,
+              { machineId: endpoint.machineId, command },
+            ),
+          );
           return;
         }
         channel = ch;
@@ -463,17 +500,29 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
       deadline = setTimeout(() => {
         timedOut = true;
         if (channel) {
-          log.warn({ machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs }, 'ssh command outlived its remote timeout; closing the channel');
+          log.warn(
+            { machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs },
+            'ssh command outlived its remote timeout; closing the channel',
+          );
           endCommand();
           return;
         }
-        log.warn({ machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs }, 'ssh server opened no session before the command deadline; dropping the connection');
+        log.warn(
+          { machineId: endpoint.machineId, command, timeoutMs: spec.timeoutMs },
+          'ssh server opened no session before the command deadline; dropping the connection',
+        );
         cleanup();
         reject(
           new CodedError(
             ErrorCode.CommandTimeout,
             `${where(endpoint)} stopped answering: no session was opened for \`${command}\` within ${(deadlineMs / 1000).toFixed(1)} s (the command deadline). The machine may be frozen or overloaded; whether it ran is unknown. The connection was dropped.`,
-            { machineId: endpoint.machineId, host: endpoint.host, port: endpoint.port, command, endedBy: 'client_deadline' },
+            {
+              machineId: endpoint.machineId,
+              host: endpoint.host,
+              port: endpoint.port,
+              command,
+              endedBy: 'client_deadline',
+            },
           ),
         );
         // A server that does not answer cannot close politely either.
@@ -521,7 +570,10 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         // none was open it may still be freeing closed ones; the pause lets it.
         conn.limit = Math.max(1, Math.min(conn.limit, e.othersOpen));
         const pauseMs = Math.min(500, 25 * 2 ** Math.min(refusals, 5));
-        log.debug({ machineId: endpoint.machineId, command, refusals, limit: conn.limit }, 'ssh server refused a session; waiting for a slot');
+        log.debug(
+          { machineId: endpoint.machineId, command, refusals, limit: conn.limit },
+          'ssh server refused a session; waiting for a slot',
+        );
         if (shutDown || now() + pauseMs >= refusalsUntil) {
           throw new CodedError(
             ErrorCode.CommandFailed,

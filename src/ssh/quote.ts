@@ -7,7 +7,10 @@ import { CodedError, ErrorCode } from '../errors.ts';
  */
 export function shellQuote(word: string): string {
   if (word.includes('\0')) {
-    throw new CodedError(ErrorCode.BadCommand, 'A command word contains a NUL byte; it cannot be passed to a remote command, nothing was run.');
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      'A command word contains a NUL byte; it cannot be passed to a remote command, nothing was run.',
+    );
   }
   // Plain words stay readable in the incident log. No `=`: a leading `a=b` word would be an assignment.
   if (word !== '' && /^[A-Za-z0-9_@%+:,./-]+$/.test(word)) return word;

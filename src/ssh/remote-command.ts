@@ -37,7 +37,10 @@ export function buildRemoteCommand(route: Route, spec: CommandSpec, killAfterMs:
     throw new CodedError(ErrorCode.BadCommand, 'Empty command; nothing was run.');
   }
   if (!Number.isFinite(spec.timeoutMs) || spec.timeoutMs <= 0) {
-    throw new CodedError(ErrorCode.BadCommand, `Command timeout must be a positive number of ms, got ${spec.timeoutMs}; nothing was run.`);
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `Command timeout must be a positive number of ms, got ${spec.timeoutMs}; nothing was run.`,
+    );
   }
   const k = seconds(killAfterMs);
   const inner = ['timeout', '-k', k, seconds(spec.timeoutMs), ...spec.argv];
@@ -45,7 +48,10 @@ export function buildRemoteCommand(route: Route, spec: CommandSpec, killAfterMs:
     return { command: `exec ${shellJoin(inner)}`, lastRemoteKillMs: spec.timeoutMs + killAfterMs };
   }
   if (!Number.isInteger(route.vmid) || route.vmid <= 0) {
-    throw new CodedError(ErrorCode.BadCommand, `Container id must be a positive integer, got ${route.vmid}; nothing was run.`);
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `Container id must be a positive integer, got ${route.vmid}; nothing was run.`,
+    );
   }
   const outerMs = spec.timeoutMs + killAfterMs + 1000;
   const outer = ['timeout', '-k', k, seconds(outerMs), 'pct', 'exec', String(route.vmid), '--', ...inner];

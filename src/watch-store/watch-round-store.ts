@@ -24,7 +24,17 @@ import { type AlertChange, type ConditionKind, EMPTY_WATCH_STATE, type WatchStat
 import type { MachineGlance } from '../watchdog/watch-glance.ts';
 import { watchKeys } from './watch-keys.ts';
 
-const KINDS = ['ghost_memory', 'holder_stuck', 'ram_high', 'nvidia_smi_failing', 'gpu_error', 'gpus_missing', 'unreachable', 'xid', 'recovery_action'] as const satisfies readonly ConditionKind[];
+const KINDS = [
+  'ghost_memory',
+  'holder_stuck',
+  'ram_high',
+  'nvidia_smi_failing',
+  'gpu_error',
+  'gpus_missing',
+  'unreachable',
+  'xid',
+  'recovery_action',
+] as const satisfies readonly ConditionKind[];
 
 const AlertSchema = z.object({
   key: z.string().max(300),
@@ -123,14 +133,45 @@ export class WatchRoundStore {
    * the stored state is still `expectedRaw`. False: it moved (nothing was written; judge again).
    * `at`: when the reading was taken (the events' time, the same on a re-judgement).
    */
-  async commit(machineId: string, expectedRaw: string | null, next: WatchState, changes: readonly AlertChange[], glance: MachineGlance, at: number): Promise<boolean> {
-    const keys = [this.keys.state(machineId), this.keys.open, this.keys.last, this.keys.version, this.k('incidents'), this.k('dirty'), targetIndexSinceKey(this.prefix)];
-    const args: string[] = [expectedRaw === null ? '0' : '1', expectedRaw ?? '', JSON.stringify(next), machineId, JSON.stringify(glance), String(changes.length)];
+  async commit(
+    machineId: string,
+    expectedRaw: string | null,
+    next: WatchState,
+    changes: readonly AlertChange[],
+    glance: MachineGlance,
+    at: number,
+  ): Promise<boolean> {
+    const keys = [
+      this.keys.state(machineId),
+      this.keys.open,
+      this.keys.last,
+      this.keys.version,
+      this.k('incidents'),
+      this.k('dirty'),
+      targetIndexSinceKey(this.prefix),
+    ];
+    const args: string[] = [
+      expectedRaw === null ? '0' : '1',
+      expectedRaw ?? '',
+      JSON.stringify(next),
+      machineId,
+      JSON.stringify(glance),
+      String(changes.length),
+    ];
     const iso = new Date(at).toISOString();
     for (const c of changes) {
       const id = alertIncidentId(c.alert);
       const createdAt = new Date(c.alert.raisedAt ?? at).toISOString();
-      const meta: IncidentMeta = { id, kind: 'alert', requester: WATCHDOG_REQUESTER, channel: this.alertsChannel, targets: [c.alert.machineId], text: c.alert.key, reason: null, createdAt };
+      const meta: IncidentMeta = {
+        id,
+        kind: 'alert',
+        requester: WATCHDOG_REQUESTER,
+        channel: this.alertsChannel,
+        targets: [c.alert.machineId],
+        text: c.alert.key,
+        reason: null,
+        createdAt,
+      };
       keys.push(this.k('inc', id, 'meta'), this.k('inc', id, 'events'), targetIndexKey(this.prefix, c.alert.machineId));
       const score = c.type === 'clear' ? c.at : (c.alert.raisedAt ?? at);
       args.push(id, c.type, JSON.stringify(meta), JSON.stringify(eventOf(c, iso)), String(score));

@@ -25,16 +25,28 @@ export type AlertEvent =
    * AlertActionRefusal). A Snooze that went through is its `alert_snoozed`. `target`: the machine the
    * click acted on (for Unstick on a host alert, the container chosen).
    */
-  | { type: 'alert_action'; at: string; by: string; action: 'status' | 'unstick' | 'snooze'; incidentId: string | null; refused: string | null; target?: string };
+  | {
+      type: 'alert_action';
+      at: string;
+      by: string;
+      action: 'status' | 'unstick' | 'snooze';
+      incidentId: string | null;
+      refused: string | null;
+      target?: string;
+    };
 
 /** Why a click on a live alert was refused (alert_action.refused). */
-export type AlertActionRefusal = 'policy' | 'target_locked' | 'queue_unavailable' | 'not_a_container' | 'unknown_machine';
+export type AlertActionRefusal =
+  | 'policy'
+  | 'target_locked'
+  | 'queue_unavailable'
+  | 'not_a_container'
+  | 'unknown_machine';
 
 export type AlertEventType = AlertEvent['type'];
 
 /** Who opens alert incidents (IncidentMeta.requester). */
 export const WATCHDOG_REQUESTER = 'watchdog';
-
 
 /** Slack action ids of an alert message's buttons; each button's `value` is the alert's incident id only. */
 export const ALERT_STATUS_ACTION_ID = 'gpu_alert_status';

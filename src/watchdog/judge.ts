@@ -28,7 +28,16 @@ import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { KernelLogCursor } from './kernel-log.ts';
 import { recoveryActionAdvice, type XidEvent, xidMeaning } from './xid.ts';
 
-export type ConditionKind = 'ghost_memory' | 'holder_stuck' | 'ram_high' | 'nvidia_smi_failing' | 'gpu_error' | 'gpus_missing' | 'unreachable' | 'xid' | 'recovery_action';
+export type ConditionKind =
+  | 'ghost_memory'
+  | 'holder_stuck'
+  | 'ram_high'
+  | 'nvidia_smi_failing'
+  | 'gpu_error'
+  | 'gpus_missing'
+  | 'unreachable'
+  | 'xid'
+  | 'recovery_action';
 
 export interface WatchSettings {
   ghostMinutes: number;
@@ -37,7 +46,12 @@ export interface WatchSettings {
   xidQuietMinutes: number;
 }
 
-export const DEFAULT_WATCH_SETTINGS: WatchSettings = { ghostMinutes: 10, ghostMinMiB: 1024, ramPct: 90, xidQuietMinutes: 60 };
+export const DEFAULT_WATCH_SETTINGS: WatchSettings = {
+  ghostMinutes: 10,
+  ghostMinMiB: 1024,
+  ramPct: 90,
+  xidQuietMinutes: 60,
+};
 
 export type MachineReading =
   | {
@@ -108,8 +122,23 @@ function observedKinds(r: MachineReading): Set<ConditionKind> {
 function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettings): Seen[] {
   const m = r.machineId;
   if (!r.ok) {
-    if (r.code === 'command_timeout') return [{ key: `${m}/nvidia_smi_failing`, kind: 'nvidia_smi_failing', gpu: null, sentence: 'nvidia-smi did not answer within the command timeout (a wedged driver often hangs it).' }];
-    return [{ key: `${m}/unreachable`, kind: 'unreachable', gpu: null, sentence: `the watchdog could not read it (${r.code.replace(/[^a-z_]/g, '')}).` }];
+    if (r.code === 'command_timeout')
+      return [
+        {
+          key: `${m}/nvidia_smi_failing`,
+          kind: 'nvidia_smi_failing',
+          gpu: null,
+          sentence: 'nvidia-smi did not answer within the command timeout (a wedged driver often hangs it).',
+        },
+      ];
+    return [
+      {
+        key: `${m}/unreachable`,
+        kind: 'unreachable',
+        gpu: null,
+        sentence: `the watchdog could not read it (${r.code.replace(/[^a-z_]/g, '')}).`,
+      },
+    ];
   }
   const s = r.snapshot;
   const out: Seen[] = [];
@@ -117,8 +146,18 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
     const gpuWide = s.gpus.length > 0 || s.gpuError.busId !== null;
     out.push(
       gpuWide
-        ? { key: `${m}/gpu_error/${s.gpuError.busId ?? '?'}`, kind: 'gpu_error', gpu: null, sentence: `a GPU answers an error instead of numbers (${s.gpuError.kind.replace(/[^a-z_]/g, '')}).` }
-        : { key: `${m}/nvidia_smi_failing`, kind: 'nvidia_smi_failing', gpu: null, sentence: `nvidia-smi fails for every GPU (${s.gpuError.kind.replace(/[^a-z_]/g, '')}).` },
+        ? {
+            key: `${m}/gpu_error/${s.gpuError.busId ?? '?'}`,
+            kind: 'gpu_error',
+            gpu: null,
+            sentence: `a GPU answers an error instead of numbers (${s.gpuError.kind.replace(/[^a-z_]/g, '')}).`,
+          }
+        : {
+            key: `${m}/nvidia_smi_failing`,
+            kind: 'nvidia_smi_failing',
+            gpu: null,
+            sentence: `nvidia-smi fails for every GPU (${s.gpuError.kind.replace(/[^a-z_]/g, '')}).`,
+          },
     );
   }
   // Host RAM is the host's condition: judged on its own reading only. A container's `free` shows
@@ -127,26 +166,55 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
   if (s.view === 'host' && s.ram && s.ram.totalBytes > 0) {
     const pct = Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100);
     // Why, when the holders' command lines say so (root-cause.ts: numbers and flag names only).
-    const why = snapshotRootCauses(s, HOST_RAM_CAUSES).map((c) => ` Why: ${c.sentence}`).join('');
-    if (pct >= settings.ramPct) out.push({ key: `${m}/ram_high`, kind: 'ram_high', gpu: null, sentence: `host RAM ${pct} % used (${fmt(s.ram.usedBytes / GiB)} of ${fmt(s.ram.totalBytes / GiB)} GiB).${why}` });
+    const why = snapshotRootCauses(s, HOST_RAM_CAUSES)
+      .map((c) => ` Why: ${c.sentence}`)
+      .join('');
+    if (pct >= settings.ramPct)
+      out.push({
+        key: `${m}/ram_high`,
+        kind: 'ram_high',
+        gpu: null,
+        sentence: `host RAM ${pct} % used (${fmt(s.ram.usedBytes / GiB)} of ${fmt(s.ram.totalBytes / GiB)} GiB).${why}`,
+      });
   }
   if (s.view === 'host' && s.gpuError === null) {
     for (const g of s.gpus) {
       if (g.memoryUsedMiB === null || g.index === null) continue;
-      const held = s.processes.filter((p) => p.gpuIndex === g.index || (p.gpuUuid !== null && p.gpuUuid === g.uuid)).reduce((a, p) => a + (p.usedMiB ?? 0), 0);
+      const held = s.processes
+        .filter((p) => p.gpuIndex === g.index || (p.gpuUuid !== null && p.gpuUuid === g.uuid))
+        .reduce((a, p) => a + (p.usedMiB ?? 0), 0);
       const ghost = g.memoryUsedMiB - held;
       if (ghost >= settings.ghostMinMiB)
-        out.push({ key: `${m}/ghost_memory/${g.uuid ?? g.index}`, kind: 'ghost_memory', gpu: g.index, sentence: `GPU ${g.index}: ${fmt(ghost)} MiB in use that no process on the host holds.` });
+        out.push({
+          key: `${m}/ghost_memory/${g.uuid ?? g.index}`,
+          kind: 'ghost_memory',
+          gpu: g.index,
+          sentence: `GPU ${g.index}: ${fmt(ghost)} MiB in use that no process on the host holds.`,
+        });
     }
     const most = prev.gpuCount[m] ?? 0;
-    if (s.gpus.length < most) out.push({ key: `${m}/gpus_missing`, kind: 'gpus_missing', gpu: null, sentence: `${s.gpus.length} GPUs answer, ${most} were seen before: a GPU may have fallen off the bus.` });
+    if (s.gpus.length < most)
+      out.push({
+        key: `${m}/gpus_missing`,
+        kind: 'gpus_missing',
+        gpu: null,
+        sentence: `${s.gpus.length} GPUs answer, ${most} were seen before: a GPU may have fallen off the bus.`,
+      });
   }
   if (r.holderStates !== undefined) {
     for (const p of s.processes) {
       const st = r.holderStates[p.pid];
       if (st !== 'D' && st !== 'Z') continue;
-      const what = st === 'D' ? 'in uninterruptible sleep (D): signals wait until the kernel call returns' : 'a zombie (Z): it is dead, but its memory is not yet released';
-      out.push({ key: `${m}/holder_stuck/${p.pid}/${p.gpuIndex ?? '?'}`, kind: 'holder_stuck', gpu: p.gpuIndex, sentence: `host PID ${p.pid} holds ${fmt(p.usedMiB ?? 0)} MiB on GPU ${p.gpuIndex ?? '?'} and is ${what}.` });
+      const what =
+        st === 'D'
+          ? 'in uninterruptible sleep (D): signals wait until the kernel call returns'
+          : 'a zombie (Z): it is dead, but its memory is not yet released';
+      out.push({
+        key: `${m}/holder_stuck/${p.pid}/${p.gpuIndex ?? '?'}`,
+        kind: 'holder_stuck',
+        gpu: p.gpuIndex,
+        sentence: `host PID ${p.pid} holds ${fmt(p.usedMiB ?? 0)} MiB on GPU ${p.gpuIndex ?? '?'} and is ${what}.`,
+      });
     }
   }
   for (const ra of r.recoveryActions ?? []) {
@@ -157,7 +225,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
       key: `${m}/recovery_action/${ra.uuid ?? ra.gpu}`,
       kind: 'recovery_action',
       gpu: ra.gpu,
-      sentence: `GPU ${ra.gpu}: ${advice ?? 'the driver reports a recovery action gpu-medic does not know: see `nvidia-smi -q` on the host and NVIDIA\'s documentation.'}`,
+      sentence: `GPU ${ra.gpu}: ${advice ?? "the driver reports a recovery action gpu-medic does not know: see `nvidia-smi -q` on the host and NVIDIA's documentation."}`,
     });
   }
   for (const x of r.xids ?? []) {
@@ -168,7 +236,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
       key: `${m}/xid/${x.xid}/${pci}`,
       kind: 'xid',
       gpu,
-      sentence: `Xid ${x.xid} on PCI ${pci}${gpu === null ? '' : ` (GPU ${gpu})`}${meaning ? `: ${meaning.name}; ${meaning.next}` : ': not in gpu-medic\'s table; look it up in NVIDIA\'s Xid catalogue.'}`,
+      sentence: `Xid ${x.xid} on PCI ${pci}${gpu === null ? '' : ` (GPU ${gpu})`}${meaning ? `: ${meaning.name}; ${meaning.next}` : ": not in gpu-medic's table; look it up in NVIDIA's Xid catalogue."}`,
     });
   }
   return out;
@@ -186,7 +254,12 @@ function snoozed(a: Pick<Alert, 'machineId' | 'gpu'>, snoozes: Snoozes, now: num
 }
 
 /** The next state and the changes to show, for one machine's reading. */
-export function judge(prev: WatchState, r: MachineReading, settings: WatchSettings = DEFAULT_WATCH_SETTINGS, snoozes: Snoozes = {}): { next: WatchState; changes: AlertChange[] } {
+export function judge(
+  prev: WatchState,
+  r: MachineReading,
+  settings: WatchSettings = DEFAULT_WATCH_SETTINGS,
+  snoozes: Snoozes = {},
+): { next: WatchState; changes: AlertChange[] } {
   const now = r.at;
   const seen = conditionsOf(r, prev, settings);
   const observed = observedKinds(r);
@@ -199,7 +272,16 @@ export function judge(prev: WatchState, r: MachineReading, settings: WatchSettin
     const since = old?.since ?? now;
     const due = c.kind !== 'ghost_memory' || now - since >= settings.ghostMinutes * 60_000;
     const quiet = snoozed({ machineId: r.machineId, gpu: c.gpu }, snoozes, now);
-    const base: Alert = { key: c.key, kind: c.kind, machineId: r.machineId, gpu: c.gpu, since, raisedAt: old?.raisedAt ?? null, sentence: c.sentence, lastSeenAt: now };
+    const base: Alert = {
+      key: c.key,
+      kind: c.kind,
+      machineId: r.machineId,
+      gpu: c.gpu,
+      since,
+      raisedAt: old?.raisedAt ?? null,
+      sentence: c.sentence,
+      lastSeenAt: now,
+    };
     if (base.raisedAt === null && due && !quiet) {
       base.raisedAt = now;
       changes.push({ type: 'raise', alert: base });
@@ -220,6 +302,7 @@ export function judge(prev: WatchState, r: MachineReading, settings: WatchSettin
   }
 
   const gpuCount = { ...prev.gpuCount };
-  if (r.ok && r.snapshot.view === 'host' && r.snapshot.gpuError === null) gpuCount[r.machineId] = Math.max(gpuCount[r.machineId] ?? 0, r.snapshot.gpus.length);
+  if (r.ok && r.snapshot.view === 'host' && r.snapshot.gpuError === null)
+    gpuCount[r.machineId] = Math.max(gpuCount[r.machineId] ?? 0, r.snapshot.gpus.length);
   return { next: { ...prev, alerts, gpuCount, lastReadingAt: Math.max(prev.lastReadingAt ?? 0, now) }, changes };
 }

@@ -63,7 +63,8 @@ export function parseKernelLog(stdout: string, prev: KernelLogCursor | undefined
       bootId = b[1] === '' ? null : (b[1] ?? null);
       uptime = b[2] === undefined ? null : Number(b[2]);
     }
-    if (line === 'source none') return { ok: false, reason: 'neither journalctl -k nor dmesg could be read by this login (dmesg_restrict?)' };
+    if (line === 'source none')
+      return { ok: false, reason: 'neither journalctl -k nor dmesg could be read by this login (dmesg_restrict?)' };
     const s = /^source (journal|dmesg)$/.exec(line);
     if (s) source = s[1] === 'journal' ? 'journal' : 'dmesg';
   }
@@ -96,7 +97,11 @@ export function parseKernelLog(stdout: string, prev: KernelLogCursor | undefined
     last = Math.max(last, sec);
     fresh.push(m[2] ?? '');
   }
-  return { ok: true, xids: parseXids(fresh.join('\n')), cursor: { source: 'dmesg', bootId, lastSec: Math.max(last, after) } };
+  return {
+    ok: true,
+    xids: parseXids(fresh.join('\n')),
+    cursor: { source: 'dmesg', bootId, lastSec: Math.max(last, after) },
+  };
 }
 
 /**

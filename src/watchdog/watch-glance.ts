@@ -10,7 +10,10 @@ export const MachineGlanceSchema = z.object({
   at: z.number(),
   ok: z.boolean(),
   /** When not ok: the error code (e.g. command_timeout, unreachable). */
-  code: z.string().regex(/^[a-z_]{1,40}$/).nullable(),
+  code: z
+    .string()
+    .regex(/^[a-z_]{1,40}$/)
+    .nullable(),
   gpus: z.number().int().min(0),
   gpuMemoryUsedMiB: z.number().min(0),
   gpuMemoryTotalMiB: z.number().min(0),

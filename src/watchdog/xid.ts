@@ -36,7 +36,12 @@ export function parseXids(log: string): XidEvent[] {
     const f = FELL_OFF.exec(line);
     // The no-Xid form spans up to three lines.
     if (f && lines.slice(i, i + 3).some((l) => FELL_OFF_TAIL.test(l))) {
-      out.push({ xid: 79, pci: (f[1] ?? '').toLowerCase(), detail: 'GPU has fallen off the bus (no Xid number in the log)', line: line.trim() });
+      out.push({
+        xid: 79,
+        pci: (f[1] ?? '').toLowerCase(),
+        detail: 'GPU has fallen off the bus (no Xid number in the log)',
+        line: line.trim(),
+      });
     }
   }
   return out;
@@ -53,20 +58,76 @@ export interface XidMeaning {
 
 /** The Xids an on-call person meets on compute GPUs (NVIDIA's Xid catalogue), by number. */
 const MEANINGS: Readonly<Record<number, XidMeaning>> = {
-  13: { name: 'Graphics engine exception', next: 'usually the application (bad kernel, out-of-range access): check its log; restart it.', resetHelps: false },
-  31: { name: 'GPU memory page fault', next: 'usually the application (illegal address): check its log; restart it.', resetHelps: false },
-  43: { name: 'GPU stopped processing', next: 'the application faulted and was stopped; restart it.', resetHelps: false },
-  45: { name: 'Preemptive cleanup, due to previous errors', next: 'the driver ended the processes after an earlier error: read the Xid before this one.', resetHelps: false },
-  48: { name: 'Double-bit ECC error', next: 'uncorrectable memory error: stop the work on this GPU, reset it, and check its ECC counters; repeats mean hardware.', resetHelps: true },
-  63: { name: 'ECC page retirement or row remapping recorded', next: 'a reset (or reboot) applies the remapping; schedule it.', resetHelps: true },
-  64: { name: 'ECC page retirement or row remapping failed', next: 'the GPU could not retire bad memory: reset it; if it repeats, the board needs service.', resetHelps: true },
-  74: { name: 'NVLink error', next: 'reset the GPUs on that NVLink; if it repeats, check the links and the board.', resetHelps: true },
-  79: { name: 'GPU has fallen off the bus', next: 'a reset will not help: reboot the host, then check power, cooling and seating of the GPU.', resetHelps: false },
-  92: { name: 'High single-bit ECC error rate', next: 'correctable but frequent: watch it and schedule service of the GPU.', resetHelps: false },
-  94: { name: 'Contained ECC error', next: 'only the affected application was stopped: restart it; no reset needed.', resetHelps: false },
-  95: { name: 'Uncontained ECC error', next: 'every process on the GPU is affected: reset the GPU (after its holders are gone).', resetHelps: true },
-  119: { name: 'GSP RPC timeout', next: 'the GPU firmware stopped answering: reset the GPU, or reboot the host if the reset fails.', resetHelps: true },
-  120: { name: 'GSP error', next: 'the GPU firmware reported an error: reset the GPU, or reboot the host if the reset fails.', resetHelps: true },
+  13: {
+    name: 'Graphics engine exception',
+    next: 'usually the application (bad kernel, out-of-range access): check its log; restart it.',
+    resetHelps: false,
+  },
+  31: {
+    name: 'GPU memory page fault',
+    next: 'usually the application (illegal address): check its log; restart it.',
+    resetHelps: false,
+  },
+  43: {
+    name: 'GPU stopped processing',
+    next: 'the application faulted and was stopped; restart it.',
+    resetHelps: false,
+  },
+  45: {
+    name: 'Preemptive cleanup, due to previous errors',
+    next: 'the driver ended the processes after an earlier error: read the Xid before this one.',
+    resetHelps: false,
+  },
+  48: {
+    name: 'Double-bit ECC error',
+    next: 'uncorrectable memory error: stop the work on this GPU, reset it, and check its ECC counters; repeats mean hardware.',
+    resetHelps: true,
+  },
+  63: {
+    name: 'ECC page retirement or row remapping recorded',
+    next: 'a reset (or reboot) applies the remapping; schedule it.',
+    resetHelps: true,
+  },
+  64: {
+    name: 'ECC page retirement or row remapping failed',
+    next: 'the GPU could not retire bad memory: reset it; if it repeats, the board needs service.',
+    resetHelps: true,
+  },
+  74: {
+    name: 'NVLink error',
+    next: 'reset the GPUs on that NVLink; if it repeats, check the links and the board.',
+    resetHelps: true,
+  },
+  79: {
+    name: 'GPU has fallen off the bus',
+    next: 'a reset will not help: reboot the host, then check power, cooling and seating of the GPU.',
+    resetHelps: false,
+  },
+  92: {
+    name: 'High single-bit ECC error rate',
+    next: 'correctable but frequent: watch it and schedule service of the GPU.',
+    resetHelps: false,
+  },
+  94: {
+    name: 'Contained ECC error',
+    next: 'only the affected application was stopped: restart it; no reset needed.',
+    resetHelps: false,
+  },
+  95: {
+    name: 'Uncontained ECC error',
+    next: 'every process on the GPU is affected: reset the GPU (after its holders are gone).',
+    resetHelps: true,
+  },
+  119: {
+    name: 'GSP RPC timeout',
+    next: 'the GPU firmware stopped answering: reset the GPU, or reboot the host if the reset fails.',
+    resetHelps: true,
+  },
+  120: {
+    name: 'GSP error',
+    next: 'the GPU firmware reported an error: reset the GPU, or reboot the host if the reset fails.',
+    resetHelps: true,
+  },
 };
 
 /** The meaning of an Xid, or null for one not in the table (said as "Xid N", no guess). */

@@ -73,15 +73,20 @@ function mounts(s: Service): Mount[] {
 function envMap(s: Service): Record<string, string | null> {
   const e = s.environment ?? {};
   if (!Array.isArray(e)) return e;
-  return Object.fromEntries(e.map((kv) => {
-    const i = kv.indexOf('=');
-    return i < 0 ? [kv, null] : [kv.slice(0, i), kv.slice(i + 1)];
-  }));
+  return Object.fromEntries(
+    e.map((kv) => {
+      const i = kv.indexOf('=');
+      return i < 0 ? [kv, null] : [kv.slice(0, i), kv.slice(i + 1)];
+    }),
+  );
 }
-const envFiles = (s: Service): string[] => (s.env_file === undefined ? [] : Array.isArray(s.env_file) ? s.env_file : [s.env_file]);
-const commandOf = (s: Service): string[] => (Array.isArray(s.command) ? s.command : (s.command ?? '').split(/\s+/).filter(Boolean));
+const envFiles = (s: Service): string[] =>
+  s.env_file === undefined ? [] : Array.isArray(s.env_file) ? s.env_file : [s.env_file];
+const commandOf = (s: Service): string[] =>
+  Array.isArray(s.command) ? s.command : (s.command ?? '').split(/\s+/).filter(Boolean);
 /** `${VAR:-default}` → default (what the container gets when .env leaves VAR unset). */
-const interpolateDefault = (v: string): string => v.replace(/\$\{[A-Z0-9_]+(?::?-([^}]*))?\}/g, (_m, d: string | undefined) => d ?? '');
+const interpolateDefault = (v: string): string =>
+  v.replace(/\$\{[A-Z0-9_]+(?::?-([^}]*))?\}/g, (_m, d: string | undefined) => d ?? '');
 
 const ENV_KEYS = Object.keys(EnvSchema.shape);
 /** Settings only the Slack-facing process reads (src/config/env.ts SETTING_READERS). */
@@ -92,7 +97,12 @@ const INVENTORY_TARGET = '/etc/gpu-medic/inventory.yaml';
 describe('docker-compose.yml', () => {
   it('has redis, bot and worker, the last two from the same image', () => {
     // Services behind a profile (the optional Redis Sentinel set) do not start by default.
-    expect(Object.entries(compose.services).filter(([, v]) => !(v as { profiles?: unknown }).profiles).map(([k]) => k).sort()).toEqual(['bot', 'redis', 'worker']);
+    expect(
+      Object.entries(compose.services)
+        .filter(([, v]) => !(v as { profiles?: unknown }).profiles)
+        .map(([k]) => k)
+        .sort(),
+    ).toEqual(['bot', 'redis', 'worker']);
     expect(svc('bot').build).toBeDefined();
     expect(svc('worker').build).toEqual(svc('bot').build);
     expect(svc('worker').image).toEqual(svc('bot').image);
@@ -126,10 +136,17 @@ describe('docker-compose.yml', () => {
     const key = mounts(svc('worker')).find((m) => m.target === SSH_DIR);
     expect(key).toMatchObject({ readOnly: true });
     for (const m of mounts(svc('bot'))) {
-      expect(m.target.startsWith(SSH_DIR) || /ssh|\.pem$|id_(rsa|ecdsa|ed25519)/.test(m.source), `bot mount ${m.source}:${m.target}`).toBe(false);
+      expect(
+        m.target.startsWith(SSH_DIR) || /ssh|\.pem$|id_(rsa|ecdsa|ed25519)/.test(m.source),
+        `bot mount ${m.source}:${m.target}`,
+      ).toBe(false);
     }
     // Secrets in a bind mount are secrets; nothing else than the inventory and the keys goes in.
-    expect(mounts(svc('worker')).map((m) => m.target).sort()).toEqual([INVENTORY_TARGET, SSH_DIR]);
+    expect(
+      mounts(svc('worker'))
+        .map((m) => m.target)
+        .sort(),
+    ).toEqual([INVENTORY_TARGET, SSH_DIR]);
     expect(mounts(svc('bot')).map((m) => m.target)).toEqual([INVENTORY_TARGET]);
   });
 
@@ -142,10 +159,16 @@ describe('docker-compose.yml', () => {
   });
 
   it('the example inventory names keys inside the worker-only mount', () => {
-    const inv = parseYaml(read('inventory.example.yaml')) as { defaults?: { keyFile?: string }; hosts?: Array<{ keyFile?: string }>; containers?: Array<{ keyFile?: string }> };
-    const keyFiles = [inv.defaults?.keyFile, ...(inv.hosts ?? []).map((h) => h.keyFile), ...(inv.containers ?? []).map((c) => c.keyFile)].filter(
-      (k): k is string => typeof k === 'string',
-    );
+    const inv = parseYaml(read('inventory.example.yaml')) as {
+      defaults?: { keyFile?: string };
+      hosts?: Array<{ keyFile?: string }>;
+      containers?: Array<{ keyFile?: string }>;
+    };
+    const keyFiles = [
+      inv.defaults?.keyFile,
+      ...(inv.hosts ?? []).map((h) => h.keyFile),
+      ...(inv.containers ?? []).map((c) => c.keyFile),
+    ].filter((k): k is string => typeof k === 'string');
     expect(keyFiles.length).toBeGreaterThan(0);
     for (const k of keyFiles) expect(k.startsWith(`${SSH_DIR}/`), k).toBe(true);
   });
@@ -173,7 +196,9 @@ describe('docker-compose.yml', () => {
   });
 
   it("the worker's fallbacks equal the app's own defaults, so an unset .env line means the same thing", () => {
-    const env = Object.fromEntries(Object.entries(envMap(svc('worker'))).map(([k, v]) => [k, interpolateDefault(v ?? '')]));
+    const env = Object.fromEntries(
+      Object.entries(envMap(svc('worker'))).map(([k, v]) => [k, interpolateDefault(v ?? '')]),
+    );
     const parsed = parseEnv(env, 'worker');
     expect(parsed.problems).toEqual([]);
     const defaults = EnvSchema.parse({});
@@ -191,13 +216,18 @@ describe('docker-compose.yml', () => {
 /** The healthcheck is `[CMD, node, dist/src/main.js, health, <role>]`; run exactly that here, on the build. */
 function healthArgv(service: string): string[] {
   const t = svc(service).healthcheck?.test;
-  if (!Array.isArray(t) || t[0] !== 'CMD' || t[1] !== 'node') throw new Error(`${service}: healthcheck is not [CMD, node, ...]`);
+  if (!Array.isArray(t) || t[0] !== 'CMD' || t[1] !== 'node')
+    throw new Error(`${service}: healthcheck is not [CMD, node, ...]`);
   return t.slice(2);
 }
 async function runHealth(service: string, env: Record<string, string>): Promise<{ code: number; out: string }> {
   try {
     // The image's WORKDIR holds src/: run from the repository root the same way.
-    const r = await run(process.execPath, healthArgv(service), { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env }, timeout: 20_000 });
+    const r = await run(process.execPath, healthArgv(service), {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      timeout: 20_000,
+    });
     return { code: 0, out: r.stdout + r.stderr };
   } catch (e) {
     const err = e as { code?: number; stdout?: string; stderr?: string };
@@ -213,9 +243,18 @@ describe('bot and worker healthcheck command (reads the heartbeat the process wr
   }, 300_000);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const beat = (file: string, o: { ageMs?: number; checks?: Record<string, string | null>; role?: string } = {}) =>
-    writeFileSync(file, JSON.stringify({ role: o.role ?? 'worker', pid: 4242, at: new Date(Date.now() - (o.ageMs ?? 0)).toISOString(), intervalMs: 10_000, checks: o.checks ?? { redis: null, queues: null } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        role: o.role ?? 'worker',
+        pid: 4242,
+        at: new Date(Date.now() - (o.ageMs ?? 0)).toISOString(),
+        intervalMs: 10_000,
+        checks: o.checks ?? { redis: null, queues: null },
+      }),
+    );
 
-  it('is `gpu-medic health <role>` for each service, through the image entrypoint\'s compiled main', () => {
+  it("is `gpu-medic health <role>` for each service, through the image entrypoint's compiled main", () => {
     expect(healthArgv('bot')).toEqual(['dist/src/main.js', 'health', 'bot']);
     expect(healthArgv('worker')).toEqual(['dist/src/main.js', 'health', 'worker']);
   });
@@ -238,7 +277,9 @@ describe('bot and worker healthcheck command (reads the heartbeat the process wr
     beat(file, { ageMs: 40_000 });
     const stale = await runHealth('worker', env);
     expect(stale.code).toBe(1);
-    expect(stale.out).toMatch(/^worker \(pid 4242\) stale: last heartbeat (4\d|[5-9]\d) s ago, expected every 10 s \(hung or dead\)\n$/);
+    expect(stale.out).toMatch(
+      /^worker \(pid 4242\) stale: last heartbeat (4\d|[5-9]\d) s ago, expected every 10 s \(hung or dead\)\n$/,
+    );
   });
 });
 
@@ -271,7 +312,11 @@ describe('Dockerfile and .dockerignore', () => {
     expect(rt).toMatch(/npm install --omit=dev/);
     const copied = (runtime ?? []).filter((l) => l.startsWith('COPY '));
     expect(copied).toEqual(['COPY package.json package-lock.json ./', 'COPY --from=build /app/dist/ ./dist/']);
-    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string>; dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    const pkg = JSON.parse(read('package.json')) as {
+      scripts: Record<string, string>;
+      dependencies: Record<string, string>;
+      devDependencies: Record<string, string>;
+    };
     expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json');
     // No TypeScript loader or compiler among what production installs.
     for (const dev of ['tsx', 'typescript']) {
@@ -294,7 +339,9 @@ describe('Dockerfile and .dockerignore', () => {
   });
 
   it('keeps secrets and local state out of the build context', () => {
-    const ignored = read('.dockerignore').split('\n').map((l) => l.trim());
+    const ignored = read('.dockerignore')
+      .split('\n')
+      .map((l) => l.trim());
     for (const p of ['.env', 'ssh/', 'inventory.yaml', 'node_modules/', '.git/']) expect(ignored, p).toContain(p);
   });
 });
@@ -323,26 +370,46 @@ describe('.env.example', () => {
   });
 
   it('holds no token, secret or real-looking credential', () => {
-    for (const k of ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET']) expect(entries.get(k)?.value ?? '', k).toBe('');
+    for (const k of ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'])
+      expect(entries.get(k)?.value ?? '', k).toBe('');
     expect(text).not.toMatch(/xox[abposr]-[A-Za-z0-9]|xapp-\d|-----BEGIN/);
   });
 
   it('as shipped, config check refuses it until the two Slack tokens are filled in, and then accepts it', () => {
     const active = Object.fromEntries([...entries].filter(([, e]) => !e.commented).map(([k, e]) => [k, e.value]));
-    expect(parseEnv(active, 'bot').problems.map((p) => p.variable).sort()).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
-    expect(parseEnv({ ...active, SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test' }, 'bot').problems).toEqual([]);
+    expect(
+      parseEnv(active, 'bot')
+        .problems.map((p) => p.variable)
+        .sort(),
+    ).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
+    expect(parseEnv({ ...active, SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test' }, 'bot').problems).toEqual(
+      [],
+    );
   });
 
   it('with the tokens filled in and the example inventory, it passes config check for a plain host (a local Redis) and for compose', async () => {
     const active = Object.fromEntries([...entries].filter(([, e]) => !e.commented).map(([k, e]) => [k, e.value]));
-    const filled = { ...active, SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test', GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml') };
+    const filled = {
+      ...active,
+      SLACK_BOT_TOKEN: 'xoxb-test',
+      SLACK_APP_TOKEN: 'xapp-test',
+      GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml'),
+    };
     const local = await checkConfig(filled, 'start', loadInventoryFile);
     expect(local.problems).toEqual([]);
     expect(local.deployment).toBe('local');
     expect(local.env?.REDIS_URL).toBe('redis://127.0.0.1:6379');
     // Under compose, the compose file adds its own REDIS_URL and GPU_MEDIC_DEPLOYMENT.
     const composeEnv = envMap(svc('bot'));
-    const inCompose = await checkConfig({ ...filled, GPU_MEDIC_DEPLOYMENT: String(composeEnv.GPU_MEDIC_DEPLOYMENT), REDIS_URL: interpolateDefault(String(composeEnv.REDIS_URL)) }, 'start', loadInventoryFile);
+    const inCompose = await checkConfig(
+      {
+        ...filled,
+        GPU_MEDIC_DEPLOYMENT: String(composeEnv.GPU_MEDIC_DEPLOYMENT),
+        REDIS_URL: interpolateDefault(String(composeEnv.REDIS_URL)),
+      },
+      'start',
+      loadInventoryFile,
+    );
     expect(inCompose.problems).toEqual([]);
     expect(inCompose.deployment).toBe('compose');
   });
@@ -354,7 +421,8 @@ describe('.env.example', () => {
       const r = EnvSchema.safeParse({ [k]: e.value });
       expect(r.success, `${k}=${e.value}`).toBe(true);
       const d = defaults[k];
-      if (d !== undefined && !Array.isArray(d) && r.success) expect((r.data as Record<string, unknown>)[k], k).toEqual(d);
+      if (d !== undefined && !Array.isArray(d) && r.success)
+        expect((r.data as Record<string, unknown>)[k], k).toEqual(d);
     }
   });
 });
@@ -389,9 +457,17 @@ describe('slack/manifest.yaml', () => {
   const raw = read('slack/manifest.yaml');
   const m = parseYaml(raw) as {
     display_information: { name: string; description?: string; long_description?: string };
-    features: { app_home?: { home_tab_enabled?: boolean; messages_tab_enabled?: boolean }; bot_user?: { display_name: string }; slash_commands: Array<{ command: string; description: string; usage_hint?: string; url?: string }> };
+    features: {
+      app_home?: { home_tab_enabled?: boolean; messages_tab_enabled?: boolean };
+      bot_user?: { display_name: string };
+      slash_commands: Array<{ command: string; description: string; usage_hint?: string; url?: string }>;
+    };
     oauth_config: { scopes: { bot: string[]; user?: string[] } };
-    settings: { interactivity?: { is_enabled: boolean; request_url?: string }; socket_mode_enabled?: boolean; event_subscriptions?: { request_url?: string; bot_events?: string[] } };
+    settings: {
+      interactivity?: { is_enabled: boolean; request_url?: string };
+      socket_mode_enabled?: boolean;
+      event_subscriptions?: { request_url?: string; bot_events?: string[] };
+    };
   };
 
   it('creates /gpu, the command the bot registers, with a usage hint', () => {
@@ -417,7 +493,13 @@ describe('slack/manifest.yaml', () => {
   });
 
   it('asks for exactly the bot scopes the code uses, each justified in a comment, and no user scopes', () => {
-    expect([...m.oauth_config.scopes.bot].sort()).toEqual(['channels:history', 'chat:write', 'chat:write.public', 'commands', 'groups:history']);
+    expect([...m.oauth_config.scopes.bot].sort()).toEqual([
+      'channels:history',
+      'chat:write',
+      'chat:write.public',
+      'commands',
+      'groups:history',
+    ]);
     expect(m.oauth_config.scopes.user).toBeUndefined();
     const lines = raw.split('\n');
     for (const s of m.oauth_config.scopes.bot) {
@@ -430,7 +512,8 @@ describe('slack/manifest.yaml', () => {
   it("fits the manifest schema's limits", () => {
     expect(m.display_information.name.length).toBeLessThanOrEqual(35);
     expect((m.display_information.description ?? '').length).toBeLessThanOrEqual(140);
-    if (m.display_information.long_description !== undefined) expect(m.display_information.long_description.length).toBeGreaterThanOrEqual(175);
+    if (m.display_information.long_description !== undefined)
+      expect(m.display_information.long_description.length).toBeGreaterThanOrEqual(175);
     expect(m.features.bot_user?.display_name.length ?? 0).toBeGreaterThan(0);
     for (const c of m.features.slash_commands) {
       expect(c.command).toMatch(/^\/.{1,31}$/);
@@ -444,47 +527,62 @@ describe('slack/manifest.yaml', () => {
 
 const COMPOSE_BIN = '/usr/bin/docker-compose';
 const hasCompose = existsSync(COMPOSE_BIN);
-if (!hasCompose) console.warn(`deploy-files: ${COMPOSE_BIN} not found, skipping the docker-compose config checks (run \`docker compose config -q\` by hand)`);
+if (!hasCompose)
+  console.warn(
+    `deploy-files: ${COMPOSE_BIN} not found, skipping the docker-compose config checks (run \`docker compose config -q\` by hand)`,
+  );
 
-describe.skipIf(!hasCompose)(`docker-compose config (${hasCompose ? COMPOSE_BIN : `skipped: ${COMPOSE_BIN} not installed`})`, () => {
-  let dir: string;
-  beforeAll(() => {
-    // A scratch project: the compose file plus a .env, as an operator would have it.
-    dir = mkdtempSync(join(tmpdir(), 'gpu-medic-compose-'));
-    copyFileSync(join(ROOT, 'docker-compose.yml'), join(dir, 'docker-compose.yml'));
-  });
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  // Only PATH/HOME: a REDIS_URL or SLACK_* in the test runner's environment would override .env.
-  const compose = (...args: string[]) =>
-    run(COMPOSE_BIN, ['-f', 'docker-compose.yml', ...args], { cwd: dir, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir }, timeout: 30_000 });
+describe.skipIf(!hasCompose)(
+  `docker-compose config (${hasCompose ? COMPOSE_BIN : `skipped: ${COMPOSE_BIN} not installed`})`,
+  () => {
+    let dir: string;
+    beforeAll(() => {
+      // A scratch project: the compose file plus a .env, as an operator would have it.
+      dir = mkdtempSync(join(tmpdir(), 'gpu-medic-compose-'));
+      copyFileSync(join(ROOT, 'docker-compose.yml'), join(dir, 'docker-compose.yml'));
+    });
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    // Only PATH/HOME: a REDIS_URL or SLACK_* in the test runner's environment would override .env.
+    const compose = (...args: string[]) =>
+      run(COMPOSE_BIN, ['-f', 'docker-compose.yml', ...args], {
+        cwd: dir,
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir },
+        timeout: 30_000,
+      });
 
-  it('validates (config -q) with the .env.example copied to .env', async () => {
-    copyFileSync(join(ROOT, '.env.example'), join(dir, '.env'));
-    await expect(compose('config', '-q')).resolves.toBeDefined();
-  });
+    it('validates (config -q) with the .env.example copied to .env', async () => {
+      copyFileSync(join(ROOT, '.env.example'), join(dir, '.env'));
+      await expect(compose('config', '-q')).resolves.toBeDefined();
+    });
 
-  it('as compose resolves it, the Slack tokens in .env reach the bot and never the worker', async () => {
-    const bot = 'xoxb-not-a-real-token-for-the-test';
-    const app = 'xapp-not-a-real-token-for-the-test';
-    const workerSecret = 'w0rker-secret-not-real-0123456789abcdef0123456789';
-    writeFileSync(join(dir, '.env'), `${read('.env.example')}\nSLACK_BOT_TOKEN=${bot}\nSLACK_APP_TOKEN=${app}\nSLACK_SIGNING_SECRET=not-a-real-secret\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_WORKER_SECRET=${workerSecret}\n`);
-    const { stdout } = await compose('config');
-    const resolved = parseYaml(stdout) as ComposeFile;
-    const botEnv = envMap(resolved.services.bot ?? {});
-    const worker = resolved.services.worker ?? {};
-    expect(botEnv.SLACK_BOT_TOKEN).toBe(bot);
-    expect(botEnv.SLACK_APP_TOKEN).toBe(app);
-    expect(Object.keys(envMap(worker)).filter((k) => k.startsWith('SLACK_'))).toEqual([]);
-    const workerText = JSON.stringify(worker);
-    for (const secret of [bot, app, 'not-a-real-secret']) expect(workerText).not.toContain(secret);
-    expect(envMap(worker).GPU_MEDIC_SITES).toBe('lab'); // the worker still gets its settings from .env
-    // The reverse: the worker's secret in the same .env reaches the worker and never the bot.
-    expect(envMap(worker).GPU_MEDIC_WORKER_SECRET).toBe(workerSecret);
-    expect(botEnv.GPU_MEDIC_WORKER_SECRET).toBe('');
-    expect(JSON.stringify(resolved.services.bot)).not.toContain(workerSecret);
-    expect(parseEnv(Object.fromEntries(Object.entries(botEnv).map(([k, v]) => [k, v ?? ''])), 'bot').problems).toEqual([]);
-  });
-});
+    it('as compose resolves it, the Slack tokens in .env reach the bot and never the worker', async () => {
+      const bot = 'xoxb-not-a-real-token-for-the-test';
+      const app = 'xapp-not-a-real-token-for-the-test';
+      const workerSecret = 'w0rker-secret-not-real-0123456789abcdef0123456789';
+      writeFileSync(
+        join(dir, '.env'),
+        `${read('.env.example')}\nSLACK_BOT_TOKEN=${bot}\nSLACK_APP_TOKEN=${app}\nSLACK_SIGNING_SECRET=not-a-real-secret\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_WORKER_SECRET=${workerSecret}\n`,
+      );
+      const { stdout } = await compose('config');
+      const resolved = parseYaml(stdout) as ComposeFile;
+      const botEnv = envMap(resolved.services.bot ?? {});
+      const worker = resolved.services.worker ?? {};
+      expect(botEnv.SLACK_BOT_TOKEN).toBe(bot);
+      expect(botEnv.SLACK_APP_TOKEN).toBe(app);
+      expect(Object.keys(envMap(worker)).filter((k) => k.startsWith('SLACK_'))).toEqual([]);
+      const workerText = JSON.stringify(worker);
+      for (const secret of [bot, app, 'not-a-real-secret']) expect(workerText).not.toContain(secret);
+      expect(envMap(worker).GPU_MEDIC_SITES).toBe('lab'); // the worker still gets its settings from .env
+      // The reverse: the worker's secret in the same .env reaches the worker and never the bot.
+      expect(envMap(worker).GPU_MEDIC_WORKER_SECRET).toBe(workerSecret);
+      expect(botEnv.GPU_MEDIC_WORKER_SECRET).toBe('');
+      expect(JSON.stringify(resolved.services.bot)).not.toContain(workerSecret);
+      expect(
+        parseEnv(Object.fromEntries(Object.entries(botEnv).map(([k, v]) => [k, v ?? ''])), 'bot').problems,
+      ).toEqual([]);
+    });
+  },
+);
 
 // ------------------------------------------------------------------ docs/deploy.md -------------
 
@@ -507,7 +605,10 @@ describe('docs/deploy.md', () => {
 
 describe("README's two commands", () => {
   const readme = read('README.md');
-  const section = readme.slice(readme.indexOf('## Two commands'), readme.indexOf('\n## ', readme.indexOf('## Two commands') + 1));
+  const section = readme.slice(
+    readme.indexOf('## Two commands'),
+    readme.indexOf('\n## ', readme.indexOf('## Two commands') + 1),
+  );
   const commands = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => (m[1] ?? '').trim());
 
   it('are the setup script then the demo, and .ci/run', () => {
@@ -517,7 +618,9 @@ describe("README's two commands", () => {
   });
 
   it('.ci/run uses the same setup script and runs the test command the README names', () => {
-    const ci = read('.ci/run').split('\n').filter((l) => !l.trim().startsWith('#'));
+    const ci = read('.ci/run')
+      .split('\n')
+      .filter((l) => !l.trim().startsWith('#'));
     expect(ci).toContain('bash scripts/setup.sh --ci');
     expect(ci.some((l) => /^npm test\b/.test(l.trim()))).toBe(true);
     expect(section).toContain('`npm test`');
@@ -525,7 +628,8 @@ describe("README's two commands", () => {
 
   it('the setup script installs what the fleet, the demo and the tests need, and starts a local Redis', () => {
     const setup = read('scripts/setup.sh');
-    for (const pkg of ['openssh-server', 'psmisc', 'gcc', 'util-linux', 'redis-server', 'nodejs']) expect(setup, pkg).toContain(pkg);
+    for (const pkg of ['openssh-server', 'psmisc', 'gcc', 'util-linux', 'redis-server', 'nodejs'])
+      expect(setup, pkg).toContain(pkg);
     expect(setup).toMatch(/redis-server --daemonize yes --bind 127\.0\.0\.1 --port 6379/);
     expect(setup).toContain('npm install');
   });

@@ -13,7 +13,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from './build.ts';
 
 const run = promisify(execFile);
-const FIXTURE_TESTS = ['test/gpu/fixture-integrity.test.ts', 'test/gpu/parse-fixtures.test.ts', 'test/gpu/parse-cli.test.ts', 'test/gpu/format-writers.test.ts'];
+const FIXTURE_TESTS = [
+  'test/gpu/fixture-integrity.test.ts',
+  'test/gpu/parse-fixtures.test.ts',
+  'test/gpu/parse-cli.test.ts',
+  'test/gpu/format-writers.test.ts',
+];
 
 // A checkout without git metadata (an unpacked archive) has nothing to clone from.
 const isRepo = existsSync(join(ROOT, '.git'));
@@ -45,7 +50,11 @@ describe.skipIf(!isRepo)('a fresh clone, without ../shared beside it', () => {
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root' },
       timeout: 300_000,
     });
-    const r = JSON.parse(readFileSync(out, 'utf8')) as { numFailedTests: number; numPassedTests: number; testResults: Array<{ name: string; status: string }> };
+    const r = JSON.parse(readFileSync(out, 'utf8')) as {
+      numFailedTests: number;
+      numPassedTests: number;
+      testResults: Array<{ name: string; status: string }>;
+    };
     expect(r.numFailedTests).toBe(0);
     expect(r.numPassedTests).toBeGreaterThan(20);
     expect(r.testResults.map((t) => relative(clone, t.name)).sort()).toEqual([...FIXTURE_TESTS].sort());

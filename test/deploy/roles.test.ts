@@ -6,7 +6,18 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, mkdtempSync, openSync, readFileSync, readlinkSync, readdirSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readlinkSync,
+  readdirSync,
+  readSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -176,11 +187,13 @@ describe('each role from a .env that holds everything (real processes)', () => {
     }
   });
 
-  it('the bot starts holding its tokens (the memory search finds them) and not the worker\'s secret, and never opens the key file', async () => {
+  it("the bot starts holding its tokens (the memory search finds them) and not the worker's secret, and never opens the key file", async () => {
     const b = startRole('bot', dir, { GPU_MEDIC_HEALTH_FILE: join(dir, 'bot.json') });
     try {
       await waitFor(b, '"msg":"bot started"');
-      expect(memoryHolds(b.pid, [slack.botToken, signingSecret, workerSecret]).sort()).toEqual([slack.botToken, signingSecret].sort());
+      expect(memoryHolds(b.pid, [slack.botToken, signingSecret, workerSecret]).sort()).toEqual(
+        [slack.botToken, signingSecret].sort(),
+      );
       expect(fifoHasReader(keyFifo)).toBe(false);
       expect(openFiles(b.pid)).not.toContain(keyFifo);
     } finally {
@@ -207,7 +220,7 @@ describe('each role from a .env that holds everything (real processes)', () => {
     const w = startRole('worker', dir, { SLACK_BOT_TOKEN: slack.botToken });
     const code = await w.gone;
     expect(code).toBe(2);
-    expect(w.output()).toContain('SLACK_BOT_TOKEN is in the worker\'s environment');
+    expect(w.output()).toContain("SLACK_BOT_TOKEN is in the worker's environment");
     expect(w.output()).not.toContain(slack.botToken);
   });
 
@@ -226,7 +239,11 @@ describe('each role from a .env that holds everything (real processes)', () => {
         .map((f) => f[1]?.split(':')[0]);
       expect(listening).toEqual(['0100007F']);
       const tcp6 = readFileSync(`/proc/${b.pid}/net/tcp6`, 'utf8');
-      expect(tcp6.split('\n').some((l) => l.includes(`:${port.toString(16).toUpperCase().padStart(4, '0')} `) && / 0A /.test(l))).toBe(false);
+      expect(
+        tcp6
+          .split('\n')
+          .some((l) => l.includes(`:${port.toString(16).toUpperCase().padStart(4, '0')} `) && / 0A /.test(l)),
+      ).toBe(false);
     } finally {
       await stop(b);
     }
@@ -237,15 +254,24 @@ describe('a bot that cannot reach Redis at start says why', () => {
   it('names the URL and the reason (nothing listens there), without the password', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-noredis-'));
     const port = await freePort();
-    writeFileSync(join(dir, 'inventory.yaml'), `defaults:\n  keyFile: /k\nhosts:\n  - id: kpro5\n    address: 192.0.2.15\n    hostKeys: [${FP}]\n`);
+    writeFileSync(
+      join(dir, 'inventory.yaml'),
+      `defaults:\n  keyFile: /k\nhosts:\n  - id: kpro5\n    address: 192.0.2.15\n    hostKeys: [${FP}]\n`,
+    );
     const slack = await startFakeSlack();
     const env = `GPU_MEDIC_MODE=http\nSLACK_BOT_TOKEN=${slack.botToken}\nSLACK_SIGNING_SECRET=0123456789abcdef\nSLACK_API_URL=${slack.apiUrl}\nPORT=0\nREDIS_URL=redis://:hunter2pass@127.0.0.1:${port}\n`;
     writeFileSync(join(dir, '.env'), env);
     const b = startRole('bot', dir, { GPU_MEDIC_HEALTH_FILE: join(dir, 'bot.json') });
     try {
       await waitFor(b, 'Redis not reachable at start');
-      const line = b.output().split('\n').find((l) => l.includes('Redis not reachable at start')) ?? '';
-      expect(line).toContain(`redis://***@127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port} (nothing listens there: is Redis running?`);
+      const line =
+        b
+          .output()
+          .split('\n')
+          .find((l) => l.includes('Redis not reachable at start')) ?? '';
+      expect(line).toContain(
+        `redis://***@127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port} (nothing listens there: is Redis running?`,
+      );
       expect(b.output()).not.toContain('hunter2pass');
     } finally {
       await stop(b);
@@ -259,8 +285,14 @@ describe('refusing to start: the same report as config check, every problem at o
   let dir: string;
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'gpu-medic-refuse-'));
-    writeFileSync(join(dir, 'inventory.yaml'), `hosts:\n  - id: kpro5\n    adress: 10.0.0.5\n    hostKeys: [${FP}]\ncontainers:\n  - id: ct129\n    vmid: 129\n    host: kpro6\n`);
-    writeFileSync(join(dir, '.env'), 'GPU_MEDIC_MODE=http\nSLACK_BOT_TOKEN=xoxb-1\nPORT=\nGPU_MEDIC_POLL_MS=fast\nGPU_MEDIC_SITES lab\n');
+    writeFileSync(
+      join(dir, 'inventory.yaml'),
+      `hosts:\n  - id: kpro5\n    adress: 10.0.0.5\n    hostKeys: [${FP}]\ncontainers:\n  - id: ct129\n    vmid: 129\n    host: kpro6\n`,
+    );
+    writeFileSync(
+      join(dir, '.env'),
+      'GPU_MEDIC_MODE=http\nSLACK_BOT_TOKEN=xoxb-1\nPORT=\nGPU_MEDIC_POLL_MS=fast\nGPU_MEDIC_SITES lab\n',
+    );
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

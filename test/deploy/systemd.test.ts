@@ -33,7 +33,10 @@ const worker = service('gpu-medic-worker.service');
 
 describe('deploy/systemd units', () => {
   it('run the compiled build (no TypeScript loader) as their own users, from /etc/gpu-medic', () => {
-    for (const [s, role] of [[bot, 'bot'], [worker, 'worker']] as const) {
+    for (const [s, role] of [
+      [bot, 'bot'],
+      [worker, 'worker'],
+    ] as const) {
       expect(all(s, 'ExecStart')).toEqual([`/usr/bin/node /opt/gpu-medic/dist/src/main.js ${role}`]);
       expect(all(s, 'ExecStartPre')).toEqual([`/usr/bin/node /opt/gpu-medic/dist/src/main.js config check ${role}`]);
       expect(all(s, 'User')).toEqual([`gpu-medic-${role}`]);
@@ -51,7 +54,11 @@ describe('deploy/systemd units', () => {
 
   it.skipIf(!existsSync('/usr/bin/systemd-analyze'))('systemd-analyze verify accepts both', async () => {
     const dir = join(ROOT, 'deploy/systemd');
-    const r = await run('/usr/bin/systemd-analyze', ['verify', join(dir, 'gpu-medic-bot.service'), join(dir, 'gpu-medic-worker.service')], { timeout: 60_000 });
+    const r = await run(
+      '/usr/bin/systemd-analyze',
+      ['verify', join(dir, 'gpu-medic-bot.service'), join(dir, 'gpu-medic-worker.service')],
+      { timeout: 60_000 },
+    );
     expect(r.stderr.split('\n').filter((l) => /gpu-medic/.test(l))).toEqual([]);
   });
 });
@@ -63,8 +70,14 @@ describe('the worker unit, its command lines run as written', () => {
   beforeAll(async () => {
     await buildDist();
     etc = mkdtempSync(join(tmpdir(), 'gpu-medic-etc-'));
-    writeFileSync(join(etc, 'inventory.yaml'), `defaults:\n  keyFile: /etc/gpu-medic/ssh/id_ed25519\nhosts:\n  - id: kpro5\n    address: 192.0.2.15\n    hostKeys: [${FP}]\n`);
-    writeFileSync(join(etc, '.env'), `SLACK_BOT_TOKEN=xoxb-systemd-test-token\nSLACK_APP_TOKEN=xapp-systemd-test-token\nREDIS_URL=${REDIS_URL}\nGPU_MEDIC_PREFIX=${prefix}\n`);
+    writeFileSync(
+      join(etc, 'inventory.yaml'),
+      `defaults:\n  keyFile: /etc/gpu-medic/ssh/id_ed25519\nhosts:\n  - id: kpro5\n    address: 192.0.2.15\n    hostKeys: [${FP}]\n`,
+    );
+    writeFileSync(
+      join(etc, '.env'),
+      `SLACK_BOT_TOKEN=xoxb-systemd-test-token\nSLACK_APP_TOKEN=xapp-systemd-test-token\nREDIS_URL=${REDIS_URL}\nGPU_MEDIC_PREFIX=${prefix}\n`,
+    );
   }, 300_000);
   afterAll(async () => {
     await removePrefix(redis, prefix);
@@ -74,13 +87,15 @@ describe('the worker unit, its command lines run as written', () => {
 
   /** A unit command line with the install paths mapped onto this checkout and the temp /etc/gpu-medic. */
   const argv = (line: string): string[] =>
-    line
-      .replace('/usr/bin/node', process.execPath)
-      .replace('/opt/gpu-medic', ROOT.replace(/\/$/, ''))
-      .split(' ');
+    line.replace('/usr/bin/node', process.execPath).replace('/opt/gpu-medic', ROOT.replace(/\/$/, '')).split(' ');
   const unitEnv = (): Record<string, string> => ({
     PATH: process.env.PATH ?? '/usr/bin:/bin',
-    ...Object.fromEntries(all(worker, 'Environment').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1).replace('/run/gpu-medic-worker', etc)])),
+    ...Object.fromEntries(
+      all(worker, 'Environment').map((kv) => [
+        kv.slice(0, kv.indexOf('=')),
+        kv.slice(kv.indexOf('=') + 1).replace('/run/gpu-medic-worker', etc),
+      ]),
+    ),
   });
 
   it('ExecStartPre passes; ExecStart starts a worker whose environment holds no Slack setting', async () => {

@@ -33,13 +33,20 @@ let holder: FleetProcess;
 async function doctor(args: string[]): Promise<{ code: number; out: string; err: string }> {
   const out = sink();
   const err = sink();
-  const code = await runDoctorCommand(args, { env: { GPU_MEDIC_INVENTORY: inventoryPath }, out: out.stream, err: err.stream });
+  const code = await runDoctorCommand(args, {
+    env: { GPU_MEDIC_INVENTORY: inventoryPath },
+    out: out.stream,
+    err: err.stream,
+  });
   return { code, out: out.text(), err: err.text() };
 }
 
 const find = (r: DoctorReport, machine: string, check: Finding['check']): Finding => {
   const f = r.findings.find((x) => x.machineId === machine && x.check === check);
-  if (!f) throw new Error(`no ${check} finding for ${machine}: ${JSON.stringify(r.findings.filter((x) => x.machineId === machine))}`);
+  if (!f)
+    throw new Error(
+      `no ${check} finding for ${machine}: ${JSON.stringify(r.findings.filter((x) => x.machineId === machine))}`,
+    );
   return f;
 };
 
@@ -67,7 +74,9 @@ beforeAll(async () => {
   for (const c of containers) if (c.id === 'ct132') c.user = 'fleetuser';
   // ct133's inventory entry is mis-pinned: its address (and pinned key) are ct129's sshd.
   // ct140 (really on kpro6) is listed under kpro5: its GPUs are not kpro5's, and kpro5 has no vmid 140.
-  const mispinned = containers.map((c) => (c.id === 'ct133' && ct129 ? { ...ct129, id: 'ct133', vmid: 133 } : c.id === 'ct140' ? { ...c, host: 'kpro5' } : c));
+  const mispinned = containers.map((c) =>
+    c.id === 'ct133' && ct129 ? { ...ct129, id: 'ct133', vmid: 133 } : c.id === 'ct140' ? { ...c, host: 'kpro5' } : c,
+  );
   inventoryPath = join(fleet.dir, 'inventory.yaml');
   await writeFile(inventoryPath, stringify({ ...inv, containers: mispinned }));
   holder = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 4096 }], title: 'python3 train.py' });
@@ -95,7 +104,9 @@ describe('gpu-medic doctor on the fleet (real sshd, namespaces, pinned keys)', (
     expect(report.findings.filter((f) => f.machineId === 'ct129' && f.status !== 'ok')).toEqual([]);
     expect(find(report, 'kpro5', 'nvidia-smi').detail).toBe('driver 590.48.01, 3 GPUs');
     expect(find(report, 'ct129', 'GPU UUIDs').detail).toBe('all 1 on kpro5 (container→host index 0→2)');
-    expect(find(report, 'ct129', 'pid namespace').detail).toMatch(/^login lands in pid:\[\d+\], the namespace of vmid 129's init$/);
+    expect(find(report, 'ct129', 'pid namespace').detail).toMatch(
+      /^login lands in pid:\[\d+\], the namespace of vmid 129's init$/,
+    );
     expect(find(report, 'ct131', 'ssh').detail).toBe('pct exec 131 on kpro5 (pinned host key)');
   });
 
@@ -104,50 +115,84 @@ describe('gpu-medic doctor on the fleet (real sshd, namespaces, pinned keys)', (
   });
 
   it('a host without pct, lxc-info, perl and python3: each one fails', () => {
-    expect(find(report, 'kpro6', 'pct')).toMatchObject({ status: 'fail', detail: expect.stringContaining('pct not found') });
-    expect(find(report, 'kpro6', 'pidfd kill')).toMatchObject({ status: 'fail', detail: expect.stringMatching(/perl not found.*python3 not found/) });
+    expect(find(report, 'kpro6', 'pct')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringContaining('pct not found'),
+    });
+    expect(find(report, 'kpro6', 'pidfd kill')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringMatching(/perl not found.*python3 not found/),
+    });
     expect(find(report, 'kpro6', 'lxc-info').status).toBe('skip'); // no inventory container on kpro6
     expect(find(report, 'kpro6', 'nvidia-smi').status).toBe('ok');
   });
 
   it('a container without fuser fails that check only', () => {
-    expect(find(report, 'ct130', 'fuser')).toMatchObject({ status: 'fail', detail: expect.stringContaining('fuser not found') });
-    expect(report.findings.filter((f) => f.machineId === 'ct130' && f.status === 'fail').map((f) => f.check)).toEqual(['fuser']);
+    expect(find(report, 'ct130', 'fuser')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringContaining('fuser not found'),
+    });
+    expect(report.findings.filter((f) => f.machineId === 'ct130' && f.status === 'fail').map((f) => f.check)).toEqual([
+      'fuser',
+    ]);
   });
 
   it('a container (reached by pct exec) without timeout: timeout -k fails and the rest is skipped', () => {
-    expect(find(report, 'ct131', 'timeout -k')).toMatchObject({ status: 'fail', detail: expect.stringContaining('timeout not found') });
+    expect(find(report, 'ct131', 'timeout -k')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringContaining('timeout not found'),
+    });
     expect(find(report, 'ct131', 'fuser').status).toBe('skip');
   });
 
   it('hidepid with a non-root login: /proc fails', () => {
-    expect(find(report, 'ct132', '/proc')).toMatchObject({ status: 'fail', detail: expect.stringContaining('hidepid=invisible') });
+    expect(find(report, 'ct132', '/proc')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringContaining('hidepid=invisible'),
+    });
   });
 
   it("a container address pinned to another container's sshd: the pid namespace check fails", () => {
     const f = find(report, 'ct133', 'pid namespace');
     expect(f.status).toBe('fail');
-    expect(f.detail).toMatch(/lands in pid:\[\d+\], but vmid 133's init \(PID \d+ on kpro5\) is in pid:\[\d+\]: this login is another machine/);
+    expect(f.detail).toMatch(
+      /lands in pid:\[\d+\], but vmid 133's init \(PID \d+ on kpro5\) is in pid:\[\d+\]: this login is another machine/,
+    );
   });
 
   it('nvidia-smi missing in a container: fail with where to get it; its GPU check is skipped, not passed', () => {
-    expect(find(report, 'ct134', 'nvidia-smi')).toMatchObject({ status: 'fail', detail: 'nvidia-smi not found', hint: expect.stringContaining('same version') });
+    expect(find(report, 'ct134', 'nvidia-smi')).toMatchObject({
+      status: 'fail',
+      detail: 'nvidia-smi not found',
+      hint: expect.stringContaining('same version'),
+    });
     expect(find(report, 'ct134', 'GPU UUIDs').status).toBe('skip');
   });
 
-  it('a container listed under the wrong host: its GPU UUIDs are not that host\'s, and that host has no such vmid', () => {
-    expect(find(report, 'ct140', 'GPU UUIDs')).toMatchObject({ status: 'fail', detail: expect.stringMatching(/^container GPU 0 \(GPU-[0-9a-f-]+\) not on kpro5$/) });
-    expect(find(report, 'kpro5', 'pct')).toMatchObject({ status: 'fail', detail: 'not on this host: ct140 (vmid 140)' });
+  it("a container listed under the wrong host: its GPU UUIDs are not that host's, and that host has no such vmid", () => {
+    expect(find(report, 'ct140', 'GPU UUIDs')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringMatching(/^container GPU 0 \(GPU-[0-9a-f-]+\) not on kpro5$/),
+    });
+    expect(find(report, 'kpro5', 'pct')).toMatchObject({
+      status: 'fail',
+      detail: 'not on this host: ct140 (vmid 140)',
+    });
   });
 
   it('read-only: no process was signalled, the holder lives, and no GPU reset or persistence change ran', async () => {
     expect(fleet.signals()).toEqual([]);
-    const alive = await Promise.race([holder.exited.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 100))]);
+    const alive = await Promise.race([
+      holder.exited.then(() => false),
+      new Promise<boolean>((r) => setTimeout(() => r(true), 100)),
+    ]);
     expect(alive).toBe(true);
     for (const id of ['kpro5', 'kpro6', 'ct129', 'ct130', 'ct131', 'ct132', 'ct133', 'ct134', 'ct140']) {
       const log = fleet.commandLog(id);
       expect(log.filter((c) => c.via === 'ssh' && /\bkill\b|pidfd_send_signal\(|syscall\(424/.test(c.cmd))).toEqual([]);
-      expect(log.filter((c) => c.via === 'tool' && c.cmd.startsWith('nvidia-smi') && /\s(-r|--gpu-reset|-pm)\b/.test(c.cmd))).toEqual([]);
+      expect(
+        log.filter((c) => c.via === 'tool' && c.cmd.startsWith('nvidia-smi') && /\s(-r|--gpu-reset|-pm)\b/.test(c.cmd)),
+      ).toEqual([]);
     }
     expect(fleet.gpuMemory('kpro5').map((g) => g.usedMiB)).toEqual([0, 0, 4096]);
   });

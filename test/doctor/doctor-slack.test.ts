@@ -8,7 +8,9 @@ const ALICE = 'U0ALICE001'; // requests, not an admin
 const BOB = 'U0BOB00001'; // approver = admin
 
 function tableRows(blocks: unknown): string[][] {
-  const table = (blocks as Array<{ type: string; rows?: Array<Array<{ text: string }>> }>).find((b) => b.type === 'table');
+  const table = (blocks as Array<{ type: string; rows?: Array<Array<{ text: string }>> }>).find(
+    (b) => b.type === 'table',
+  );
   return (table?.rows ?? []).map((r) => r.map((c) => c.text));
 }
 
@@ -42,7 +44,10 @@ describe('/gpu doctor through Slack (real Redis, sshd fleet, Bolt; fake Slack)',
     const r = await s.slash('doctor all', { user: BOB });
     expect(r.ackText).toMatch(/Checking all 3 machines/);
     const id = String(r.incidentId);
-    const thread = await s.threadOf(id, { timeoutMs: 60000, done: (t) => t.length >= 2 && /problem|passed/.test(t[0]?.text ?? '') });
+    const thread = await s.threadOf(id, {
+      timeoutMs: 60000,
+      done: (t) => t.length >= 2 && /problem|passed/.test(t[0]?.text ?? ''),
+    });
     expect(thread[0]?.text).toMatch(/1 problem that would make unstick fail/);
     const reply = thread[1];
     const rows = tableRows(reply?.blocks);

@@ -38,16 +38,30 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
   let s: Stack;
   let log: IncidentLog;
   const keys = () => watchKeys(s.prefix);
-  const open = (user: string, tab: 'home' | 'messages' = 'home') => sendEvent(s.eventsUrl, s.signingSecret, appHomeOpenedPayload({ user, tab }));
+  const open = (user: string, tab: 'home' | 'messages' = 'home') =>
+    sendEvent(s.eventsUrl, s.signingSecret, appHomeOpenedPayload({ user, tab }));
   const home = (user: string) => s.slack.homeView(user);
 
   beforeAll(async () => {
     s = await startStack({
-      fleet: { hosts: [{ id: 'kpro5', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] },
+      fleet: {
+        hosts: [{ id: 'kpro5', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 }],
+        containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+      },
       noWorkers: true,
     });
     log = new IncidentLog(s.redis, s.prefix);
-    const glance: MachineGlance = { machineId: 'kpro5', at: Date.now(), ok: true, code: null, gpus: 2, gpuMemoryUsedMiB: 1_024, gpuMemoryTotalMiB: 163_118, ramPct: 9, openAlerts: 0 };
+    const glance: MachineGlance = {
+      machineId: 'kpro5',
+      at: Date.now(),
+      ok: true,
+      code: null,
+      gpus: 2,
+      gpuMemoryUsedMiB: 1_024,
+      gpuMemoryTotalMiB: 163_118,
+      ramPct: 9,
+      openAlerts: 0,
+    };
     await s.redis.hset(keys().last, 'kpro5', JSON.stringify(glance));
     await s.redis.incr(keys().version);
   }, 120_000);
@@ -70,9 +84,27 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
     await s.slack.waitFor(() => home(ALICE), 20_000);
     const before = home(ALICE)?.publishes ?? 0;
     const now = Date.now();
-    const alert: Alert = { key: 'kpro5/ghost_memory/1', kind: 'ghost_memory', machineId: 'kpro5', gpu: 1, since: now - 700_000, raisedAt: now - 100_000, sentence: 'GPU 1: 80,000 MiB held by no process on the host.', lastSeenAt: now };
+    const alert: Alert = {
+      key: 'kpro5/ghost_memory/1',
+      kind: 'ghost_memory',
+      machineId: 'kpro5',
+      gpu: 1,
+      since: now - 700_000,
+      raisedAt: now - 100_000,
+      sentence: 'GPU 1: 80,000 MiB held by no process on the host.',
+      lastSeenAt: now,
+    };
     const id = alertIncidentId(alert);
-    const meta: IncidentMeta = { id, kind: 'alert', requester: 'watchdog', channel: 'C0ALERTS01', targets: ['kpro5'], text: alert.key, reason: null, createdAt: new Date(now).toISOString() };
+    const meta: IncidentMeta = {
+      id,
+      kind: 'alert',
+      requester: 'watchdog',
+      channel: 'C0ALERTS01',
+      targets: ['kpro5'],
+      text: alert.key,
+      reason: null,
+      createdAt: new Date(now).toISOString(),
+    };
     await log.create(meta);
     await log.append(id, { type: 'alert_raised', at: new Date(now).toISOString(), alert });
     await s.redis.zadd(keys().open, now, id);
@@ -81,12 +113,25 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
       const v = home(ALICE);
       return v && v.publishes > before && textOf(v.view).includes('80,000 MiB held by no process') ? v : null;
     }, 30_000);
-    expect(textOf(withAlert.view)).toMatch(new RegExp(`:rotating_light: \`kpro5\`: GPU 1: 80,000 MiB held by no process on the host\\. · since \\d\\d:\\d\\d UTC · \`${id}\``));
+    expect(textOf(withAlert.view)).toMatch(
+      new RegExp(
+        `:rotating_light: \`kpro5\`: GPU 1: 80,000 MiB held by no process on the host\\. · since \\d\\d:\\d\\d UTC · \`${id}\``,
+      ),
+    );
     expect(textOf(withAlert.view)).toContain('*Open alerts* (1)');
 
     // An unstick opens (the index moves): it shows with its target, requester and state.
     const inc = 'inc_20261201_120000_home01';
-    await log.create({ id: inc, kind: 'unstick', requester: 'U0REQUEST1', channel: 'C0ONCALL01', targets: ['ct129'], text: 'unstick ct129', reason: null, createdAt: new Date().toISOString() });
+    await log.create({
+      id: inc,
+      kind: 'unstick',
+      requester: 'U0REQUEST1',
+      channel: 'C0ONCALL01',
+      targets: ['ct129'],
+      text: 'unstick ct129',
+      reason: null,
+      createdAt: new Date().toISOString(),
+    });
     await log.append(inc, { type: 'requested', at: new Date().toISOString() });
     await log.append(inc, { type: 'started', at: new Date().toISOString(), worker: 'w:1:test' });
     const withInc = await s.slack.waitFor(() => {
@@ -105,10 +150,27 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
   it('the Messages tab publishes nothing, and users who never opened Home get nothing published', async () => {
     await open(BOB, 'messages');
     await s.redis.incr(keys().version);
-    await s.redis.hset(keys().last, 'ct129', JSON.stringify({ machineId: 'ct129', at: Date.now(), ok: false, code: 'unreachable', gpus: 0, gpuMemoryUsedMiB: 0, gpuMemoryTotalMiB: 0, ramPct: null, openAlerts: 0 } satisfies MachineGlance));
+    await s.redis.hset(
+      keys().last,
+      'ct129',
+      JSON.stringify({
+        machineId: 'ct129',
+        at: Date.now(),
+        ok: false,
+        code: 'unreachable',
+        gpus: 0,
+        gpuMemoryUsedMiB: 0,
+        gpuMemoryTotalMiB: 0,
+        ramPct: null,
+        openAlerts: 0,
+      } satisfies MachineGlance),
+    );
     await s.redis.incr(keys().version);
     // Alice, who opened Home, gets the change...
-    await s.slack.waitFor(() => (textOf(home(ALICE)?.view).includes('`ct129` · not read: unreachable') ? true : null), 30_000);
+    await s.slack.waitFor(
+      () => (textOf(home(ALICE)?.view).includes('`ct129` · not read: unreachable') ? true : null),
+      30_000,
+    );
     // ...and nobody else got any view.
     expect(s.slack.homeUsers()).toEqual([ALICE]);
     expect(s.slack.calls('views.publish').every((c) => c.body.user_id === ALICE)).toBe(true);
@@ -117,8 +179,17 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
   it('a Slack error on publish is logged and retried later; the bot keeps answering meanwhile', async () => {
     s.slack.setHomeTabEnabled(false);
     await open(CAROL);
-    await s.slack.waitFor(() => s.slack.calls('views.publish').some((c) => c.body.user_id === CAROL && (c.response as { error?: string }).error === 'not_enabled'), 20_000);
-    await s.slack.waitFor(() => (/App Home publish \(views\.publish\) failed: not_enabled/.test(s.logText()) ? true : null), 10_000);
+    await s.slack.waitFor(
+      () =>
+        s.slack
+          .calls('views.publish')
+          .some((c) => c.body.user_id === CAROL && (c.response as { error?: string }).error === 'not_enabled'),
+      20_000,
+    );
+    await s.slack.waitFor(
+      () => (/App Home publish \(views\.publish\) failed: not_enabled/.test(s.logText()) ? true : null),
+      10_000,
+    );
     expect(home(CAROL)).toBeUndefined();
     // The bot is alive: a command is still acked.
     const help = await s.slash('help');
@@ -150,7 +221,11 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
 describe('App Home over Socket Mode (the production default)', () => {
   let s: Stack;
   beforeAll(async () => {
-    s = await startStack({ fleet: { hosts: [{ id: 'kpro5', gpus: 1, ramTotalGiB: 64, ramUsedGiB: 8 }] }, socketMode: true, noWorkers: true });
+    s = await startStack({
+      fleet: { hosts: [{ id: 'kpro5', gpus: 1, ramTotalGiB: 64, ramUsedGiB: 8 }] },
+      socketMode: true,
+      noWorkers: true,
+    });
   }, 120_000);
   afterAll(async () => {
     await s?.stop();
@@ -173,7 +248,11 @@ describe('App Home with the real watchdog writing its keys', () => {
   beforeAll(async () => {
     s = await startStack({
       fleet: { hosts: [{ id: 'kpro5', gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 }] },
-      env: { GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01', GPU_MEDIC_WATCH_INTERVAL_SEC: '2', GPU_MEDIC_WATCH_GHOST_SEC: '0' },
+      env: {
+        GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01',
+        GPU_MEDIC_WATCH_INTERVAL_SEC: '2',
+        GPU_MEDIC_WATCH_GHOST_SEC: '0',
+      },
     });
   }, 120_000);
   afterAll(async () => {
@@ -182,7 +261,10 @@ describe('App Home with the real watchdog writing its keys', () => {
 
   it("the watchdog's reading and its RAM alert reach the Home of who opened it, and the cleared alert leaves it; nothing is signalled", async () => {
     await sendEvent(s.eventsUrl, s.signingSecret, appHomeOpenedPayload({ user: ALICE }));
-    await s.slack.waitFor(() => (/`kpro5` · 2 GPUs · .* · RAM 9 %/.test(textOf(s.slack.homeView(ALICE)?.view)) ? true : null), 60_000);
+    await s.slack.waitFor(
+      () => (/`kpro5` · 2 GPUs · .* · RAM 9 %/.test(textOf(s.slack.homeView(ALICE)?.view)) ? true : null),
+      60_000,
+    );
     await s.fleet.setRam('kpro5', { totalGiB: 449, usedGiB: 440 });
     const withAlert = await s.slack.waitFor(() => {
       const t = textOf(s.slack.homeView(ALICE)?.view);
@@ -191,7 +273,10 @@ describe('App Home with the real watchdog writing its keys', () => {
     expect(withAlert).toContain('*Open alerts* (1)');
     expect(withAlert).toMatch(/`kpro5` · 2 GPUs · .* · RAM 98 % :warning: · \*1 open alert\*/);
     await s.fleet.setRam('kpro5', { totalGiB: 449, usedGiB: 40 });
-    await s.slack.waitFor(() => (textOf(s.slack.homeView(ALICE)?.view).includes('No open alerts.') ? true : null), 60_000);
+    await s.slack.waitFor(
+      () => (textOf(s.slack.homeView(ALICE)?.view).includes('No open alerts.') ? true : null),
+      60_000,
+    );
     expect(s.slack.homeUsers()).toEqual([ALICE]);
     expect(s.fleet.signals()).toEqual([]);
   });

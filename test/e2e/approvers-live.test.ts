@@ -21,20 +21,34 @@ const DAVE = 'U0DAVE0001';
 
 function buttonsOf(m: StoredMessage | undefined): Array<{ action_id: string; value: string }> {
   const out: Array<{ action_id: string; value: string }> = [];
-  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
-    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
+  for (const b of (m?.blocks ?? []) as Array<{
+    type: string;
+    elements?: Array<{ type: string; action_id?: string; value?: string }>;
+  }>)
+    if (b.type === 'actions')
+      for (const e of b.elements ?? [])
+        if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
   return out;
 }
 
 type Ev<T extends AnyLoggedEvent['type']> = Extract<AnyLoggedEvent, { type: T }>;
-const ofType = <T extends AnyLoggedEvent['type']>(ev: readonly AnyLoggedEvent[], t: T): Array<Ev<T>> => ev.filter((e): e is Ev<T> => e.type === t);
+const ofType = <T extends AnyLoggedEvent['type']>(ev: readonly AnyLoggedEvent[], t: T): Array<Ev<T>> =>
+  ev.filter((e): e is Ev<T> => e.type === t);
 
 describe('an approver removed from the live configuration cannot decide a card that still lists them', () => {
   let s: Stack;
   beforeAll(async () => {
     s = await startStack({
-      fleet: { hosts: [{ id: 'kpro5', gpus: 2 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] },
-      env: { GPU_MEDIC_APPROVERS: `${BOB},${DAVE}`, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5', GPU_MEDIC_POLL_MS: '300' },
+      fleet: {
+        hosts: [{ id: 'kpro5', gpus: 2 }],
+        containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+      },
+      env: {
+        GPU_MEDIC_APPROVERS: `${BOB},${DAVE}`,
+        GPU_MEDIC_TERM_GRACE_SEC: '1',
+        GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
+        GPU_MEDIC_POLL_MS: '300',
+      },
       botEnv: { GPU_MEDIC_APPROVERS: BOB },
       tweakInventory: (inv) => {
         const c = inv.containers.find((x) => x.id === 'ct129');
@@ -47,7 +61,10 @@ describe('an approver removed from the live configuration cannot decide a card t
   }, 60_000);
 
   it('DAVE (frozen on the card, removed live) is refused with a reason and an approval_refused entry; nothing runs; BOB then approves and the kill runs once', async () => {
-    const holder = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 50_000 }], title: 'sglang::scheduler_TP0' });
+    const holder = await s.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 50_000 }],
+      title: 'sglang::scheduler_TP0',
+    });
     const r = await s.slash('unstick ct129', { user: ALICE });
     const id = String(r.incidentId);
     const t = await s.threadOf(id, { timeoutMs: 30_000, done: (th) => th.some((m) => buttonsOf(m).length === 2) });
@@ -62,11 +79,26 @@ describe('an approver removed from the live configuration cannot decide a card t
       sendInteraction(
         s.eventsUrl,
         s.signingSecret,
-        blockActionPayload({ user, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: approve.action_id, value: approve.value, responseUrl: s.slack.newResponseUrl() }),
+        blockActionPayload({
+          user,
+          channel: OPS,
+          messageTs: card.ts,
+          threadTs: card.thread_ts ?? card.ts,
+          actionId: approve.action_id,
+          value: approve.value,
+          responseUrl: s.slack.newResponseUrl(),
+        }),
       );
     const n = s.slack.responses().length;
     expect((await click(DAVE)).status).toBe(200);
-    const answer = await s.slack.waitFor(() => s.slack.responses().slice(n).map((x) => String(x.body.text ?? ''))[0] ?? null, 10_000);
+    const answer = await s.slack.waitFor(
+      () =>
+        s.slack
+          .responses()
+          .slice(n)
+          .map((x) => String(x.body.text ?? ''))[0] ?? null,
+      10_000,
+    );
     expect(answer).toMatch(/no longer on the approvers list/);
     expect(answer).toMatch(/Nothing was run/);
     const log = new IncidentLog(s.redis, s.prefix);
@@ -82,7 +114,12 @@ describe('an approver removed from the live configuration cannot decide a card t
 
     expect((await click(BOB)).status).toBe(200);
     await s.threadOf(id, { timeoutMs: 30_000, done: (th) => /Recovered/.test(th[0]?.text ?? '') });
-    expect(s.fleet.signals().filter((x) => x.hostPid === holder.hostPid).map((x) => x.signal)).toEqual(['SIGKILL']);
+    expect(
+      s.fleet
+        .signals()
+        .filter((x) => x.hostPid === holder.hostPid)
+        .map((x) => x.signal),
+    ).toEqual(['SIGKILL']);
     const ev = await log.events(id);
     expect(ofType(ev, 'approval_decided').map((e) => e.by)).toEqual([BOB]);
   }, 120_000);

@@ -13,11 +13,21 @@ import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** The real entry point as a separate process, as the container runs it. */
-function startProcess(role: 'bot' | 'worker', env: Record<string, string>): { child: ChildProcess; output: () => string; gone: Promise<void> } {
+function startProcess(
+  role: 'bot' | 'worker',
+  env: Record<string, string>,
+): { child: ChildProcess; output: () => string; gone: Promise<void> } {
   const chunks: string[] = [];
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), role], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml'), GPU_MEDIC_HEALTH_INTERVAL_SEC: '1', LOG_LEVEL: 'warn', ...env },
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/root',
+      GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml'),
+      GPU_MEDIC_HEALTH_INTERVAL_SEC: '1',
+      LOG_LEVEL: 'warn',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout?.on('data', (c: Buffer) => chunks.push(c.toString()));
@@ -35,7 +45,12 @@ async function health(role: string, file: string): Promise<{ code: number; line:
 }
 
 /** Polls the healthcheck until `want` holds (the heartbeat beats every second here). */
-async function healthUntil(role: string, file: string, want: (h: { code: number; line: string }) => boolean, timeoutMs = 20_000) {
+async function healthUntil(
+  role: string,
+  file: string,
+  want: (h: { code: number; line: string }) => boolean,
+  timeoutMs = 20_000,
+) {
   const until = Date.now() + timeoutMs;
   let last = { code: -1, line: '' };
   while (Date.now() < until) {
@@ -60,7 +75,11 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
 
   it('worker: healthy; Redis down → unhealthy naming Redis; back → healthy; hung (SIGSTOP) → stale; stopped → no heartbeat', async () => {
     const file = join(dir, 'worker.json');
-    const w = startProcess('worker', { REDIS_URL: redis.url, GPU_MEDIC_PREFIX: 'health-test', GPU_MEDIC_HEALTH_FILE: file });
+    const w = startProcess('worker', {
+      REDIS_URL: redis.url,
+      GPU_MEDIC_PREFIX: 'health-test',
+      GPU_MEDIC_HEALTH_FILE: file,
+    });
     try {
       // The first beat waits for the process to start (tsx compile): seconds on a loaded machine.
       const ok = await healthUntil('worker', file, (h) => h.code === 0, 90_000);
@@ -124,7 +143,12 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
         slack.failNext('apps.connections.open', 0, { error: 'internal_error' });
         slack.reset();
         await redis.stop('term');
-        const down = await healthUntil('bot', file, (h) => /redis: /.test(h.line) && /outbox: no completed outbox pass/.test(h.line), 30_000);
+        const down = await healthUntil(
+          'bot',
+          file,
+          (h) => /redis: /.test(h.line) && /outbox: no completed outbox pass/.test(h.line),
+          30_000,
+        );
         expect(down.code).toBe(1);
       } finally {
         if (!redis.running()) await redis.start();

@@ -21,8 +21,13 @@ const ALICE = 'U0ALICE001';
 const BOB = 'U0BOB00001';
 
 function approveButton(m: StoredMessage | undefined): { action_id: string; value: string } | null {
-  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
-    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.action_id === 'gpu_approve' && e.value) return { action_id: e.action_id, value: e.value };
+  for (const b of (m?.blocks ?? []) as Array<{
+    type: string;
+    elements?: Array<{ type: string; action_id?: string; value?: string }>;
+  }>)
+    if (b.type === 'actions')
+      for (const e of b.elements ?? [])
+        if (e.action_id === 'gpu_approve' && e.value) return { action_id: e.action_id, value: e.value };
   return null;
 }
 
@@ -41,7 +46,12 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
           { id: 'ct130', vmid: 130, host: 'kpro5' },
         ],
       },
-      env: { GPU_MEDIC_APPROVERS: BOB, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5', GPU_MEDIC_POLL_MS: '300' },
+      env: {
+        GPU_MEDIC_APPROVERS: BOB,
+        GPU_MEDIC_TERM_GRACE_SEC: '1',
+        GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
+        GPU_MEDIC_POLL_MS: '300',
+      },
       // ct129's login is not root: its root-owned holder can only be stopped from the host, after an approval.
       tweakInventory: (inv) => {
         const c = inv.containers.find((x) => x.id === 'ct129');
@@ -52,19 +62,34 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 40_000 }], title: 'sglang::scheduler_TP0' });
     const u = await s.slash('unstick ct129 hung rank', { user: ALICE });
     hostKillId = String(u.incidentId);
-    const withCard = await s.threadOf(hostKillId, { timeoutMs: 40000, done: (t) => t.some((m) => approveButton(m) !== null) });
+    const withCard = await s.threadOf(hostKillId, {
+      timeoutMs: 40000,
+      done: (t) => t.some((m) => approveButton(m) !== null),
+    });
     const card = withCard.find((m) => approveButton(m) !== null);
     const b = approveButton(card);
     if (!card || !b) throw new Error('no approval card');
     await sendInteraction(
       s.eventsUrl,
       s.signingSecret,
-      blockActionPayload({ user: BOB, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: b.action_id, value: b.value, responseUrl: s.slack.newResponseUrl() }),
+      blockActionPayload({
+        user: BOB,
+        channel: OPS,
+        messageTs: card.ts,
+        threadTs: card.thread_ts ?? card.ts,
+        actionId: b.action_id,
+        value: b.value,
+        responseUrl: s.slack.newResponseUrl(),
+      }),
     );
     await s.threadOf(hostKillId, { timeoutMs: 40000, done: (t) => /Recovered/.test(t[0]?.text ?? '') });
     // 2. ct130 (pct exec): SIGTERM to both holders, SIGKILL to the one that ignores it.
     await s.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 30_000 }], title: 'sglang::scheduler_TP0' });
-    await s.fleet.spawnHolder('ct130', { gpus: [{ index: 2, mib: 30_000 }], title: 'sglang::scheduler_TP1', ignoreTerm: true });
+    await s.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 2, mib: 30_000 }],
+      title: 'sglang::scheduler_TP1',
+      ignoreTerm: true,
+    });
     const c = await s.slash('unstick ct130', { user: ALICE });
     containerId = String(c.incidentId);
     await s.threadOf(containerId, { timeoutMs: 40000, done: (t) => /Recovered/.test(t[0]?.text ?? '') });
@@ -85,10 +110,18 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     expect((r.json as { response_type?: string }).response_type).toBe('ephemeral');
     const ls = lines(r.ackText);
     expect(ls).toHaveLength(3);
-    expect(ls[0]).toMatch(new RegExp(`^• \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC · <@${BOB}> · status of \`kpro5\` · read only · finished \\(ok\\) · \`${statusId}\`$`));
-    expect(ls[1]).toContain(`<@${ALICE}> · unstick of \`ct130\` (a container on \`kpro5\`) · SIGTERM 2, SIGKILL 1 (container) · *Recovered*, 60,000 MiB freed · \`${containerId}\``);
+    expect(ls[0]).toMatch(
+      new RegExp(
+        `^• \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC · <@${BOB}> · status of \`kpro5\` · read only · finished \\(ok\\) · \`${statusId}\`$`,
+      ),
+    );
+    expect(ls[1]).toContain(
+      `<@${ALICE}> · unstick of \`ct130\` (a container on \`kpro5\`) · SIGTERM 2, SIGKILL 1 (container) · *Recovered*, 60,000 MiB freed · \`${containerId}\``,
+    );
     expect(ls[2]).toContain(`<@${ALICE}> · unstick of \`ct129\` (a container on \`kpro5\`) ·`);
-    expect(ls[2]).toContain(`SIGKILL 1 (host, approved by <@${BOB}>) · *Recovered*, 40,000 MiB freed · \`${hostKillId}\``);
+    expect(ls[2]).toContain(
+      `SIGKILL 1 (host, approved by <@${BOB}>) · *Recovered*, 40,000 MiB freed · \`${hostKillId}\``,
+    );
     expect(r.ackText).toContain("with its containers' (they ran on it)");
   });
 
@@ -107,7 +140,8 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     const keys = await keysOf(s.redis, s.prefix);
     const logs = listMachines(s.inventory).map((m) => s.fleet.commandLog(m.id).length);
     const posted = s.slack.messages(OPS).length;
-    for (const text of ['history kpro5', 'history ct129 25', 'history ct12', 'history', 'history ct129 0']) await s.slash(text, { user: ALICE });
+    for (const text of ['history kpro5', 'history ct129 25', 'history ct12', 'history', 'history ct129 0'])
+      await s.slash(text, { user: ALICE });
     // History answers in its ack: anything it queued or wrote would be there by now (each slash above was acked).
     expect(await keysOf(s.redis, s.prefix)).toEqual(keys);
     expect(listMachines(s.inventory).map((m) => s.fleet.commandLog(m.id).length)).toEqual(logs);
@@ -115,15 +149,25 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
   });
 
   it('bad input gets a clear answer: an unknown machine with a did-you-mean, a missing machine, a bad count', async () => {
-    expect((await s.slash('history ct12')).ackText).toBe(":question: I don't know a machine called `ct12`; did you mean `ct129`? Nothing was read. `/gpu status all` lists every machine.");
+    expect((await s.slash('history ct12')).ackText).toBe(
+      ":question: I don't know a machine called `ct12`; did you mean `ct129`? Nothing was read. `/gpu status all` lists every machine.",
+    );
     expect((await s.slash('history')).ackText).toContain('`history` needs a machine');
-    expect((await s.slash('history ct129 lots')).ackText).toContain('"lots" is not a number of incidents; give 1 to 25');
+    expect((await s.slash('history ct129 lots')).ackText).toContain(
+      '"lots" is not a number of incidents; give 1 to 25',
+    );
   });
 
   /** The real entry point in its own process, as an operator runs it. */
-  async function cli(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
+  async function cli(
+    args: string[],
+    extraEnv: Record<string, string> = {},
+  ): Promise<{ code: number; out: string; err: string }> {
     try {
-      const r = await execFileP('npx', ['tsx', 'src/main.ts', ...args], { env: { ...process.env, REDIS_URL: s.env.REDIS_URL, GPU_MEDIC_PREFIX: s.prefix, ...extraEnv }, cwd: process.cwd() });
+      const r = await execFileP('npx', ['tsx', 'src/main.ts', ...args], {
+        env: { ...process.env, REDIS_URL: s.env.REDIS_URL, GPU_MEDIC_PREFIX: s.prefix, ...extraEnv },
+        cwd: process.cwd(),
+      });
       return { code: 0, out: r.stdout, err: r.stderr };
     } catch (e) {
       const x = e as { code?: number; stdout?: string; stderr?: string };
@@ -137,7 +181,14 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     expect(r).toMatchObject({ code: 0, err: '' });
     const lines = r.out.split('\n');
     expect(lines[0]).toBe(`# Incident ${hostKillId.replace(/_/g, '\\_')}: unstick of ct129, Recovered`);
-    for (const row of ['| Target | `ct129` |', `| Requester | \`${ALICE}\` |`, `| Approver | \`${BOB}\` |`, '| Reason | hung rank |', '| Verdict | Recovered |', '| Memory freed | 40,000 MiB |'])
+    for (const row of [
+      '| Target | `ct129` |',
+      `| Requester | \`${ALICE}\` |`,
+      `| Approver | \`${BOB}\` |`,
+      '| Reason | hung rank |',
+      '| Verdict | Recovered |',
+      '| Memory freed | 40,000 MiB |',
+    ])
       expect(lines).toContain(row);
     expect(lines.find((l) => l.startsWith('| What ran |'))).toContain(`SIGKILL 1 (host, approved by \`${BOB}\`)`);
     const t = lines.indexOf('| Time (UTC) | What happened |');
@@ -145,10 +196,19 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     expect(r.out).toMatch(/## GPUs before\n\n### `ct129`/);
     // Each machine's last reading after (the final state); the unstick read "after" once per step.
     const after = r.out.slice(r.out.indexOf('## GPUs after'), r.out.indexOf('## Per GPU'));
-    expect(after.match(/^### .*$/gm)).toEqual([expect.stringMatching(/^### `ct129`, container view/), expect.stringMatching(/^### `kpro5`, host view/)]);
+    expect(after.match(/^### .*$/gm)).toEqual([
+      expect.stringMatching(/^### `ct129`, container view/),
+      expect.stringMatching(/^### `kpro5`, host view/),
+    ]);
     expect(after).not.toMatch(/\| 40,000 \|/);
     // Every command the incident ran, exactly as sent over SSH, as the body of its own code block.
-    const sent = events.flatMap((e) => (e.type === 'command' ? [e.record.command] : e.type === 'snapshot' || e.type === 'machine_error' ? e.commands.map((c) => c.command) : []));
+    const sent = events.flatMap((e) =>
+      e.type === 'command'
+        ? [e.record.command]
+        : e.type === 'snapshot' || e.type === 'machine_error'
+          ? e.commands.map((c) => c.command)
+          : [],
+    );
     expect(sent.some((c) => /KILL/.test(c))).toBe(true);
     for (const c of sent) expect(r.out).toContain(`\`\`\`sh\n${c}\n\`\`\``);
     expect(r.out).toContain('## What to follow up\n\n- ');

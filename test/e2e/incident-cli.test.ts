@@ -14,7 +14,11 @@ async function cli(sub: 'incidents' | 'incident', args: string[], env: Record<st
   let out = '';
   let err = '';
   const sink = (f: (s: string) => void) => new Writable({ write: (c: Buffer, _e, cb) => (f(c.toString()), cb()) });
-  const code = await runIncidentsCommand(sub, args, { env, out: sink((s) => (out += s)), err: sink((s) => (err += s)) });
+  const code = await runIncidentsCommand(sub, args, {
+    env,
+    out: sink((s) => (out += s)),
+    err: sink((s) => (err += s)),
+  });
   return { code, out, err };
 }
 
@@ -27,7 +31,10 @@ describe('the incident log read without Slack: `incidents` and `incident <id>`',
 
   beforeAll(async () => {
     s = await startStack({
-      fleet: { hosts: [{ id: 'kpro5', gpus: 2 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] },
+      fleet: {
+        hosts: [{ id: 'kpro5', gpus: 2 }],
+        containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+      },
       env: { GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5', GPU_MEDIC_POLL_MS: '300' },
     });
     env = { REDIS_URL, GPU_MEDIC_PREFIX: s.prefix };
@@ -54,11 +61,15 @@ describe('the incident log read without Slack: `incidents` and `incident <id>`',
     expect(lines[1]).toMatch(/by U0REQUEST1 in C0ONCALL01 · \d+ events$/);
     // Header, blank line, then exactly one line per event: the log cannot be shown short or padded.
     expect(lines.slice(3)).toHaveLength(events.length);
-    expect(lines[3]).toMatch(/^\d\d:\d\d:\d\d\.\d{3} {2}requested by U0REQUEST1 in C0ONCALL01: "unstick ct129 rank hung after OOM" \(reason: rank hung after OOM\)$/);
+    expect(lines[3]).toMatch(
+      /^\d\d:\d\d:\d\d\.\d{3} {2}requested by U0REQUEST1 in C0ONCALL01: "unstick ct129 rank hung after OOM" \(reason: rank hung after OOM\)$/,
+    );
     for (const e of events) {
       if (e.type === 'command') expect(r.out).toContain(`$ ${e.record.command.split('\n')[0]}`);
     }
-    expect(r.out).toMatch(new RegExp(`TERM host PID ${hostPid} \\(container PID \\d+, "sglang::scheduler_TP1[^"]*"\\): sent`));
+    expect(r.out).toMatch(
+      new RegExp(`TERM host PID ${hostPid} \\(container PID \\d+, "sglang::scheduler_TP1[^"]*"\\): sent`),
+    );
     expect(r.out).toMatch(/verdict: Recovered, 40,000 MiB freed/);
   });
 
@@ -81,7 +92,10 @@ describe('the incident log read without Slack: `incidents` and `incident <id>`',
   });
 
   it('the real entry point prints the same timeline as a separate process', async () => {
-    const { stdout } = await execFileP('npx', ['tsx', 'src/main.ts', 'incident', unstickId], { env: { ...process.env, ...env }, cwd: process.cwd() });
+    const { stdout } = await execFileP('npx', ['tsx', 'src/main.ts', 'incident', unstickId], {
+      env: { ...process.env, ...env },
+      cwd: process.cwd(),
+    });
     expect(stdout).toBe((await cli('incident', [unstickId], env)).out);
   });
 
@@ -89,7 +103,9 @@ describe('the incident log read without Slack: `incidents` and `incident <id>`',
     const keysBefore = (await s.redis.keys(`${s.prefix}:*`)).sort();
     const unknown = await cli('incident', ['inc_20260101_000000_zzzzzzzz'], env);
     expect(unknown).toMatchObject({ code: 1, out: '' });
-    expect(unknown.err).toMatch(/no incident inc_20260101_000000_zzzzzzzz under prefix t[0-9a-f]+; `gpu-medic incidents` lists the recent ones/);
+    expect(unknown.err).toMatch(
+      /no incident inc_20260101_000000_zzzzzzzz under prefix t[0-9a-f]+; `gpu-medic incidents` lists the recent ones/,
+    );
     const notId = await cli('incident', ['../../etc/passwd'], env);
     expect(notId.code).toBe(2);
     expect(notId.err).toMatch(/is not an incident id/);
@@ -105,7 +121,10 @@ describe('the incident log read without Slack: `incidents` and `incident <id>`',
   it('Redis unreachable: says so at once and exits 1, without printing the password in REDIS_URL', async () => {
     const port = await freePort();
     const t0 = Date.now();
-    const r = await cli('incidents', [], { REDIS_URL: `redis://:hunter2-secret@127.0.0.1:${port}`, GPU_MEDIC_PREFIX: 'gpu-medic' });
+    const r = await cli('incidents', [], {
+      REDIS_URL: `redis://:hunter2-secret@127.0.0.1:${port}`,
+      GPU_MEDIC_PREFIX: 'gpu-medic',
+    });
     expect(r.code).toBe(1);
     expect(r.err).toMatch(new RegExp(`cannot reach Redis at redis://:\\*\\*\\*@127\\.0\\.0\\.1:${port}`));
     expect(r.err).not.toContain('hunter2');

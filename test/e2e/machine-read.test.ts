@@ -28,18 +28,27 @@ describe('a machine read is one SSH session with one answer per query', () => {
     await s?.stop();
   });
 
-  async function statusOf(machine: string): Promise<{ sessions: string[]; tools: string[]; snapshot: Extract<AnyLoggedEvent, { type: 'snapshot' }> }> {
+  async function statusOf(
+    machine: string,
+  ): Promise<{ sessions: string[]; tools: string[]; snapshot: Extract<AnyLoggedEvent, { type: 'snapshot' }> }> {
     await s.quiet();
     const before = s.fleet.commandLog(machine).length;
     const r = await s.slash(`status ${machine}`);
     expect(r.incidentId, r.ackText).not.toBeNull();
-    await s.threadOf(r.incidentId as string, { timeoutMs: 30_000, done: (t) => /done|partial|failed/i.test(t[0]?.text ?? '') });
+    await s.threadOf(r.incidentId as string, {
+      timeoutMs: 30_000,
+      done: (t) => /done|partial|failed/i.test(t[0]?.text ?? ''),
+    });
     await s.quiet();
     const added = s.fleet.commandLog(machine).slice(before);
     const events = await log.events(r.incidentId as string);
     const snapshot = events.find((e): e is Extract<AnyLoggedEvent, { type: 'snapshot' }> => e.type === 'snapshot');
     if (!snapshot) throw new Error(`no snapshot event: ${JSON.stringify(events)}`);
-    return { sessions: added.filter((e) => e.via === 'ssh').map((e) => e.cmd), tools: added.filter((e) => e.via === 'tool').map((e) => e.cmd), snapshot };
+    return {
+      sessions: added.filter((e) => e.via === 'ssh').map((e) => e.cmd),
+      tools: added.filter((e) => e.via === 'tool').map((e) => e.cmd),
+      snapshot,
+    };
   }
 
   it('a host read: one session, the GPU list, compute apps and RAM each answered and logged with its own exit code', async () => {
@@ -50,11 +59,13 @@ describe('a machine read is one SSH session with one answer per query', () => {
     expect(tools.filter((t) => t.startsWith('free'))).toHaveLength(1);
     expect(snapshot.snapshot.gpus).toHaveLength(2);
     expect(snapshot.snapshot.ram?.totalBytes).toBe(449 * 1024 ** 3);
-    expect(snapshot.commands.map((c) => [c.command.replace(/^timeout -k \d+ \d+ /, '').split(' ')[0], c.code])).toEqual([
-      ['nvidia-smi', 0],
-      ['nvidia-smi', 0],
-      ['free', 0],
-    ]);
+    expect(snapshot.commands.map((c) => [c.command.replace(/^timeout -k \d+ \d+ /, '').split(' ')[0], c.code])).toEqual(
+      [
+        ['nvidia-smi', 0],
+        ['nvidia-smi', 0],
+        ['free', 0],
+      ],
+    );
   });
 
   it('a container read: one session, and the device holders come back with the rest; a second reads their command lines (root causes)', async () => {

@@ -12,7 +12,8 @@ import { startStack, type Stack } from '../harness/stack.ts';
 /** The seed incident's launch (../shared/seeds/000_*.txt), as /proc shows it. */
 const SEED =
   'python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300 --hicache-write-policy write_through --hicache-io-backend kernel';
-const SEED_WHY = '8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.';
+const SEED_WHY =
+  '8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.';
 
 describe('root causes in the status thread', () => {
   let s: Stack;
@@ -37,7 +38,10 @@ describe('root causes in the status thread', () => {
   async function status(machine: string): Promise<{ thread: StoredMessage[]; events: AnyLoggedEvent[] }> {
     const r = await s.slash(`status ${machine}`);
     expect(r.incidentId, r.ackText).not.toBeNull();
-    const thread = await s.threadOf(r.incidentId as string, { timeoutMs: 60_000, done: (t) => /done|partial|failed/i.test(t[0]?.text ?? '') && t.length > 1 });
+    const thread = await s.threadOf(r.incidentId as string, {
+      timeoutMs: 60_000,
+      done: (t) => /done|partial|failed/i.test(t[0]?.text ?? '') && t.length > 1,
+    });
     return { thread, events: await log.events(r.incidentId as string) };
   }
 
@@ -61,11 +65,15 @@ describe('root causes in the status thread', () => {
     const reply = thread[1];
     expect(reply?.text).toContain(`Why: ${SEED_WHY}`);
     expect(reply?.text).toContain('Why: `--tp-size` 8 asks for 8 GPUs, and this machine sees 2.');
-    for (const m of thread) expect(`${m.text} ${JSON.stringify(m.blocks)}`).not.toMatch(/<!channel>|<@U0ALICE>|`reboot`/);
+    for (const m of thread)
+      expect(`${m.text} ${JSON.stringify(m.blocks)}`).not.toMatch(/<!channel>|<@U0ALICE>|`reboot`/);
   });
 
   it('an unknown program gets no guess: no Why line', async () => {
-    await s.fleet.spawnHolder('kpro7', { gpus: [{ index: 1, mib: 4096 }], title: 'python3 train.py --tp-size 8 --enable-hierarchical-cache --hicache-size 300' });
+    await s.fleet.spawnHolder('kpro7', {
+      gpus: [{ index: 1, mib: 4096 }],
+      title: 'python3 train.py --tp-size 8 --enable-hierarchical-cache --hicache-size 300',
+    });
     const { thread } = await status('kpro7');
     expect(thread[1]?.text).toContain('RAM: 40 / 449 GiB');
     expect(thread.map((m) => m.text).join('\n')).not.toContain('Why');

@@ -23,7 +23,10 @@ describe('Socket Mode end to end (the production default): envelopes in, acks ou
     return s.socket;
   };
   const slash = async (text: string, user = ALICE) => {
-    const ack = await socket().deliver('slash_commands', slashCommandPayload({ text, user_id: user, channel_id: OPS, response_url: s.slack.newResponseUrl() }));
+    const ack = await socket().deliver(
+      'slash_commands',
+      slashCommandPayload({ text, user_id: user, channel_id: OPS, response_url: s.slack.newResponseUrl() }),
+    );
     const p = (ack.payload ?? {}) as { text?: string; response_type?: string };
     return { ...ack, text: String(p.text ?? ''), responseType: p.response_type };
   };
@@ -59,7 +62,17 @@ describe('Socket Mode end to end (the production default): envelopes in, acks ou
   it('a button click arrives as an interactive envelope and is acked (an unknown approval is refused, nothing runs)', async () => {
     const responseUrl = s.slack.newResponseUrl();
     const ts = s.slack.seedUserMessage({ channel: OPS, user: 'U0FAKEBOT1', text: 'a card' });
-    const ack = await socket().deliver('interactive', blockActionPayload({ user: ALICE, channel: OPS, messageTs: ts, actionId: 'gpu_approve', value: 'apr_doesnotexist', responseUrl }));
+    const ack = await socket().deliver(
+      'interactive',
+      blockActionPayload({
+        user: ALICE,
+        channel: OPS,
+        messageTs: ts,
+        actionId: 'gpu_approve',
+        value: 'apr_doesnotexist',
+        responseUrl,
+      }),
+    );
     expect(ack.envelopeId).toMatch(/^[0-9a-f-]{36}$/);
     const answer = await s.slack.waitFor(() => s.slack.responses().find((x) => x.url === responseUrl), 5000);
     expect(answer.body.response_type).toBe('ephemeral');

@@ -21,13 +21,19 @@ const ERIN = 'U0ERIN0001';
 
 function buttonsOf(m: StoredMessage | undefined): Array<{ action_id: string; value: string }> {
   const out: Array<{ action_id: string; value: string }> = [];
-  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
-    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
+  for (const b of (m?.blocks ?? []) as Array<{
+    type: string;
+    elements?: Array<{ type: string; action_id?: string; value?: string }>;
+  }>)
+    if (b.type === 'actions')
+      for (const e of b.elements ?? [])
+        if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
   return out;
 }
 
 type Ev<T extends AnyLoggedEvent['type']> = Extract<AnyLoggedEvent, { type: T }>;
-const ofType = <T extends AnyLoggedEvent['type']>(ev: readonly AnyLoggedEvent[], t: T): Array<Ev<T>> => ev.filter((e): e is Ev<T> => e.type === t);
+const ofType = <T extends AnyLoggedEvent['type']>(ev: readonly AnyLoggedEvent[], t: T): Array<Ev<T>> =>
+  ev.filter((e): e is Ev<T> => e.type === t);
 const all = (m: StoredMessage): string => `${m.text} ${JSON.stringify(m.blocks ?? [])}`;
 
 // The two cards are on separate containers and wait on real timers (12 s escalation, 30 s
@@ -64,19 +70,37 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
 
   const cardOf = (t: StoredMessage[]) => t.find((m) => buttonsOf(m).length === 2);
   /** Clicks Approve and returns the answer posted to that click's own response_url. */
-  const click = async (user: string, card: StoredMessage, value: string): Promise<{ status: number; answer: string }> => {
+  const click = async (
+    user: string,
+    card: StoredMessage,
+    value: string,
+  ): Promise<{ status: number; answer: string }> => {
     const responseUrl = s.slack.newResponseUrl();
     const res = await sendInteraction(
       s.eventsUrl,
       s.signingSecret,
-      blockActionPayload({ user, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: 'gpu_approve', value, responseUrl }),
+      blockActionPayload({
+        user,
+        channel: OPS,
+        messageTs: card.ts,
+        threadTs: card.thread_ts ?? card.ts,
+        actionId: 'gpu_approve',
+        value,
+        responseUrl,
+      }),
     );
-    const answer = await s.slack.waitFor(() => s.slack.responses().find((x) => x.url === responseUrl)?.body.text ?? null, 15_000);
+    const answer = await s.slack.waitFor(
+      () => s.slack.responses().find((x) => x.url === responseUrl)?.body.text ?? null,
+      15_000,
+    );
     return { status: res.status, answer: String(answer) };
   };
 
   it('the escalation approver is refused before the escalation, pinged at it, and her approval then runs the host kill once', async () => {
-    const holder = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 50_000 }], title: 'sglang::scheduler_TP0' });
+    const holder = await s.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 50_000 }],
+      title: 'sglang::scheduler_TP0',
+    });
     const id = String((await s.slash('unstick ct129', { user: ALICE })).incidentId);
     const t = await s.threadOf(id, { timeoutMs: 60_000, done: (th) => cardOf(th) !== undefined });
     const card = cardOf(t);
@@ -92,27 +116,45 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
     expect(early).toMatch(/Nothing was run/);
     expect(s.fleet.signals().filter((x) => x.hostPid === holder.hostPid)).toEqual([]);
 
-    const escalated = await s.threadOf(id, { timeoutMs: 60_000, done: (th) => th.some((m) => /Escalated/.test(m.text)) });
+    const escalated = await s.threadOf(id, {
+      timeoutMs: 60_000,
+      done: (th) => th.some((m) => /Escalated/.test(m.text)),
+    });
     const ping = escalated.find((m) => /Escalated/.test(m.text));
     expect(ping?.text).toContain(`<@${ERIN}>`);
     expect(ping?.text).toContain('you may now approve or deny it too');
     // The card itself now says how long is left, as of the escalation.
-    expect(all(escalated.find((m) => m.ts === card.ts) ?? card)).toMatch(/as of \d\d:\d\d UTC: (\d+ min|less than a minute) left/);
+    expect(all(escalated.find((m) => m.ts === card.ts) ?? card)).toMatch(
+      /as of \d\d:\d\d UTC: (\d+ min|less than a minute) left/,
+    );
 
     const approved = await click(ERIN, card, value);
     expect(approved.status).toBe(200);
     expect(approved.answer).toMatch(/^:white_check_mark: Approved/);
     await s.threadOf(id, { timeoutMs: 60_000, done: (th) => /Recovered/.test(th[0]?.text ?? '') });
-    expect(s.fleet.signals().filter((x) => x.hostPid === holder.hostPid).map((x) => x.signal)).toEqual(['SIGKILL']);
+    expect(
+      s.fleet
+        .signals()
+        .filter((x) => x.hostPid === holder.hostPid)
+        .map((x) => x.signal),
+    ).toEqual(['SIGKILL']);
     const ev = await new IncidentLog(s.redis, s.prefix).events(id);
     expect(ofType(ev, 'approval_decided').map((e) => e.by)).toEqual([ERIN]);
     expect(ofType(ev, 'approval_refused').map((e) => [e.by, e.reason])).toEqual([[ERIN, 'escalation_not_due']]);
   }, 180_000);
 
   it('undecided: one reminder at half its time, then the expiry tells the requester what is still held and who can act; nothing runs', async () => {
-    const holder = await s.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 40_000 }], title: 'python3 -m vllm.entrypoints.openai.api_server' });
+    const holder = await s.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 1, mib: 40_000 }],
+      title: 'python3 -m vllm.entrypoints.openai.api_server',
+    });
     const id = String((await s.slash('unstick ct130', { user: ALICE })).incidentId);
-    const t = await s.threadOf(id, { timeoutMs: 60_000, done: (th) => th.some((m) => /Expired/.test(all(m))) && th.some((m) => /What now:.*\d/.test(m.text) && /host PID/.test(m.text)) });
+    const t = await s.threadOf(id, {
+      timeoutMs: 60_000,
+      done: (th) =>
+        th.some((m) => /Expired/.test(all(m))) &&
+        th.some((m) => /What now:.*\d/.test(m.text) && /host PID/.test(m.text)),
+    });
     const reminders = t.filter((m) => /Reminder/.test(m.text));
     expect(reminders).toHaveLength(1);
     expect(reminders[0]?.text).toContain(`<@${BOB}>`);

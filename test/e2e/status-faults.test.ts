@@ -27,7 +27,10 @@ describe('/gpu status when things go wrong', () => {
   });
 
   const parentFor = (machine: string, timeout = 15000) =>
-    s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes(`\`${machine}\``) && m.text.includes('done')), timeout);
+    s.slack.waitFor(
+      () => s.slack.messages(OPS).find((m) => m.text.includes(`\`${machine}\``) && m.text.includes('done')),
+      timeout,
+    );
 
   it('a changed host key is refused: nothing runs, the thread says why and names both fingerprints', async () => {
     const pinned = s.fleet.machine('kpro7').hostKeyFingerprint;
@@ -57,7 +60,9 @@ describe('/gpu status when things go wrong', () => {
     // No nvidia-smi left running on the machine after the timeout.
     const { execFileSync } = await import('node:child_process');
     const ps = execFileSync('ps', ['-eo', 'args']).toString();
-    expect(ps.split('\n').filter((l) => l.includes('nvidia-smi') && l.includes(s.fleet.machine('kpro8').dir))).toEqual([]);
+    expect(ps.split('\n').filter((l) => l.includes('nvidia-smi') && l.includes(s.fleet.machine('kpro8').dir))).toEqual(
+      [],
+    );
     await s.slash('status kpro5');
     const ok = await parentFor('kpro5');
     expect(s.slack.thread(OPS, ok.ts)[1]?.text).toContain('RAM:');
@@ -66,18 +71,30 @@ describe('/gpu status when things go wrong', () => {
   it('status all with a frozen machine: its row says it stopped answering, at the command deadline, after every other row', async () => {
     // A first round pools a connection to every machine; then kpro9 freezes (sshd SIGSTOPped).
     const first = await s.slash('status all');
-    await s.threadOf(String(first.incidentId), { timeoutMs: 30_000, done: (t) => t.length >= 2 && /done/.test(t[0]?.text ?? '') });
+    await s.threadOf(String(first.incidentId), {
+      timeoutMs: 30_000,
+      done: (t) => t.length >= 2 && /done/.test(t[0]?.text ?? ''),
+    });
     await s.fleet.freezeMachine('kpro9', true);
     try {
       const t0 = Date.now();
       const r = await s.slash('status all');
       const id = String(r.incidentId);
-      const t = await s.threadOf(id, { timeoutMs: 60_000, done: (th) => th.length >= 2 && /done/.test(th[0]?.text ?? '') });
+      const t = await s.threadOf(id, {
+        timeoutMs: 60_000,
+        done: (th) => th.length >= 2 && /done/.test(th[0]?.text ?? ''),
+      });
       const took = Date.now() - t0;
       const events = await new IncidentLog(s.redis, s.prefix).events(id);
-      const rowOf = (m: string) => events.findIndex((e) => (e.type === 'snapshot' && e.snapshot.machineId === m) || (e.type === 'machine_error' && e.machineId === m));
+      const rowOf = (m: string) =>
+        events.findIndex(
+          (e) =>
+            (e.type === 'snapshot' && e.snapshot.machineId === m) || (e.type === 'machine_error' && e.machineId === m),
+        );
       const frozen = events[rowOf('kpro9')];
-      expect(frozen?.type === 'machine_error' ? [frozen.code, frozen.message.includes('stopped answering')] : null).toEqual(['command_timeout', true]);
+      expect(
+        frozen?.type === 'machine_error' ? [frozen.code, frozen.message.includes('stopped answering')] : null,
+      ).toEqual(['command_timeout', true]);
       // Every healthy machine's row was logged before the frozen one's.
       for (const m of ['kpro5', 'kpro8']) {
         expect(events[rowOf(m)]?.type).toBe('snapshot');
@@ -93,12 +110,21 @@ describe('/gpu status when things go wrong', () => {
 
   it('forged signature and stale timestamp are rejected and queue nothing', async () => {
     const before = await keysOf(s.redis, s.prefix);
-    const fields = { text: 'status kpro5', user_id: 'U0REQUEST1', channel_id: OPS, response_url: s.slack.newResponseUrl() };
+    const fields = {
+      text: 'status kpro5',
+      user_id: 'U0REQUEST1',
+      channel_id: OPS,
+      response_url: s.slack.newResponseUrl(),
+    };
     const forged = await sendSlashCommand(s.eventsUrl, 'not-the-secret-at-all', fields);
     expect(forged.status).toBe(401);
-    const stale = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, { timestampSec: Math.floor(Date.now() / 1000) - 6 * 60 });
+    const stale = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, {
+      timestampSec: Math.floor(Date.now() / 1000) - 6 * 60,
+    });
     expect(stale.status).toBe(401);
-    const tampered = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, { mutateBodyAfterSigning: (b) => b.replace('kpro5', 'kpro7') });
+    const tampered = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, {
+      mutateBodyAfterSigning: (b) => b.replace('kpro5', 'kpro7'),
+    });
     expect(tampered.status).toBe(401);
     await new Promise((r) => setTimeout(r, 300));
     expect(await keysOf(s.redis, s.prefix)).toEqual(before);
@@ -114,9 +140,13 @@ describe('/gpu status when things go wrong', () => {
     const parent = t[0];
     if (!parent) throw new Error('no parent');
     expect(s.slack.thread(OPS, parent.ts)).toHaveLength(2);
-    const parents = s.slack.calls('chat.postMessage').filter((c) => c.status === 200 && JSON.stringify(c.body.blocks ?? '').includes(id));
+    const parents = s.slack
+      .calls('chat.postMessage')
+      .filter((c) => c.status === 200 && JSON.stringify(c.body.blocks ?? '').includes(id));
     expect(parents).toHaveLength(1);
-    expect(s.slack.calls('chat.postMessage').filter((c) => c.status === 200 && c.body.thread_ts === parent.ts)).toHaveLength(1);
+    expect(
+      s.slack.calls('chat.postMessage').filter((c) => c.status === 200 && c.body.thread_ts === parent.ts),
+    ).toHaveLength(1);
   });
 
   it('a Slack outage delays messages and loses none; re-rendering from the log posts nothing twice', async () => {
@@ -126,8 +156,12 @@ describe('/gpu status when things go wrong', () => {
     await new Promise((res) => setTimeout(res, 1500));
     expect(s.slack.messages(OPS).some((m) => JSON.stringify(m.blocks ?? []).includes(id))).toBe(false);
     s.slack.setUnreachable(false);
-    const t = await s.threadOf(id, { timeoutMs: 30000, done: (th) => th.length === 2 && th[0]?.text.includes('done') === true });
-    for (let i = 0; i < 100 && (await s.redis.sismember(`${s.prefix}:dirty`, id)) === 1; i++) await new Promise((res) => setTimeout(res, 50));
+    const t = await s.threadOf(id, {
+      timeoutMs: 30000,
+      done: (th) => th.length === 2 && th[0]?.text.includes('done') === true,
+    });
+    for (let i = 0; i < 100 && (await s.redis.sismember(`${s.prefix}:dirty`, id)) === 1; i++)
+      await new Promise((res) => setTimeout(res, 50));
     expect(await s.redis.sismember(`${s.prefix}:dirty`, id)).toBe(0);
     const postsBefore = s.slack.calls('chat.postMessage').filter((c) => c.status === 200).length;
     // Re-render every incident from the log, as a restarted bot would.

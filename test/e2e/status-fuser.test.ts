@@ -21,11 +21,16 @@ describe('/gpu status of a container whose fuser fails (real sshd fleet, Bolt, f
   it('the thread says fuser failed and why, and does not point at holders it could not list', async () => {
     await s.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 5000 }], title: 'python3' });
     await s.slash('status ct130');
-    const p = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('`ct130`') && m.text.includes('done')), 15000);
+    const p = await s.slack.waitFor(
+      () => s.slack.messages(OPS).find((m) => m.text.includes('`ct130`') && m.text.includes('done')),
+      15000,
+    );
     const reply = s.slack.thread(OPS, p.ts)[1];
     const shown = `${reply?.text ?? ''}\n${JSON.stringify(reply?.blocks ?? [])}`;
     expect(shown).toMatch(/fuser could not list the device holders: .*fuser.*not found/);
-    expect(shown).toMatch(/GPU 1: 5,000 MiB in use and no process listed .*fuser failed too, so its holders are unknown/);
+    expect(shown).toMatch(
+      /GPU 1: 5,000 MiB in use and no process listed .*fuser failed too, so its holders are unknown/,
+    );
     expect(shown).not.toContain('see holders below');
   });
 });

@@ -6,7 +6,9 @@ import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 const OPS = 'C0ONCALL01';
 
 function cellTexts(blocks: unknown): string[][] {
-  const table = (blocks as Array<{ type: string; rows?: Array<Array<{ text: string }>> }>).find((b) => b.type === 'table');
+  const table = (blocks as Array<{ type: string; rows?: Array<Array<{ text: string }>> }>).find(
+    (b) => b.type === 'table',
+  );
   return (table?.rows ?? []).map((r) => r.map((c) => c.text));
 }
 
@@ -28,13 +30,22 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
   });
 
   it('acks at once, opens a thread and posts a table equal to the fleet state', async () => {
-    const holder = await s.fleet.spawnHolder('kpro5', { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 96417 }], title: 'sglang::scheduler_TP0' });
+    const holder = await s.fleet.spawnHolder('kpro5', {
+      gpus: [
+        { index: 0, mib: 96413 },
+        { index: 2, mib: 96417 },
+      ],
+      title: 'sglang::scheduler_TP0',
+    });
     const r = await s.slash('status kpro5');
     expect(r.status).toBe(200);
     expect(r.elapsedMs).toBeLessThan(3000);
     expect(r.json).toMatchObject({ response_type: 'ephemeral' });
     expect(String((r.json as { text?: string }).text)).toContain('kpro5');
-    const parent = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('kpro5') && m.text.includes('done')), 15000);
+    const parent = await s.slack.waitFor(
+      () => s.slack.messages(OPS).find((m) => m.text.includes('kpro5') && m.text.includes('done')),
+      15000,
+    );
     const thread = s.slack.thread(OPS, parent.ts);
     expect(thread).toHaveLength(2);
     const reply = thread[1];
@@ -61,13 +72,19 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
 
   it('flags host RAM pressure and container memory with no process listed', async () => {
     await s.slash('status kpro6');
-    const p6 = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('`kpro6`') && m.text.includes('done')), 15000);
+    const p6 = await s.slack.waitFor(
+      () => s.slack.messages(OPS).find((m) => m.text.includes('`kpro6`') && m.text.includes('done')),
+      15000,
+    );
     const r6 = s.slack.thread(OPS, p6.ts)[1];
     expect(r6?.text).toMatch(/RAM pressure: 98% used \(439 of 449 GiB\)/);
 
     await s.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 5000 }], title: 'python3' });
     await s.slash('status ct129');
-    const p = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('`ct129`') && m.text.includes('done')), 15000);
+    const p = await s.slack.waitFor(
+      () => s.slack.messages(OPS).find((m) => m.text.includes('`ct129`') && m.text.includes('done')),
+      15000,
+    );
     const reply = s.slack.thread(OPS, p.ts)[1];
     expect(reply?.text).toContain('container view');
     expect(reply?.text).toMatch(/GPU 1: 5,000 MiB in use and no process listed/);
@@ -78,7 +95,10 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     await s.fleet.stopMachine('kpro6');
     const r = await s.slash('status all');
     expect(r.status).toBe(200);
-    const parent = await s.slack.waitFor(() => s.slack.messages(OPS).find((m) => m.text.includes('all machines') && m.text.includes('done')), 30000);
+    const parent = await s.slack.waitFor(
+      () => s.slack.messages(OPS).find((m) => m.text.includes('all machines') && m.text.includes('done')),
+      30000,
+    );
     const summary = s.slack.thread(OPS, parent.ts)[1];
     const rows = cellTexts(summary?.blocks);
     expect(rows.map((x) => x[0])).toEqual(['Machine', ...listMachines(s.inventory).map((m) => m.id)]);
@@ -95,7 +115,9 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
   it('unknown target and malformed text: ephemeral answer, nothing queued', async () => {
     const before = await keysOf(s.redis, s.prefix);
     const a = await s.slash('status kpro55');
-    expect((a.json as { text: string }).text).toMatch(/don't know a machine called `kpro55`; did you mean `kpro5`\?.*Nothing was queued/);
+    expect((a.json as { text: string }).text).toMatch(
+      /don't know a machine called `kpro55`; did you mean `kpro5`\?.*Nothing was queued/,
+    );
     const b = await s.slash('status $(reboot)');
     expect((b.json as { text: string }).text).toMatch(/not a machine name.*Nothing was queued/);
     const c = await s.slash('reboot kpro5');
@@ -110,7 +132,9 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
   it('a GPU that reports an error instead of numbers is flagged in the thread, and nothing says it went fine', async () => {
     await s.fleet.setGpuError('kpro5', 'nvml_version_mismatch');
     const r = await s.slash('status kpro5');
-    const t = await s.threadOf(String(r.incidentId), { done: (th) => th.length === 2 && th[0]?.text.includes('done') === true });
+    const t = await s.threadOf(String(r.incidentId), {
+      done: (th) => th.length === 2 && th[0]?.text.includes('done') === true,
+    });
     expect(t[1]?.text).toMatch(/nvidia-smi reported an error: .*Driver\/library version mismatch/);
     expect(t[1]?.text).toContain('No GPU numbers');
     expect(t[0]?.text).not.toContain(':white_check_mark:');
@@ -120,7 +144,9 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     await s.fleet.setGpuError('kpro5', null);
     await s.fleet.setGpuError('kpro5', 'gpu_lost', 3);
     const r2 = await s.slash('status kpro5');
-    const t2 = await s.threadOf(String(r2.incidentId), { done: (th) => th.length === 2 && th[0]?.text.includes('done') === true });
+    const t2 = await s.threadOf(String(r2.incidentId), {
+      done: (th) => th.length === 2 && th[0]?.text.includes('done') === true,
+    });
     expect(t2[1]?.text).toMatch(/nvidia-smi reported an error: .*(lost|GPU is lost)/i);
     await s.fleet.setGpuError('kpro5', null);
   });

@@ -69,13 +69,23 @@ describe('two worker processes on one site queue', () => {
       GPU_MEDIC_TERM_GRACE_SEC: '1',
       GPU_MEDIC_POLL_MS: '200',
     };
-    procs.push(startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w1.json') }), startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w2.json') }));
+    procs.push(
+      startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w1.json') }),
+      startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w2.json') }),
+    );
     log = new IncidentLog(s.redis, s.prefix);
     // Both processes serve the queue before any job exists (a late starter would find no work).
     for (const f of ['w1.json', 'w2.json']) {
       const until = Date.now() + 60_000;
-      while ((await runHealthCommand(['worker'], { GPU_MEDIC_HEALTH_FILE: join(dir, f) }, new Writable({ write: (_c, _e, cb) => cb() }))) !== 0) {
-        if (Date.now() > until) throw new Error(`worker ${f} never became healthy:\n${procs.map((p) => p.output()).join('\n')}`);
+      while (
+        (await runHealthCommand(
+          ['worker'],
+          { GPU_MEDIC_HEALTH_FILE: join(dir, f) },
+          new Writable({ write: (_c, _e, cb) => cb() }),
+        )) !== 0
+      ) {
+        if (Date.now() > until)
+          throw new Error(`worker ${f} never became healthy:\n${procs.map((p) => p.output()).join('\n')}`);
         await new Promise((r) => setTimeout(r, 200));
       }
     }
@@ -97,9 +107,14 @@ describe('two worker processes on one site queue', () => {
     try {
       // Every machine's nvidia-smi hangs, so each read holds its worker slot until the 4 s bound.
       for (const h of HOSTS) await s.fleet.setHang(h, true);
-      const acks = await Promise.all(Array.from({ length: 24 }, (_, i) => s.slash(`status ${HOSTS[i % HOSTS.length]}`)));
+      const acks = await Promise.all(
+        Array.from({ length: 24 }, (_, i) => s.slash(`status ${HOSTS[i % HOSTS.length]}`)),
+      );
       ids = acks.map((a) => a.incidentId);
-      expect(ids.every((id) => id !== null), acks.map((a) => a.ackText).join('\n')).toBe(true);
+      expect(
+        ids.every((id) => id !== null),
+        acks.map((a) => a.ackText).join('\n'),
+      ).toBe(true);
       const until = Date.now() + 30_000;
       while (mostActive <= 8 && Date.now() < until) {
         mostActive = Math.max(mostActive, (await queue.getJobCounts('active')).active ?? 0);
@@ -111,7 +126,11 @@ describe('two worker processes on one site queue', () => {
     }
     // One worker process runs at most 8 jobs at a time: more than 8 active means both hold jobs.
     expect(mostActive).toBeGreaterThan(8);
-    for (const id of ids) await s.threadOf(id as string, { timeoutMs: 60_000, done: (t) => /done|partial|failed|could not/i.test(t[0]?.text ?? '') });
+    for (const id of ids)
+      await s.threadOf(id as string, {
+        timeoutMs: 60_000,
+        done: (t) => /done|partial|failed|could not/i.test(t[0]?.text ?? ''),
+      });
 
     const byWorker = new Map<string, number>();
     for (const id of ids) {
@@ -140,7 +159,10 @@ describe('two worker processes on one site queue', () => {
     const h = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 30_000 }], title: 'python3 train.py' });
     const r = await s.slash('unstick ct129 hung trainer');
     expect(r.incidentId, r.ackText).not.toBeNull();
-    const thread = await s.threadOf(r.incidentId as string, { timeoutMs: 60_000, done: (t) => /Recovered|stuck/i.test(t[0]?.text ?? '') });
+    const thread = await s.threadOf(r.incidentId as string, {
+      timeoutMs: 60_000,
+      done: (t) => /Recovered|stuck/i.test(t[0]?.text ?? ''),
+    });
     expect(thread[0]?.text).toMatch(/Recovered/);
     const mine = s.fleet.signals().filter((x) => x.hostPid === h.hostPid);
     expect(mine.filter((x) => x.signal === 'SIGTERM')).toHaveLength(1);

@@ -15,8 +15,13 @@ interface Button {
 
 function buttonsOf(m: StoredMessage | undefined): Button[] {
   const out: Button[] = [];
-  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
-    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
+  for (const b of (m?.blocks ?? []) as Array<{
+    type: string;
+    elements?: Array<{ type: string; action_id?: string; value?: string }>;
+  }>)
+    if (b.type === 'actions')
+      for (const e of b.elements ?? [])
+        if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
   return out;
 }
 
@@ -31,7 +36,12 @@ describe('/gpu unstick end to end through Slack (real Redis, sshd, namespaces, B
           { id: 'ct130', vmid: 130, host: 'kpro5' },
         ],
       },
-      env: { GPU_MEDIC_APPROVERS: BOB, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5', GPU_MEDIC_POLL_MS: '300' },
+      env: {
+        GPU_MEDIC_APPROVERS: BOB,
+        GPU_MEDIC_TERM_GRACE_SEC: '1',
+        GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
+        GPU_MEDIC_POLL_MS: '300',
+      },
       // The container login is not root, so processes of other users there need the host (S3).
       tweakInventory: (inv) => {
         const c = inv.containers.find((x) => x.id === 'ct129');
@@ -47,12 +57,26 @@ describe('/gpu unstick end to end through Slack (real Redis, sshd, namespaces, B
     sendInteraction(
       s.eventsUrl,
       s.signingSecret,
-      blockActionPayload({ user, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: b.action_id, value: b.value, responseUrl: s.slack.newResponseUrl() }),
+      blockActionPayload({
+        user,
+        channel: OPS,
+        messageTs: card.ts,
+        threadTs: card.thread_ts ?? card.ts,
+        actionId: b.action_id,
+        value: b.value,
+        responseUrl: s.slack.newResponseUrl(),
+      }),
     );
   const lastResponseText = () => String(s.slack.responses().at(-1)?.body.text ?? '');
 
   it('S3: the container cannot stop it → card → requester and bystander refused → a second person approves → host kill of exactly that PID → Recovered', async () => {
-    const holder = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 96417 }], title: 'sglang::scheduler_TP0' });
+    const holder = await s.fleet.spawnHolder('ct129', {
+      gpus: [
+        { index: 0, mib: 96413 },
+        { index: 2, mib: 96417 },
+      ],
+      title: 'sglang::scheduler_TP0',
+    });
     const monitor = await s.fleet.spawnBystander('ct129', { title: 'python3 monitor.py' });
     const other = await s.fleet.spawnHolder('ct130', { gpus: [{ index: 3, mib: 20000 }], title: 'python3 train.py' });
     const r = await s.slash('unstick ct129 hicache overcommit', { user: ALICE });
@@ -83,7 +107,10 @@ describe('/gpu unstick end to end through Slack (real Redis, sshd, namespaces, B
     expect((await click(BOB, card, approve)).status).toBe(200);
     await s.slack.waitFor(() => lastResponseText().includes('Already approved'), 5000);
 
-    const done = await s.threadOf(id, { timeoutMs: 30000, done: (t) => t.some((m) => /Recovered/.test(m.text)) && /Recovered|done/i.test(t[0]?.text ?? '') });
+    const done = await s.threadOf(id, {
+      timeoutMs: 30000,
+      done: (t) => t.some((m) => /Recovered/.test(m.text)) && /Recovered|done/i.test(t[0]?.text ?? ''),
+    });
     expect(s.fleet.gpuMemory('kpro5').map((g) => g.usedMiB)).toEqual([0, 0, 0, 20000]);
     const killed = s.fleet.signals().filter((x) => x.signal === 'SIGKILL');
     expect(killed.map((x) => x.hostPid)).toEqual([holder.hostPid]);
@@ -96,21 +123,36 @@ describe('/gpu unstick end to end through Slack (real Redis, sshd, namespaces, B
     // The lock is released with the incident: a new unstick is accepted.
     const again = await s.slash('unstick ct129', { user: ALICE });
     expect(again.ackText).toMatch(/Unsticking `ct129`/);
-    await s.threadOf(String(again.incidentId), { timeoutMs: 30000, done: (t) => /done|Nothing|Recovered|stuck/i.test(t.map((m) => m.text).join(' ')) && t.length > 2 });
+    await s.threadOf(String(again.incidentId), {
+      timeoutMs: 30000,
+      done: (t) => /done|Nothing|Recovered|stuck/i.test(t.map((m) => m.text).join(' ')) && t.length > 2,
+    });
   });
 
   it('S2 via pct exec: holders the container can stop are signalled from the container, no approval, Recovered', async () => {
     const a = await s.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 96413 }], title: 'sglang::scheduler_TP0' });
-    const b = await s.fleet.spawnHolder('ct130', { gpus: [{ index: 2, mib: 96417 }], title: 'sglang::scheduler_TP1', ignoreTerm: true });
+    const b = await s.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 2, mib: 96417 }],
+      title: 'sglang::scheduler_TP1',
+      ignoreTerm: true,
+    });
     const before = s.fleet.signals().length;
     const r = await s.slash('unstick ct130', { user: ALICE });
-    const t = await s.threadOf(String(r.incidentId), { timeoutMs: 40000, done: (th) => th.some((m) => /Recovered/.test(m.text)) });
+    const t = await s.threadOf(String(r.incidentId), {
+      timeoutMs: 40000,
+      done: (th) => th.some((m) => /Recovered/.test(m.text)),
+    });
     expect(t.some((m) => buttonsOf(m).length > 0)).toBe(false);
     const sig = s.fleet.signals().slice(before);
     expect(sig.filter((x) => x.hostPid === a.hostPid).map((x) => x.signal)).toEqual(['SIGTERM']);
     expect(sig.filter((x) => x.hostPid === b.hostPid).map((x) => x.signal)).toEqual(['SIGTERM', 'SIGKILL']);
     // Every process signalled is a GPU holder of ct130 (the first test left one there, on GPU 3).
-    const ct130 = new Set(s.fleet.processes().filter((p) => p.machine === 'ct130').map((p) => p.hostPid));
+    const ct130 = new Set(
+      s.fleet
+        .processes()
+        .filter((p) => p.machine === 'ct130')
+        .map((p) => p.hostPid),
+    );
     expect(sig.every((x) => ct130.has(x.hostPid))).toBe(true);
     expect(s.fleet.gpuMemory('kpro5')[3]?.usedMiB).toBe(0);
     expect(s.fleet.gpuMemory('kpro5')[1]?.usedMiB).toBe(0);

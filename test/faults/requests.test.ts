@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Stack } from '../harness/stack.ts';
-import { clockSkewFaults, finalChecks, interactionFaults, policyFaults, REQUEST_MACHINES, signedRequestFaults, startRequestsStack } from './scenarios/requests.ts';
+import {
+  clockSkewFaults,
+  finalChecks,
+  interactionFaults,
+  policyFaults,
+  REQUEST_MACHINES,
+  signedRequestFaults,
+  startRequestsStack,
+} from './scenarios/requests.ts';
 
 describe('hostile and out-of-policy requests through the real Bolt receiver', () => {
   let s: Stack;

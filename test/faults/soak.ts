@@ -20,7 +20,15 @@ import { fuzz } from './scenarios/fuzz.ts';
 import { redisRestart } from './scenarios/redis-restart.ts';
 import { botCrash } from './scenarios/bot-crash.ts';
 import { failover } from './scenarios/failover.ts';
-import { clockSkewFaults, finalChecks, interactionFaults, policyFaults, REQUEST_MACHINES, signedRequestFaults, startRequestsStack } from './scenarios/requests.ts';
+import {
+  clockSkewFaults,
+  finalChecks,
+  interactionFaults,
+  policyFaults,
+  REQUEST_MACHINES,
+  signedRequestFaults,
+  startRequestsStack,
+} from './scenarios/requests.ts';
 import { slackFaults } from './scenarios/slack-faults.ts';
 import { sshFaults } from './scenarios/ssh-faults.ts';
 
@@ -71,20 +79,32 @@ const scenarios: Scenario[] = [
           refused += r.skewedRefused;
           f = mergeFigures(f, r);
         }
-        notes.push(`clock: skewed-clock requests refused: ${refused} of ${sent} (401 like a stale one; nothing opened)`);
+        notes.push(
+          `clock: skewed-clock requests refused: ${refused} of ${sent} (401 like a stale one; nothing opened)`,
+        );
         return f;
       } finally {
         await s.stop();
       }
     },
   },
-  { name: 'redis', run: () => redisRestart(quick ? { outages: 2, outageMs: 2500, inFlight: 4, duringOutage: 4 } : { outages: 3, outageMs: 15_000, inFlight: 10, duringOutage: 10 }) },
+  {
+    name: 'redis',
+    run: () =>
+      redisRestart(
+        quick
+          ? { outages: 2, outageMs: 2500, inFlight: 4, duringOutage: 4 }
+          : { outages: 3, outageMs: 15_000, inFlight: 10, duringOutage: 10 },
+      ),
+  },
   {
     // A private primary, replica and three sentinels; the primary SIGKILLed mid-incident.
     name: 'failover',
     async run() {
       const f = await failover({ failovers: 1, inFlight: quick ? 4 : 10, duringFailover: quick ? 4 : 10 });
-      notes.push(`failover: failovers survived: ${f.failoversSurvived} of ${f.runs}; sentinels elected a new primary in ${f.failoverMs.map((ms) => (ms / 1000).toFixed(1)).join(', ') || '-'} s`);
+      notes.push(
+        `failover: failovers survived: ${f.failoversSurvived} of ${f.runs}; sentinels elected a new primary in ${f.failoverMs.map((ms) => (ms / 1000).toFixed(1)).join(', ') || '-'} s`,
+      );
       return f;
     },
   },
@@ -97,7 +117,15 @@ const scenarios: Scenario[] = [
       return f;
     },
   },
-  { name: 'slack', run: () => slackFaults(quick ? { incidentsPerPhase: 4, burst: 3, outageMs: 8000, settleMs: 60_000 } : { incidentsPerPhase: 12, burst: 6, outageMs: 60_000, settleMs: 150_000 }) },
+  {
+    name: 'slack',
+    run: () =>
+      slackFaults(
+        quick
+          ? { incidentsPerPhase: 4, burst: 3, outageMs: 8000, settleMs: 60_000 }
+          : { incidentsPerPhase: 12, burst: 6, outageMs: 60_000, settleMs: 150_000 },
+      ),
+  },
   { name: 'ssh', run: () => sshFaults({ rounds: quick ? 1 : 3, connectTimeoutSec: 2, commandTimeoutSec: 2 }) },
   { name: 'fuzz', run: (r) => fuzz({ seed: seed + r, cases: quick ? 10_000 : 50_000, viaBolt: quick ? 300 : 1000 }) },
   {
@@ -139,7 +167,9 @@ const scenarios: Scenario[] = [
     async run() {
       const machines = quick ? 12 : 50;
       const f = await load({ machines, burst: 200, statusAll: quick ? 3 : 5, drainMs: quick ? 90_000 : 300_000 });
-      notes.push(`load: ${machines} machines; SSH logins per host ${Math.min(...f.logins)}..${Math.max(...f.logins)}; at most ${f.peakConnections} connection(s) and ${f.peakChannels} channels at once on one host (pool limit 8, sshd MaxSessions 10)`);
+      notes.push(
+        `load: ${machines} machines; SSH logins per host ${Math.min(...f.logins)}..${Math.max(...f.logins)}; at most ${f.peakConnections} connection(s) and ${f.peakChannels} channels at once on one host (pool limit 8, sshd MaxSessions 10)`,
+      );
       return f;
     },
   },
@@ -158,10 +188,14 @@ for (const sc of scenarios.filter((x) => only.has(x.name))) {
     }
   }
   rows.push({ name: sc.name, f, seconds: (Date.now() - t0) / 1000 });
-  process.stderr.write(`soak: ${sc.name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s, ${f.failures.length} failures\n`);
+  process.stderr.write(
+    `soak: ${sc.name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s, ${f.failures.length} failures\n`,
+  );
 }
 
-console.log(`\ngpu-medic soak (${quick ? 'quick' : 'full'} settings, ${rounds} round${rounds > 1 ? 's' : ''}, fuzz seed ${seed})\n`);
+console.log(
+  `\ngpu-medic soak (${quick ? 'quick' : 'full'} settings, ${rounds} round${rounds > 1 ? 's' : ''}, fuzz seed ${seed})\n`,
+);
 console.log(figuresTable(rows));
 for (const n of notes) console.log(`\n${n}`);
 const failures = rows.flatMap((r) => r.f.failures.map((x) => `${r.name}: ${x}`));

@@ -84,7 +84,9 @@ beforeAll(async () => {
   });
   bystanders.push(await rig.fleet.spawnBystander('ct130', { title: 'python3 /opt/monitor/monitor.py' }));
   bystanders.push(await rig.fleet.spawnBystander('ct129', { title: 'python3 exporter.py --port 9400' }));
-  bystanders.push(await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 7, mib: 2048 }], title: 'python3 /srv/host_job.py' }));
+  bystanders.push(
+    await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 7, mib: 2048 }], title: 'python3 /srv/host_job.py' }),
+  );
   worker = await rig.startWorker();
 }, 120_000);
 
@@ -115,7 +117,13 @@ const sig = (s: string): string => `SIG${s}`;
  * Per-run checks, shared by every fault: counts what the tally reports and asserts the invariants.
  * `holders` are this run's GPU processes (may be signalled once per signal); bystanders never.
  */
-async function checkRun(o: { point: Point | null; incidentId: string; target: string; holders: FleetProcess[]; started: number }): Promise<{ events: AnyLoggedEvent[]; thread: StoredMessage[] }> {
+async function checkRun(o: {
+  point: Point | null;
+  incidentId: string;
+  target: string;
+  holders: FleetProcess[];
+  started: number;
+}): Promise<{ events: AnyLoggedEvent[]; thread: StoredMessage[] }> {
   const ev = await rig.events(o.incidentId);
   const pids = o.holders.map((h) => h.hostPid);
   const signals = rig.signalsOf(pids).filter((s) => s.ts >= o.started - 1000);
@@ -124,12 +132,19 @@ async function checkRun(o: { point: Point | null; incidentId: string; target: st
   // Kills executed twice: per holder, per signal, as the processes themselves saw them.
   let twice = 0;
   for (const pid of pids)
-    for (const s of ['SIGTERM', 'SIGKILL']) if (signals.filter((x) => x.hostPid === pid && x.signal === s).length > 1) twice++;
+    for (const s of ['SIGTERM', 'SIGKILL'])
+      if (signals.filter((x) => x.hostPid === pid && x.signal === s).length > 1) twice++;
   // Events lost: a signal a holder received that the log does not record as sent.
   // A worker killed after its signal went out and before it wrote `signalled` leaves the
   // `signal_intent` written just before the command: the log still names whom it was for.
-  const intended = ofType(ev, 'signal_intent').flatMap((e) => e.targets.map((t) => ({ hostPid: t.hostPid, signal: e.signal })));
-  const lost = signals.filter((x) => !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal) && !intended.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal));
+  const intended = ofType(ev, 'signal_intent').flatMap((e) =>
+    e.targets.map((t) => ({ hostPid: t.hostPid, signal: e.signal })),
+  );
+  const lost = signals.filter(
+    (x) =>
+      !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal) &&
+      !intended.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal),
+  );
   // Outside the bound: any signal, during this run, to a process that is not one of its holders.
   const outside = rig.fleet.signals().filter((x) => x.ts >= o.started && !pids.includes(x.hostPid));
   const finished = ofType(ev, 'finished');
@@ -159,8 +174,15 @@ async function checkRun(o: { point: Point | null; incidentId: string; target: st
   expect(await rig.lock.holder(o.target)).toBeNull();
   // The thread shows that end: the parent carries the verdict's title and a summary reply exists.
   const title = verdict?.verdict.title ?? '';
-  const thread = await rig.thread(o.incidentId, (t) => (t[0]?.text ?? '').includes(title) && t.some((m) => m.text.startsWith('*Summary*')), 20_000);
-  expect(thread.some((m) => buttonsOf(m).length > 0), 'no button left on any card').toBe(false);
+  const thread = await rig.thread(
+    o.incidentId,
+    (t) => (t[0]?.text ?? '').includes(title) && t.some((m) => m.text.startsWith('*Summary*')),
+    20_000,
+  );
+  expect(
+    thread.some((m) => buttonsOf(m).length > 0),
+    'no button left on any card',
+  ).toBe(false);
   // No job left running or failed (a job that stalled twice would end in failed).
   await expect.poll(async () => (await rig.jobCounts()).active, { timeout: 10_000 }).toBe(0);
   expect((await rig.jobCounts()).failed).toBe(0);
@@ -178,14 +200,30 @@ async function cleanUp(holders: FleetProcess[]): Promise<void> {
     await h.exited;
   }
   // Memory of a killed holder comes back at once (no die delay): wait for the fleet to show it.
-  await expect.poll(() => rig.fleet.gpuMemory('kpro5').slice(0, 7).every((g) => g.usedMiB === 0), { timeout: 10_000 }).toBe(true);
+  await expect
+    .poll(
+      () =>
+        rig.fleet
+          .gpuMemory('kpro5')
+          .slice(0, 7)
+          .every((g) => g.usedMiB === 0),
+      { timeout: 10_000 },
+    )
+    .toBe(true);
 }
 
 /** S2 on ct130: one holder that stops on SIGTERM, one that ignores it (needs the SIGKILL). */
 async function containerRun(point: Point, trigger: (id: string) => Promise<unknown>): Promise<void> {
   const started = Date.now();
-  const polite = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 0, mib: 96_413 }], title: 'sglang::scheduler_TP0' });
-  const stubborn = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 96_417 }], title: 'sglang::scheduler_TP1', ignoreTerm: true });
+  const polite = await rig.fleet.spawnHolder('ct130', {
+    gpus: [{ index: 0, mib: 96_413 }],
+    title: 'sglang::scheduler_TP0',
+  });
+  const stubborn = await rig.fleet.spawnHolder('ct130', {
+    gpus: [{ index: 1, mib: 96_417 }],
+    title: 'sglang::scheduler_TP1',
+    ignoreTerm: true,
+  });
   const r = await rig.slash('unstick ct130 crash test');
   expect(r.ackText).toMatch(/Unsticking `ct130`/);
   const id = String(r.incidentId);
@@ -213,7 +251,13 @@ async function containerRun(point: Point, trigger: (id: string) => Promise<unkno
 /** S3 on ct129: the container login cannot stop root's job; the card, Bob approves, host kill. */
 async function hostRun(point: Point, trigger: (id: string) => Promise<unknown>): Promise<void> {
   const started = Date.now();
-  const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 96_413 }, { index: 3, mib: 96_417 }], title: 'sglang::scheduler_TP0' });
+  const h = await rig.fleet.spawnHolder('ct129', {
+    gpus: [
+      { index: 2, mib: 96_413 },
+      { index: 3, mib: 96_417 },
+    ],
+    title: 'sglang::scheduler_TP0',
+  });
   const r = await rig.slash('unstick ct129 crash test');
   expect(r.ackText).toMatch(/Unsticking `ct129`/);
   const id = String(r.incidentId);
@@ -248,7 +292,9 @@ describe('worker SIGKILLed at each step of an unstick, then restarted (separate 
     }, 120_000);
 
     it(`between SIGTERM and SIGKILL (run ${i}/${RUNS})`, async () => {
-      await containerRun('between-term-and-kill', (id) => rig.waitEvent(id, 'signalled', (e) => e.signal === 'TERM' && e.result === 'sent'));
+      await containerRun('between-term-and-kill', (id) =>
+        rig.waitEvent(id, 'signalled', (e) => e.signal === 'TERM' && e.result === 'sent'),
+      );
     }, 120_000);
 
     it(`during the after snapshot of the container step (run ${i}/${RUNS})`, async () => {
@@ -261,11 +307,15 @@ describe('worker SIGKILLed at each step of an unstick, then restarted (separate 
     }, 120_000);
 
     it(`right after the host SIGKILL, while waiting for the memory (run ${i}/${RUNS})`, async () => {
-      await hostRun('after-host-kill', (id) => rig.waitEvent(id, 'signalled', (e, all) => e.signal === 'KILL' && e.result === 'sent' && !isTier1(e, all)));
+      await hostRun('after-host-kill', (id) =>
+        rig.waitEvent(id, 'signalled', (e, all) => e.signal === 'KILL' && e.result === 'sent' && !isTier1(e, all)),
+      );
     }, 120_000);
 
     it(`during the after snapshot of the host kill (run ${i}/${RUNS})`, async () => {
-      await hostRun('during-host-after-snapshot', (id) => rig.waitEvent(id, 'step_finished', (e, all) => !isTier1(e, all)));
+      await hostRun('during-host-after-snapshot', (id) =>
+        rig.waitEvent(id, 'step_finished', (e, all) => !isTier1(e, all)),
+      );
     }, 120_000);
   }
 });
@@ -273,7 +323,16 @@ describe('worker SIGKILLed at each step of an unstick, then restarted (separate 
 const responseTexts = (): string[] => rig.slack.responses().map((r) => String(r.body.text ?? ''));
 
 /** S3 up to its card: a root job in ct129 the container login cannot stop. */
-async function cardFor(title: string): Promise<{ id: string; h: FleetProcess; card: StoredMessage; approve: { action_id: string; value: string }; deny: { action_id: string; value: string }; started: number }> {
+async function cardFor(
+  title: string,
+): Promise<{
+  id: string;
+  h: FleetProcess;
+  card: StoredMessage;
+  approve: { action_id: string; value: string };
+  deny: { action_id: string; value: string };
+  started: number;
+}> {
   const started = Date.now();
   const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 96_413 }], title });
   const r = await rig.slash('unstick ct129');
@@ -336,7 +395,11 @@ describe('a kill never runs twice from clicks', () => {
     ]);
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
     // The very same signed request again, as Slack's retry would send it.
-    const replay = await rig.click(BOB, card, approve, { payload, timestampSec, headers: { 'X-Slack-Retry-Num': '1', 'X-Slack-Retry-Reason': 'http_timeout' } });
+    const replay = await rig.click(BOB, card, approve, {
+      payload,
+      timestampSec,
+      headers: { 'X-Slack-Retry-Num': '1', 'X-Slack-Retry-Reason': 'http_timeout' },
+    });
     expect(replay.status).toBe(200);
     await rig.waitEvent(id, 'finished', undefined, 60_000);
     const { events } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], started });
@@ -344,7 +407,11 @@ describe('a kill never runs twice from clicks', () => {
     expect(ofType(events, 'step_started').filter((s) => s.kind === 'host_kill')).toHaveLength(1);
     expect(rig.signalsOf([h.hostPid]).map((s) => s.signal)).toEqual(['SIGKILL']);
     await rig.slack.waitFor(() => responseTexts().length >= n + 3, 10_000);
-    expect(responseTexts().slice(n).filter((t) => t.startsWith(':white_check_mark: Approved'))).toHaveLength(1);
+    expect(
+      responseTexts()
+        .slice(n)
+        .filter((t) => t.startsWith(':white_check_mark: Approved')),
+    ).toHaveLength(1);
     await cleanUp([h]);
   }, 120_000);
 });
@@ -353,7 +420,11 @@ describe('a holder whose memory outlives the release timeout (uninterruptible te
   it('bounded time, "still in use after N s" in the thread, a reset card; the worker serves another target meanwhile; deny → lock released', async () => {
     const started = Date.now();
     // Dies on SIGTERM, but its 50 GiB stay in use for 15 s: longer than the 5 s release timeout.
-    const h = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 4, mib: 50_000 }], title: 'python3 train.py', dieDelayMs: 15_000 });
+    const h = await rig.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 4, mib: 50_000 }],
+      title: 'python3 train.py',
+      dieDelayMs: 15_000,
+    });
     const r = await rig.slash('unstick ct130');
     const id = String(r.incidentId);
     await rig.waitEvent(id, 'signalled', (e) => e.result === 'sent', 30_000);
@@ -373,7 +444,10 @@ describe('a holder whose memory outlives the release timeout (uninterruptible te
     // The parent is updated after the replies: wait for all three (the parent names what it waits for).
     const t = await rig.thread(
       id,
-      (th) => /waiting for a second person/.test(th[0]?.text ?? '') && th.some((m) => buttonsOf(m).length === 2) && th.some((m) => /still in use after 5\.\d s/.test(JSON.stringify(m.blocks ?? []))),
+      (th) =>
+        /waiting for a second person/.test(th[0]?.text ?? '') &&
+        th.some((m) => buttonsOf(m).length === 2) &&
+        th.some((m) => /still in use after 5\.\d s/.test(JSON.stringify(m.blocks ?? []))),
       20_000,
     );
     expect((await rig.lock.holder('ct130'))?.incidentId).toBe(id);

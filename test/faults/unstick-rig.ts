@@ -28,7 +28,13 @@ import { queueName } from '../../src/queue/jobs.ts';
 import { startFleet } from '../harness/fleet/index.ts';
 import type { Fleet, FleetSpec, SignalRecord } from '../harness/fleet/types.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../harness/slack/fake-slack-api.ts';
-import { blockActionPayload, sendInteraction, sendSlashCommand, type SignOptions, type SignedResponse } from '../harness/slack/signed-request.ts';
+import {
+  blockActionPayload,
+  sendInteraction,
+  sendSlashCommand,
+  type SignOptions,
+  type SignedResponse,
+} from '../harness/slack/signed-request.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -75,8 +81,13 @@ export interface Button {
 
 export function buttonsOf(m: StoredMessage | undefined): Button[] {
   const out: Button[] = [];
-  for (const b of (m?.blocks ?? []) as Array<{ type: string; elements?: Array<{ type: string; action_id?: string; value?: string }> }>)
-    if (b.type === 'actions') for (const e of b.elements ?? []) if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
+  for (const b of (m?.blocks ?? []) as Array<{
+    type: string;
+    elements?: Array<{ type: string; action_id?: string; value?: string }>;
+  }>)
+    if (b.type === 'actions')
+      for (const e of b.elements ?? [])
+        if (e.type === 'button' && e.action_id && e.value) out.push({ action_id: e.action_id, value: e.value });
   return out;
 }
 
@@ -110,12 +121,22 @@ export interface CrashRig {
   /** Stops the in-process bot and starts a new one on the same Redis prefix (new port). */
   restartBot(): Promise<void>;
   slash(text: string, user?: string): Promise<{ status: number; ackText: string; incidentId: string | null }>;
-  click(user: string, card: StoredMessage, b: Button, o?: SignOptions & { payload?: Record<string, unknown> }): Promise<SignedResponse>;
+  click(
+    user: string,
+    card: StoredMessage,
+    b: Button,
+    o?: SignOptions & { payload?: Record<string, unknown> },
+  ): Promise<SignedResponse>;
   /** The payload a click sends (to replay the very same request). */
   clickPayload(user: string, card: StoredMessage, b: Button): Record<string, unknown>;
   events(incidentId: string): Promise<AnyLoggedEvent[]>;
   /** Polls the incident log every 15 ms until an event of `type` satisfies `pred`; returns it. */
-  waitEvent<T extends AnyLoggedEvent['type']>(incidentId: string, type: T, pred?: (e: Ev<T>, all: readonly AnyLoggedEvent[]) => boolean, timeoutMs?: number): Promise<Ev<T>>;
+  waitEvent<T extends AnyLoggedEvent['type']>(
+    incidentId: string,
+    type: T,
+    pred?: (e: Ev<T>, all: readonly AnyLoggedEvent[]) => boolean,
+    timeoutMs?: number,
+  ): Promise<Ev<T>>;
   /** The incident's thread (parent first) once `done` holds. */
   thread(incidentId: string, done: (t: StoredMessage[]) => boolean, timeoutMs?: number): Promise<StoredMessage[]>;
   /** Job counts of a site queue (a job that stalled too often ends in `failed`). */
@@ -244,8 +265,16 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
       bot = await startBot(env, inventory, logger.child({ role: 'bot', generation: 2 }));
     },
     async slash(text, user = ALICE) {
-      const r = await sendSlashCommand(rig.eventsUrl(), signingSecret, { text, user_id: user, channel_id: CHANNEL, response_url: slack.newResponseUrl() });
-      const ackText = typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
+      const r = await sendSlashCommand(rig.eventsUrl(), signingSecret, {
+        text,
+        user_id: user,
+        channel_id: CHANNEL,
+        response_url: slack.newResponseUrl(),
+      });
+      const ackText =
+        typeof r.json === 'object' && r.json !== null && 'text' in r.json
+          ? String((r.json as { text: unknown }).text)
+          : '';
       const m = /incident `(inc_[a-z0-9_]+)`/.exec(ackText);
       return { status: r.status, ackText, incidentId: m?.[1] ?? null };
     },
@@ -271,7 +300,8 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
         const all = await log.events(id);
         const hit = ofType(all, type).find((e) => pred(e, all));
         if (hit) return hit;
-        if (Date.now() > until) throw new Error(`no matching event in ${timeoutMs} ms; log: ${all.map((e) => e.type).join(', ')}`);
+        if (Date.now() > until)
+          throw new Error(`no matching event in ${timeoutMs} ms; log: ${all.map((e) => e.type).join(', ')}`);
         await sleep(15);
       }
     },

@@ -85,13 +85,23 @@ describe('nvidia-smi from the state', () => {
     expect(t.gpus).toHaveLength(8);
     expect(t.gpus.every((g) => g.memoryUsedMiB === 0 && g.memoryTotalMiB === 143771)).toBe(true);
     expect(t.processes).toEqual([]);
-    const csv = await onMachine(fleet, 'kpro5', 'nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits');
+    const csv = await onMachine(
+      fleet,
+      'kpro5',
+      'nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits',
+    );
     expect(csv.stdout.split('\n')[0]).toBe('0, 0, 143771');
     expect(csv.stdout.trim().split('\n')).toHaveLength(8);
   });
 
   it('shows a holder by host PID on the host, its memory in the container without processes, and frees it when killed', async () => {
-    const h = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 96417 }], title: 'sglang::scheduler_TP0' });
+    const h = await fleet.spawnHolder('ct129', {
+      gpus: [
+        { index: 0, mib: 96413 },
+        { index: 2, mib: 96417 },
+      ],
+      title: 'sglang::scheduler_TP0',
+    });
     expect(h.containerPid).not.toBeNull();
     expect(h.containerPid).not.toBe(h.hostPid);
     expect(h.cmdline).toBe('sglang::scheduler_TP0');
@@ -103,8 +113,17 @@ describe('nvidia-smi from the state', () => {
       [0, h.hostPid, 96413],
       [2, h.hostPid, 96417],
     ]);
-    const apps = await onMachine(fleet, 'kpro5', 'nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits');
-    expect(apps.stdout.trim().split('\n').map((l) => l.split(', ').slice(1))).toEqual([
+    const apps = await onMachine(
+      fleet,
+      'kpro5',
+      'nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits',
+    );
+    expect(
+      apps.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(', ').slice(1)),
+    ).toEqual([
       [String(h.hostPid), '96413'],
       [String(h.hostPid), '96417'],
     ]);
@@ -117,7 +136,11 @@ describe('nvidia-smi from the state', () => {
     const ctApps = await onMachine(fleet, 'ct129', 'nvidia-smi --query-compute-apps=pid,used_gpu_memory --format=csv');
     expect(ctApps.stdout).toBe('pid, used_gpu_memory [MiB]\n');
     // Through pct exec (host PATH kept) the container's own nvidia-smi answers.
-    const viaPct = await onMachine(fleet, 'kpro5', 'pct exec 129 -- nvidia-smi --query-compute-apps=pid --format=csv,noheader');
+    const viaPct = await onMachine(
+      fleet,
+      'kpro5',
+      'pct exec 129 -- nvidia-smi --query-compute-apps=pid --format=csv,noheader',
+    );
     expect(viaPct).toMatchObject({ code: 0, stdout: '' });
 
     // kill -9 from inside the container, by container PID: memory goes.
@@ -127,19 +150,36 @@ describe('nvidia-smi from the state', () => {
     const after = await onMachine(fleet, 'kpro5', 'nvidia-smi --query-gpu=index,memory.used --format=csv,noheader');
     expect(after.stdout.split('\n').slice(0, 3)).toEqual(['0, 0 MiB', '1, 0 MiB', '2, 0 MiB']);
     expect(fleet.signals().filter((s) => s.hostPid === h.hostPid)).toMatchObject([
-      { machine: 'ct129', containerPid: h.containerPid, signal: 'SIGKILL', cmdline: 'sglang::scheduler_TP0', kind: 'holder' },
+      {
+        machine: 'ct129',
+        containerPid: h.containerPid,
+        signal: 'SIGKILL',
+        cmdline: 'sglang::scheduler_TP0',
+        kind: 'holder',
+      },
     ]);
   });
 
   it('a holder under a launcher (parentTitle): the rank is the fleet process, its parent shows the launch line, holds no device and dies with it', async () => {
     const launch = 'python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache --hicache-size 300';
-    const h = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 1000 }], title: 'sglang::scheduler_TP0', parentTitle: launch });
+    const h = await fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 1000 }],
+      title: 'sglang::scheduler_TP0',
+      parentTitle: launch,
+    });
     expect(h.cmdline).toBe('sglang::scheduler_TP0');
     const status = readFileSync(`/proc/${h.hostPid}/status`, 'utf8');
     const ppid = Number(/^PPid:\s+(\d+)$/m.exec(status)?.[1]);
-    expect(readFileSync(`/proc/${ppid}/cmdline`, 'utf8').split('\0').filter((w) => w !== '').join(' ')).toBe(launch);
+    expect(
+      readFileSync(`/proc/${ppid}/cmdline`, 'utf8')
+        .split('\0')
+        .filter((w) => w !== '')
+        .join(' '),
+    ).toBe(launch);
     // Inside the container the parent is a container process too (not its init), so a walk up from the rank finds it.
-    const ctPpid = (await onMachine(fleet, 'ct129', `sed -n 's/^PPid:[[:space:]]*//p' /proc/${h.containerPid}/status`)).stdout.trim();
+    const ctPpid = (
+      await onMachine(fleet, 'ct129', `sed -n 's/^PPid:[[:space:]]*//p' /proc/${h.containerPid}/status`)
+    ).stdout.trim();
     expect(Number(ctPpid)).toBeGreaterThan(1);
     expect((await onMachine(fleet, 'ct129', `tr '\\0' ' ' </proc/${ctPpid}/cmdline`)).stdout.trim()).toBe(launch);
     const fuser = parseFuser((await onMachine(fleet, 'ct129', 'fuser -v /dev/nvidia* 2>&1; true')).stdout);
@@ -208,7 +248,9 @@ describe('nvidia-smi from the state', () => {
     expect(hung.stdout).toBe('rc=124\n');
     expect(Date.now() - t0).toBeGreaterThanOrEqual(1000);
     await fleet.setHang('kpro5', false);
-    expect((await onMachine(fleet, 'ct129', 'timeout 5 nvidia-smi -q -x')).stdout).toContain('<attached_gpus>8</attached_gpus>');
+    expect((await onMachine(fleet, 'ct129', 'timeout 5 nvidia-smi -q -x')).stdout).toContain(
+      '<attached_gpus>8</attached_gpus>',
+    );
   });
 
   it('free -b reports the state RAM', async () => {
@@ -242,7 +284,10 @@ describe('containers', () => {
   it('pct exec sees container PIDs; NSpid on the host maps host to container PID', async () => {
     const h = await fleet.spawnHolder('ct130', { gpus: [{ index: 5, mib: 2048 }], title: 'sglang::scheduler_TP1' });
     const ps = await onMachine(fleet, 'kpro5', 'pct exec 130 -- ps -eo pid=,args=');
-    const rows = ps.stdout.trim().split('\n').map((l) => l.trim());
+    const rows = ps.stdout
+      .trim()
+      .split('\n')
+      .map((l) => l.trim());
     expect(rows[0]).toBe('1 /sbin/init');
     expect(rows).toContain(`${h.containerPid} sglang::scheduler_TP1`);
     expect(rows.some((r) => r.startsWith(`${h.hostPid} `))).toBe(false);
@@ -257,7 +302,13 @@ describe('containers', () => {
   });
 
   it('fuser -v /dev/nvidia* in the container: real kernel mount rows plus the holder by container PID', async () => {
-    const h = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 1000 }, { index: 1, mib: 1000 }], title: 'python' });
+    const h = await fleet.spawnHolder('ct129', {
+      gpus: [
+        { index: 0, mib: 1000 },
+        { index: 1, mib: 1000 },
+      ],
+      title: 'python',
+    });
     const r = await onMachine(fleet, 'ct129', 'fuser -v /dev/nvidia* 2>&1; echo rc=$?');
     expect(r.stdout.endsWith('rc=0\n')).toBe(true);
     const text = r.stdout.replace(/rc=0\n$/, '');
@@ -266,15 +317,27 @@ describe('containers', () => {
     expect(text).toContain('                     USER        PID ACCESS COMMAND\n');
     expect(fixture).toContain('                     USER        PID ACCESS COMMAND\n');
     expect(text).toContain('/dev/nvidia0:        root     kernel mount /dev/nvidia0\n');
-    expect(text).toContain(`/dev/nvidia-uvm-tools:\n                     root     kernel mount /dev/nvidia-uvm-tools\n`);
+    expect(text).toContain(
+      `/dev/nvidia-uvm-tools:\n                     root     kernel mount /dev/nvidia-uvm-tools\n`,
+    );
     expect(text).toMatch(new RegExp(`\\n {21}root {6,}${h.containerPid} F\\.\\.\\.m python\\n`));
     const p = parseFuser(text);
     if (!p.ok) throw new Error(p.error.reason);
     expect(p.value.kernelMounts.sort()).toEqual(
-      ['/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidiactl', ...Array.from({ length: 8 }, (_, i) => `/dev/nvidia${i}`)].sort(),
+      [
+        '/dev/nvidia-uvm',
+        '/dev/nvidia-uvm-tools',
+        '/dev/nvidiactl',
+        ...Array.from({ length: 8 }, (_, i) => `/dev/nvidia${i}`),
+      ].sort(),
     );
     expect([...new Set(p.value.holders.map((x) => x.pid))]).toEqual([h.containerPid]);
-    expect(p.value.holders.map((x) => x.device).sort()).toEqual(['/dev/nvidia-uvm', '/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl']);
+    expect(p.value.holders.map((x) => x.device).sort()).toEqual([
+      '/dev/nvidia-uvm',
+      '/dev/nvidia0',
+      '/dev/nvidia1',
+      '/dev/nvidiactl',
+    ]);
     process.kill(h.hostPid, 'SIGKILL');
     await h.exited;
   });
@@ -283,11 +346,25 @@ describe('containers', () => {
 describe('signals and processes', () => {
   it('records catchable signals with the sender, SIGKILL deaths, and never a bystander that was left alone', async () => {
     const bystander = await fleet.spawnBystander('ct129', { title: 'python3 /opt/monitor.py' });
-    const h = await fleet.spawnHolder('ct129', { gpus: [{ index: 7, mib: 777 }], title: 'sglang::scheduler_TP7', ignoreTerm: true, user: 'fleetuser' });
+    const h = await fleet.spawnHolder('ct129', {
+      gpus: [{ index: 7, mib: 777 }],
+      title: 'sglang::scheduler_TP7',
+      ignoreTerm: true,
+      user: 'fleetuser',
+    });
     const ps = await onMachine(fleet, 'ct129', `ps -o user:16=,pid=,comm=,args= -p ${h.containerPid}`);
-    expect(ps.stdout.trim().split(/\s+/)).toEqual(['fleetuser', String(h.containerPid), 'sglang::schedul', 'sglang::scheduler_TP7']);
+    expect(ps.stdout.trim().split(/\s+/)).toEqual([
+      'fleetuser',
+      String(h.containerPid),
+      'sglang::schedul',
+      'sglang::scheduler_TP7',
+    ]);
 
-    const term = await onMachine(fleet, 'ct129', `kill ${h.containerPid}; sleep 0.2; kill -0 ${h.containerPid} && echo alive`);
+    const term = await onMachine(
+      fleet,
+      'ct129',
+      `kill ${h.containerPid}; sleep 0.2; kill -0 ${h.containerPid} && echo alive`,
+    );
     expect(term.stdout).toBe('alive\n'); // ignores SIGTERM
     const termRec = fleet.signals().find((s) => s.hostPid === h.hostPid && s.signal === 'SIGTERM');
     expect(termRec).toMatchObject({ machine: 'ct129', containerPid: h.containerPid, cmdline: 'sglang::scheduler_TP7' });
@@ -313,7 +390,11 @@ describe('container membership and permissions', () => {
     const init = fleet.machine('ct130').initHostPid;
     const info = await onMachine(fleet, 'kpro5', 'lxc-info -n 130 -p; lxc-info -n 130 -p -H');
     expect(info.stdout).toBe(`PID:            ${init}\n${init}\n`);
-    const ns = await onMachine(fleet, 'kpro5', `readlink /proc/${h.hostPid}/ns/pid /proc/${init}/ns/pid /proc/1/ns/pid`);
+    const ns = await onMachine(
+      fleet,
+      'kpro5',
+      `readlink /proc/${h.hostPid}/ns/pid /proc/${init}/ns/pid /proc/1/ns/pid`,
+    );
     const [holderNs, initNs, hostNs] = ns.stdout.trim().split('\n');
     expect(holderNs).toBe(initNs);
     expect(holderNs).not.toBe(hostNs);

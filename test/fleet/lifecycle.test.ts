@@ -60,7 +60,10 @@ describe('fleet lifecycle', () => {
   });
 
   it('stopMachine: a host becomes unreachable; a container reports stopped to pct', async () => {
-    const fleet = await startFleet({ hosts: [{ id: 'down-host', gpus: 1 }], containers: [{ id: 'down-ct', vmid: 140, host: 'down-host' }] });
+    const fleet = await startFleet({
+      hosts: [{ id: 'down-host', gpus: 1 }],
+      containers: [{ id: 'down-ct', vmid: 140, host: 'down-host' }],
+    });
     try {
       await fleet.stopMachine('down-ct');
       const r = await onMachine(fleet, 'down-host', 'pct status 140; pct exec 140 -- true; echo rc=$?');

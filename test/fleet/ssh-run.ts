@@ -8,7 +8,13 @@ export interface SshResult {
   stderr: string;
 }
 
-export function sshRun(fleet: Fleet, port: number, command: string, knownHosts = fleet.knownHostsPath, user = 'root'): Promise<SshResult> {
+export function sshRun(
+  fleet: Fleet,
+  port: number,
+  command: string,
+  knownHosts = fleet.knownHostsPath,
+  user = 'root',
+): Promise<SshResult> {
   const args = [
     '-T',
     '-p',

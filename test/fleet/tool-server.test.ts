@@ -18,14 +18,20 @@ function normal(r: SshResult): SshResult {
   const clock = /^(?:\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}|\d{4}\/\d\d\/\d\d \d\d:\d\d:\d\d\.\d{3})/gm;
   return {
     code: r.code,
-    stdout: r.stdout.replace(clock, '<time>').replace(/<timestamp>[^<]*<\/timestamp>/g, '<timestamp/>').replace(/\d{4}\/\d\d\/\d\d \d\d:\d\d:\d\d\.\d{3}/g, '<time>'),
+    stdout: r.stdout
+      .replace(clock, '<time>')
+      .replace(/<timestamp>[^<]*<\/timestamp>/g, '<timestamp/>')
+      .replace(/\d{4}\/\d\d\/\d\d \d\d:\d\d:\d\d\.\d{3}/g, '<time>'),
     stderr: r.stderr,
   };
 }
 
 const CALLS: Array<[string, string]> = [
   ['nvidia-smi', ''],
-  ['nvidia-smi', '--query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits'],
+  [
+    'nvidia-smi',
+    '--query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits',
+  ],
   ['nvidia-smi', '--query-gpu=index,memory.used --format=csv'],
   ['nvidia-smi', '--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits'],
   ['nvidia-smi', '--query-gpu=no.such.field --format=csv'],
@@ -59,7 +65,9 @@ describe('fleet tool server: the same bytes as the standalone tool', () => {
     const m = fleet.machine(machine);
     const env = { PATH: `${join(m.dir, 'bin')}:/usr/sbin:/usr/bin:/sbin:/bin` };
     const [file, args] =
-      m.initHostPid === null ? ['sh', ['-c', command]] : ['nsenter', ['-t', String(m.initHostPid), '-p', '-m', '--', 'sh', '-c', command]];
+      m.initHostPid === null
+        ? ['sh', ['-c', command]]
+        : ['nsenter', ['-t', String(m.initHostPid), '-p', '-m', '--', 'sh', '-c', command]];
     return new Promise((resolve) => {
       execFile(file, args, { env, encoding: 'utf8', timeout: 30_000 }, (err, stdout, stderr) => {
         resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : null, stdout, stderr });
@@ -67,22 +75,40 @@ describe('fleet tool server: the same bytes as the standalone tool', () => {
     });
   }
 
-  async function both(machine: string, tool: string, args: string): Promise<{ served: SshResult; reference: SshResult }> {
+  async function both(
+    machine: string,
+    tool: string,
+    args: string,
+  ): Promise<{ served: SshResult; reference: SshResult }> {
     const dir = fleet.machine(machine).dir;
     const served = await on(machine, `${tool} ${args}`);
-    const reference = await on(machine, `FLEET_MACHINE_DIR=${shellQuote(dir)} ${shellQuote(process.execPath)} ${shellQuote(standalone)} ${tool} ${args}`);
+    const reference = await on(
+      machine,
+      `FLEET_MACHINE_DIR=${shellQuote(dir)} ${shellQuote(process.execPath)} ${shellQuote(standalone)} ${tool} ${args}`,
+    );
     return { served: normal(served), reference: normal(reference) };
   }
 
   /** Every call on both machines, at once (read-only calls: their order does not matter). */
   async function compareAll(label: string): Promise<void> {
-    const runs = ['kpro5', 'ct129'].flatMap((machine) => CALLS.map(async ([tool, args]) => ({ what: `${label}: ${machine}: ${tool} ${args}`, ...(await both(machine, tool, args)) })));
+    const runs = ['kpro5', 'ct129'].flatMap((machine) =>
+      CALLS.map(async ([tool, args]) => ({
+        what: `${label}: ${machine}: ${tool} ${args}`,
+        ...(await both(machine, tool, args)),
+      })),
+    );
     for (const r of await Promise.all(runs)) expect(r.served, r.what).toEqual(r.reference);
   }
 
   it('idle, then with holders, a leak and persistence: every call answers alike on the host and in the container', async () => {
     await compareAll('idle');
-    await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96413 }, { index: 2, mib: 1200 }], title: 'sglang::scheduler_TP0' });
+    await fleet.spawnHolder('ct129', {
+      gpus: [
+        { index: 0, mib: 96413 },
+        { index: 2, mib: 1200 },
+      ],
+      title: 'sglang::scheduler_TP0',
+    });
     await fleet.spawnHolder('kpro5', { gpus: [{ index: 1, mib: 40960 }], title: 'python3 train.py' });
     await fleet.setLeak('kpro5', 3, 8192);
     await compareAll('held');
@@ -105,7 +131,7 @@ describe('fleet tool server: the same bytes as the standalone tool', () => {
     expect(r.stdout).toBe('0\n1\n2\n3\nrc=0\n');
   }, 180_000);
 
-  it('a hung driver: the served call never answers and ends only by the caller\'s timeout, as the real tool', async () => {
+  it("a hung driver: the served call never answers and ends only by the caller's timeout, as the real tool", async () => {
     await fleet.setHang('kpro5', true);
     try {
       const r = await onMachine(fleet, 'ct129', 'timeout -k 1 2 nvidia-smi; echo rc=$?');

@@ -38,9 +38,15 @@ describe('fleet support for the watchdog', () => {
     await fleet.logXid('kpro5', 1, 79);
     const j = await onMachine(fleet, 'kpro5', `journalctl -k -q -o short-unix --no-pager --since=@${before}`);
     expect(j.code).toBe(0);
-    expect(j.stdout).toMatch(/^\d+\.\d{6} kpro5 kernel: NVRM: Xid \(PCI:0000:02:00\): 79, pid=0, name=python3, GPU has fallen off the bus\.\n$/);
+    expect(j.stdout).toMatch(
+      /^\d+\.\d{6} kpro5 kernel: NVRM: Xid \(PCI:0000:02:00\): 79, pid=0, name=python3, GPU has fallen off the bus\.\n$/,
+    );
     expect(parseXids(j.stdout).map((x) => [x.xid, x.pci])).toEqual([[79, '0000:02:00']]);
-    const later = await onMachine(fleet, 'kpro5', `journalctl -k -q -o short-unix --no-pager --since=@${before + 3600}`);
+    const later = await onMachine(
+      fleet,
+      'kpro5',
+      `journalctl -k -q -o short-unix --no-pager --since=@${before + 3600}`,
+    );
     expect(later.stdout).toBe('');
     const d = await onMachine(fleet, 'kpro5', 'dmesg');
     expect(d.stdout).toMatch(/^\[ *\d+\.\d{6}\] NVRM: Xid \(PCI:0000:02:00\): 79, /);
@@ -84,6 +90,8 @@ describe('fleet support for the watchdog', () => {
     const old = await onMachine(fleet, 'kpro6', q);
     expect([old.code, old.stdout]).toEqual([2, 'Field "gpu_recovery_action" is not a valid field to query.\n\n']);
     // Other queries still answer on that driver.
-    expect((await onMachine(fleet, 'kpro6', 'nvidia-smi --query-gpu=index --format=csv,noheader')).stdout).toBe('0\n1\n');
+    expect((await onMachine(fleet, 'kpro6', 'nvidia-smi --query-gpu=index --format=csv,noheader')).stdout).toBe(
+      '0\n1\n',
+    );
   });
 });

@@ -31,7 +31,11 @@ const H200_LOAD: ParsedOutput = {
   cudaVersion: '13.1',
   gpus: [H200],
   migDevices: [],
-  processes: [proc(10291, '/root/tools/memhog', 2566), proc(10293, '/root/tools/memhog', 1542), proc(10309, './gpu_burn', 28234)],
+  processes: [
+    proc(10291, '/root/tools/memhog', 2566),
+    proc(10293, '/root/tools/memhog', 1542),
+    proc(10309, './gpu_burn', 28234),
+  ],
   holders: [],
   kernelMounts: [],
   error: null,
@@ -47,7 +51,11 @@ describe('formatTable reproduces real 590.x tables byte for byte', () => {
   });
 
   it('H200 idle: "No running processes found"', () => {
-    const idle: ParsedOutput = { ...H200_LOAD, gpus: [{ ...H200, memoryUsedMiB: 0, utilizationPct: 0 }], processes: [] };
+    const idle: ParsedOutput = {
+      ...H200_LOAD,
+      gpus: [{ ...H200, memoryUsedMiB: 0, utilizationPct: 0 }],
+      processes: [],
+    };
     const out = formatTable(idle, {
       timestamp: new Date(Date.UTC(2026, 6, 3, 22, 10, 45)),
       gpuDetails: [{ temperatureC: 28, powerW: 77 }],
@@ -58,14 +66,28 @@ describe('formatTable reproduces real 590.x tables byte for byte', () => {
   it('H100 in MIG mode: MIG devices block and GI/CI columns', () => {
     const s: ParsedOutput = {
       ...H200_LOAD,
-      gpus: [{ index: 0, name: 'NVIDIA H100 80GB HBM3', busId: '00000000:00:09.0', uuid: null, memoryUsedMiB: 11125, memoryTotalMiB: 81559, utilizationPct: null }],
+      gpus: [
+        {
+          index: 0,
+          name: 'NVIDIA H100 80GB HBM3',
+          busId: '00000000:00:09.0',
+          uuid: null,
+          memoryUsedMiB: 11125,
+          memoryTotalMiB: 81559,
+          utilizationPct: null,
+        },
+      ],
       migDevices: [
         { gpuIndex: 0, gi: 2, ci: 0, migDevice: 0, memoryUsedMiB: 11091, memoryTotalMiB: 40448 },
         { gpuIndex: 0, gi: 3, ci: 0, migDevice: 1, memoryUsedMiB: 17, memoryTotalMiB: 20096 },
         { gpuIndex: 0, gi: 9, ci: 0, migDevice: 2, memoryUsedMiB: 9, memoryTotalMiB: 9984 },
         { gpuIndex: 0, gi: 10, ci: 0, migDevice: 3, memoryUsedMiB: 9, memoryTotalMiB: 9984 },
       ],
-      processes: [proc(21180, '/root/tools/memhog', 2296), proc(21181, '/root/tools/memhog', 1272), proc(21198, './gpu_burn', 7484)],
+      processes: [
+        proc(21180, '/root/tools/memhog', 2296),
+        proc(21181, '/root/tools/memhog', 1272),
+        proc(21198, './gpu_burn', 7484),
+      ],
     };
     const out = formatTable(s, {
       timestamp: new Date(Date.UTC(2026, 6, 14, 9, 0, 43)),
@@ -76,7 +98,11 @@ describe('formatTable reproduces real 590.x tables byte for byte', () => {
         { bar1TotalMiB: 6184, sm: 16, engines: [1, 0, 1, 0, 1] },
         { bar1TotalMiB: 6184, sm: 16, engines: [1, 0, 1, 0, 1] },
       ],
-      processPlacement: [{ gi: 2, ci: 0 }, { gi: 2, ci: 0 }, { gi: 2, ci: 0 }],
+      processPlacement: [
+        { gi: 2, ci: 0 },
+        { gi: 2, ci: 0 },
+        { gi: 2, ci: 0 },
+      ],
     });
     expect(out).toBe(readFixture('nvidia-smi/table/h100-mig_590.48.01_load_mig-devices_procs.txt'));
   });
@@ -93,7 +119,9 @@ describe('formatTable reproduces real 590.x tables byte for byte', () => {
     const s: ParsedOutput = {
       ...H200_LOAD,
       gpus: [{ ...H200, name: 'NVIDIA GeForce RTX 4080 SUPER' }],
-      processes: [{ ...proc(1, 'C:\\Program Files\\NVIDIA Corporation\\NVIDIA App\\CEF\\NVIDIA Share.exe', 1), usedMiB: null }],
+      processes: [
+        { ...proc(1, 'C:\\Program Files\\NVIDIA Corporation\\NVIDIA App\\CEF\\NVIDIA Share.exe', 1), usedMiB: null },
+      ],
     };
     const out = formatTable(s, { timestamp: new Date(0) });
     expect(out).toContain('|   0  NVIDIA GeForce RTX 4080 ...    On  |');
@@ -103,19 +131,40 @@ describe('formatTable reproduces real 590.x tables byte for byte', () => {
 
 describe('CSV writers', () => {
   it('query-compute-apps with header and units matches the real H200 capture', () => {
-    const fields = ['timestamp', 'gpu_name', 'gpu_bus_id', 'gpu_serial', 'gpu_uuid', 'pid', 'process_name', 'used_gpu_memory'];
+    const fields = [
+      'timestamp',
+      'gpu_name',
+      'gpu_bus_id',
+      'gpu_serial',
+      'gpu_uuid',
+      'pid',
+      'process_name',
+      'used_gpu_memory',
+    ];
     const out = formatComputeAppsCsv(H200_LOAD.processes, [H200], fields, {
       header: true,
       units: true,
       timestamp: new Date(Date.UTC(2026, 6, 3, 22, 11, 9, 916)),
     });
     // gpu_serial is not in a snapshot: the capture's masked serial becomes [N/A].
-    const expected = readFixture('nvidia-smi/csv/h200_590.48.01_query-compute-apps_load.csv').replaceAll(', 0000000000000,', ', [N/A],');
+    const expected = readFixture('nvidia-smi/csv/h200_590.48.01_query-compute-apps_load.csv').replaceAll(
+      ', 0000000000000,',
+      ', [N/A],',
+    );
     expect(out).toBe(expected);
   });
 
   it('header only when there are no compute processes; nothing at all with noheader', () => {
-    const fields = ['timestamp', 'gpu_name', 'gpu_bus_id', 'gpu_serial', 'gpu_uuid', 'pid', 'process_name', 'used_gpu_memory'];
+    const fields = [
+      'timestamp',
+      'gpu_name',
+      'gpu_bus_id',
+      'gpu_serial',
+      'gpu_uuid',
+      'pid',
+      'process_name',
+      'used_gpu_memory',
+    ];
     expect(formatComputeAppsCsv([], [H200], fields, { header: true, units: true })).toBe(
       readFixture('nvidia-smi/csv/h200_590.48.01_query-compute-apps_idle_header-only.csv'),
     );
@@ -142,7 +191,10 @@ describe('CSV writers', () => {
   });
 
   it('nounits keeps the unit in the header (as the real P100 capture shows)', () => {
-    const out = formatQueryGpuCsv([H200], ['memory.used', 'utilization.gpu', 'fan.speed'], { header: true, units: false });
+    const out = formatQueryGpuCsv([H200], ['memory.used', 'utilization.gpu', 'fan.speed'], {
+      header: true,
+      units: false,
+    });
     expect(out).toBe('memory.used [MiB], utilization.gpu [%], fan.speed [%]\n32362, 100, [N/A]\n');
     const withUnits = formatQueryGpuCsv([H200], ['memory.used', 'utilization.gpu'], { header: false, units: true });
     expect(withUnits).toBe('32362 MiB, 100 %\n');
@@ -191,7 +243,9 @@ describe('formatNvidiaError prints the real texts', () => {
 
   it('reset refused while in use: exit 255', () => {
     const r = formatNvidiaError('reset_in_use', '00000000:1A:00.0');
-    expect(`${r.stdout}exit=${r.exitCode}\n`).toBe(readFixture('nvidia-smi/errors/gpu-reset_refused_in-use-by-another-client.txt'));
+    expect(`${r.stdout}exit=${r.exitCode}\n`).toBe(
+      readFixture('nvidia-smi/errors/gpu-reset_refused_in-use-by-another-client.txt'),
+    );
   });
 
   it('reset inside a container: not supported, exit 3', () => {
@@ -216,10 +270,22 @@ describe('formatNvidiaError prints the real texts', () => {
 
 describe('formatFreeBytes', () => {
   it('free -b layout with the numbers in the right columns', () => {
-    const out = formatFreeBytes({ totalBytes: 482_000_000_000, usedBytes: 471_000_000_000, availableBytes: 9_000_000_000 });
+    const out = formatFreeBytes({
+      totalBytes: 482_000_000_000,
+      usedBytes: 471_000_000_000,
+      availableBytes: 9_000_000_000,
+    });
     const [header, mem, swap] = out.split('\n');
     expect(header).toBe('               total        used        free      shared  buff/cache   available');
-    expect(mem?.split(/\s+/)).toEqual(['Mem:', '482000000000', '471000000000', '9000000000', '0', '2000000000', '9000000000']);
+    expect(mem?.split(/\s+/)).toEqual([
+      'Mem:',
+      '482000000000',
+      '471000000000',
+      '9000000000',
+      '0',
+      '2000000000',
+      '9000000000',
+    ]);
     expect(swap?.split(/\s+/)).toEqual(['Swap:', '0', '0', '0']);
   });
 });

@@ -1,7 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { formatTable } from '../../src/gpu/format/index.ts';
-import { normaliseBusId, parseComputeAppsCsv, parseFuserStreams, parseNvidiaOutput, parseQueryGpuCsv } from '../../src/gpu/parse/index.ts';
+import {
+  normaliseBusId,
+  parseComputeAppsCsv,
+  parseFuserStreams,
+  parseNvidiaOutput,
+  parseQueryGpuCsv,
+} from '../../src/gpu/parse/index.ts';
 import type { ParsedOutput } from '../../src/gpu/types.ts';
 import { readFixture } from './fixture-files.ts';
 import { snapshotArb } from './snapshot-arbitraries.ts';
@@ -22,9 +28,12 @@ describe('bus ids', () => {
     ['00000001:c1:1f.7', '00000001:C1:1F.7'],
   ])('%s → %s', (input, want) => expect(normaliseBusId(input)).toBe(want));
 
-  it.each(['', '0B:00', '0000:0B:00.8', 'zz:00.0', '123456789:0B:00.0', '00000000:0B:00.0 extra'])('rejects %j', (input) => {
-    expect(normaliseBusId(input)).toBeNull();
-  });
+  it.each(['', '0B:00', '0000:0B:00.8', 'zz:00.0', '123456789:0B:00.0', '00000000:0B:00.0 extra'])(
+    'rejects %j',
+    (input) => {
+      expect(normaliseBusId(input)).toBeNull();
+    },
+  );
 });
 
 describe('garbage, truncated and adversarial input: a clear refusal, never a wrong number', () => {
@@ -50,7 +59,15 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
     const lines = H200.split('\n');
     const gpuStart = lines.findIndex((l) => l.startsWith('|   0  NVIDIA H200'));
     const panelStart = lines.findIndex((l) => l.startsWith('| Processes:'));
-    for (const cut of [gpuStart, gpuStart + 1, gpuStart + 2, panelStart, panelStart + 3, panelStart + 4, panelStart + 6]) {
+    for (const cut of [
+      gpuStart,
+      gpuStart + 1,
+      gpuStart + 2,
+      panelStart,
+      panelStart + 3,
+      panelStart + 4,
+      panelStart + 6,
+    ]) {
       const r = parseNvidiaOutput(lines.slice(0, cut + 1).join('\n'));
       expect(r.ok, `cut after line ${cut + 1}`).toBe(false);
     }
@@ -86,7 +103,9 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
   });
 
   it('a process on a GPU the table does not list is refused', () => {
-    expect(reason(parseNvidiaOutput(H200.replace('|    0   N/A  N/A           10291', '|    5   N/A  N/A           10291')))).toMatch(/GPU 5/);
+    expect(
+      reason(parseNvidiaOutput(H200.replace('|    0   N/A  N/A           10291', '|    5   N/A  N/A           10291'))),
+    ).toMatch(/GPU 5/);
   });
 
   it('random line shuffles or deletions of a generated table never produce numbers that were not there', () => {
@@ -96,8 +115,14 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
         const mutated = lines.filter((_, i) => i !== drop % lines.length).join('\n');
         const r = parseNvidiaOutput(mutated);
         if (!r.ok) return;
-        for (const g of r.value.gpus) expect(s.gpus.map((x) => [x.index, x.memoryUsedMiB, x.memoryTotalMiB])).toContainEqual([g.index, g.memoryUsedMiB, g.memoryTotalMiB]);
-        for (const p of r.value.processes) expect(s.processes.map((x) => [x.pid, x.usedMiB])).toContainEqual([p.pid, p.usedMiB]);
+        for (const g of r.value.gpus)
+          expect(s.gpus.map((x) => [x.index, x.memoryUsedMiB, x.memoryTotalMiB])).toContainEqual([
+            g.index,
+            g.memoryUsedMiB,
+            g.memoryTotalMiB,
+          ]);
+        for (const p of r.value.processes)
+          expect(s.processes.map((x) => [x.pid, x.usedMiB])).toContainEqual([p.pid, p.usedMiB]);
       }),
       { numRuns: 300 },
     );
@@ -112,10 +137,32 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
       { numRuns: 1000 },
     );
     fc.assert(
-      fc.property(fc.array(fc.constantFrom('|', '+', '-', '=', ' ', '\n', 'N/A', 'MiB', '0', '12', '/', 'NVIDIA-SMI 1 ', 'Processes:', 'MIG devices:', 'C'), { maxLength: 400 }), (parts) => {
-        const r = parseNvidiaOutput(parts.join(''));
-        expect(typeof r.ok).toBe('boolean');
-      }),
+      fc.property(
+        fc.array(
+          fc.constantFrom(
+            '|',
+            '+',
+            '-',
+            '=',
+            ' ',
+            '\n',
+            'N/A',
+            'MiB',
+            '0',
+            '12',
+            '/',
+            'NVIDIA-SMI 1 ',
+            'Processes:',
+            'MIG devices:',
+            'C',
+          ),
+          { maxLength: 400 },
+        ),
+        (parts) => {
+          const r = parseNvidiaOutput(parts.join(''));
+          expect(typeof r.ok).toBe('boolean');
+        },
+      ),
       { numRuns: 1000 },
     );
   });
@@ -124,7 +171,9 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
     expect(reason(parseNvidiaOutput('<?xml version="1.0" ?>\n<nvidia_smi_log><gpu id="x">'))).toMatch(/malformed XML/);
     expect(reason(parseNvidiaOutput('<?xml version="1.0" ?>\n<other/>'))).toMatch(/nvidia_smi_log/);
     const xml = readFixture('nvidia-smi/xml/tesla-t4_515.105.01_procs.xml');
-    expect(reason(parseNvidiaOutput(xml.replace('<used>1032 MiB</used>', '<used>1O32 MiB</used>')))).toMatch(/unreadable/);
+    expect(reason(parseNvidiaOutput(xml.replace('<used>1032 MiB</used>', '<used>1O32 MiB</used>')))).toMatch(
+      /unreadable/,
+    );
   });
 
   it('CSV: wrong value counts, non-numeric memory and a bad header are refused', () => {
@@ -133,14 +182,22 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
     expect(parseQueryGpuCsv('0, GPU-1, A10, 00000000:01:00.0, 12 GiB, 100, 1\n', fields).ok).toBe(false);
     expect(parseQueryGpuCsv('0, GPU-1, A10, 00000000:01:00.0, -12, 100, 1\n', fields).ok).toBe(false);
     expect(parseQueryGpuCsv('0, GPU-1, A10, 00000000:01:00.0, 1e3, 100, 1\n', fields).ok).toBe(false);
-    expect(parseQueryGpuCsv('0, GPU-1, A10, 00000000:01:00.0, 12, 100, 1\n\n1, GPU-2, A10, 00000000:02:00.0, 12, 100, 1\n', fields).ok).toBe(false);
+    expect(
+      parseQueryGpuCsv(
+        '0, GPU-1, A10, 00000000:01:00.0, 12, 100, 1\n\n1, GPU-2, A10, 00000000:02:00.0, 12, 100, 1\n',
+        fields,
+      ).ok,
+    ).toBe(false);
     expect(parseQueryGpuCsv('', fields).ok).toBe(false);
     expect(parseComputeAppsCsv('GPU-1, notapid, 12\n', ['gpu_uuid', 'pid', 'used_memory']).ok).toBe(false);
   });
 
   it('CSV: missing-value spellings become null, not 0', () => {
     const fields = ['index', 'memory.used', 'memory.total', 'utilization.gpu'];
-    const r = parseQueryGpuCsv('0, [N/A], N/A, [Not Supported]\n1, , [Requested functionality has been deprecated], 5\n', fields);
+    const r = parseQueryGpuCsv(
+      '0, [N/A], N/A, [Not Supported]\n1, , [Requested functionality has been deprecated], 5\n',
+      fields,
+    );
     expect(r.ok && r.value.gpus.map((g) => [g.index, g.memoryUsedMiB, g.memoryTotalMiB, g.utilizationPct])).toEqual([
       [0, null, null, null],
       [1, null, null, 5],
@@ -148,8 +205,15 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
   });
 
   it('CSV: a process name containing ", " stays one value', () => {
-    const r = parseComputeAppsCsv('GPU-1, 42, python -c a, b, 100\n', ['gpu_uuid', 'pid', 'process_name', 'used_memory']);
-    expect(r.ok && r.value.processes).toEqual([{ gpuIndex: null, gpuUuid: 'GPU-1', pid: 42, type: null, name: 'python -c a, b', usedMiB: 100 }]);
+    const r = parseComputeAppsCsv('GPU-1, 42, python -c a, b, 100\n', [
+      'gpu_uuid',
+      'pid',
+      'process_name',
+      'used_memory',
+    ]);
+    expect(r.ok && r.value.processes).toEqual([
+      { gpuIndex: null, gpuUuid: 'GPU-1', pid: 42, type: null, name: 'python -c a, b', usedMiB: 100 },
+    ]);
   });
 
   it('compute apps noheader with nothing = no process; query-gpu error text = typed error', () => {
@@ -178,7 +242,9 @@ describe('exit codes', () => {
   });
 
   it('GPU is lost and reset-not-supported texts', () => {
-    const lost = parseNvidiaOutput('Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU\n');
+    const lost = parseNvidiaOutput(
+      'Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU\n',
+    );
     expect(lost.ok && lost.value.error).toMatchObject({ kind: 'gpu_lost', busId: '00000000:3B:00.0' });
     const reset = parseNvidiaOutput('Resetting GPU 00000000:01:00.0 is not supported.\n', { exitCode: 3 });
     expect(reset.ok && reset.value.error).toMatchObject({ kind: 'reset_not_supported', busId: '00000000:01:00.0' });

@@ -6,7 +6,12 @@ import { describe, expect, it } from 'vitest';
 import { fixturePath, repoRoot } from './fixture-files.ts';
 
 function cli(args: string[], input?: string | Buffer): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync('npm', ['run', '-s', 'cli', '--', 'parse', ...args], { cwd: repoRoot, input, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync('npm', ['run', '-s', 'cli', '--', 'parse', ...args], {
+    cwd: repoRoot,
+    input,
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -16,8 +21,28 @@ describe('npm run cli -- parse (real process)', () => {
     expect(r.status).toBe(0);
     expect(r.stdout.trim().split('\n')).toHaveLength(1);
     const o = JSON.parse(r.stdout) as Record<string, unknown>;
-    expect(Object.keys(o)).toEqual(['source', 'driverVersion', 'cudaVersion', 'gpus', 'migDevices', 'processes', 'holders', 'kernelMounts', 'error']);
-    expect(o.gpus).toEqual([{ index: 0, name: 'NVIDIA H200', busId: '00000000:83:00.0', uuid: null, memoryUsedMiB: 32362, memoryTotalMiB: 143771, utilizationPct: 100 }]);
+    expect(Object.keys(o)).toEqual([
+      'source',
+      'driverVersion',
+      'cudaVersion',
+      'gpus',
+      'migDevices',
+      'processes',
+      'holders',
+      'kernelMounts',
+      'error',
+    ]);
+    expect(o.gpus).toEqual([
+      {
+        index: 0,
+        name: 'NVIDIA H200',
+        busId: '00000000:83:00.0',
+        uuid: null,
+        memoryUsedMiB: 32362,
+        memoryTotalMiB: 143771,
+        utilizationPct: 100,
+      },
+    ]);
     expect((o.processes as Array<{ pid: number }>).map((p) => p.pid)).toEqual([10291, 10293, 10309]);
   });
 

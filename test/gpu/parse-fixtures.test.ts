@@ -26,8 +26,14 @@ describe('default tables', () => {
     expect(s.gpus.map((g) => g.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(memories(s)).toEqual(Array(8).fill([1, 81559]));
     expect(s.gpus.map((g) => g.busId)).toEqual([
-      '00000000:19:00.0', '00000000:3B:00.0', '00000000:4C:00.0', '00000000:5D:00.0',
-      '00000000:9B:00.0', '00000000:BB:00.0', '00000000:CB:00.0', '00000000:DB:00.0',
+      '00000000:19:00.0',
+      '00000000:3B:00.0',
+      '00000000:4C:00.0',
+      '00000000:5D:00.0',
+      '00000000:9B:00.0',
+      '00000000:BB:00.0',
+      '00000000:CB:00.0',
+      '00000000:DB:00.0',
     ]);
     expect(s.processes).toEqual([]);
     expect(s.error).toBeNull();
@@ -41,14 +47,25 @@ describe('default tables', () => {
     expect(s.gpus.every((g) => g.utilizationPct === null)).toBe(true);
     expect(s.migDevices).toHaveLength(16);
     expect(s.migDevices.every((m) => m.memoryUsedMiB === 16 && m.memoryTotalMiB === 40448)).toBe(true);
-    expect(s.migDevices.filter((m) => m.gpuIndex === 2).map((m) => [m.gi, m.migDevice])).toEqual([[1, 0], [2, 1]]);
+    expect(s.migDevices.filter((m) => m.gpuIndex === 2).map((m) => [m.gi, m.migDevice])).toEqual([
+      [1, 0],
+      [2, 1],
+    ]);
     expect(s.processes).toEqual([]);
   });
 
   it('A10, 550.127.05 idle', () => {
     const s = parsed('nvidia-smi/table/a10_550.127.05_idle.txt');
     expect(s.gpus).toEqual([
-      { index: 0, name: 'NVIDIA A10', busId: '00000000:06:00.0', uuid: null, memoryUsedMiB: 1, memoryTotalMiB: 23028, utilizationPct: 0 },
+      {
+        index: 0,
+        name: 'NVIDIA A10',
+        busId: '00000000:06:00.0',
+        uuid: null,
+        memoryUsedMiB: 1,
+        memoryTotalMiB: 23028,
+        utilizationPct: 0,
+      },
     ]);
     expect(s.driverVersion).toBe('550.127.05');
   });
@@ -57,7 +74,11 @@ describe('default tables', () => {
     const s = parsed('nvidia-smi/table/h100-80gb-hbm3_590.48.01_load_3procs.txt');
     expect(memories(s)).toEqual([[19818, 81559]]);
     expect(s.gpus[0]?.utilizationPct).toBe(100);
-    expect(pidsAndMiB(s)).toEqual([[11327, 2566], [11328, 1542], [11345, 15690]]);
+    expect(pidsAndMiB(s)).toEqual([
+      [11327, 2566],
+      [11328, 1542],
+      [11345, 15690],
+    ]);
   });
 
   it('H100 MIG 590.48.01: MIG block and processes on GI 2', () => {
@@ -65,9 +86,16 @@ describe('default tables', () => {
     expect(memories(s)).toEqual([[11125, 81559]]);
     expect(s.gpus[0]?.utilizationPct).toBeNull();
     expect(s.migDevices.map((m) => [m.gi, m.ci, m.migDevice, m.memoryUsedMiB, m.memoryTotalMiB])).toEqual([
-      [2, 0, 0, 11091, 40448], [3, 0, 1, 17, 20096], [9, 0, 2, 9, 9984], [10, 0, 3, 9, 9984],
+      [2, 0, 0, 11091, 40448],
+      [3, 0, 1, 17, 20096],
+      [9, 0, 2, 9, 9984],
+      [10, 0, 3, 9, 9984],
     ]);
-    expect(pidsAndMiB(s)).toEqual([[21180, 2296], [21181, 1272], [21198, 7484]]);
+    expect(pidsAndMiB(s)).toEqual([
+      [21180, 2296],
+      [21181, 1272],
+      [21198, 7484],
+    ]);
   });
 
   it('H200 idle: "No running processes found"', () => {
@@ -93,7 +121,10 @@ describe('default tables', () => {
     expect(s.driverVersion).toBe('595.80');
     expect(memories(s)).toEqual([[1235, 46068]]);
     expect(s.gpus[0]?.utilizationPct).toBe(9);
-    expect(pidsAndMiB(s)).toEqual([[20037, 538], [20038, 681]]);
+    expect(pidsAndMiB(s)).toEqual([
+      [20037, 538],
+      [20038, 681],
+    ]);
   });
 
   it('Windows WDDM: per-process memory N/A, left-truncated names kept with their spaces', () => {
@@ -102,7 +133,14 @@ describe('default tables', () => {
     expect(memories(s)).toEqual([[1296, 8192]]);
     expect(s.processes).toHaveLength(12);
     expect(s.processes.every((p) => p.usedMiB === null)).toBe(true);
-    expect(s.processes[1]).toEqual({ gpuIndex: 0, gpuUuid: null, pid: 4680, type: 'C+G', name: '...e Experience\\NVIDIA Share.exe', usedMiB: null });
+    expect(s.processes[1]).toEqual({
+      gpuIndex: 0,
+      gpuUuid: null,
+      pid: 4680,
+      type: 'C+G',
+      name: '...e Experience\\NVIDIA Share.exe',
+      usedMiB: null,
+    });
     expect(s.processes[8]?.name).toBe('...m Files\\NZXT CAM\\NZXT CAM.exe');
     expect(s.processes.at(-1)).toMatchObject({ pid: 26660, type: 'C' });
   });
@@ -112,14 +150,28 @@ describe('default tables', () => {
     expect(s.gpus[0]?.name).toBe('NVIDIA GeForce RTX 4080 ...');
     expect(memories(s)).toEqual([[1474, 16376]]);
     expect(s.processes.map((p) => [p.pid, p.type, p.usedMiB])).toEqual([
-      [2165, 'C+G', 25], [2496, 'G', 200], [2620, 'G', 4], [2954, 'G', 120], [3527, 'G', 3], [5021, 'C', 360], [5022, 'C', 503],
+      [2165, 'C+G', 25],
+      [2496, 'G', 200],
+      [2620, 'G', 4],
+      [2954, 'G', 120],
+      [3527, 'G', 3],
+      [5021, 'C', 360],
+      [5022, 'C', 503],
     ]);
   });
 
   it('Tesla T4, old 79-column layout', () => {
     const s = parsed('nvidia-smi/table/tesla-t4_535.86.10_old-79col-layout.txt');
     expect(s.gpus).toEqual([
-      { index: 0, name: 'Tesla T4', busId: '00000000:00:1E.0', uuid: null, memoryUsedMiB: 0, memoryTotalMiB: 15109, utilizationPct: 0 },
+      {
+        index: 0,
+        name: 'Tesla T4',
+        busId: '00000000:00:1E.0',
+        uuid: null,
+        memoryUsedMiB: 0,
+        memoryTotalMiB: 15109,
+        utilizationPct: 0,
+      },
     ]);
     expect(s.cudaVersion).toBe('12.2');
   });
@@ -127,17 +179,36 @@ describe('default tables', () => {
 
 describe('CSV', () => {
   it('8x compute apps, noheader,nounits, fields given: 17 rows, PID 51356 on all 8 GPUs', () => {
-    const r = parseComputeAppsCsv(readFixture('nvidia-smi/csv/8x-gpu_query-compute-apps_gpu_uuid-pid-used_memory_noheader-nounits.csv'), ['gpu_uuid', 'pid', 'used_memory']);
+    const r = parseComputeAppsCsv(
+      readFixture('nvidia-smi/csv/8x-gpu_query-compute-apps_gpu_uuid-pid-used_memory_noheader-nounits.csv'),
+      ['gpu_uuid', 'pid', 'used_memory'],
+    );
     if (!r.ok) throw new Error(r.error.reason);
     const ps = r.value.processes;
     expect(ps).toHaveLength(17);
-    expect(ps.filter((p) => p.pid === 51356).map((p) => p.usedMiB)).toEqual([1282, 1314, 1314, 1266, 1242, 1246, 1246, 1222]);
-    expect(ps[3]).toEqual({ gpuIndex: null, gpuUuid: 'GPU-bff5b888-68af-f1a4-5534-f97817573a8a', pid: 27894, type: null, name: null, usedMiB: 73878 });
-    expect(ps.at(-1)).toMatchObject({ gpuUuid: 'GPU-b1fe0c18-be1e-8f8d-d647-9967b0493ea4', pid: 81150, usedMiB: 71506 });
+    expect(ps.filter((p) => p.pid === 51356).map((p) => p.usedMiB)).toEqual([
+      1282, 1314, 1314, 1266, 1242, 1246, 1246, 1222,
+    ]);
+    expect(ps[3]).toEqual({
+      gpuIndex: null,
+      gpuUuid: 'GPU-bff5b888-68af-f1a4-5534-f97817573a8a',
+      pid: 27894,
+      type: null,
+      name: null,
+      usedMiB: 73878,
+    });
+    expect(ps.at(-1)).toMatchObject({
+      gpuUuid: 'GPU-b1fe0c18-be1e-8f8d-d647-9967b0493ea4',
+      pid: 81150,
+      usedMiB: 71506,
+    });
   });
 
   it('8x query-gpu index,gpu_uuid noheader: the index → UUID map', () => {
-    const r = parseQueryGpuCsv(readFixture('nvidia-smi/csv/8x-gpu_query-gpu_index-gpu_uuid_noheader-nounits.csv'), ['index', 'gpu_uuid']);
+    const r = parseQueryGpuCsv(readFixture('nvidia-smi/csv/8x-gpu_query-gpu_index-gpu_uuid_noheader-nounits.csv'), [
+      'index',
+      'gpu_uuid',
+    ]);
     if (!r.ok) throw new Error(r.error.reason);
     expect(r.value.gpus.map((g) => g.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(r.value.gpus[0]?.uuid).toBe('GPU-bff5b888-68af-f1a4-5534-f97817573a8a');
@@ -156,7 +227,9 @@ describe('CSV', () => {
     const s = parsed('nvidia-smi/csv/h100-mig_590.48.01_query-compute-apps_load.csv');
     expect(s.source).toBe('csv');
     expect(s.processes.map((p) => [p.pid, p.name, p.usedMiB])).toEqual([
-      [21180, '/root/tools/memhog', 2296], [21181, '/root/tools/memhog', 1272], [21198, './gpu_burn', 7484],
+      [21180, '/root/tools/memhog', 2296],
+      [21181, '/root/tools/memhog', 1272],
+      [21198, './gpu_burn', 7484],
     ]);
     expect(s.processes.every((p) => p.gpuUuid === 'GPU-00000000-0000-0000-0000-000000000000')).toBe(true);
   });
@@ -168,14 +241,26 @@ describe('CSV', () => {
   });
 
   it('H200 compute apps under load', () => {
-    expect(pidsAndMiB(parsed('nvidia-smi/csv/h200_590.48.01_query-compute-apps_load.csv'))).toEqual([[10291, 2566], [10293, 1542], [10309, 28234]]);
+    expect(pidsAndMiB(parsed('nvidia-smi/csv/h200_590.48.01_query-compute-apps_load.csv'))).toEqual([
+      [10291, 2566],
+      [10293, 1542],
+      [10309, 28234],
+    ]);
   });
 
   it('H200 query-gpu with 212 fields, units in values, [N/A] and deprecated markers', () => {
     const s = parsed('nvidia-smi/csv/h200_590.48.01_query-gpu_load_all-fields.csv');
     expect(s.driverVersion).toBe('590.48.01');
     expect(s.gpus).toEqual([
-      { index: 0, name: 'NVIDIA H200', busId: '00000000:83:00.0', uuid: 'GPU-00000000-0000-0000-0000-000000000000', memoryUsedMiB: 32362, memoryTotalMiB: 143771, utilizationPct: 100 },
+      {
+        index: 0,
+        name: 'NVIDIA H200',
+        busId: '00000000:83:00.0',
+        uuid: 'GPU-00000000-0000-0000-0000-000000000000',
+        memoryUsedMiB: 32362,
+        memoryTotalMiB: 143771,
+        utilizationPct: 100,
+      },
     ]);
   });
 
@@ -183,18 +268,37 @@ describe('CSV', () => {
     const s = parsed('nvidia-smi/csv/rtx-2080-super_465.27_query-gpu.csv');
     expect(s.driverVersion).toBe('465.27');
     expect(s.gpus).toEqual([
-      { index: 0, name: 'NVIDIA GeForce RTX 2080 SUPER', busId: '00000000:0C:00.0', uuid: 'GPU-df6e7a7c-7314-46f8-abc4-b88b36dcf3aa', memoryUsedMiB: 344, memoryTotalMiB: 7979, utilizationPct: 0 },
+      {
+        index: 0,
+        name: 'NVIDIA GeForce RTX 2080 SUPER',
+        busId: '00000000:0C:00.0',
+        uuid: 'GPU-df6e7a7c-7314-46f8-abc4-b88b36dcf3aa',
+        memoryUsedMiB: 344,
+        memoryTotalMiB: 7979,
+        utilizationPct: 0,
+      },
     ]);
   });
 
   it('RTX 2080 SUPER compute apps, 610.57.04', () => {
-    expect(pidsAndMiB(parsed('nvidia-smi/csv/rtx-2080-super_610.57.04_query-compute-apps_load.csv'))).toEqual([[28512, 370], [28511, 230]]);
+    expect(pidsAndMiB(parsed('nvidia-smi/csv/rtx-2080-super_610.57.04_query-compute-apps_load.csv'))).toEqual([
+      [28512, 370],
+      [28511, 230],
+    ]);
   });
 
   it('Tesla P100 csv,nounits: unit only in the header, no memory.total field, no final newline', () => {
     const s = parsed('nvidia-smi/csv/tesla-p100_query-gpu_csv-nounits.csv');
     expect(s.gpus).toEqual([
-      { index: null, name: 'Tesla P100-PCIE-16GB', busId: null, uuid: 'GPU-ef1b2c9b-38d8-2090-2bd1-f567a3eb42a6', memoryUsedMiB: 0, memoryTotalMiB: null, utilizationPct: 0 },
+      {
+        index: null,
+        name: 'Tesla P100-PCIE-16GB',
+        busId: null,
+        uuid: 'GPU-ef1b2c9b-38d8-2090-2bd1-f567a3eb42a6',
+        memoryUsedMiB: 0,
+        memoryTotalMiB: null,
+        utilizationPct: 0,
+      },
     ]);
   });
 });
@@ -204,9 +308,15 @@ describe('XML (-q -x)', () => {
     const s = parsed('nvidia-smi/xml/2x-rtx-a5000_v13.xml');
     expect(s.source).toBe('xml');
     expect(s.driverVersion).toBe('590.44.01');
-    expect(memories(s)).toEqual([[22437, 24564], [17253, 24564]]);
+    expect(memories(s)).toEqual([
+      [22437, 24564],
+      [17253, 24564],
+    ]);
     expect(s.gpus.map((g) => g.busId)).toEqual(['00000000:81:00.0', '00000000:C1:00.0']);
-    expect(s.processes.map((p) => [p.gpuIndex, p.pid, p.usedMiB])).toEqual([[0, 100477, 22430], [1, 100477, 17246]]);
+    expect(s.processes.map((p) => [p.gpuIndex, p.pid, p.usedMiB])).toEqual([
+      [0, 100477, 22430],
+      [1, 100477, 17246],
+    ]);
     expect(s.processes[1]?.gpuUuid).toBe('GPU-12345678-aaaa-bbbb-cccc-0123456789cd');
   });
 
@@ -216,7 +326,10 @@ describe('XML (-q -x)', () => {
     expect(memories(s)).toEqual([[50, 81920]]);
     expect(s.gpus[0]?.utilizationPct).toBeNull();
     expect(s.migDevices.map((m) => [m.gi, m.migDevice, m.memoryUsedMiB, m.memoryTotalMiB])).toEqual([
-      [3, 0, 12, 19968], [4, 1, 12, 19968], [5, 2, 12, 19968], [6, 3, 12, 19968],
+      [3, 0, 12, 19968],
+      [4, 1, 12, 19968],
+      [5, 2, 12, 19968],
+      [6, 3, 12, 19968],
     ]);
     expect(s.processes).toEqual([]);
   });
@@ -224,7 +337,12 @@ describe('XML (-q -x)', () => {
   it('RTX 4000 SFF Ada, 595.84: four processes G and C', () => {
     const s = parsed('nvidia-smi/xml/rtx-4000-sff-ada_595.84_v13_procs.xml');
     expect(memories(s)).toEqual([[3534, 20475]]);
-    expect(s.processes.map((p) => [p.pid, p.type, p.usedMiB])).toEqual([[1842, 'G', 410], [3190, 'G', 451], [4937, 'C', 160], [34626, 'C+G', 183]]);
+    expect(s.processes.map((p) => [p.pid, p.type, p.usedMiB])).toEqual([
+      [1842, 'G', 410],
+      [3190, 'G', 451],
+      [4937, 'C', 160],
+      [34626, 'C+G', 183],
+    ]);
   });
 
   it('RTX PRO 6000 Blackwell, v13: one llama-server using 65710 MiB', () => {
@@ -239,7 +357,10 @@ describe('XML (-q -x)', () => {
     expect(s.driverVersion).toBe('515.105.01');
     expect(s.gpus[0]?.busId).toBe('00000000:00:1E.0');
     expect(memories(s)).toEqual([[1032, 15360]]);
-    expect(s.processes.map((p) => [p.pid, p.type, p.name, p.usedMiB])).toEqual([[675, 'G', '/usr/lib/xorg/Xorg', 22], [5762, 'C', 'python', 1005]]);
+    expect(s.processes.map((p) => [p.pid, p.type, p.name, p.usedMiB])).toEqual([
+      [675, 'G', '/usr/lib/xorg/Xorg', 22],
+      [5762, 'C', 'python', 1005],
+    ]);
   });
 });
 
@@ -247,9 +368,26 @@ describe('fuser -v /dev/nvidia*', () => {
   it('container with an orphan python: one PID on six devices, kernel mounts kept apart, noise ignored', () => {
     const s = parsed('fuser/container_4gpu_kernel-mount_with-orphan-python.txt');
     expect(s.source).toBe('fuser');
-    expect(s.holders.map((h) => h.device)).toEqual(['/dev/nvidia1', '/dev/nvidia2', '/dev/nvidia3', '/dev/nvidia4', '/dev/nvidiactl', '/dev/nvidia-uvm']);
-    expect(s.holders.every((h) => h.pid === 33118 && h.user === 'root' && h.access === 'F...m' && h.command === 'python')).toBe(true);
-    expect(s.kernelMounts).toEqual(['/dev/nvidia1', '/dev/nvidia2', '/dev/nvidia3', '/dev/nvidia4', '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools']);
+    expect(s.holders.map((h) => h.device)).toEqual([
+      '/dev/nvidia1',
+      '/dev/nvidia2',
+      '/dev/nvidia3',
+      '/dev/nvidia4',
+      '/dev/nvidiactl',
+      '/dev/nvidia-uvm',
+    ]);
+    expect(
+      s.holders.every((h) => h.pid === 33118 && h.user === 'root' && h.access === 'F...m' && h.command === 'python'),
+    ).toBe(true);
+    expect(s.kernelMounts).toEqual([
+      '/dev/nvidia1',
+      '/dev/nvidia2',
+      '/dev/nvidia3',
+      '/dev/nvidia4',
+      '/dev/nvidiactl',
+      '/dev/nvidia-uvm',
+      '/dev/nvidia-uvm-tools',
+    ]);
     expect(s.processes).toEqual([]);
   });
 
@@ -257,7 +395,10 @@ describe('fuser -v /dev/nvidia*', () => {
     const s = parsed('fuser/container_4gpu_kernel-mount_only_after-kill.txt');
     expect(s.holders).toEqual([]);
     expect(s.kernelMounts).toHaveLength(7);
-    expect(parseFuser(readFixture('fuser/container_4gpu_kernel-mount_only_after-kill.txt'))).toEqual({ ok: true, value: s });
+    expect(parseFuser(readFixture('fuser/container_4gpu_kernel-mount_only_after-kill.txt'))).toEqual({
+      ok: true,
+      value: s,
+    });
   });
 });
 
@@ -278,7 +419,9 @@ describe('error outputs', () => {
   });
 
   it('version mismatch keeps the NVML library version in the message', () => {
-    expect(parsed('nvidia-smi/errors/nvml-driver-library-version-mismatch_550.144.txt').error?.message).toContain('550.144');
+    expect(parsed('nvidia-smi/errors/nvml-driver-library-version-mismatch_550.144.txt').error?.message).toContain(
+      '550.144',
+    );
   });
 
   it('infoROM corrupted: the full table AND the typed error, with exit code 14', () => {
@@ -286,7 +429,15 @@ describe('error outputs', () => {
     expect(s.source).toBe('table');
     expect(s.driverVersion).toBe('470.82.01');
     expect(s.gpus).toEqual([
-      { index: 0, name: 'Tesla P100-PCIE...', busId: '00000000:0B:00.0', uuid: null, memoryUsedMiB: 0, memoryTotalMiB: 16280, utilizationPct: 0 },
+      {
+        index: 0,
+        name: 'Tesla P100-PCIE...',
+        busId: '00000000:0B:00.0',
+        uuid: null,
+        memoryUsedMiB: 0,
+        memoryTotalMiB: 16280,
+        utilizationPct: 0,
+      },
     ]);
     expect(s.error).toMatchObject({ kind: 'inforom_corrupted', busId: '00000000:0B:00.0' });
   });
@@ -296,7 +447,15 @@ describe('error outputs', () => {
     expect(s.source).toBe('table');
     expect(s.driverVersion).toBe('525.125.06');
     expect(s.gpus).toEqual([
-      { index: 0, name: 'NVIDIA GeForce ...', busId: '00000000:01:00.0', uuid: null, memoryUsedMiB: 2021, memoryTotalMiB: 23028, utilizationPct: 0 },
+      {
+        index: 0,
+        name: 'NVIDIA GeForce ...',
+        busId: '00000000:01:00.0',
+        uuid: null,
+        memoryUsedMiB: 2021,
+        memoryTotalMiB: 23028,
+        utilizationPct: 0,
+      },
     ]);
   });
 

@@ -7,12 +7,19 @@ describe('free -b', () => {
       '               total        used        free      shared  buff/cache   available\n' +
       'Mem:     482113024000 471398400000   2097152000    10485760  8617472000  10714624000\n' +
       'Swap:     8589930496           0  8589930496\n';
-    expect(parseFreeBytes(text)).toEqual({ ok: true, value: { totalBytes: 482113024000, usedBytes: 471398400000, availableBytes: 10714624000 } });
+    expect(parseFreeBytes(text)).toEqual({
+      ok: true,
+      value: { totalBytes: 482113024000, usedBytes: 471398400000, availableBytes: 10714624000 },
+    });
   });
 
   it('old layout without "available" and garbage', () => {
-    const old = '             total       used       free     shared    buffers     cached\nMem:      16318648   2876404   13442244          0     101948    1003736\n';
-    expect(parseFreeBytes(old)).toEqual({ ok: true, value: { totalBytes: 16318648, usedBytes: 2876404, availableBytes: null } });
+    const old =
+      '             total       used       free     shared    buffers     cached\nMem:      16318648   2876404   13442244          0     101948    1003736\n';
+    expect(parseFreeBytes(old)).toEqual({
+      ok: true,
+      value: { totalBytes: 16318648, usedBytes: 2876404, availableBytes: null },
+    });
     expect(parseFreeBytes('Mem: lots').ok).toBe(false);
     expect(parseFreeBytes('               total        used\nMem:  10  x\n').ok).toBe(false);
   });
@@ -24,12 +31,19 @@ describe('/proc/<pid>/stat', () => {
     fields[0] = 'S';
     fields[19] = '987654321';
     const r = parseProcStat(`4242 (sglang::sch (TP0) x) ${fields.join(' ')}\n`);
-    expect(r).toEqual({ ok: true, value: { pid: 4242, comm: 'sglang::sch (TP0) x', state: 'S', startTimeTicks: 987654321 } });
+    expect(r).toEqual({
+      ok: true,
+      value: { pid: 4242, comm: 'sglang::sch (TP0) x', state: 'S', startTimeTicks: 987654321 },
+    });
   });
 
   it('a real-shaped line', () => {
-    const line = '1 (systemd) S 0 1 1 0 -1 4194560 88813 7473935 119 2329 277 442 20633 8393 20 0 1 0 27 173092864 3150 18446744073709551615 1 1 0 0 0 0 671173123 4096 1260 0 0 0 17 3 0 0 0 0 0 0 0 0 0 0 0 0 0';
-    expect(parseProcStat(line)).toEqual({ ok: true, value: { pid: 1, comm: 'systemd', state: 'S', startTimeTicks: 27 } });
+    const line =
+      '1 (systemd) S 0 1 1 0 -1 4194560 88813 7473935 119 2329 277 442 20633 8393 20 0 1 0 27 173092864 3150 18446744073709551615 1 1 0 0 0 0 671173123 4096 1260 0 0 0 17 3 0 0 0 0 0 0 0 0 0 0 0 0 0';
+    expect(parseProcStat(line)).toEqual({
+      ok: true,
+      value: { pid: 1, comm: 'systemd', state: 'S', startTimeTicks: 27 },
+    });
   });
 
   it('truncated or garbage', () => {
@@ -40,7 +54,8 @@ describe('/proc/<pid>/stat', () => {
 
 describe('NSpid', () => {
   it('host and container PIDs, outermost first', () => {
-    const status = 'Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t91234\nNgid:\t0\nPid:\t91234\nPPid:\t1\nNSpid:\t91234\t1523\nNSpgid:\t91234\t1523\n';
+    const status =
+      'Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t91234\nNgid:\t0\nPid:\t91234\nPPid:\t1\nNSpid:\t91234\t1523\nNSpgid:\t91234\t1523\n';
     expect(parseNsPid(status)).toEqual({ ok: true, value: [91234, 1523] });
     expect(parseNsPid('Name:\tbash\nNSpid:\t77\n')).toEqual({ ok: true, value: [77] });
     expect(parseNsPid('Name:\tbash\n').ok).toBe(false);
@@ -53,7 +68,10 @@ describe('pct', () => {
     `${vmid.padEnd(10)} ${status.padEnd(10)} ${lock.padEnd(12)} ${name.padEnd(20)}\n`;
 
   it('pct list: printf "%-10s %-10s %-12s %-20s" rows, blank Lock', () => {
-    const text = row('VMID', 'Status', 'Lock', 'Name') + row('129', 'running', '', 'sglang-ct') + row('130', 'stopped', 'backup', 'monitor');
+    const text =
+      row('VMID', 'Status', 'Lock', 'Name') +
+      row('129', 'running', '', 'sglang-ct') +
+      row('130', 'stopped', 'backup', 'monitor');
     expect(parsePctList(text)).toEqual({
       ok: true,
       value: [

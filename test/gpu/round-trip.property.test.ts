@@ -15,7 +15,11 @@ import { gpusArb, processesArb, snapshotArb } from './snapshot-arbitraries.ts';
 
 const WORKER_GPU_FIELDS = ['index', 'uuid', 'name', 'pci.bus_id', 'memory.used', 'memory.total', 'utilization.gpu'];
 const WORKER_APP_FIELDS = ['gpu_uuid', 'pid', 'process_name', 'used_memory'];
-const dateArb = fc.date({ min: new Date(Date.UTC(2000, 0, 1)), max: new Date(Date.UTC(2099, 11, 31)), noInvalidDate: true });
+const dateArb = fc.date({
+  min: new Date(Date.UTC(2000, 0, 1)),
+  max: new Date(Date.UTC(2099, 11, 31)),
+  noInvalidDate: true,
+});
 
 function value(r: ReturnType<typeof parseNvidiaOutput>): ParsedOutput {
   if (!r.ok) throw new Error(r.error.reason);
@@ -32,7 +36,9 @@ describe('writers → parser round trips', () => {
         expect(out.cudaVersion).toBe(s.cudaVersion);
         expect(out.gpus).toEqual(s.gpus.map((g) => ({ ...g, uuid: null, name: tableGpuName(g.name) })));
         expect(out.migDevices).toEqual(s.migDevices);
-        expect(out.processes).toEqual(s.processes.map((p) => ({ ...p, gpuUuid: null, name: tableProcessName(p.name) })));
+        expect(out.processes).toEqual(
+          s.processes.map((p) => ({ ...p, gpuUuid: null, name: tableProcessName(p.name) })),
+        );
         expect(out.error).toBeNull();
       }),
       { numRuns: 300 },
@@ -43,7 +49,9 @@ describe('writers → parser round trips', () => {
     fc.assert(
       fc.property(snapshotArb(), dateArb, (s, timestamp) => {
         const out = value(parseNvidiaOutput(formatTable(s, { timestamp, containerView: true })));
-        expect(out.gpus.map((g) => [g.memoryUsedMiB, g.memoryTotalMiB])).toEqual(s.gpus.map((g) => [g.memoryUsedMiB, g.memoryTotalMiB]));
+        expect(out.gpus.map((g) => [g.memoryUsedMiB, g.memoryTotalMiB])).toEqual(
+          s.gpus.map((g) => [g.memoryUsedMiB, g.memoryTotalMiB]),
+        );
         expect(out.processes).toEqual([]);
       }),
       { numRuns: 100 },
@@ -87,27 +95,38 @@ describe('writers → parser round trips', () => {
 
   it('the worker compute-apps CSV: compute processes only, host PIDs and MiB exact', () => {
     fc.assert(
-      fc.property(gpusArb().chain((g) => fc.tuple(fc.constant(g), processesArb(g))), fc.boolean(), ([gpus, processes], decorated) => {
-        const text = formatComputeAppsCsv(processes, gpus, WORKER_APP_FIELDS, { header: decorated, units: decorated });
-        const r = parseComputeAppsCsv(text, decorated ? null : WORKER_APP_FIELDS);
-        expect(r.ok && r.value.processes).toEqual(
-          processes.filter((p) => p.type !== 'G').map((p) => ({ ...p, gpuIndex: null, type: null })),
-        );
-      }),
+      fc.property(
+        gpusArb().chain((g) => fc.tuple(fc.constant(g), processesArb(g))),
+        fc.boolean(),
+        ([gpus, processes], decorated) => {
+          const text = formatComputeAppsCsv(processes, gpus, WORKER_APP_FIELDS, {
+            header: decorated,
+            units: decorated,
+          });
+          const r = parseComputeAppsCsv(text, decorated ? null : WORKER_APP_FIELDS);
+          expect(r.ok && r.value.processes).toEqual(
+            processes.filter((p) => p.type !== 'G').map((p) => ({ ...p, gpuIndex: null, type: null })),
+          );
+        },
+      ),
       { numRuns: 300 },
     );
   });
 
   it('XML (-q -x v13): everything a snapshot holds comes back', () => {
     fc.assert(
-      fc.property(snapshotArb({ withMig: true, nameSep: fc.constantFrom(' ', ' & ', ' <x> ') }), dateArb, (s, timestamp) => {
-        const out = value(parseNvidiaOutput(formatXml(s, { timestamp })));
-        expect(out.source).toBe('xml');
-        expect(out.driverVersion).toBe(s.driverVersion);
-        expect(out.gpus).toEqual(s.gpus);
-        expect(out.migDevices).toEqual(s.gpus.flatMap((g) => s.migDevices.filter((m) => m.gpuIndex === g.index)));
-        expect(out.processes).toEqual(s.gpus.flatMap((g) => s.processes.filter((p) => p.gpuUuid === g.uuid)));
-      }),
+      fc.property(
+        snapshotArb({ withMig: true, nameSep: fc.constantFrom(' ', ' & ', ' <x> ') }),
+        dateArb,
+        (s, timestamp) => {
+          const out = value(parseNvidiaOutput(formatXml(s, { timestamp })));
+          expect(out.source).toBe('xml');
+          expect(out.driverVersion).toBe(s.driverVersion);
+          expect(out.gpus).toEqual(s.gpus);
+          expect(out.migDevices).toEqual(s.gpus.flatMap((g) => s.migDevices.filter((m) => m.gpuIndex === g.index)));
+          expect(out.processes).toEqual(s.gpus.flatMap((g) => s.processes.filter((p) => p.gpuUuid === g.uuid)));
+        },
+      ),
       { numRuns: 200 },
     );
   });

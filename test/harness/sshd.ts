@@ -118,10 +118,20 @@ const JSON_LOG_AWK = String.raw`BEGIN {
   printf "{\"ts\":\"%s\",\"cmd\":\"%s\"}\n", ts, out
 }`;
 
-function wrapperScript(o: { pathPrefix?: string; basePath?: string; env?: Record<string, string>; commandLog: string; tag: string }): string {
+function wrapperScript(o: {
+  pathPrefix?: string;
+  basePath?: string;
+  env?: Record<string, string>;
+  commandLog: string;
+  tag: string;
+}): string {
   const base = o.basePath ?? BASE_PATH;
   const path = o.pathPrefix ? `${resolve(o.pathPrefix)}:${base}` : base;
-  const lines = ['#!/bin/sh', `PATH=${shellQuote(path)}; export PATH`, `${TAG_VAR}=${shellQuote(o.tag)}; export ${TAG_VAR}`];
+  const lines = [
+    '#!/bin/sh',
+    `PATH=${shellQuote(path)}; export PATH`,
+    `${TAG_VAR}=${shellQuote(o.tag)}; export ${TAG_VAR}`,
+  ];
   for (const [k, v] of Object.entries(o.env ?? {})) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new Error(`bad env name ${k}`);
     lines.push(`${k}=${shellQuote(v)}; export ${k}`);
@@ -137,7 +147,13 @@ function wrapperScript(o: { pathPrefix?: string; basePath?: string; env?: Record
   return lines.join('\n');
 }
 
-function sshdConfig(o: { port: number; dir: string; hostKeyPath: string; wrapper: string; maxSessions?: number }): string {
+function sshdConfig(o: {
+  port: number;
+  dir: string;
+  hostKeyPath: string;
+  wrapper: string;
+  maxSessions?: number;
+}): string {
   return [
     `Port ${o.port}`,
     'ListenAddress 127.0.0.1',
@@ -302,7 +318,9 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
   const { stdout: hostPub } = await execFileP('ssh-keygen', ['-y', '-f', hostKeyPath]);
   const hostKeyFingerprint = publicKeyLineFingerprint(hostPub);
 
-  await writeFile(join(dir, 'authorized_keys'), o.authorizedKeys.map((k) => k.trim()).join('\n') + '\n', { mode: 0o600 });
+  await writeFile(join(dir, 'authorized_keys'), o.authorizedKeys.map((k) => k.trim()).join('\n') + '\n', {
+    mode: 0o600,
+  });
   const commandLog = resolve(o.commandLog ?? join(dir, 'commands.jsonl'));
   await writeFile(commandLog, '', { flag: 'a' });
   const wrapper = join(dir, 'force-command.sh'); // taggedProcesses() relies on this name
@@ -314,7 +332,16 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
 
   for (let attempt = 0; ; attempt++) {
     const port = o.port ?? (await freePort());
-    await writeFile(configPath, sshdConfig({ port, dir, hostKeyPath, wrapper, ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}) }));
+    await writeFile(
+      configPath,
+      sshdConfig({
+        port,
+        dir,
+        hostKeyPath,
+        wrapper,
+        ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
+      }),
+    );
     await writeFile(logPath, '');
     const logFd = await open(logPath, 'a');
     const child = spawn(SSHD, ['-D', '-e', '-f', configPath], { stdio: ['ignore', logFd.fd, logFd.fd] });

@@ -49,9 +49,15 @@ export interface Stack {
   metricsUrl: string | null;
   /** Every log line the bot and workers wrote (for secret checks). */
   logText(): string;
-  slash(text: string, o?: { user?: string; channel?: string }): Promise<SignedResponse & { responseUrl: string; ackText: string; incidentId: string | null }>;
+  slash(
+    text: string,
+    o?: { user?: string; channel?: string },
+  ): Promise<SignedResponse & { responseUrl: string; ackText: string; incidentId: string | null }>;
   /** Waits until the incident's thread satisfies `done` (default: parent says done), returns parent + replies. */
-  threadOf(incidentId: string, o?: { channel?: string; timeoutMs?: number; done?: (t: StoredMessage[]) => boolean }): Promise<StoredMessage[]>;
+  threadOf(
+    incidentId: string,
+    o?: { channel?: string; timeoutMs?: number; done?: (t: StoredMessage[]) => boolean },
+  ): Promise<StoredMessage[]>;
   /**
    * Waits until no job is waiting, active or delayed on any site queue and no fleet command log has
    * grown for `stableMs`: work an earlier step queued has finished, so a "nothing ran" check that
@@ -132,7 +138,14 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!b.env) throw new Error(`bot env invalid: ${JSON.stringify(b.problems)}`);
   const botEnv = b.env;
   const metrics = o.metrics ? createMetrics() : null;
-  const metricsServer: MetricsServer | null = metrics ? await startMetricsServer({ registry: metrics.registry, host: '127.0.0.1', port: 0, logger: logger.child({ role: 'metrics' }) }) : null;
+  const metricsServer: MetricsServer | null = metrics
+    ? await startMetricsServer({
+        registry: metrics.registry,
+        host: '127.0.0.1',
+        port: 0,
+        logger: logger.child({ role: 'metrics' }),
+      })
+    : null;
   let generation = 1;
   let botUp = true;
   let workersUp = true;
@@ -140,13 +153,19 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   let bot = await startBot(botEnv, inventory, logger.child({ role: 'bot' }), botDeps);
   const noWorkers: WorkerGroup = { health: () => ({}), close: async () => undefined };
   const inProcess = !o.noWorkers && !o.workerProcess;
-  const startInProcess = (): Promise<WorkerGroup> => startWorkerProcess(env, inventory, logger.child({ role: 'worker', generation }), metrics ?? undefined);
+  const startInProcess = (): Promise<WorkerGroup> =>
+    startWorkerProcess(env, inventory, logger.child({ role: 'worker', generation }), metrics ?? undefined);
   let workers: WorkerGroup = inProcess ? await startInProcess() : noWorkers;
   // A worker process gets what a deployed worker gets: its settings (no Slack token) and an inventory file.
   const inventoryPath = join(tmpdir(), `gpu-medic-${prefix}-inventory.json`);
   const healthPath = join(tmpdir(), `gpu-medic-${prefix}-worker-health.json`);
   const childEnv: Record<string, string> = Object.fromEntries(
-    Object.entries({ ...source, GPU_MEDIC_INVENTORY: inventoryPath, GPU_MEDIC_HEALTH_FILE: healthPath, LOG_LEVEL: 'info' }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$/.test(k)),
+    Object.entries({
+      ...source,
+      GPU_MEDIC_INVENTORY: inventoryPath,
+      GPU_MEDIC_HEALTH_FILE: healthPath,
+      LOG_LEVEL: 'info',
+    }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$/.test(k)),
   );
   // Its pino lines join the captured ones whole (a chunk may end mid-line).
   const startChild = (): Promise<WorkerChild> => {
@@ -235,7 +254,10 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         channel_id: so.channel ?? 'C0ONCALL01',
         response_url: responseUrl,
       });
-      const ackText = typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
+      const ackText =
+        typeof r.json === 'object' && r.json !== null && 'text' in r.json
+          ? String((r.json as { text: unknown }).text)
+          : '';
       const m = /incident `(inc_[a-z0-9_]+)`/.exec(ackText);
       return { ...r, responseUrl, ackText, incidentId: m?.[1] ?? null };
     },
@@ -247,8 +269,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         // also names the incidents its buttons opened, so the tag goes first).
         const all = slack.messages(channel);
         const parent =
-          all.find((m) => m.metadata?.event_payload.incident === incidentId && m.metadata.event_payload.view_key === 'parent') ??
-          all.find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId));
+          all.find(
+            (m) => m.metadata?.event_payload.incident === incidentId && m.metadata.event_payload.view_key === 'parent',
+          ) ?? all.find((m) => JSON.stringify(m.blocks ?? []).includes(incidentId));
         if (!parent) return null;
         const t = slack.thread(channel, parent.ts);
         return done(t) ? t : null;
@@ -264,14 +287,17 @@ export async function startStack(o: StackOptions): Promise<Stack> {
         let last = logSizes();
         let stableSince = Date.now();
         for (;;) {
-          const counts = await Promise.all(queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed', 'prioritized')));
+          const counts = await Promise.all(
+            queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed', 'prioritized')),
+          );
           const busy = counts.some((c) => Object.values(c).some((n) => n > 0));
           const now = logSizes();
           if (now !== last || busy) {
             last = now;
             stableSince = Date.now();
           } else if (Date.now() - stableSince >= stableMs) return;
-          if (Date.now() > deadline) throw new Error(`stack not quiet after ${qo.timeoutMs ?? 20000} ms: ${JSON.stringify(counts)}`);
+          if (Date.now() > deadline)
+            throw new Error(`stack not quiet after ${qo.timeoutMs ?? 20000} ms: ${JSON.stringify(counts)}`);
           await new Promise((r) => setTimeout(r, 50));
         }
       } finally {

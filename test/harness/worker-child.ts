@@ -23,7 +23,10 @@ export interface WorkerChild {
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Starts a worker process with exactly `env` (plus PATH and HOME) and waits until it says its workers run. */
-export async function startWorkerChild(env: Record<string, string>, o: { readyTimeoutMs?: number; onOutput?: (chunk: string) => void } = {}): Promise<WorkerChild> {
+export async function startWorkerChild(
+  env: Record<string, string>,
+  o: { readyTimeoutMs?: number; onOutput?: (chunk: string) => void } = {},
+): Promise<WorkerChild> {
   const chunks: string[] = [];
   const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'worker'], {
     cwd: ROOT,

@@ -11,7 +11,11 @@ describe('metrics settings', () => {
   });
 
   it('a bad port or address is refused in plain words', () => {
-    expect(parseEnv({ GPU_MEDIC_METRICS_PORT: 'x9464' }, 'worker').problems).toEqual([{ variable: 'GPU_MEDIC_METRICS_PORT', message: 'must be a whole number from 1 to 65535 (it is "x9464")' }]);
-    expect(parseEnv({ GPU_MEDIC_METRICS_BIND: 'all' }, 'bot').problems.map((p) => p.variable)).toContain('GPU_MEDIC_METRICS_BIND');
+    expect(parseEnv({ GPU_MEDIC_METRICS_PORT: 'x9464' }, 'worker').problems).toEqual([
+      { variable: 'GPU_MEDIC_METRICS_PORT', message: 'must be a whole number from 1 to 65535 (it is "x9464")' },
+    ]);
+    expect(parseEnv({ GPU_MEDIC_METRICS_BIND: 'all' }, 'bot').problems.map((p) => p.variable)).toContain(
+      'GPU_MEDIC_METRICS_BIND',
+    );
   });
 });

@@ -30,7 +30,9 @@ function parse(text: string): Series {
 
 /** Sum of the series called `name` whose labels include `labels`. */
 function sum(s: Series, name: string, labels: Record<string, string> = {}): number {
-  return s.filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v)).reduce((a, x) => a + x.value, 0);
+  return s
+    .filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v))
+    .reduce((a, x) => a + x.value, 0);
 }
 
 let s: Stack;
@@ -50,7 +52,8 @@ async function scrapeUntil(ready: (s: Series) => boolean): Promise<Series> {
   return last;
 }
 const sshCount = (machine: string): number => s.fleet.commandLog(machine).filter((c) => c.via === 'ssh').length;
-const okCalls = (method: string): number => s.slack.calls(method).filter((c) => c.status === 200 && (c.response as { ok?: boolean }).ok === true).length;
+const okCalls = (method: string): number =>
+  s.slack.calls(method).filter((c) => c.status === 200 && (c.response as { ok?: boolean }).ok === true).length;
 
 beforeAll(async () => {
   s = await startStack({
@@ -62,7 +65,12 @@ beforeAll(async () => {
       containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
     },
     metrics: true,
-    env: { GPU_MEDIC_APPROVERS: BOB, GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5', GPU_MEDIC_POLL_MS: '300' },
+    env: {
+      GPU_MEDIC_APPROVERS: BOB,
+      GPU_MEDIC_TERM_GRACE_SEC: '1',
+      GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
+      GPU_MEDIC_POLL_MS: '300',
+    },
     // A non-root container login cannot stop root's holder: the host-level step (approval) is needed.
     tweakInventory: (inv) => {
       const c = inv.containers.find((x) => x.id === 'ct129');
@@ -89,8 +97,14 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     await s.threadOf(String(r.incidentId));
     await s.quiet();
     // The fake Slack stores a call before the bot has its answer (and counts it): let the last answers land.
-    const after = await scrapeUntil((x) => sum(x, 'gpu_medic_slack_api_calls_total', { result: 'ok' }) - sum(before, 'gpu_medic_slack_api_calls_total', { result: 'ok' }) >= okCalls('chat.postMessage') - post0 + okCalls('chat.update') - upd0);
-    const d = (name: string, labels: Record<string, string> = {}) => sum(after, name, labels) - sum(before, name, labels);
+    const after = await scrapeUntil(
+      (x) =>
+        sum(x, 'gpu_medic_slack_api_calls_total', { result: 'ok' }) -
+          sum(before, 'gpu_medic_slack_api_calls_total', { result: 'ok' }) >=
+        okCalls('chat.postMessage') - post0 + okCalls('chat.update') - upd0,
+    );
+    const d = (name: string, labels: Record<string, string> = {}) =>
+      sum(after, name, labels) - sum(before, name, labels);
     expect(d('gpu_medic_incidents_total', { kind: 'status', outcome: 'ok' })).toBe(1);
     expect(d('gpu_medic_incidents_total')).toBe(1);
     expect(d('gpu_medic_job_wait_seconds_count', { kind: 'status' })).toBe(1);
@@ -99,8 +113,12 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     expect(sshSeen).toBeGreaterThan(0);
     expect(d('gpu_medic_ssh_commands_total', { machine: 'kpro5' })).toBe(sshSeen);
     expect(d('gpu_medic_ssh_errors_total')).toBe(0);
-    expect(d('gpu_medic_slack_api_calls_total', { method: 'chat.postMessage', result: 'ok' })).toBe(okCalls('chat.postMessage') - post0);
-    expect(d('gpu_medic_slack_api_calls_total', { method: 'chat.update', result: 'ok' })).toBe(okCalls('chat.update') - upd0);
+    expect(d('gpu_medic_slack_api_calls_total', { method: 'chat.postMessage', result: 'ok' })).toBe(
+      okCalls('chat.postMessage') - post0,
+    );
+    expect(d('gpu_medic_slack_api_calls_total', { method: 'chat.update', result: 'ok' })).toBe(
+      okCalls('chat.update') - upd0,
+    );
     expect(sum(after, 'gpu_medic_queue_jobs', { site: 'default', state: 'active' })).toBe(0);
     expect(after.some((x) => x.name === 'gpu_medic_queue_jobs' && x.labels['state'] === 'waiting')).toBe(true);
   });
@@ -113,7 +131,8 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     await s.threadOf(String(r.incidentId));
     await s.quiet();
     const after = await scrape();
-    const d = (name: string, labels: Record<string, string> = {}) => sum(after, name, labels) - sum(before, name, labels);
+    const d = (name: string, labels: Record<string, string> = {}) =>
+      sum(after, name, labels) - sum(before, name, labels);
     expect(sshCount('kpro6')).toBe(ssh0);
     const refused = d('gpu_medic_ssh_errors_total', { code: 'host_key_mismatch', machine: 'kpro6' });
     expect(refused).toBeGreaterThan(0);
@@ -132,7 +151,8 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     await s.threadOf(String(r2.incidentId), { timeoutMs: 30000 });
     await s.quiet();
     const after = await scrape();
-    const d = (name: string, labels: Record<string, string> = {}) => sum(after, name, labels) - sum(before, name, labels);
+    const d = (name: string, labels: Record<string, string> = {}) =>
+      sum(after, name, labels) - sum(before, name, labels);
     expect(d('gpu_medic_slack_api_retries_total', { method: 'chat.postMessage', reason: 'rate_limited' })).toBe(1);
     expect(d('gpu_medic_slack_api_calls_total', { method: 'chat.postMessage', result: 'internal_error' })).toBe(1);
     expect(d('gpu_medic_slack_api_retries_total', { method: 'chat.postMessage', reason: 'internal_error' })).toBe(1);
@@ -141,7 +161,10 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
 
   it('an unstick through a host-level approval: approvals, destructive steps, step durations and signals match the incident log and the fleet', async () => {
     const before = await scrape();
-    const holder = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96413 }], title: 'sglang::scheduler_TP0' });
+    const holder = await s.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 96413 }],
+      title: 'sglang::scheduler_TP0',
+    });
     const r = await s.slash('unstick ct129', { user: ALICE });
     const id = String(r.incidentId);
     const withCard = await s.threadOf(id, { timeoutMs: 40000, done: (t) => t.some((m) => buttonsOf(m).length === 2) });
@@ -152,7 +175,15 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
       sendInteraction(
         s.eventsUrl,
         s.signingSecret,
-        blockActionPayload({ user, channel: OPS, messageTs: card.ts, threadTs: card.thread_ts ?? card.ts, actionId: approve.action_id, value: approve.value, responseUrl: s.slack.newResponseUrl() }),
+        blockActionPayload({
+          user,
+          channel: OPS,
+          messageTs: card.ts,
+          threadTs: card.thread_ts ?? card.ts,
+          actionId: approve.action_id,
+          value: approve.value,
+          responseUrl: s.slack.newResponseUrl(),
+        }),
       );
     await click(ALICE); // the requester: refused
     await s.slack.waitFor(() => String(s.slack.responses().at(-1)?.body.text ?? '').includes('second person'), 5000);
@@ -160,8 +191,13 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
     await s.threadOf(id, { timeoutMs: 40000, done: (t) => t.some((m) => /Recovered/.test(m.text)) });
     await holder.exited;
     // Not s.quiet(): the approval's expiry job stays delayed on the queue. The incident's end is counted last.
-    const after = await scrapeUntil((x) => sum(x, 'gpu_medic_job_run_seconds_count', { kind: 'decision' }) > sum(before, 'gpu_medic_job_run_seconds_count', { kind: 'decision' }));
-    const d = (name: string, labels: Record<string, string> = {}) => sum(after, name, labels) - sum(before, name, labels);
+    const after = await scrapeUntil(
+      (x) =>
+        sum(x, 'gpu_medic_job_run_seconds_count', { kind: 'decision' }) >
+        sum(before, 'gpu_medic_job_run_seconds_count', { kind: 'decision' }),
+    );
+    const d = (name: string, labels: Record<string, string> = {}) =>
+      sum(after, name, labels) - sum(before, name, labels);
 
     expect(d('gpu_medic_approval_decisions_total', { outcome: 'refused', reason: 'self_approval' })).toBe(1);
     expect(d('gpu_medic_approval_decisions_total', { outcome: 'approved' })).toBe(1);
@@ -179,7 +215,8 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
         const k = `${kinds.get(e.stepId) ?? '?'}/${e.outcome}`;
         steps.set(k, (steps.get(k) ?? 0) + 1);
       }
-      if (e.type === 'signalled') signals.set(`${e.signal}/${e.result}`, (signals.get(`${e.signal}/${e.result}`) ?? 0) + 1);
+      if (e.type === 'signalled')
+        signals.set(`${e.signal}/${e.result}`, (signals.get(`${e.signal}/${e.result}`) ?? 0) + 1);
     }
     expect(steps.get('host_kill/done')).toBe(1);
     for (const [k, n] of steps) {
@@ -193,7 +230,9 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
       expect(d('gpu_medic_signals_total', { signal, result })).toBe(n);
     }
     // ... and the fleet agrees on what was actually delivered.
-    expect(d('gpu_medic_signals_total', { signal: 'KILL', result: 'sent' })).toBe(s.fleet.signals().filter((x) => x.signal === 'SIGKILL' && x.hostPid === holder.hostPid).length);
+    expect(d('gpu_medic_signals_total', { signal: 'KILL', result: 'sent' })).toBe(
+      s.fleet.signals().filter((x) => x.signal === 'SIGKILL' && x.hostPid === holder.hostPid).length,
+    );
     expect(d('gpu_medic_job_run_seconds_count', { kind: 'decision', result: 'completed' })).toBe(1);
   });
 });

@@ -20,7 +20,10 @@ afterAll(async () => {
 describe('the metrics endpoint of a started role', () => {
   it('worker: GET /metrics on the configured port and loopback, with the queue gauge and process metrics, labelled role="worker"', async () => {
     const inventory = join(dir, 'inventory.yaml');
-    writeFileSync(inventory, `defaults:\n  user: root\n  keyFile: ${join(dir, 'none')}\nhosts:\n  - id: kpro5\n    address: 192.0.2.5\n    hostKeys: ['SHA256:${'A'.repeat(43)}']\n`);
+    writeFileSync(
+      inventory,
+      `defaults:\n  user: root\n  keyFile: ${join(dir, 'none')}\nhosts:\n  - id: kpro5\n    address: 192.0.2.5\n    hostKeys: ['SHA256:${'A'.repeat(43)}']\n`,
+    );
     const port = await freePort();
     const out: string[] = [];
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'worker'], {

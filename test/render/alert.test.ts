@@ -30,7 +30,15 @@ function hostSnapshot(machineId: string, o: { ramUsedGiB?: number; used?: number
     machineId,
     view: 'host',
     takenAt: new Date(T0).toISOString(),
-    gpus: [0, 1].map((i) => ({ index: i, name: 'NVIDIA H200', busId: `00000000:0${i + 1}:00.0`, uuid: `GPU-0000000${i}-0000-0000-0000-000000000000`, memoryUsedMiB: o.used?.[i] ?? 0, memoryTotalMiB: 143771, utilizationPct: 0 })),
+    gpus: [0, 1].map((i) => ({
+      index: i,
+      name: 'NVIDIA H200',
+      busId: `00000000:0${i + 1}:00.0`,
+      uuid: `GPU-0000000${i}-0000-0000-0000-000000000000`,
+      memoryUsedMiB: o.used?.[i] ?? 0,
+      memoryTotalMiB: 143771,
+      utilizationPct: 0,
+    })),
     processes: [],
     holders: [],
     kernelMounts: [],
@@ -56,7 +64,16 @@ function ghost(machineId: string, used: number[]): Alert {
 }
 
 function metaOf(alert: Alert, target = alert.machineId): IncidentMeta {
-  return { id: alertIncidentId(alert), kind: 'alert', requester: 'watchdog', channel: 'C0ALERTS01', targets: [target], text: alert.key, reason: null, createdAt: new Date(alert.since).toISOString() };
+  return {
+    id: alertIncidentId(alert),
+    kind: 'alert',
+    requester: 'watchdog',
+    channel: 'C0ALERTS01',
+    targets: [target],
+    text: alert.key,
+    reason: null,
+    createdAt: new Date(alert.since).toISOString(),
+  };
 }
 
 let seq = 0;
@@ -71,7 +88,9 @@ interface El {
   options?: Array<{ text: { text: string }; value: string }>;
 }
 const elementsOf = (blocks: unknown[]): El[] =>
-  (blocks as Array<{ type: string; elements?: El[] }>).filter((b) => b.type === 'actions').flatMap((b) => b.elements ?? []);
+  (blocks as Array<{ type: string; elements?: El[] }>)
+    .filter((b) => b.type === 'actions')
+    .flatMap((b) => b.elements ?? []);
 /** Every text Slack shows: the fallback, and each text object of the blocks (not values: they are never shown). */
 function slackStrings(v: { text: string; blocks: unknown[] }): Array<{ mrkdwn: boolean; s: string }> {
   const out = [{ mrkdwn: true, s: v.text }];
@@ -79,7 +98,8 @@ function slackStrings(v: { text: string; blocks: unknown[] }): Array<{ mrkdwn: b
     if (Array.isArray(node)) node.forEach(walk);
     else if (node !== null && typeof node === 'object') {
       const o = node as Record<string, unknown>;
-      if (typeof o.text === 'string' && typeof o.type === 'string') out.push({ mrkdwn: o.type === 'mrkdwn', s: o.text });
+      if (typeof o.text === 'string' && typeof o.type === 'string')
+        out.push({ mrkdwn: o.type === 'mrkdwn', s: o.text });
       Object.values(o).forEach(walk);
     }
   };
@@ -92,7 +112,16 @@ const allText = (v: { text: string; blocks: unknown[] }): string => `${v.text}\n
 
 describe('alert message (src/render/alert.ts)', () => {
   it('a raised container alert is one top-level message: condition, machine, since (UTC), the sentence, the next step, Status/Unstick/Snooze buttons carrying only the alert id', () => {
-    const alert: Alert = { key: 'ct129/ram_high', kind: 'ram_high', machineId: 'ct129', gpu: null, since: T0, raisedAt: T0, sentence: 'host RAM 98 % used (440 of 449 GiB).', lastSeenAt: T0 };
+    const alert: Alert = {
+      key: 'ct129/ram_high',
+      kind: 'ram_high',
+      machineId: 'ct129',
+      gpu: null,
+      since: T0,
+      raisedAt: T0,
+      sentence: 'host RAM 98 % used (440 of 449 GiB).',
+      lastSeenAt: T0,
+    };
     const meta = metaOf(alert);
     const views = renderAlert(meta, [logged({ type: 'alert_raised', at: at(T0), alert })], CTX);
     expect(views).toHaveLength(1);
@@ -117,7 +146,7 @@ describe('alert message (src/render/alert.ts)', () => {
     expect(slackRefusal(v)).toBeNull();
   });
 
-  it('an alert on a host offers Unstick as a pick of that host\'s containers only, each option `<alert id>|<container>`, plus the GPU snoozes when it has a GPU', () => {
+  it("an alert on a host offers Unstick as a pick of that host's containers only, each option `<alert id>|<container>`, plus the GPU snoozes when it has a GPU", () => {
     const raised = ghost('kpro5', [0, 96413]);
     expect(raised.kind).toBe('ghost_memory');
     const meta = metaOf(raised);
@@ -132,23 +161,44 @@ describe('alert message (src/render/alert.ts)', () => {
       ['ct129', `${meta.id}|ct129`],
       ['ct130', `${meta.id}|ct130`],
     ]);
-    expect(els.filter((e) => e.type === 'button').map((e) => e.action_id)).toEqual(['gpu_alert_status', 'gpu_alert_snooze_1h', 'gpu_alert_snooze_1d', 'gpu_alert_snooze_gpu_1h', 'gpu_alert_snooze_gpu_1d']);
+    expect(els.filter((e) => e.type === 'button').map((e) => e.action_id)).toEqual([
+      'gpu_alert_status',
+      'gpu_alert_snooze_1h',
+      'gpu_alert_snooze_1d',
+      'gpu_alert_snooze_gpu_1h',
+      'gpu_alert_snooze_gpu_1d',
+    ]);
     expect(els.find((e) => e.action_id === 'gpu_alert_snooze_gpu_1h')?.text?.text).toBe('Snooze GPU 1 1 h');
     expect(slackRefusal(v)).toBeNull();
   });
 
   it('a host with no container in the inventory gets no Unstick control and says why', () => {
     const alert = judged('kpro7', hostSnapshot('kpro7', { ramUsedGiB: 440 }));
-    const v = renderAlert(metaOf(alert), [logged({ type: 'alert_raised', at: at(T0), alert })], { machines: [{ id: 'kpro7', kind: 'host' }] })[0];
+    const v = renderAlert(metaOf(alert), [logged({ type: 'alert_raised', at: at(T0), alert })], {
+      machines: [{ id: 'kpro7', kind: 'host' }],
+    })[0];
     if (!v) throw new Error('no view');
-    expect(elementsOf(v.blocks).map((e) => e.action_id)).toEqual(['gpu_alert_status', 'gpu_alert_snooze_1h', 'gpu_alert_snooze_1d']);
-    expect(allText(v)).toContain('No container of `kpro7` is in the inventory, so *Unstick* has nothing to act on here.');
+    expect(elementsOf(v.blocks).map((e) => e.action_id)).toEqual([
+      'gpu_alert_status',
+      'gpu_alert_snooze_1h',
+      'gpu_alert_snooze_1d',
+    ]);
+    expect(allText(v)).toContain(
+      'No container of `kpro7` is in the inventory, so *Unstick* has nothing to act on here.',
+    );
   });
 
   it('an update says the new sentence and when it changed, in the same single message', () => {
     const alert = judged('kpro5', hostSnapshot('kpro5', { ramUsedGiB: 420 }));
     const later = { ...alert, sentence: 'host RAM 98 % used (440 of 449 GiB).', lastSeenAt: T0 + 6 * MIN };
-    const views = renderAlert(metaOf(alert), [logged({ type: 'alert_raised', at: at(T0), alert }), logged({ type: 'alert_updated', at: at(T0 + 6 * MIN), alert: later })], CTX);
+    const views = renderAlert(
+      metaOf(alert),
+      [
+        logged({ type: 'alert_raised', at: at(T0), alert }),
+        logged({ type: 'alert_updated', at: at(T0 + 6 * MIN), alert: later }),
+      ],
+      CTX,
+    );
     expect(views.map((v) => v.key)).toEqual(['parent']);
     const t = allText(views[0] ?? { text: '', blocks: [] });
     expect(t).toContain('Host RAM 98 % used (440 of 449 GiB).');
@@ -158,7 +208,14 @@ describe('alert message (src/render/alert.ts)', () => {
 
   it('once cleared it says "Cleared at HH:MM UTC (lasted N min)", keeps what it said, and has no buttons', () => {
     const alert = judged('kpro5', hostSnapshot('kpro5', { ramUsedGiB: 440 }));
-    const v = renderAlert(metaOf(alert), [logged({ type: 'alert_raised', at: at(T0), alert }), logged({ type: 'alert_cleared', at: at(T0 + 38 * MIN), alert })], CTX)[0];
+    const v = renderAlert(
+      metaOf(alert),
+      [
+        logged({ type: 'alert_raised', at: at(T0), alert }),
+        logged({ type: 'alert_cleared', at: at(T0 + 38 * MIN), alert }),
+      ],
+      CTX,
+    )[0];
     if (!v) throw new Error('no view');
     expect(JSON.stringify(v.blocks[0])).toContain('*Cleared at 03:38 UTC (lasted 38 min)*: Host RAM high on `kpro5`');
     expect(allText(v)).toContain('It said: Host RAM 98 % used (440 of 449 GiB).');
@@ -168,14 +225,25 @@ describe('alert message (src/render/alert.ts)', () => {
   });
 
   it('the seed\'s root cause that the watchdog appends to a RAM alert ("Why: …") shows on its own line, escaped, and stays once cleared', () => {
-    const seed = 'python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300 --hicache-write-policy write_through --hicache-io-backend kernel';
+    const seed =
+      'python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300 --hicache-write-policy write_through --hicache-io-backend kernel';
     const snap = hostSnapshot('kpro5', { ramUsedGiB: 440 });
-    const alert = judged('kpro5', { ...snap, rootCauses: rootCauses({ commandLines: [seed], hostRamTotalBytes: 449 * GiB, gpusVisible: 8 }) });
+    const alert = judged('kpro5', {
+      ...snap,
+      rootCauses: rootCauses({ commandLines: [seed], hostRamTotalBytes: 449 * GiB, gpusVisible: 8 }),
+    });
     const raised = logged({ type: 'alert_raised', at: at(T0), alert });
     const v = renderAlert(metaOf(alert), [raised], CTX)[0];
     const lines = String((v?.blocks[0] as { text: { text: string } }).text.text).split('\n');
-    expect(lines.slice(1)).toEqual(['Host RAM 98 % used (440 of 449 GiB).', ':bulb: Why: 8 ranks × 300 GB host cache (ˋ--hicache-sizeˋ is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.']);
-    const cleared = renderAlert(metaOf(alert), [raised, logged({ type: 'alert_cleared', at: at(T0 + 5 * MIN), alert })], CTX)[0];
+    expect(lines.slice(1)).toEqual([
+      'Host RAM 98 % used (440 of 449 GiB).',
+      ':bulb: Why: 8 ranks × 300 GB host cache (ˋ--hicache-sizeˋ is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.',
+    ]);
+    const cleared = renderAlert(
+      metaOf(alert),
+      [raised, logged({ type: 'alert_cleared', at: at(T0 + 5 * MIN), alert })],
+      CTX,
+    )[0];
     expect(cleared?.text).toContain(':bulb: Why: 8 ranks × 300 GB host cache');
   });
 
@@ -184,7 +252,13 @@ describe('alert message (src/render/alert.ts)', () => {
     const events = [
       logged({ type: 'alert_raised', at: at(T0), alert: raised }),
       logged({ type: 'alert_snoozed', at: at(T0 + MIN), by: 'U0ALICE001', scope: 'kpro5/0', until: at(T0 + 61 * MIN) }),
-      logged({ type: 'alert_snoozed', at: at(T0 + 2 * MIN), by: 'U0BOB00001', scope: 'kpro5', until: at(T0 + 2 * MIN + 24 * 60 * MIN) }),
+      logged({
+        type: 'alert_snoozed',
+        at: at(T0 + 2 * MIN),
+        by: 'U0BOB00001',
+        scope: 'kpro5',
+        until: at(T0 + 2 * MIN + 24 * 60 * MIN),
+      }),
     ];
     const v = renderAlert(metaOf(raised), events, CTX)[0];
     if (!v) throw new Error('no view');
@@ -200,28 +274,71 @@ describe('alert message (src/render/alert.ts)', () => {
       metaOf(alert),
       [
         logged({ type: 'alert_raised', at: at(T0), alert }),
-        logged({ type: 'alert_action', at: at(T0 + MIN), by: 'U0ALICE001', action: 'status', incidentId: 'inc_20261201_030100_abc123', refused: null, target: 'kpro5' }),
-        logged({ type: 'alert_action', at: at(T0 + 2 * MIN), by: 'U0CAROL001', action: 'unstick', incidentId: null, refused: 'policy', target: 'ct129' }),
+        logged({
+          type: 'alert_action',
+          at: at(T0 + MIN),
+          by: 'U0ALICE001',
+          action: 'status',
+          incidentId: 'inc_20261201_030100_abc123',
+          refused: null,
+          target: 'kpro5',
+        }),
+        logged({
+          type: 'alert_action',
+          at: at(T0 + 2 * MIN),
+          by: 'U0CAROL001',
+          action: 'unstick',
+          incidentId: null,
+          refused: 'policy',
+          target: 'ct129',
+        }),
       ],
       CTX,
     )[0];
     if (!v) throw new Error('no view');
     const t = allText(v);
     expect(t).toContain('Status `kpro5` by <@U0ALICE001> at 03:01 UTC: incident `inc_20261201_030100_abc123`');
-    expect(t).toContain('Unstick `ct129` by <@U0CAROL001> at 03:02 UTC: refused: not allowed by gpu-medic\'s policy (user or channel)');
+    expect(t).toContain(
+      "Unstick `ct129` by <@U0CAROL001> at 03:02 UTC: refused: not allowed by gpu-medic's policy (user or channel)",
+    );
   });
 
   it('hostile text in the sentence, the machine id, a container id and a clicker id stays data: no mention, link, markup or extra line forms', () => {
     const evil = '<!channel> *LIVE* <https://evil.example|click>\n> FORGED `x` &amp;';
-    const alert: Alert = { key: 'k', kind: 'xid', machineId: `kpro5${evil}`, gpu: 0, since: T0, raisedAt: T0, sentence: `Xid 79 ${evil}`, lastSeenAt: T0 };
+    const alert: Alert = {
+      key: 'k',
+      kind: 'xid',
+      machineId: `kpro5${evil}`,
+      gpu: 0,
+      since: T0,
+      raisedAt: T0,
+      sentence: `Xid 79 ${evil}`,
+      lastSeenAt: T0,
+    };
     const meta = metaOf(alert);
-    const ctx: RenderContext = { machines: [{ id: alert.machineId, kind: 'host' }, { id: `ct${evil}`, kind: 'container', hostId: alert.machineId }] };
+    const ctx: RenderContext = {
+      machines: [
+        { id: alert.machineId, kind: 'host' },
+        { id: `ct${evil}`, kind: 'container', hostId: alert.machineId },
+      ],
+    };
     const events = [
       logged({ type: 'alert_raised', at: at(T0), alert }),
       logged({ type: 'alert_snoozed', at: at(T0), by: `U0X${evil}`, scope: alert.machineId, until: at(T0 + 60 * MIN) }),
-      logged({ type: 'alert_action', at: at(T0), by: `<@U0EVIL>`, action: 'unstick', incidentId: null, refused: evil, target: `ct${evil}` }),
+      logged({
+        type: 'alert_action',
+        at: at(T0),
+        by: `<@U0EVIL>`,
+        action: 'unstick',
+        incidentId: null,
+        refused: evil,
+        target: `ct${evil}`,
+      }),
     ];
-    const views = [...renderAlert(meta, events, ctx), ...renderAlert(meta, [...events, logged({ type: 'alert_cleared', at: at(T0 + MIN), alert })], ctx)];
+    const views = [
+      ...renderAlert(meta, events, ctx),
+      ...renderAlert(meta, [...events, logged({ type: 'alert_cleared', at: at(T0 + MIN), alert })], ctx),
+    ];
     expect(views).toHaveLength(2);
     for (const v of views) {
       for (const { mrkdwn, s } of slackStrings(v)) {
@@ -234,7 +351,16 @@ describe('alert message (src/render/alert.ts)', () => {
   });
 
   it('renderThread sends alert incidents here, with the inventory context', () => {
-    const alert: Alert = { key: 'ct129/ram_high', kind: 'ram_high', machineId: 'ct129', gpu: null, since: T0, raisedAt: T0, sentence: 'host RAM 98 % used (440 of 449 GiB).', lastSeenAt: T0 };
+    const alert: Alert = {
+      key: 'ct129/ram_high',
+      kind: 'ram_high',
+      machineId: 'ct129',
+      gpu: null,
+      since: T0,
+      raisedAt: T0,
+      sentence: 'host RAM 98 % used (440 of 449 GiB).',
+      lastSeenAt: T0,
+    };
     const views = renderThread(metaOf(alert), [logged({ type: 'alert_raised', at: at(T0), alert })], CTX);
     expect(elementsOf(views[0]?.blocks ?? []).map((e) => e.action_id)).toContain('gpu_alert_unstick');
   });

@@ -18,7 +18,16 @@ import { s3HostKill } from '../unstick/scenarios.ts';
 const INC = 'inc_20261130_092000_k3x9q2';
 const APR = 'apr_Qm9vYmFyYmF6cXV4MTIzNA';
 const REQ = 'U0REQUEST';
-const meta: IncidentMeta = { id: INC, kind: 'unstick', requester: REQ, channel: 'C0GPUOPS', targets: ['ct129'], text: 'ct129', reason: null, createdAt: '2026-11-30T09:20:00.000Z' };
+const meta: IncidentMeta = {
+  id: INC,
+  kind: 'unstick',
+  requester: REQ,
+  channel: 'C0GPUOPS',
+  targets: ['ct129'],
+  text: 'ct129',
+  reason: null,
+  createdAt: '2026-11-30T09:20:00.000Z',
+};
 
 type NoId<T> = T extends unknown ? Omit<T, 'id'> : never;
 const before = s3HostKill();
@@ -42,9 +51,28 @@ const requested: NoId<UnstickLoggedEvent> = {
   approvers: ['U0APPROV1', 'U0APPROV2'],
   escalation: { approvers: ['U0ESCAL01'], at: '2026-11-30T09:30:00.000Z' },
 };
-const reminded: NoId<UnstickLoggedEvent> = { type: 'approval_reminded', at: '2026-11-30T09:27:30.000Z', approvalId: APR, stepId: hostKill.id, pinged: ['U0APPROV1', 'U0APPROV2'], expiresAt: '2026-11-30T09:35:00.000Z' };
-const escalated: NoId<UnstickLoggedEvent> = { type: 'approval_escalated', at: '2026-11-30T09:30:00.000Z', approvalId: APR, stepId: hostKill.id, pinged: ['U0ESCAL01'], expiresAt: '2026-11-30T09:35:00.000Z' };
-const expired: NoId<UnstickLoggedEvent> = { type: 'approval_expired', at: '2026-11-30T09:35:00.000Z', approvalId: APR, stepId: hostKill.id };
+const reminded: NoId<UnstickLoggedEvent> = {
+  type: 'approval_reminded',
+  at: '2026-11-30T09:27:30.000Z',
+  approvalId: APR,
+  stepId: hostKill.id,
+  pinged: ['U0APPROV1', 'U0APPROV2'],
+  expiresAt: '2026-11-30T09:35:00.000Z',
+};
+const escalated: NoId<UnstickLoggedEvent> = {
+  type: 'approval_escalated',
+  at: '2026-11-30T09:30:00.000Z',
+  approvalId: APR,
+  stepId: hostKill.id,
+  pinged: ['U0ESCAL01'],
+  expiresAt: '2026-11-30T09:35:00.000Z',
+};
+const expired: NoId<UnstickLoggedEvent> = {
+  type: 'approval_expired',
+  at: '2026-11-30T09:35:00.000Z',
+  approvalId: APR,
+  stepId: hostKill.id,
+};
 
 const cardOf = (events: UnstickLoggedEvent[]) => renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
 const repliesOf = (events: UnstickLoggedEvent[]) => renderUnstick(meta, events).filter((v) => v.key.startsWith('ev:'));
@@ -53,7 +81,9 @@ describe('minutesLeft', () => {
   it('counts whole minutes left, never more than there are, and says when under a minute is left', () => {
     expect(minutesLeft(Date.parse('2026-11-30T09:35:00Z'), Date.parse('2026-11-30T09:27:30Z'))).toBe('7 min left');
     expect(minutesLeft(Date.parse('2026-11-30T09:35:00Z'), Date.parse('2026-11-30T09:34:00Z'))).toBe('1 min left');
-    expect(minutesLeft(Date.parse('2026-11-30T09:35:00Z'), Date.parse('2026-11-30T09:34:30Z'))).toBe('less than a minute left');
+    expect(minutesLeft(Date.parse('2026-11-30T09:35:00Z'), Date.parse('2026-11-30T09:34:30Z'))).toBe(
+      'less than a minute left',
+    );
     expect(minutesLeft(Date.parse('2026-11-30T09:35:00Z'), Date.parse('2026-11-30T09:36:00Z'))).toBe('no time left');
   });
 });
@@ -108,11 +138,17 @@ describe('the expiry', () => {
   const still = s3HostKill();
   const list = [requested, reminded, escalated, expired];
   const context = verdictContextOf(withIds(list), ['U0APPROV1', 'U0APPROV2', 'U0ESCAL01'], REQ);
-  const verdict: NoId<UnstickLoggedEvent> = { type: 'verdict', at: '2026-11-30T09:35:01.000Z', verdict: verdictOf(before, still, context) };
+  const verdict: NoId<UnstickLoggedEvent> = {
+    type: 'verdict',
+    at: '2026-11-30T09:35:01.000Z',
+    verdict: verdictOf(before, still, context),
+  };
 
   it('the card says it expired, that nothing ran, and points the requester to the thread', () => {
     const card = cardOf(withIds([...list, verdict]));
-    expect(card?.text).toContain('*Expired* at 2026-11-30 09:35:00 UTC without a decision. Nothing from this card was run.');
+    expect(card?.text).toContain(
+      '*Expired* at 2026-11-30 09:35:00 UTC without a decision. Nothing from this card was run.',
+    );
     expect(card?.blocks.some((b) => b.type === 'actions')).toBe(false);
   });
   it('the reply tells the requester who was asked, that nothing ran, what is still held and who can act', () => {
@@ -128,7 +164,10 @@ describe('the expiry', () => {
     expect(reply?.text).toContain('`/gpu unstick ct129`');
   });
   it('the reply does not repeat the expiry note the worker opens the verdict advice with', () => {
-    const noted = { ...verdict, verdict: { ...verdict.verdict, ...adviceOf(joinRich([[EXPIRED_NOTE], verdict.verdict.advice ?? []], ' ')) } } as NoId<UnstickLoggedEvent>;
+    const noted = {
+      ...verdict,
+      verdict: { ...verdict.verdict, ...adviceOf(joinRich([[EXPIRED_NOTE], verdict.verdict.advice ?? []], ' ')) },
+    } as NoId<UnstickLoggedEvent>;
     const reply = repliesOf(withIds([...list, noted])).find((v) => /expired at/.test(v.text));
     expect(reply?.text).toContain('*What now:* GPU');
     expect(reply?.text).not.toContain(EXPIRED_NOTE);

@@ -13,14 +13,28 @@ import { CT129_NS, CT131_JOB, TP2, app, gpus, readings } from '../unstick/seed-f
 import { diagnoseWith, s3 } from '../unstick/scenarios.ts';
 
 const AT = '2026-11-30T09:20:00.000Z';
-const meta: IncidentMeta = { id: 'inc_20261130_092000_k3x9q2', kind: 'unstick', requester: 'U0ALICE', channel: 'C0GPUOPS', targets: ['ct129'], text: '', reason: null, createdAt: AT };
+const meta: IncidentMeta = {
+  id: 'inc_20261130_092000_k3x9q2',
+  kind: 'unstick',
+  requester: 'U0ALICE',
+  channel: 'C0GPUOPS',
+  targets: ['ct129'],
+  text: '',
+  reason: null,
+  createdAt: AT,
+};
 
 /** S3 after tier 1 failed to stop TP2 (a non-init process): only a host-level kill can free GPU 2. */
 function tp2Left(): Diagnosis {
   const tp2 = s3().gpus[2]?.holders[0]?.process;
   if (!tp2) throw new Error('fixture');
   return diagnoseWith(
-    { gpus: gpus({ 2: 96_417 }), apps: [app(TP2, 2, 96_417)], procs: readings([TP2.pid], [TP2]), targetPidNs: CT129_NS },
+    {
+      gpus: gpus({ 2: 96_417 }),
+      apps: [app(TP2, 2, 96_417)],
+      procs: readings([TP2.pid], [TP2]),
+      targetPidNs: CT129_NS,
+    },
     { holders: [], procs: [] },
     { containerFailed: [{ process: tp2, reason: 'kill: (63): Operation not permitted' }] },
   );
@@ -39,7 +53,9 @@ function verdictView(steps: StepHistory[]) {
 
 describe('the verdict advice renders gpu-medic’s mentions and commands once', () => {
   it('after a denial: <@U0BOB> and <@U0CAROL> are mentions (not &lt;@…&gt;), /gpu unstick is a code span', () => {
-    const shown = verdictView([{ kind: 'host_kill', outcome: 'denied', by: 'U0BOB', hostPids: [TP2.pid], gpuHostIndexes: [], message: null }]);
+    const shown = verdictView([
+      { kind: 'host_kill', outcome: 'denied', by: 'U0BOB', hostPids: [TP2.pid], gpuHostIndexes: [], message: null },
+    ]);
     for (const s of [shown.text, shown.blocks]) {
       expect(s).toContain('that kill was denied by <@U0BOB>');
       expect(s).toContain('ask another approver (<@U0CAROL>) to approve a new `/gpu unstick ct129`');
@@ -49,7 +65,16 @@ describe('the verdict advice renders gpu-medic’s mentions and commands once', 
   });
 
   it('machine text inside the advice (a step message) stays inert: no mention, no link, no formatting', () => {
-    const shown = verdictView([{ kind: 'host_kill', outcome: 'failed', by: null, hostPids: [TP2.pid], gpuHostIndexes: [], message: 'skipped <!channel> <@U0EVIL> *x* `y`' }]);
+    const shown = verdictView([
+      {
+        kind: 'host_kill',
+        outcome: 'failed',
+        by: null,
+        hostPids: [TP2.pid],
+        gpuHostIndexes: [],
+        message: 'skipped <!channel> <@U0EVIL> *x* `y`',
+      },
+    ]);
     for (const s of [shown.text, shown.blocks]) {
       expect(s).not.toContain('<!channel>');
       expect(s).not.toContain('<@U0EVIL>');
@@ -76,7 +101,15 @@ describe('diagnosis lines show cmdlines as code spans the data cannot close', ()
 
   it('a hostile cmdline stays inside its span: no mention, no forged line, no live formatting', () => {
     const evil = { ...CT131_JOB, cmdline: ['x`*FORGED*`', '\n• host PID *1*', '<!channel>'] };
-    const d = diagnoseWith({ gpus: gpus({ 0: 40_000 }), apps: [app(evil, 0, 40_000)], procs: readings([evil.pid], [evil]), targetPidNs: CT129_NS }, { holders: [], procs: [] });
+    const d = diagnoseWith(
+      {
+        gpus: gpus({ 0: 40_000 }),
+        apps: [app(evil, 0, 40_000)],
+        procs: readings([evil.pid], [evil]),
+        targetPidNs: CT129_NS,
+      },
+      { holders: [], procs: [] },
+    );
     const shown = diagnosisView(d);
     for (const s of [shown.text, shown.blocks]) {
       expect(s).toContain('`xˋ*FORGED*ˋ ␤• host PID *1* &lt;!channel&gt;`');

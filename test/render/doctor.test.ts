@@ -3,17 +3,48 @@ import type { Finding } from '../../src/doctor/judge.ts';
 import type { IncidentMeta, LoggedEvent } from '../../src/incident/events.ts';
 import { renderDoctor } from '../../src/render/doctor.ts';
 
-const meta: IncidentMeta = { id: 'inc_20261201_100000_abc123', kind: 'doctor', requester: 'U0BOB00001', channel: 'C0ONCALL01', targets: ['ct129'], text: 'doctor ct129', reason: null, createdAt: '2026-12-01T10:00:00.000Z' };
+const meta: IncidentMeta = {
+  id: 'inc_20261201_100000_abc123',
+  kind: 'doctor',
+  requester: 'U0BOB00001',
+  channel: 'C0ONCALL01',
+  targets: ['ct129'],
+  text: 'doctor ct129',
+  reason: null,
+  createdAt: '2026-12-01T10:00:00.000Z',
+};
 const at = '2026-12-01T10:00:01.000Z';
 // What a hostile machine could print into stderr, ending up in a finding's detail.
-const hostile: Finding = { machineId: 'ct129', kind: 'container', check: 'fuser', status: 'fail', detail: 'fuser: exit 1: <!channel> *pwned* `x` <https://evil|click>', hint: 'Install psmisc in the container (apt install psmisc).' };
-const ok: Finding = { machineId: 'ct129', kind: 'container', check: 'ssh', status: 'ok', detail: 'root@10.0.0.129:22 (pinned host key)', hint: null };
+const hostile: Finding = {
+  machineId: 'ct129',
+  kind: 'container',
+  check: 'fuser',
+  status: 'fail',
+  detail: 'fuser: exit 1: <!channel> *pwned* `x` <https://evil|click>',
+  hint: 'Install psmisc in the container (apt install psmisc).',
+};
+const ok: Finding = {
+  machineId: 'ct129',
+  kind: 'container',
+  check: 'ssh',
+  status: 'ok',
+  detail: 'root@10.0.0.129:22 (pinned host key)',
+  hint: null,
+};
 
 function events(findings: Finding[]): LoggedEvent[] {
   return [
     { id: '1-0', type: 'requested', at },
     { id: '2-0', type: 'started', at, worker: 'w:1' },
-    { id: '3-0', type: 'doctor_report', at, machines: ['ct129'], findings, failed: findings.filter((f) => f.status === 'fail').length, warned: 0 },
+    {
+      id: '3-0',
+      type: 'doctor_report',
+      at,
+      machines: ['ct129'],
+      findings,
+      failed: findings.filter((f) => f.status === 'fail').length,
+      warned: 0,
+    },
     { id: '4-0', type: 'finished', at, outcome: 'failed', durationMs: 900 },
   ];
 }
@@ -25,7 +56,9 @@ describe('the doctor thread', () => {
     expect(all).not.toContain('<!channel>');
     expect(all).not.toContain('<https://evil');
     const report = views.find((v) => v.key === 'report');
-    const table = (report?.blocks ?? []).find((b) => b.type === 'table') as unknown as { rows: Array<Array<{ text: string }>> };
+    const table = (report?.blocks ?? []).find((b) => b.type === 'table') as unknown as {
+      rows: Array<Array<{ text: string }>>;
+    };
     expect(table.rows.map((r) => r.map((c) => c.text))).toEqual([
       ['Machine', 'Check', 'Result', 'Detail'],
       ['ct129', 'ssh', 'ok', 'root@10.0.0.129:22 (pinned host key)'],
@@ -33,7 +66,9 @@ describe('the doctor thread', () => {
     ]);
     expect(report?.text).toContain('&lt;!channel&gt;');
     expect(report?.text).toContain('FAIL ct129 fuser: Install psmisc in the container (apt install psmisc).');
-    expect(views[0]?.text).toMatch(/^:stethoscope: Doctor for `ct129`, requested by <@U0BOB00001> · :warning: 1 problem that would make unstick fail on 1 machine\.$/);
+    expect(views[0]?.text).toMatch(
+      /^:stethoscope: Doctor for `ct129`, requested by <@U0BOB00001> · :warning: 1 problem that would make unstick fail on 1 machine\.$/,
+    );
   });
 
   it('before the report: the parent says checking, and no table is posted', () => {

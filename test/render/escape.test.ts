@@ -28,7 +28,9 @@ describe('the one escape for machine and user text', () => {
   });
 
   it('rich: each part escaped by its kind, exactly once', () => {
-    expect(rich(['Denied by ', { user: 'U0BOB' }, ': ', { code: 'kill `x`' }, ' *now*'])).toBe('Denied by <@U0BOB>: `kill ˋxˋ` ∗now∗');
+    expect(rich(['Denied by ', { user: 'U0BOB' }, ': ', { code: 'kill `x`' }, ' *now*'])).toBe(
+      'Denied by <@U0BOB>: `kill ˋxˋ` ∗now∗',
+    );
   });
 
   it('clipChars cuts by code point and marks the cut', () => {
@@ -41,7 +43,13 @@ describe('the one escape for machine and user text', () => {
 describe('say: sentences gpu-medic words around data', () => {
   it('literal backticks make code parts, values inside them join the code, values outside are plain words', () => {
     const r = say`GPU ${0}: denied by ${user('U0BOB')}; run \`/gpu unstick ${'ct129'}\` again (${'held by `x` <!channel>'}).`;
-    expect(r).toEqual(['GPU 0: denied by ', { user: 'U0BOB' }, '; run ', { code: '/gpu unstick ct129' }, ' again (held by `x` <!channel>).']);
+    expect(r).toEqual([
+      'GPU 0: denied by ',
+      { user: 'U0BOB' },
+      '; run ',
+      { code: '/gpu unstick ct129' },
+      ' again (held by `x` <!channel>).',
+    ]);
     expect(rich(r)).toBe('GPU 0: denied by <@U0BOB>; run `/gpu unstick ct129` again (held by ˋxˋ &lt;!channel&gt;).');
     expect(richPlain(r)).toBe('GPU 0: denied by <@U0BOB>; run `/gpu unstick ct129` again (held by `x` <!channel>).');
   });

@@ -64,7 +64,9 @@ const PIECES = [
   'a',
 ];
 /** Never starts with FORGED: a line that does was forged by a newline in the data. */
-const hostile = fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 6 }).map((parts) => `x${parts.join('')}`);
+const hostile = fc
+  .array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 6 })
+  .map((parts) => `x${parts.join('')}`);
 
 interface Hostile {
   name: string;
@@ -74,14 +76,30 @@ interface Hostile {
   reason: string;
   detail: string;
 }
-const hostiles: fc.Arbitrary<Hostile> = fc.record({ name: hostile, user: hostile, cmdline: hostile, error: hostile, reason: hostile, detail: hostile });
+const hostiles: fc.Arbitrary<Hostile> = fc.record({
+  name: hostile,
+  user: hostile,
+  cmdline: hostile,
+  error: hostile,
+  reason: hostile,
+  detail: hostile,
+});
 
 const AT = '2026-11-30T09:20:00.000Z';
 const INC = 'inc_20261130_092000_k3x9q2';
 const APR = 'apr_Qm9vYmFyYmF6cXV4MTIzNA';
 
 function meta(kind: IncidentMeta['kind'], h: Hostile, targets: string[]): IncidentMeta {
-  return { id: INC, kind, requester: REQUESTER, channel: 'C0GPUOPS', targets, text: h.reason, reason: kind === 'unstick' ? h.reason : null, createdAt: AT };
+  return {
+    id: INC,
+    kind,
+    requester: REQUESTER,
+    channel: 'C0GPUOPS',
+    targets,
+    text: h.reason,
+    reason: kind === 'unstick' ? h.reason : null,
+    createdAt: AT,
+  };
 }
 
 function snapshot(machineId: string, view: 'host' | 'container', h: Hostile): MachineSnapshot {
@@ -89,9 +107,24 @@ function snapshot(machineId: string, view: 'host' | 'container', h: Hostile): Ma
     machineId,
     view,
     takenAt: AT,
-    gpus: [0, 1].map((index) => ({ index, name: h.name, busId: null, uuid: `GPU-${index}`, memoryUsedMiB: 40_000, memoryTotalMiB: 81_559, utilizationPct: 0 })),
+    gpus: [0, 1].map((index) => ({
+      index,
+      name: h.name,
+      busId: null,
+      uuid: `GPU-${index}`,
+      memoryUsedMiB: 40_000,
+      memoryTotalMiB: 81_559,
+      utilizationPct: 0,
+    })),
     // Enough processes on GPU 0 that its cell says "+N more" and the full list follows in its own message.
-    processes: Array.from({ length: 40 }, (_, i) => ({ gpuIndex: 0, gpuUuid: 'GPU-0', pid: 4242 + i, type: 'C', name: `${h.name} ${h.cmdline}`, usedMiB: 1_000 })),
+    processes: Array.from({ length: 40 }, (_, i) => ({
+      gpuIndex: 0,
+      gpuUuid: 'GPU-0',
+      pid: 4242 + i,
+      type: 'C',
+      name: `${h.name} ${h.cmdline}`,
+      usedMiB: 1_000,
+    })),
     holders: [{ device: '/dev/nvidia0', pid: 63, user: h.user, access: 'F...m', command: h.name }],
     kernelMounts: [],
     ram: { totalBytes: 449 * GIB, usedBytes: 440 * GIB, availableBytes: null },
@@ -101,7 +134,14 @@ function snapshot(machineId: string, view: 'host' | 'container', h: Hostile): Ma
 }
 
 function step(h: Hostile): Step {
-  const cmd = { role: 'kill' as const, on: 'host' as const, argv: ['kill', '-s', 'KILL', '811900'], display: `kill -s KILL 811900 ${h.cmdline}`, when: 'still_matching' as const, timeoutMs: 15_000 };
+  const cmd = {
+    role: 'kill' as const,
+    on: 'host' as const,
+    argv: ['kill', '-s', 'KILL', '811900'],
+    display: `kill -s KILL 811900 ${h.cmdline}`,
+    when: 'still_matching' as const,
+    timeoutMs: 15_000,
+  };
   return {
     id: 'host_kill-3f9a0c1b2d4e',
     tier: 2,
@@ -128,13 +168,30 @@ function step(h: Hostile): Step {
 }
 
 function diagnosis(h: Hostile): Diagnosis {
-  const base = { hostIndex: 0, uuid: 'GPU-0', name: h.name, usedMiB: 40_000, totalMiB: 81_559, unaccountedMiB: null, holders: [], outside: [], unresolved: [], error: null };
+  const base = {
+    hostIndex: 0,
+    uuid: 'GPU-0',
+    name: h.name,
+    usedMiB: 40_000,
+    totalMiB: 81_559,
+    unaccountedMiB: null,
+    holders: [],
+    outside: [],
+    unresolved: [],
+    error: null,
+  };
   return {
     target: 'ct129',
     host: 'kpro5',
     gpus: [
       { ...base, index: 0, kind: 'held_host_only', sentence: `GPU 0: held by PID 1 \`${h.cmdline}\`: ${h.detail}` },
-      { ...base, index: 1, kind: 'gpu_error', error: { kind: 'gpu_lost', message: h.error, busId: null }, sentence: `GPU 1 is in error: ${h.error}` },
+      {
+        ...base,
+        index: 1,
+        kind: 'gpu_error',
+        error: { kind: 'gpu_lost', message: h.error, busId: null },
+        sentence: `GPU 1 is in error: ${h.error}`,
+      },
     ],
     deviceOnly: [{ containerPid: 77, devices: ['/dev/nvidia0', h.name], user: h.user, command: h.name }],
     error: { kind: 'driver_unreachable', message: h.error, busId: null },
@@ -146,7 +203,20 @@ function verdict(h: Hostile): Verdict {
     kind: 'still_stuck',
     title: 'Still stuck',
     gpus: [
-      { index: 0, uuid: 'GPU-0', beforeMiB: 96_413, afterMiB: 96_413, heldMiB: 96_413, leftMiB: 96_413, freedMiB: 0, othersFreedMiB: 0, before: 'held_host_only', after: 'held_host_only', afterState: 'read', recovered: false },
+      {
+        index: 0,
+        uuid: 'GPU-0',
+        beforeMiB: 96_413,
+        afterMiB: 96_413,
+        heldMiB: 96_413,
+        leftMiB: 96_413,
+        freedMiB: 0,
+        othersFreedMiB: 0,
+        before: 'held_host_only',
+        after: 'held_host_only',
+        afterState: 'read',
+        recovered: false,
+      },
     ],
     totalFreedMiB: 0,
     outside: [`GPU 0: ${h.detail}`],
@@ -158,18 +228,65 @@ type NoId<T> = T extends unknown ? Omit<T, 'id'> : never;
 
 function unstickEvents(h: Hostile, decision: 'approved' | 'denied' | 'pending'): UnstickLoggedEvent[] {
   const s = step(h);
-  const rec = { machineId: 'kpro5', command: `kill -s KILL 811900 ${h.cmdline}`, code: 1, signal: null, durationMs: 120, timedOut: false };
+  const rec = {
+    machineId: 'kpro5',
+    command: `kill -s KILL 811900 ${h.cmdline}`,
+    code: 1,
+    signal: null,
+    durationMs: 120,
+    timedOut: false,
+  };
   const list: Array<NoId<UnstickLoggedEvent>> = [
     { type: 'requested', at: AT },
     { type: 'snapshot', at: AT, label: 'before', snapshot: snapshot('ct129', 'container', h), commands: [] },
     { type: 'diagnosis', at: AT, label: 'before', diagnosis: diagnosis(h) },
-    { type: 'approval_requested', at: AT, approvalId: APR, stepId: s.id, expiresAt: AT, planHash: 'h', step: s, host: 'kpro5', vmid: 129 },
+    {
+      type: 'approval_requested',
+      at: AT,
+      approvalId: APR,
+      stepId: s.id,
+      expiresAt: AT,
+      planHash: 'h',
+      step: s,
+      host: 'kpro5',
+      vmid: 129,
+    },
     { type: 'approval_refused', at: AT, approvalId: APR, by: h.user, reason: 'not_approver' },
-    ...(decision === 'pending' ? [] : [{ type: 'approval_decided' as const, at: AT, approvalId: APR, stepId: s.id, decision, by: APPROVER }]),
-    { type: 'step_started', at: AT, stepId: s.id, kind: s.kind, tier: s.tier, machineId: 'kpro5', explanation: h.detail },
+    ...(decision === 'pending'
+      ? []
+      : [{ type: 'approval_decided' as const, at: AT, approvalId: APR, stepId: s.id, decision, by: APPROVER }]),
+    {
+      type: 'step_started',
+      at: AT,
+      stepId: s.id,
+      kind: s.kind,
+      tier: s.tier,
+      machineId: 'kpro5',
+      explanation: h.detail,
+    },
     { type: 'command', at: AT, stepId: s.id, role: 'kill', on: 'host', record: rec },
-    { type: 'signalled', at: AT, stepId: s.id, hostPid: 811_900, containerPid: 1, signal: 'KILL', cmdline: h.cmdline, result: 'sent', reason: null },
-    { type: 'signalled', at: AT, stepId: s.id, hostPid: 811_901, containerPid: 2, signal: 'KILL', cmdline: h.cmdline, result: 'skipped', reason: h.detail },
+    {
+      type: 'signalled',
+      at: AT,
+      stepId: s.id,
+      hostPid: 811_900,
+      containerPid: 1,
+      signal: 'KILL',
+      cmdline: h.cmdline,
+      result: 'sent',
+      reason: null,
+    },
+    {
+      type: 'signalled',
+      at: AT,
+      stepId: s.id,
+      hostPid: 811_901,
+      containerPid: 2,
+      signal: 'KILL',
+      cmdline: h.cmdline,
+      result: 'skipped',
+      reason: h.detail,
+    },
     { type: 'step_finished', at: AT, stepId: s.id, outcome: 'failed', durationMs: 1_000, message: h.detail },
     { type: 'snapshot', at: AT, label: 'after', snapshot: snapshot('kpro5', 'host', h), commands: [] },
     { type: 'machine_error', at: AT, machineId: 'kpro5', code: 'connect_failed', message: h.detail, commands: [] },
@@ -183,20 +300,40 @@ function unstickEvents(h: Hostile, decision: 'approved' | 'denied' | 'pending'):
 function statusEvents(h: Hostile, machines: string[]): LoggedEvent[] {
   const list: LoggedEvent[] = [{ type: 'requested', at: AT, id: '1-0' }];
   machines.forEach((m, i) => {
-    if (i % 2 === 0) list.push({ type: 'snapshot', at: AT, label: 'status', snapshot: snapshot(m, i === 0 ? 'container' : 'host', h), commands: [], id: `2-${i}` });
-    else list.push({ type: 'machine_error', at: AT, machineId: m, code: i === 1 ? 'connect_failed' : 'weird_code', message: h.detail, commands: [], id: `2-${i}` });
+    if (i % 2 === 0)
+      list.push({
+        type: 'snapshot',
+        at: AT,
+        label: 'status',
+        snapshot: snapshot(m, i === 0 ? 'container' : 'host', h),
+        commands: [],
+        id: `2-${i}`,
+      });
+    else
+      list.push({
+        type: 'machine_error',
+        at: AT,
+        machineId: m,
+        code: i === 1 ? 'connect_failed' : 'weird_code',
+        message: h.detail,
+        commands: [],
+        id: `2-${i}`,
+      });
   });
   return list;
 }
 
 /** Every string Slack will read: message `text`, mrkdwn/plain text objects, table cells. */
 function slackStrings(v: MessageView): Array<{ where: string; mrkdwn: boolean; s: string }> {
-  const out: Array<{ where: string; mrkdwn: boolean; s: string }> = [{ where: `${v.key}.text`, mrkdwn: true, s: v.text }];
+  const out: Array<{ where: string; mrkdwn: boolean; s: string }> = [
+    { where: `${v.key}.text`, mrkdwn: true, s: v.text },
+  ];
   const walk = (node: unknown, path: string): void => {
     if (Array.isArray(node)) node.forEach((n, i) => walk(n, `${path}[${i}]`));
     else if (node !== null && typeof node === 'object') {
       const o = node as Record<string, unknown>;
-      if (typeof o.text === 'string' && typeof o.type === 'string') out.push({ where: path, mrkdwn: o.type === 'mrkdwn', s: o.text });
+      if (typeof o.text === 'string' && typeof o.type === 'string')
+        out.push({ where: path, mrkdwn: o.type === 'mrkdwn', s: o.text });
       for (const [k, val] of Object.entries(o)) walk(val, `${path}.${k}`);
     }
   };
@@ -213,7 +350,10 @@ function problems(where: string, mrkdwn: boolean, s: string): string[] {
   const found: string[] = [];
   let rest = s;
   for (const m of OWN_MENTIONS) rest = rest.split(m).join('');
-  if (rest.includes('<')) found.push(`${where}: a <…> token survives: ${JSON.stringify(s.slice(Math.max(0, rest.indexOf('<') - 20), rest.indexOf('<') + 40))}`);
+  if (rest.includes('<'))
+    found.push(
+      `${where}: a <…> token survives: ${JSON.stringify(s.slice(Math.max(0, rest.indexOf('<') - 20), rest.indexOf('<') + 40))}`,
+    );
   for (const line of s.split(/\r\n|\r|\n|\u2028|\u2029/)) {
     if (/^[\s•*_~>`]*FORGED/.test(line)) found.push(`${where}: forged line ${JSON.stringify(line)}`);
   }
@@ -222,7 +362,8 @@ function problems(where: string, mrkdwn: boolean, s: string): string[] {
     return found;
   }
   const live = outsideCode(s);
-  for (const mark of ['*LIVE', '_LIVE', '~LIVE']) if (live.includes(mark)) found.push(`${where}: live formatting ${mark} outside code`);
+  for (const mark of ['*LIVE', '_LIVE', '~LIVE'])
+    if (live.includes(mark)) found.push(`${where}: live formatting ${mark} outside code`);
   return found;
 }
 
@@ -257,13 +398,18 @@ describe('machine and user text is data, never markup, in every renderer', () =>
 
   it('unstick thread: reason, before/after tables, diagnosis, steps, approval card (pending, approved, denied), verdict, summary, errors', () => {
     fc.assert(
-      fc.property(hostiles, fc.constantFrom('approved' as const, 'denied' as const, 'pending' as const), (h, decision) => {
-        const views = renderUnstick(meta('unstick', h, ['ct129']), unstickEvents(h, decision));
-        expect(check(views)).toEqual([]);
-        // gpu-medic's own mentions are written once, not escaped.
-        expect(views[0]?.text).toContain(`<@${REQUESTER}>`);
-        if (decision !== 'pending') expect(views.find((v) => v.key === `approval:${APR}`)?.text).toContain(`<@${APPROVER}>`);
-      }),
+      fc.property(
+        hostiles,
+        fc.constantFrom('approved' as const, 'denied' as const, 'pending' as const),
+        (h, decision) => {
+          const views = renderUnstick(meta('unstick', h, ['ct129']), unstickEvents(h, decision));
+          expect(check(views)).toEqual([]);
+          // gpu-medic's own mentions are written once, not escaped.
+          expect(views[0]?.text).toContain(`<@${REQUESTER}>`);
+          if (decision !== 'pending')
+            expect(views.find((v) => v.key === `approval:${APR}`)?.text).toContain(`<@${APPROVER}>`);
+        },
+      ),
       RUNS,
     );
   });
@@ -272,8 +418,26 @@ describe('machine and user text is data, never markup, in every renderer', () =>
     fc.assert(
       fc.property(hostiles, (h) => {
         const now = Date.parse(AT);
-        const g = { at: now, ok: false, code: h.error, gpus: 0, gpuMemoryUsedMiB: 0, gpuMemoryTotalMiB: 0, ramPct: null, openAlerts: 1 };
-        const alert = { key: h.detail, kind: 'xid' as const, machineId: h.name, gpu: 0, since: now, raisedAt: now, sentence: h.detail, lastSeenAt: now };
+        const g = {
+          at: now,
+          ok: false,
+          code: h.error,
+          gpus: 0,
+          gpuMemoryUsedMiB: 0,
+          gpuMemoryTotalMiB: 0,
+          ramPct: null,
+          openAlerts: 1,
+        };
+        const alert = {
+          key: h.detail,
+          kind: 'xid' as const,
+          machineId: h.name,
+          gpu: 0,
+          since: now,
+          raisedAt: now,
+          sentence: h.detail,
+          lastSeenAt: now,
+        };
         const view = renderHome({
           now,
           machines: [
@@ -281,7 +445,10 @@ describe('machine and user text is data, never markup, in every renderer', () =>
             { id: h.user, glance: null },
             { id: h.cmdline, glance: null, unreadable: true },
           ],
-          alerts: [{ incidentId: h.reason, alert, cleared: false, snoozedUntil: null }, { incidentId: h.error, alert: null, cleared: false, snoozedUntil: null }],
+          alerts: [
+            { incidentId: h.reason, alert, cleared: false, snoozedUntil: null },
+            { incidentId: h.error, alert: null, cleared: false, snoozedUntil: null },
+          ],
           incidents: [
             { id: h.reason, targets: [h.name, h.cmdline], requester: REQUESTER, state: 'running', createdAt: AT },
             { id: INC, targets: [h.user], requester: h.user, state: 'waiting for approval', createdAt: h.detail },
@@ -289,7 +456,9 @@ describe('machine and user text is data, never markup, in every renderer', () =>
           ramPct: 90,
           staleAfterMs: 60_000,
         });
-        expect(check([{ key: 'home', placement: 'parent', text: '', blocks: view.blocks as MessageView['blocks'] }])).toEqual([]);
+        expect(
+          check([{ key: 'home', placement: 'parent', text: '', blocks: view.blocks as MessageView['blocks'] }]),
+        ).toEqual([]);
         expect(JSON.stringify(view.blocks)).toContain(`<@${REQUESTER}>`);
       }),
       RUNS,
@@ -318,16 +487,46 @@ describe('machine and user text is data, never markup, in every renderer', () =>
   it('alert message: the sentence, the machine and container ids, snoozers and refusals (raised, snoozed, clicked, cleared)', () => {
     fc.assert(
       fc.property(hostiles, (h) => {
-        const alert: Alert = { key: 'k', kind: 'xid', machineId: h.name, gpu: 0, since: 0, raisedAt: 0, sentence: h.detail, lastSeenAt: 0 };
+        const alert: Alert = {
+          key: 'k',
+          kind: 'xid',
+          machineId: h.name,
+          gpu: 0,
+          since: 0,
+          raisedAt: 0,
+          sentence: h.detail,
+          lastSeenAt: 0,
+        };
         const ev = (e: AlertEvent, i: number) => ({ ...e, id: `1-${i}` });
         const live = [
           ev({ type: 'alert_raised', at: AT, alert }, 0),
           ev({ type: 'alert_snoozed', at: AT, by: h.user, scope: h.name, until: AT }, 1),
-          ev({ type: 'alert_action', at: AT, by: REQUESTER, action: 'unstick', incidentId: null, refused: h.error, target: h.cmdline }, 2),
+          ev(
+            {
+              type: 'alert_action',
+              at: AT,
+              by: REQUESTER,
+              action: 'unstick',
+              incidentId: null,
+              refused: h.error,
+              target: h.cmdline,
+            },
+            2,
+          ),
         ];
-        const ctx = { machines: [{ id: h.name, kind: 'host' as const }, { id: h.cmdline, kind: 'container' as const, hostId: h.name }] };
+        const ctx = {
+          machines: [
+            { id: h.name, kind: 'host' as const },
+            { id: h.cmdline, kind: 'container' as const, hostId: h.name },
+          ],
+        };
         const m = { ...meta('alert', h, [h.name]), requester: 'watchdog' };
-        expect(check([...renderAlert(m, live, ctx), ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx)])).toEqual([]);
+        expect(
+          check([
+            ...renderAlert(m, live, ctx),
+            ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx),
+          ]),
+        ).toEqual([]);
       }),
       RUNS,
     );
@@ -335,52 +534,104 @@ describe('machine and user text is data, never markup, in every renderer', () =>
 
   it('history answer: unstick steps, approvals, verdict, errors, a watchdog alert (its sentence, clicks, snoozes), a container seen from its host', () => {
     fc.assert(
-      fc.property(hostiles, fc.constantFrom('approved' as const, 'denied' as const, 'pending' as const), (h, decision) => {
-        const alert = { key: h.name, kind: 'ghost_memory' as const, machineId: 'kpro5', gpu: 3, since: 0, raisedAt: 0, sentence: h.detail, lastSeenAt: 0 };
-        const alertEvents: AnyLoggedEvent[] = [
-          { type: 'alert_raised', at: AT, alert, id: '1-0' },
-          { type: 'alert_updated', at: AT, alert: { ...alert, sentence: h.error }, id: '1-1' },
-          { type: 'alert_action', at: AT, by: h.user, action: 'unstick', incidentId: h.name, refused: h.reason, target: h.cmdline, id: '1-2' },
-          { type: 'alert_snoozed', at: AT, by: APPROVER, scope: h.name, until: h.detail, id: '1-3' },
-        ];
-        const status = meta('status', h, ['kpro5']);
-        const out = renderHistory({
-          target: { id: 'kpro5', kind: 'host' },
-          containers: ['ct129'],
-          limit: 5,
-          cappedFrom: null,
-          max: 25,
-          more: true,
-          scan: { scanned: 3, bound: 500, complete: false, before: h.detail },
-          entries: [
-            { id: INC, at: AT, via: 'ct129', summary: summarizeIncident(meta('unstick', h, ['ct129']), unstickEvents(h, decision)) },
-            { id: 'inc_alert_0123', at: AT, via: null, summary: summarizeIncident({ ...meta('alert', h, ['kpro5']), requester: 'watchdog' }, alertEvents) },
-            { id: 'inc_x', at: AT, via: null, summary: summarizeIncident({ ...status, requester: h.user }, statusEvents(h, ['kpro5', 'kpro6'])) },
-            { id: 'inc_gone', at: h.detail, via: null, summary: null },
-          ],
-        });
-        expect(problems('history', true, out)).toEqual([]);
-        // One line per incident between the header and the notes: data cannot add or split lines.
-        expect(out.split('\n').filter((l) => l.startsWith('• '))).toHaveLength(4);
-        expect(out).toContain(`<@${REQUESTER}>`);
-      }),
+      fc.property(
+        hostiles,
+        fc.constantFrom('approved' as const, 'denied' as const, 'pending' as const),
+        (h, decision) => {
+          const alert = {
+            key: h.name,
+            kind: 'ghost_memory' as const,
+            machineId: 'kpro5',
+            gpu: 3,
+            since: 0,
+            raisedAt: 0,
+            sentence: h.detail,
+            lastSeenAt: 0,
+          };
+          const alertEvents: AnyLoggedEvent[] = [
+            { type: 'alert_raised', at: AT, alert, id: '1-0' },
+            { type: 'alert_updated', at: AT, alert: { ...alert, sentence: h.error }, id: '1-1' },
+            {
+              type: 'alert_action',
+              at: AT,
+              by: h.user,
+              action: 'unstick',
+              incidentId: h.name,
+              refused: h.reason,
+              target: h.cmdline,
+              id: '1-2',
+            },
+            { type: 'alert_snoozed', at: AT, by: APPROVER, scope: h.name, until: h.detail, id: '1-3' },
+          ];
+          const status = meta('status', h, ['kpro5']);
+          const out = renderHistory({
+            target: { id: 'kpro5', kind: 'host' },
+            containers: ['ct129'],
+            limit: 5,
+            cappedFrom: null,
+            max: 25,
+            more: true,
+            scan: { scanned: 3, bound: 500, complete: false, before: h.detail },
+            entries: [
+              {
+                id: INC,
+                at: AT,
+                via: 'ct129',
+                summary: summarizeIncident(meta('unstick', h, ['ct129']), unstickEvents(h, decision)),
+              },
+              {
+                id: 'inc_alert_0123',
+                at: AT,
+                via: null,
+                summary: summarizeIncident({ ...meta('alert', h, ['kpro5']), requester: 'watchdog' }, alertEvents),
+              },
+              {
+                id: 'inc_x',
+                at: AT,
+                via: null,
+                summary: summarizeIncident({ ...status, requester: h.user }, statusEvents(h, ['kpro5', 'kpro6'])),
+              },
+              { id: 'inc_gone', at: h.detail, via: null, summary: null },
+            ],
+          });
+          expect(problems('history', true, out)).toEqual([]);
+          // One line per incident between the header and the notes: data cannot add or split lines.
+          expect(out.split('\n').filter((l) => l.startsWith('• '))).toHaveLength(4);
+          expect(out).toContain(`<@${REQUESTER}>`);
+        },
+      ),
       RUNS,
     );
   });
 
   it('machine error explanations and ephemeral answers', () => {
     fc.assert(
-      fc.property(hostiles, fc.constantFrom('host_key_mismatch', 'connect_failed', 'connection_lost', 'command_timeout', 'target_unknown', 'parse_failed', 'other'), (h, code) => {
-        const texts = [
-          explainMachineError('kpro5', code, h.detail),
-          refusalText('approval_decided', { decidedBy: h.user, decidedAt: 0, state: 'approved' } as Pick<Approval, 'decidedBy' | 'decidedAt' | 'state'> as Approval),
-        ];
-        for (const typed of [h.reason, `status ${h.reason}`, `unstick ${h.reason}`, `${h.name} ct129`]) {
-          const c = parseCommandText(typed);
-          if (c.kind === 'invalid') texts.push(c.message);
-        }
-        expect(texts.flatMap((s, i) => problems(`text ${i}`, true, s))).toEqual([]);
-      }),
+      fc.property(
+        hostiles,
+        fc.constantFrom(
+          'host_key_mismatch',
+          'connect_failed',
+          'connection_lost',
+          'command_timeout',
+          'target_unknown',
+          'parse_failed',
+          'other',
+        ),
+        (h, code) => {
+          const texts = [
+            explainMachineError('kpro5', code, h.detail),
+            refusalText('approval_decided', { decidedBy: h.user, decidedAt: 0, state: 'approved' } as Pick<
+              Approval,
+              'decidedBy' | 'decidedAt' | 'state'
+            > as Approval),
+          ];
+          for (const typed of [h.reason, `status ${h.reason}`, `unstick ${h.reason}`, `${h.name} ct129`]) {
+            const c = parseCommandText(typed);
+            if (c.kind === 'invalid') texts.push(c.message);
+          }
+          expect(texts.flatMap((s, i) => problems(`text ${i}`, true, s))).toEqual([]);
+        },
+      ),
       RUNS,
     );
   });

@@ -20,7 +20,8 @@ const ALICE = 'U0ALICE001';
 const BOB = 'U0BOB00001';
 
 type NoId<T> = T extends unknown ? Omit<T, 'id'> : never;
-const logged = (list: Array<NoId<AnyLoggedEvent>>): AnyLoggedEvent[] => list.map((e, i) => ({ ...e, id: `1764472365123-${i}` }) as AnyLoggedEvent);
+const logged = (list: Array<NoId<AnyLoggedEvent>>): AnyLoggedEvent[] =>
+  list.map((e, i) => ({ ...e, id: `1764472365123-${i}` }) as AnyLoggedEvent);
 
 interface Hostile {
   name: string;
@@ -35,7 +36,17 @@ function snapshot(machineId: string, view: 'host' | 'container', h: Hostile, use
     machineId,
     view,
     takenAt: AT,
-    gpus: [{ index: 0, name: h.name, busId: null, uuid: `GPU-${h.name}`, memoryUsedMiB: used, memoryTotalMiB: 81_559, utilizationPct: 0 }],
+    gpus: [
+      {
+        index: 0,
+        name: h.name,
+        busId: null,
+        uuid: `GPU-${h.name}`,
+        memoryUsedMiB: used,
+        memoryTotalMiB: 81_559,
+        utilizationPct: 0,
+      },
+    ],
     processes: used > 0 ? [{ gpuIndex: 0, gpuUuid: null, pid: 4242, type: 'C', name: h.cmdline, usedMiB: used }] : [],
     holders: [{ device: '/dev/nvidia0', pid: 42, user: h.name, access: 'F...m', command: h.cmdline }],
     kernelMounts: [],
@@ -45,14 +56,41 @@ function snapshot(machineId: string, view: 'host' | 'container', h: Hostile, use
 }
 
 function hostStep(): Step {
-  return { id: 's2', tier: 2, kind: 'host_kill', machineId: 'kpro5', targets: [], gpus: [], commands: [], explanation: '', graceMs: 0, releaseTimeoutMs: 0, pollIntervalMs: 0 };
+  return {
+    id: 's2',
+    tier: 2,
+    kind: 'host_kill',
+    machineId: 'kpro5',
+    targets: [],
+    gpus: [],
+    commands: [],
+    explanation: '',
+    graceMs: 0,
+    releaseTimeoutMs: 0,
+    pollIntervalMs: 0,
+  };
 }
 
 function verdict(h: Hostile): Verdict {
   return {
     kind: 'recovered',
     title: 'Recovered',
-    gpus: [{ index: 0, uuid: 'GPU-0', beforeMiB: 40_000, afterMiB: 0, heldMiB: 40_000, leftMiB: 0, freedMiB: 40_000, othersFreedMiB: 0, before: 'held_host_only', after: 'idle', afterState: 'read', recovered: true }],
+    gpus: [
+      {
+        index: 0,
+        uuid: 'GPU-0',
+        beforeMiB: 40_000,
+        afterMiB: 0,
+        heldMiB: 40_000,
+        leftMiB: 0,
+        freedMiB: 40_000,
+        othersFreedMiB: 0,
+        before: 'held_host_only',
+        after: 'idle',
+        afterState: 'read',
+        recovered: true,
+      },
+    ],
     totalFreedMiB: 40_000,
     outside: [`GPU 1: ${h.detail}`],
     nextStep: `check ${h.detail}`,
@@ -61,17 +99,67 @@ function verdict(h: Hostile): Verdict {
 }
 
 function unstick(h: Hostile): { meta: IncidentMeta; events: AnyLoggedEvent[] } {
-  const meta: IncidentMeta = { id: 'inc_20261130_031245_k3x9q2', kind: 'unstick', requester: ALICE, channel: 'C0ONCALL01', targets: ['ct129'], text: `unstick ct129 ${h.reason}`, reason: h.reason, createdAt: AT };
-  const rec = (command: string) => ({ machineId: 'kpro5', command, code: 0, signal: null, durationMs: 120, timedOut: false });
+  const meta: IncidentMeta = {
+    id: 'inc_20261130_031245_k3x9q2',
+    kind: 'unstick',
+    requester: ALICE,
+    channel: 'C0ONCALL01',
+    targets: ['ct129'],
+    text: `unstick ct129 ${h.reason}`,
+    reason: h.reason,
+    createdAt: AT,
+  };
+  const rec = (command: string) => ({
+    machineId: 'kpro5',
+    command,
+    code: 0,
+    signal: null,
+    durationMs: 120,
+    timedOut: false,
+  });
   const events = logged([
     { type: 'requested', at: AT },
     { type: 'started', at: AT, worker: 'w1' },
-    { type: 'snapshot', at: AT, label: 'before', snapshot: snapshot('ct129', 'container', h, 40_000), commands: [rec(`nvidia-smi -q -x # ${h.command}`)] },
-    { type: 'approval_requested', at: AT, approvalId: 'apr_1', stepId: 's2', expiresAt: LATER, planHash: 'h', step: hostStep(), host: 'kpro5', vmid: 129 },
+    {
+      type: 'snapshot',
+      at: AT,
+      label: 'before',
+      snapshot: snapshot('ct129', 'container', h, 40_000),
+      commands: [rec(`nvidia-smi -q -x # ${h.command}`)],
+    },
+    {
+      type: 'approval_requested',
+      at: AT,
+      approvalId: 'apr_1',
+      stepId: 's2',
+      expiresAt: LATER,
+      planHash: 'h',
+      step: hostStep(),
+      host: 'kpro5',
+      vmid: 129,
+    },
     { type: 'approval_decided', at: AT, approvalId: 'apr_1', stepId: 's2', decision: 'approved', by: BOB },
-    { type: 'step_started', at: AT, stepId: 's2', kind: 'host_kill', tier: 2, machineId: 'kpro5', explanation: h.detail },
+    {
+      type: 'step_started',
+      at: AT,
+      stepId: 's2',
+      kind: 'host_kill',
+      tier: 2,
+      machineId: 'kpro5',
+      explanation: h.detail,
+    },
     { type: 'command', at: AT, stepId: 's2', role: 'kill', on: 'host', record: rec(h.command) },
-    { type: 'signalled', at: AT, stepId: 's2', hostPid: 4242, containerPid: 42, signal: 'KILL', cmdline: h.cmdline, result: 'sent', reason: null },
+    {
+      type: 'signalled',
+      at: AT,
+      stepId: 's2',
+      hostPid: 4242,
+      containerPid: 42,
+      signal: 'KILL',
+      cmdline: h.cmdline,
+      result: 'sent',
+      reason: null,
+    },
     { type: 'step_finished', at: AT, stepId: 's2', outcome: 'done', durationMs: 500, message: h.detail },
     { type: 'snapshot', at: LATER, label: 'after', snapshot: snapshot('kpro5', 'host', h, 0), commands: [] },
     { type: 'machine_error', at: LATER, machineId: 'ct129', code: 'connect_failed', message: h.detail, commands: [] },
@@ -158,39 +246,105 @@ function liveMarkup(line: string): string[] {
 }
 
 /** A command as a fence shows it: newlines and tabs kept, other controls visible (a CR would end a line; bidi marks mislead). */
-const shownInFence = (c: string): string => c.replace(/\r/g, '␍').replace(/[\u2028\u2029]/g, '␤').replace(/\u0000/g, '␀').replace(/\u202e/g, '\ufffd');
+const shownInFence = (c: string): string =>
+  c
+    .replace(/\r/g, '␍')
+    .replace(/[\u2028\u2029]/g, '␤')
+    .replace(/\u0000/g, '␀')
+    .replace(/\u202e/g, '\ufffd');
 
 function problems(md: string, commands: readonly string[]): string[] {
   const found: string[] = [];
   const s = structure(md);
   if (s.unclosed) found.push('a fence is never closed');
   // The commands are the fence bodies, literally and in order.
-  if (JSON.stringify(s.fences) !== JSON.stringify(commands.map(shownInFence))) found.push(`fence bodies changed: ${JSON.stringify(s.fences)}`);
+  if (JSON.stringify(s.fences) !== JSON.stringify(commands.map(shownInFence)))
+    found.push(`fence bodies changed: ${JSON.stringify(s.fences)}`);
   let tableCols: number | null = null;
   for (const line of s.outside) {
     if (line.startsWith('|')) {
       const n = cells(line);
       if (tableCols === null) tableCols = n;
-      else if (n !== tableCols) found.push(`row with ${n} cells in a table of ${tableCols}: ${JSON.stringify(line.slice(0, 160))}`);
+      else if (n !== tableCols)
+        found.push(`row with ${n} cells in a table of ${tableCols}: ${JSON.stringify(line.slice(0, 160))}`);
     } else tableCols = null;
-    if (/^#/.test(line) && !/^(# Incident |## (Timeline|GPUs|Per GPU|Commands|What to follow up)|### `)/.test(line)) found.push(`forged heading ${JSON.stringify(line)}`);
+    if (/^#/.test(line) && !/^(# Incident |## (Timeline|GPUs|Per GPU|Commands|What to follow up)|### `)/.test(line))
+      found.push(`forged heading ${JSON.stringify(line)}`);
     if (/^\s*(FORGED|[-*+>] FORGED|\d+\. FORGED)/.test(line)) found.push(`forged line ${JSON.stringify(line)}`);
-    if (!line.startsWith('|') && line.trim() !== '' && !/^(#|- |\d+\. |RAM:|No GPU|Each command|nvidia-smi reported)/.test(line)) found.push(`stray line ${JSON.stringify(line)}`);
+    if (
+      !line.startsWith('|') &&
+      line.trim() !== '' &&
+      !/^(#|- |\d+\. |RAM:|No GPU|Each command|nvidia-smi reported)/.test(line)
+    )
+      found.push(`stray line ${JSON.stringify(line)}`);
     found.push(...liveMarkup(line));
-    for (const mark of ['*LIVE', '_LIVE', '~LIVE']) if (outsideSpans(line).replace(/\\./g, '').includes(mark)) found.push(`live ${mark}`);
+    for (const mark of ['*LIVE', '_LIVE', '~LIVE'])
+      if (outsideSpans(line).replace(/\\./g, '').includes(mark)) found.push(`live ${mark}`);
   }
   return found;
 }
 
-const PIECES = ['|', '\\|', '\\', '`', '``', '```', '````', '~~~', '\n', '\r\n', '\n# FORGED', '\n| FORGED | row |', '\n- FORGED', '\n> FORGED', '\n1. FORGED', '<script>alert(1)</script>', '<b>', '[x](https://evil.example)', '![i](https://evil.example/i.png)', 'www.evil.example', 'https://evil.example', '*LIVE*', '_LIVE_', '~LIVE~', '&amp;', '&lt;', '\t', '\u0000', '\u202e', '\u2028', ' ', 'a', 'python3'];
+const PIECES = [
+  '|',
+  '\\|',
+  '\\',
+  '`',
+  '``',
+  '```',
+  '````',
+  '~~~',
+  '\n',
+  '\r\n',
+  '\n# FORGED',
+  '\n| FORGED | row |',
+  '\n- FORGED',
+  '\n> FORGED',
+  '\n1. FORGED',
+  '<script>alert(1)</script>',
+  '<b>',
+  '[x](https://evil.example)',
+  '![i](https://evil.example/i.png)',
+  'www.evil.example',
+  'https://evil.example',
+  '*LIVE*',
+  '_LIVE_',
+  '~LIVE~',
+  '&amp;',
+  '&lt;',
+  '\t',
+  '\u0000',
+  '\u202e',
+  '\u2028',
+  ' ',
+  'a',
+  'python3',
+];
 const hostile = fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 7 }).map((p) => `x${p.join('')}`);
-const hostiles: fc.Arbitrary<Hostile> = fc.record({ name: hostile, cmdline: hostile, reason: hostile, detail: hostile, command: hostile });
+const hostiles: fc.Arbitrary<Hostile> = fc.record({
+  name: hostile,
+  cmdline: hostile,
+  reason: hostile,
+  detail: hostile,
+  command: hostile,
+});
 
 describe('Markdown escapes', () => {
   it('mdText escapes what makes markup, keeps the rest readable, and keeps the text on one line', () => {
-    expect(mdText('a|b*c_d<e>[f](g) &amp; `x` ~y~ !i\n# h')).toBe('a\\|b\\*c\\_d\\<e\\>\\[f\\](g) \\&amp; \\`x\\` \\~y\\~ \\!i␤# h');
-    expect(mdText('see https://x.example and www.y.example, GPU 0: 1.5 MiB')).toBe('see https\\://x.example and www\\.y.example, GPU 0: 1.5 MiB');
-    expect(['# h', '- l', '+ l', '> q', '= u', '12. n', '3) n'].map(mdText)).toEqual(['\\# h', '\\- l', '\\+ l', '\\> q', '\\= u', '12\\. n', '3\\) n']);
+    expect(mdText('a|b*c_d<e>[f](g) &amp; `x` ~y~ !i\n# h')).toBe(
+      'a\\|b\\*c\\_d\\<e\\>\\[f\\](g) \\&amp; \\`x\\` \\~y\\~ \\!i␤# h',
+    );
+    expect(mdText('see https://x.example and www.y.example, GPU 0: 1.5 MiB')).toBe(
+      'see https\\://x.example and www\\.y.example, GPU 0: 1.5 MiB',
+    );
+    expect(['# h', '- l', '+ l', '> q', '= u', '12. n', '3) n'].map(mdText)).toEqual([
+      '\\# h',
+      '\\- l',
+      '\\+ l',
+      '\\> q',
+      '\\= u',
+      '12\\. n',
+      '3\\) n',
+    ]);
   });
   it('mdCode uses a backtick run longer than any in the data; mdCellCode shows text holding a pipe as escaped words', () => {
     expect(mdCode('a`b')).toBe('``a`b``');
@@ -206,7 +360,13 @@ describe('Markdown escapes', () => {
 
 describe('renderIncidentMarkdown', () => {
   it('a recorded host-kill unstick: title, summary table, timeline, GPU tables, per GPU, commands, what to follow up', () => {
-    const h: Hostile = { name: 'NVIDIA H200', cmdline: 'sglang::scheduler_TP0', reason: 'hung rank', detail: 'done', command: "kill -s KILL 4242 'a|b'" };
+    const h: Hostile = {
+      name: 'NVIDIA H200',
+      cmdline: 'sglang::scheduler_TP0',
+      reason: 'hung rank',
+      detail: 'done',
+      command: "kill -s KILL 4242 'a|b'",
+    };
     const { meta, events } = unstick(h);
     const md = renderIncidentMarkdown(meta, events);
     const lines = md.split('\n');
@@ -232,25 +392,49 @@ describe('renderIncidentMarkdown', () => {
     expect(md).toContain('| 0 | NVIDIA H200 | 40,000 | 81,559 | 0 % | `GPU-NVIDIA H200` |');
     expect(md).toContain('## Per GPU');
     expect(md).toContain('| 0 | held host only | idle | 40,000 | 0 | 40,000 |');
-    expect(md).toContain("2. kill on host on `kpro5` at 03:12:45.123 UTC: exit 0, 120 ms\n\n```sh\nkill -s KILL 4242 'a|b'\n```");
-    expect(md).toContain(`## What to follow up\n\n- check \`sglang::scheduler_TP0\` with \`${BOB}\` (done)\n- GPU 1: done\n- \`ct129\` could not be read (\`connect_failed\`): done`);
+    expect(md).toContain(
+      "2. kill on host on `kpro5` at 03:12:45.123 UTC: exit 0, 120 ms\n\n```sh\nkill -s KILL 4242 'a|b'\n```",
+    );
+    expect(md).toContain(
+      `## What to follow up\n\n- check \`sglang::scheduler_TP0\` with \`${BOB}\` (done)\n- GPU 1: done\n- \`ct129\` could not be read (\`connect_failed\`): done`,
+    );
   });
 
   it('nothing left to do is said as such; an incident that has not ended says so', () => {
-    const meta: IncidentMeta = { id: 'inc_20261130_031245_aaaaaaaa', kind: 'status', requester: ALICE, channel: 'C0ONCALL01', targets: ['kpro5'], text: 'status kpro5', reason: null, createdAt: AT };
+    const meta: IncidentMeta = {
+      id: 'inc_20261130_031245_aaaaaaaa',
+      kind: 'status',
+      requester: ALICE,
+      channel: 'C0ONCALL01',
+      targets: ['kpro5'],
+      text: 'status kpro5',
+      reason: null,
+      createdAt: AT,
+    };
     const h: Hostile = { name: 'H200', cmdline: 'python3', reason: '', detail: '', command: 'nvidia-smi' };
-    const done = renderIncidentMarkdown(meta, logged([{ type: 'requested', at: AT }, { type: 'snapshot', at: AT, label: 'status', snapshot: snapshot('kpro5', 'host', h, 0), commands: [] }, { type: 'finished', at: LATER, outcome: 'ok', durationMs: 900 }]));
+    const done = renderIncidentMarkdown(
+      meta,
+      logged([
+        { type: 'requested', at: AT },
+        { type: 'snapshot', at: AT, label: 'status', snapshot: snapshot('kpro5', 'host', h, 0), commands: [] },
+        { type: 'finished', at: LATER, outcome: 'ok', durationMs: 900 },
+      ]),
+    );
     expect(done).toContain('## GPUs read');
     expect(done).toContain('| Memory freed | none (read only) |');
     expect(done).toContain('- Nothing was left open.');
-    expect(renderIncidentMarkdown(meta, logged([{ type: 'requested', at: AT }]))).toContain('- The incident has not ended: look again when it has.');
+    expect(renderIncidentMarkdown(meta, logged([{ type: 'requested', at: AT }]))).toContain(
+      '- The incident has not ended: look again when it has.',
+    );
   });
 
   it('machine and user text never breaks the document: fences close, rows keep their cells, no forged heading, list, link, HTML or emphasis', () => {
     fc.assert(
       fc.property(hostiles, (h) => {
         const { meta, events } = unstick(h);
-        expect(problems(renderIncidentMarkdown(meta, events), [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual([]);
+        expect(problems(renderIncidentMarkdown(meta, events), [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual(
+          [],
+        );
       }),
       { numRuns: 200, seed: 20261201 },
     );
@@ -259,13 +443,39 @@ describe('renderIncidentMarkdown', () => {
   it('a watchdog alert incident with hostile text (its sentence, key, snoozer, clicks) keeps the document whole too', () => {
     fc.assert(
       fc.property(hostiles, (h) => {
-        const alert = { key: h.name, kind: 'xid' as const, machineId: 'kpro5', gpu: 0, since: 0, raisedAt: 0, sentence: h.detail, lastSeenAt: 0 };
-        const meta: IncidentMeta = { id: 'inc_alert_0123456789abcdef0123', kind: 'alert', requester: 'watchdog', channel: 'C0ALERTS01', targets: ['kpro5'], text: h.name, reason: null, createdAt: AT };
+        const alert = {
+          key: h.name,
+          kind: 'xid' as const,
+          machineId: 'kpro5',
+          gpu: 0,
+          since: 0,
+          raisedAt: 0,
+          sentence: h.detail,
+          lastSeenAt: 0,
+        };
+        const meta: IncidentMeta = {
+          id: 'inc_alert_0123456789abcdef0123',
+          kind: 'alert',
+          requester: 'watchdog',
+          channel: 'C0ALERTS01',
+          targets: ['kpro5'],
+          text: h.name,
+          reason: null,
+          createdAt: AT,
+        };
         const events = logged([
           { type: 'alert_raised', at: AT, alert },
           { type: 'alert_updated', at: AT, alert: { ...alert, sentence: h.cmdline } },
           { type: 'alert_snoozed', at: AT, by: h.reason, scope: h.name, until: h.detail },
-          { type: 'alert_action', at: AT, by: ALICE, action: 'unstick', incidentId: null, refused: h.reason, target: h.cmdline },
+          {
+            type: 'alert_action',
+            at: AT,
+            by: ALICE,
+            action: 'unstick',
+            incidentId: null,
+            refused: h.reason,
+            target: h.cmdline,
+          },
         ]);
         const md = renderIncidentMarkdown(meta, events);
         expect(problems(md, [])).toEqual([]);

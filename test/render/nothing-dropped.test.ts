@@ -24,7 +24,11 @@ let fake: FakeSlack;
 let client: WebClient;
 beforeAll(async () => {
   fake = await startFakeSlack();
-  client = new WebClient(fake.botToken, { slackApiUrl: fake.apiUrl, logger: silentSlackLogger, retryConfig: { retries: 0 } });
+  client = new WebClient(fake.botToken, {
+    slackApiUrl: fake.apiUrl,
+    logger: silentSlackLogger,
+    retryConfig: { retries: 0 },
+  });
 });
 afterAll(async () => {
   await fake.close();
@@ -50,7 +54,16 @@ function visible(v: MessageView): string {
   return out.join('\n');
 }
 
-const unstickMeta: IncidentMeta = { id: INC, kind: 'unstick', requester: 'U0REQUEST', channel: C, targets: ['ct129'], text: '', reason: null, createdAt: AT };
+const unstickMeta: IncidentMeta = {
+  id: INC,
+  kind: 'unstick',
+  requester: 'U0REQUEST',
+  channel: C,
+  targets: ['ct129'],
+  text: '',
+  reason: null,
+  createdAt: AT,
+};
 
 function target(i: number): StepTarget {
   return {
@@ -74,8 +87,22 @@ function hostKillOf(targets: StepTarget[]): Step {
     targets,
     gpus: [],
     commands: [
-      { role: 'read_procs', on: 'host', argv: ['cat', ...pids], display: `cat ${pids.map((p) => `/proc/${p}/stat`).join(' ')}`, when: 'always', timeoutMs: 15_000 },
-      { role: 'kill', on: 'host', argv: ['kill', '-s', 'KILL', ...pids], display: `kill -s KILL ${pids.join(' ')}`, when: 'still_matching', timeoutMs: 15_000 },
+      {
+        role: 'read_procs',
+        on: 'host',
+        argv: ['cat', ...pids],
+        display: `cat ${pids.map((p) => `/proc/${p}/stat`).join(' ')}`,
+        when: 'always',
+        timeoutMs: 15_000,
+      },
+      {
+        role: 'kill',
+        on: 'host',
+        argv: ['kill', '-s', 'KILL', ...pids],
+        display: `kill -s KILL ${pids.join(' ')}`,
+        when: 'still_matching',
+        timeoutMs: 15_000,
+      },
     ],
     explanation: 'Only the host can stop these processes.',
     graceMs: 10_000,
@@ -88,12 +115,27 @@ const hostKill = (n: number): Step => hostKillOf(Array.from({ length: n }, (_, i
 function cardEvents(step: Step): UnstickLoggedEvent[] {
   return [
     { type: 'requested', at: AT, id: '1-0' },
-    { type: 'approval_requested', at: AT, approvalId: APR, stepId: step.id, expiresAt: AT, planHash: 'h', step, host: 'kpro5', vmid: 129, id: '1-1' },
+    {
+      type: 'approval_requested',
+      at: AT,
+      approvalId: APR,
+      stepId: step.id,
+      expiresAt: AT,
+      planHash: 'h',
+      step,
+      host: 'kpro5',
+      vmid: 129,
+      id: '1-1',
+    },
   ];
 }
 
 const hasApprove = (v: MessageView | undefined): boolean =>
-  (v?.blocks ?? []).some((b) => b.type === 'actions' && (b as types.ActionsBlock).elements.some((e) => e.type === 'button' && e.action_id === APPROVE_ACTION_ID));
+  (v?.blocks ?? []).some(
+    (b) =>
+      b.type === 'actions' &&
+      (b as types.ActionsBlock).elements.some((e) => e.type === 'button' && e.action_id === APPROVE_ACTION_ID),
+  );
 
 describe('an approval card lists every target it approves', () => {
   it('40 targets (far past one 3,000-character section): every host PID, cmdline and the whole kill command are on the card, and Slack accepts it', async () => {
@@ -108,7 +150,9 @@ describe('an approval card lists every target it approves', () => {
       expect(shown).toContain(t.cmdline);
     }
     // The kill command, continued over blocks if need be, still names every PID once.
-    const killed = [...shown.matchAll(/kill -s KILL ([\d \\\n`]+)/g)].flatMap((m) => (m[1] ?? '').match(/\d{6}/g) ?? []);
+    const killed = [...shown.matchAll(/kill -s KILL ([\d \\\n`]+)/g)].flatMap(
+      (m) => (m[1] ?? '').match(/\d{6}/g) ?? [],
+    );
     expect(killed.sort()).toEqual(step.targets.map((t) => String(t.hostPid)).sort());
     expect(hasApprove(card)).toBe(true);
     expect(approvalCardFits(step, 'kpro5', 129)).toBe(true);
@@ -123,7 +167,9 @@ describe('an approval card lists every target it approves', () => {
     const card = views.find((v) => v.key === `approval:${APR}`);
     await post(views);
     expect(hasApprove(card)).toBe(false);
-    expect(visible(card ?? { key: '', placement: 'reply', text: '', blocks: [] })).toMatch(/600 processes.*more than one Slack message can show.*cannot be approved.*Nothing from this card will run/s);
+    expect(visible(card ?? { key: '', placement: 'reply', text: '', blocks: [] })).toMatch(
+      /600 processes.*more than one Slack message can show.*cannot be approved.*Nothing from this card will run/s,
+    );
   });
 
   it('splitForCards cuts a step into batches that each fit one card, one GPU per card when a GPU fits, losing and repeating no target', () => {
@@ -132,7 +178,12 @@ describe('an approval card lists every target it approves', () => {
     const batches = splitForCards(step.targets, fits);
     expect(batches.length).toBeGreaterThan(1);
     expect(batches.every(fits)).toBe(true);
-    expect(batches.flat().map((t) => t.hostPid).sort()).toEqual(step.targets.map((t) => t.hostPid).sort());
+    expect(
+      batches
+        .flat()
+        .map((t) => t.hostPid)
+        .sort(),
+    ).toEqual(step.targets.map((t) => t.hostPid).sort());
     // 50 targets per GPU fit one card here, so each GPU's targets are on exactly one card.
     expect(fits(step.targets.filter((t) => t.gpus[0]?.index === 0))).toBe(true);
     for (let g = 0; g < 8; g++) expect(batches.filter((b) => b.some((t) => t.gpus[0]?.index === g))).toHaveLength(1);
@@ -147,10 +198,50 @@ describe('step and summary messages list every process they signalled', () => {
     const step = hostKill(200);
     const events: UnstickLoggedEvent[] = [
       { type: 'requested', at: AT, id: '1-0' },
-      { type: 'step_started', at: AT, stepId: step.id, kind: step.kind, tier: 2, machineId: 'kpro5', explanation: step.explanation, id: '1-1' },
-      ...step.commands.map((c, i): UnstickLoggedEvent => ({ type: 'command', at: AT, stepId: step.id, role: c.role, on: 'host', record: { machineId: 'kpro5', command: c.display, code: 0, signal: null, durationMs: 100, timedOut: false }, id: `1-2${i}` })),
-      ...step.targets.map((t, i): UnstickLoggedEvent => ({ type: 'signalled', at: AT, stepId: step.id, hostPid: t.hostPid, containerPid: t.containerPid, signal: 'KILL', cmdline: t.cmdline, result: 'sent', reason: null, id: `1-3${i}` })),
-      { type: 'step_finished', at: AT, stepId: step.id, outcome: 'done', durationMs: 1_000, message: 'done', id: '1-4' },
+      {
+        type: 'step_started',
+        at: AT,
+        stepId: step.id,
+        kind: step.kind,
+        tier: 2,
+        machineId: 'kpro5',
+        explanation: step.explanation,
+        id: '1-1',
+      },
+      ...step.commands.map(
+        (c, i): UnstickLoggedEvent => ({
+          type: 'command',
+          at: AT,
+          stepId: step.id,
+          role: c.role,
+          on: 'host',
+          record: { machineId: 'kpro5', command: c.display, code: 0, signal: null, durationMs: 100, timedOut: false },
+          id: `1-2${i}`,
+        }),
+      ),
+      ...step.targets.map(
+        (t, i): UnstickLoggedEvent => ({
+          type: 'signalled',
+          at: AT,
+          stepId: step.id,
+          hostPid: t.hostPid,
+          containerPid: t.containerPid,
+          signal: 'KILL',
+          cmdline: t.cmdline,
+          result: 'sent',
+          reason: null,
+          id: `1-3${i}`,
+        }),
+      ),
+      {
+        type: 'step_finished',
+        at: AT,
+        stepId: step.id,
+        outcome: 'done',
+        durationMs: 1_000,
+        message: 'done',
+        id: '1-4',
+      },
       { type: 'finished', at: AT, outcome: 'ok', durationMs: 2_000, id: '1-5' },
     ];
     const views = renderUnstick(unstickMeta, events);
@@ -158,8 +249,12 @@ describe('step and summary messages list every process they signalled', () => {
     const stepView = views.find((v) => v.key === `step:${step.id}`);
     const summary = views.find((v) => v.key === 'summary');
     for (const t of step.targets) {
-      expect(visible(stepView ?? views[0] ?? { key: '', placement: 'reply', text: '', blocks: [] })).toContain(`(host PID ${t.hostPid})`);
-      expect(visible(summary ?? views[0] ?? { key: '', placement: 'reply', text: '', blocks: [] })).toContain(`(host PID ${t.hostPid})`);
+      expect(visible(stepView ?? views[0] ?? { key: '', placement: 'reply', text: '', blocks: [] })).toContain(
+        `(host PID ${t.hostPid})`,
+      );
+      expect(visible(summary ?? views[0] ?? { key: '', placement: 'reply', text: '', blocks: [] })).toContain(
+        `(host PID ${t.hostPid})`,
+      );
     }
     expect(summary?.text).toMatch(/… \d+ more lines in the message$/);
   });
@@ -170,7 +265,15 @@ function busy(machineId: string, gpus: number, perGpu: number): MachineSnapshot 
     machineId,
     view: 'host',
     takenAt: AT,
-    gpus: Array.from({ length: gpus }, (_, index) => ({ index, name: 'NVIDIA H200', busId: null, uuid: `GPU-${index}`, memoryUsedMiB: 96_000, memoryTotalMiB: 143_771, utilizationPct: 97 })),
+    gpus: Array.from({ length: gpus }, (_, index) => ({
+      index,
+      name: 'NVIDIA H200',
+      busId: null,
+      uuid: `GPU-${index}`,
+      memoryUsedMiB: 96_000,
+      memoryTotalMiB: 143_771,
+      utilizationPct: 97,
+    })),
     processes: Array.from({ length: gpus * perGpu }, (_, i) => ({
       gpuIndex: i % gpus,
       gpuUuid: `GPU-${i % gpus}`,
@@ -189,14 +292,25 @@ function busy(machineId: string, gpus: number, perGpu: number): MachineSnapshot 
 describe('tables say "+N more" and the full list is reachable in the thread', () => {
   it('8 GPUs × 12 processes: each cell that cannot show all says +N more, and a follow-up message lists every process', async () => {
     const s = busy('kpro5', 8, 12);
-    const meta: IncidentMeta = { id: INC, kind: 'status', requester: 'U0REQUEST', channel: C, targets: ['kpro5'], text: '', reason: null, createdAt: AT };
+    const meta: IncidentMeta = {
+      id: INC,
+      kind: 'status',
+      requester: 'U0REQUEST',
+      channel: C,
+      targets: ['kpro5'],
+      text: '',
+      reason: null,
+      createdAt: AT,
+    };
     const events: LoggedEvent[] = [
       { type: 'requested', at: AT, id: '1-0' },
       { type: 'snapshot', at: AT, label: 'status', snapshot: s, commands: [], id: '1-1' },
     ];
     const views = renderIncident(meta, events);
     await post(views);
-    const table = views.find((v) => v.key === 'ev:1-1')?.blocks.find((b) => b.type === 'table') as { rows: Array<Array<{ text: string }>> } | undefined;
+    const table = views.find((v) => v.key === 'ev:1-1')?.blocks.find((b) => b.type === 'table') as
+      | { rows: Array<Array<{ text: string }>> }
+      | undefined;
     const cells = (table?.rows ?? []).slice(1).map((r) => r[4]?.text ?? '');
     expect(cells).toHaveLength(8);
     for (const [gpu, c] of cells.entries()) {
@@ -225,7 +339,16 @@ describe('a failed fuser is shown with its error', () => {
       holders: [],
       holdersError: 'fuser: Specified filename /dev/nvidia* does not exist.',
     };
-    const meta: IncidentMeta = { id: INC, kind: 'status', requester: 'U0REQUEST', channel: C, targets: ['ct129'], text: '', reason: null, createdAt: AT };
+    const meta: IncidentMeta = {
+      id: INC,
+      kind: 'status',
+      requester: 'U0REQUEST',
+      channel: C,
+      targets: ['ct129'],
+      text: '',
+      reason: null,
+      createdAt: AT,
+    };
     const views = renderIncident(meta, [
       { type: 'requested', at: AT, id: '1-0' },
       { type: 'snapshot', at: AT, label: 'status', snapshot: s, commands: [], id: '1-1' },
@@ -233,7 +356,9 @@ describe('a failed fuser is shown with its error', () => {
     await post(views);
     const reply = views.find((v) => v.key === 'ev:1-1');
     for (const shown of [reply?.text ?? '', visible(reply ?? { key: '', placement: 'reply', text: '', blocks: [] })]) {
-      expect(shown).toContain('fuser could not list the device holders: fuser: Specified filename /dev/nvidia∗ does not exist.');
+      expect(shown).toContain(
+        'fuser could not list the device holders: fuser: Specified filename /dev/nvidia∗ does not exist.',
+      );
       expect(shown).not.toContain('see holders below');
       expect(shown).toMatch(/GPU 0: 96,000 MiB in use and no process listed .*holders are unknown/);
     }
@@ -243,15 +368,38 @@ describe('a failed fuser is shown with its error', () => {
 describe('status all over more machines than one table holds', () => {
   it('250 machines, 60 unreachable: every machine has a row in some summary table and every error its line; Slack accepts each message', async () => {
     const ids = Array.from({ length: 250 }, (_, i) => `kpro${String(i).padStart(3, '0')}`);
-    const meta: IncidentMeta = { id: INC, kind: 'status_all', requester: 'U0REQUEST', channel: C, targets: ids, text: '', reason: null, createdAt: AT };
+    const meta: IncidentMeta = {
+      id: INC,
+      kind: 'status_all',
+      requester: 'U0REQUEST',
+      channel: C,
+      targets: ids,
+      text: '',
+      reason: null,
+      createdAt: AT,
+    };
     const events: LoggedEvent[] = [{ type: 'requested', at: AT, id: '1-0' }];
     ids.forEach((m, i) => {
-      if (i % 4 === 1 && i < 240) events.push({ type: 'machine_error', at: AT, machineId: m, code: 'connect_failed', message: `connect ECONNREFUSED 10.0.${i}.5:22 (a long enough reason to fill the line)`, commands: [], id: `2-${i}` });
-      else events.push({ type: 'snapshot', at: AT, label: 'status', snapshot: busy(m, 8, 1), commands: [], id: `2-${i}` });
+      if (i % 4 === 1 && i < 240)
+        events.push({
+          type: 'machine_error',
+          at: AT,
+          machineId: m,
+          code: 'connect_failed',
+          message: `connect ECONNREFUSED 10.0.${i}.5:22 (a long enough reason to fill the line)`,
+          commands: [],
+          id: `2-${i}`,
+        });
+      else
+        events.push({ type: 'snapshot', at: AT, label: 'status', snapshot: busy(m, 8, 1), commands: [], id: `2-${i}` });
     });
     const views = renderIncident(meta, events);
     await post(views);
-    const tableRows = views.flatMap((v) => v.blocks.filter((b) => b.type === 'table').flatMap((b) => (b as { rows: Array<Array<{ text: string }>> }).rows.slice(1)));
+    const tableRows = views.flatMap((v) =>
+      v.blocks
+        .filter((b) => b.type === 'table')
+        .flatMap((b) => (b as { rows: Array<Array<{ text: string }>> }).rows.slice(1)),
+    );
     expect(tableRows.map((r) => r[0]?.text).sort()).toEqual([...ids].sort());
     const shown = views.map(visible).join('\n');
     for (let i = 1; i < 240; i += 4) expect(shown).toContain(`10.0.${i}.5:22`);

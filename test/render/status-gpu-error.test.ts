@@ -11,8 +11,16 @@ import type { IncidentMeta, LoggedEvent } from '../../src/incident/events.ts';
 import { renderIncident } from '../../src/render/status.ts';
 import { gpus } from '../unstick/seed-fleet.ts';
 
-const LOST: NvidiaError = { kind: 'gpu_lost', message: 'Unable to determine the device handle for GPU0000:38:00.0: GPU is lost', busId: '00000000:38:00.0' };
-const MISMATCH: NvidiaError = { kind: 'nvml_version_mismatch', message: 'Failed to initialize NVML: Driver/library version mismatch', busId: null };
+const LOST: NvidiaError = {
+  kind: 'gpu_lost',
+  message: 'Unable to determine the device handle for GPU0000:38:00.0: GPU is lost',
+  busId: '00000000:38:00.0',
+};
+const MISMATCH: NvidiaError = {
+  kind: 'nvml_version_mismatch',
+  message: 'Failed to initialize NVML: Driver/library version mismatch',
+  busId: null,
+};
 
 const meta = (kind: 'status' | 'status_all', targets: string[]): IncidentMeta => ({
   id: 'inc_20261130_031245_gpuerr',
@@ -40,7 +48,16 @@ function snap(machineId: string, gpuError: NvidiaError | null): MachineSnapshot 
 }
 
 const events = (...snaps: MachineSnapshot[]): LoggedEvent[] => [
-  ...snaps.map((s, i): LoggedEvent => ({ id: `1-${i}`, type: 'snapshot', at: s.takenAt, label: 'status', snapshot: s, commands: [] })),
+  ...snaps.map(
+    (s, i): LoggedEvent => ({
+      id: `1-${i}`,
+      type: 'snapshot',
+      at: s.takenAt,
+      label: 'status',
+      snapshot: s,
+      commands: [],
+    }),
+  ),
   { id: '2-0', type: 'finished', at: '2026-11-30T03:12:47.000Z', outcome: 'failed', durationMs: 900 },
 ];
 
@@ -52,11 +69,22 @@ describe('status with GPUs in error', () => {
   });
 
   it('status all: the row says "GPU error", not "0 busy / 0 idle" and "0 / 0 MiB"; the parent counts it', () => {
-    const views = renderIncident(meta('status_all', ['kpro5', 'kpro6']), events(snap('kpro5', MISMATCH), snap('kpro6', null)));
+    const views = renderIncident(
+      meta('status_all', ['kpro5', 'kpro6']),
+      events(snap('kpro5', MISMATCH), snap('kpro6', null)),
+    );
     const summary = views.find((v) => v.key === 'summary');
-    const table = summary?.blocks.find((b) => b.type === 'table') as { rows: Array<Array<{ text: string }>> } | undefined;
+    const table = summary?.blocks.find((b) => b.type === 'table') as
+      | { rows: Array<Array<{ text: string }>> }
+      | undefined;
     const rows = table?.rows.map((r) => r.map((c) => c.text)) ?? [];
-    expect(rows[1]).toEqual(['kpro5', 'GPU error: driver/library version mismatch', '-', '40 / 449 GiB (9%)', 'gpu error']);
+    expect(rows[1]).toEqual([
+      'kpro5',
+      'GPU error: driver/library version mismatch',
+      '-',
+      '40 / 449 GiB (9%)',
+      'gpu error',
+    ]);
     expect(rows[2]?.[1]).toBe('1 busy / 7 idle');
     expect(views[0]?.text).not.toContain(':white_check_mark:');
     expect(views[0]?.text).toContain('done; GPU error on `kpro5`: driver/library version mismatch');
@@ -64,13 +92,17 @@ describe('status with GPUs in error', () => {
 
   it('the snapshot message gives each error kind its own next step', () => {
     const lost = renderIncident(meta('status', ['kpro5']), events(snap('kpro5', LOST)))[1]?.text ?? '';
-    expect(lost).toContain('A reset will not help and nothing was signalled: drain kpro5, reboot it and check the hardware');
+    expect(lost).toContain(
+      'A reset will not help and nothing was signalled: drain kpro5, reboot it and check the hardware',
+    );
     const mismatch = renderIncident(meta('status', ['kpro5']), events(snap('kpro5', MISMATCH)))[1]?.text ?? '';
     expect(mismatch).toContain('the NVIDIA driver was upgraded while the old kernel module stayed loaded');
     expect(mismatch).not.toContain('fallen off the bus');
   });
 
   it('every GPU read: still green', () => {
-    expect(renderIncident(meta('status', ['kpro6']), events(snap('kpro6', null)))[0]?.text).toContain(':white_check_mark: done');
+    expect(renderIncident(meta('status', ['kpro6']), events(snap('kpro6', null)))[0]?.text).toContain(
+      ':white_check_mark: done',
+    );
   });
 });

@@ -34,7 +34,9 @@ function snap(extra: Partial<MachineSnapshot>): MachineSnapshot {
 describe('Why lines in the status thread', () => {
   it('one line per cause, the flag as a code span, after the RAM flag', () => {
     const causes = rootCauses({ commandLines: [SEED], hostRamTotalBytes: 449 * GIB, gpusVisible: 8 });
-    expect(whyLines({ rootCauses: causes })).toEqual([':bulb: Why: 8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.']);
+    expect(whyLines({ rootCauses: causes })).toEqual([
+      ':bulb: Why: 8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.',
+    ]);
     const text = snapshotViews('ev:1', snap({ rootCauses: causes }), 'kpro5')[0]?.text ?? '';
     expect(text.indexOf('RAM pressure')).toBeGreaterThan(0);
     expect(text.indexOf(':bulb: Why:')).toBeGreaterThan(text.indexOf('RAM pressure'));
@@ -63,20 +65,37 @@ describe('the status read with command lines', () => {
   const route = { kind: 'direct' } as Route;
   const gpuCsv = `0, ${uuid(0)}, NVIDIA H200, 00000000:18:00.0, 96413, 143771, 0\n`;
   const appsCsv = `${uuid(0)}, 4242, python3, 96413\n`;
-  const free = '               total        used        free      shared  buff/cache   available\nMem:    482110078976 471372161024 1 0 1 1\n';
-  const result = (spec: CommandSpec, over: Partial<ExecResult>): ExecResult => ({ command: spec.argv.join(' '), machineId: 'kpro5', code: 0, signal: null, stdout: '', stderr: '', durationMs: 5, timedOut: false, truncated: false, ...over });
+  const free =
+    '               total        used        free      shared  buff/cache   available\nMem:    482110078976 471372161024 1 0 1 1\n';
+  const result = (spec: CommandSpec, over: Partial<ExecResult>): ExecResult => ({
+    command: spec.argv.join(' '),
+    machineId: 'kpro5',
+    code: 0,
+    signal: null,
+    stdout: '',
+    stderr: '',
+    durationMs: 5,
+    timedOut: false,
+    truncated: false,
+    ...over,
+  });
 
   it('a command-line read that hangs: the snapshot stands, with why there is no cause, and the hung read is in the log', async () => {
     const asked: string[][] = [];
-    const out = await takeSnapshot(host, route, {
-      now: () => new Date('2026-12-01T12:00:00.000Z'),
-      commandTimeoutMs: 4000,
-      exec: async (_r, spec) => {
-        asked.push(spec.argv);
-        if (spec.argv.includes(READ_PROCS_SCRIPT)) return result(spec, { code: null, timedOut: true });
-        return result(spec, { stdout: readAnswer([gpuCsv, appsCsv, free]) });
+    const out = await takeSnapshot(
+      host,
+      route,
+      {
+        now: () => new Date('2026-12-01T12:00:00.000Z'),
+        commandTimeoutMs: 4000,
+        exec: async (_r, spec) => {
+          asked.push(spec.argv);
+          if (spec.argv.includes(READ_PROCS_SCRIPT)) return result(spec, { code: null, timedOut: true });
+          return result(spec, { stdout: readAnswer([gpuCsv, appsCsv, free]) });
+        },
       },
-    }, { commandLines: true });
+      { commandLines: true },
+    );
     expect(out.ok).toBe(true);
     if (!out.ok) return;
     // The template ran on the PID the read found, as a positional parameter.
@@ -89,14 +108,19 @@ describe('the status read with command lines', () => {
 
   it('nothing holds a GPU: no second command at all', async () => {
     let calls = 0;
-    const out = await takeSnapshot(host, route, {
-      now: () => new Date('2026-12-01T12:00:00.000Z'),
-      commandTimeoutMs: 4000,
-      exec: async (_r, spec) => {
-        calls++;
-        return result(spec, { stdout: readAnswer([gpuCsv.replace('96413', '0'), '', free]) });
+    const out = await takeSnapshot(
+      host,
+      route,
+      {
+        now: () => new Date('2026-12-01T12:00:00.000Z'),
+        commandTimeoutMs: 4000,
+        exec: async (_r, spec) => {
+          calls++;
+          return result(spec, { stdout: readAnswer([gpuCsv.replace('96413', '0'), '', free]) });
+        },
       },
-    }, { commandLines: true });
+      { commandLines: true },
+    );
     expect(out.ok && out.snapshot.rootCauses).toBeUndefined();
     expect(calls).toBe(1);
   });

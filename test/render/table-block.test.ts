@@ -29,7 +29,13 @@ describe('buildTableBlock', () => {
     expect(typed.type).toBe('table');
     expect(texts(block.rows)).toEqual([header, ...gpuRows]);
     expect(block.rows.flat().every((c) => c.type === 'raw_text')).toBe(true);
-    expect(block.column_settings).toEqual([{ align: 'right' }, { align: 'left' }, { align: 'right' }, { align: 'right' }, { align: 'right' }]);
+    expect(block.column_settings).toEqual([
+      { align: 'right' },
+      { align: 'left' },
+      { align: 'right' },
+      { align: 'right' },
+      { align: 'right' },
+    ]);
     expect({ shownRows, omittedRows, omittedColumns }).toEqual({ shownRows: 2, omittedRows: 0, omittedColumns: 0 });
   });
 
@@ -46,7 +52,11 @@ describe('buildTableBlock', () => {
   });
 
   it('honours explicit alignment, wrapping and block_id', () => {
-    const { block } = buildTableBlock(['PID', 'Command'], [['1', 'x']], { align: ['center'], wrap: [false, true], blockId: 'holders-before' });
+    const { block } = buildTableBlock(['PID', 'Command'], [['1', 'x']], {
+      align: ['center'],
+      wrap: [false, true],
+      blockId: 'holders-before',
+    });
     expect(block.block_id).toBe('holders-before');
     expect(block.column_settings).toEqual([{ align: 'center' }, { align: 'left', is_wrapped: true }]);
   });
@@ -115,8 +125,12 @@ describe('buildTableBlock', () => {
 });
 
 describe('isNumericCell', () => {
-  it.each(['0', '45213 MiB', '97 %', '97%', '1,024', '-3.5', '250W', '71°C'])('%s is numeric', (t) => expect(isNumericCell(t)).toBe(true));
-  it.each(['NVIDIA RTX A6000', 'ct129', '', 'N/A', '12 apples', 'GPU-5c1e'])('%s is not', (t) => expect(isNumericCell(t)).toBe(false));
+  it.each(['0', '45213 MiB', '97 %', '97%', '1,024', '-3.5', '250W', '71°C'])('%s is numeric', (t) =>
+    expect(isNumericCell(t)).toBe(true),
+  );
+  it.each(['NVIDIA RTX A6000', 'ct129', '', 'N/A', '12 apples', 'GPU-5c1e'])('%s is not', (t) =>
+    expect(isNumericCell(t)).toBe(false),
+  );
 });
 
 describe('monospaceTable', () => {
@@ -170,7 +184,9 @@ describe('built tables against the fake Slack API', () => {
     const head = ['#', 'Target', 'Used'];
     const { block } = buildTableBlock(head, rows);
     const text = monospaceTable(head, rows);
-    await expect(client.chat.postMessage({ channel: 'C0GPUOPS01', text, blocks: [block] })).resolves.toMatchObject({ ok: true });
+    await expect(client.chat.postMessage({ channel: 'C0GPUOPS01', text, blocks: [block] })).resolves.toMatchObject({
+      ok: true,
+    });
     const raw = { type: 'table', rows: [head, ...rows].map((r) => r.map((t) => ({ type: 'raw_text', text: t }))) };
     await expect(client.chat.postMessage({ channel: 'C0GPUOPS01', text, blocks: [raw] })).rejects.toMatchObject({
       data: { error: 'invalid_blocks' },

@@ -45,24 +45,130 @@ function s3Events(): UnstickLoggedEvent[] {
   const plan = planUnstick(before, { incidentId: INC, vmid: 129 });
   const [tier1, hostKill] = plan.steps;
   if (!tier1 || !hostKill) throw new Error('fixture');
-  const rec = (command: string, code: number, durationMs: number) => ({ machineId: 'ct129', command, code, signal: null, durationMs, timedOut: false });
+  const rec = (command: string, code: number, durationMs: number) => ({
+    machineId: 'ct129',
+    command,
+    code,
+    signal: null,
+    durationMs,
+    timedOut: false,
+  });
   const list: Array<NoId<UnstickLoggedEvent>> = [
     { type: 'requested', at: '2026-11-30T09:20:00.000Z' },
     { type: 'started', at: '2026-11-30T09:20:01.000Z', worker: 'worker-kpro' },
-    { type: 'snapshot', at: '2026-11-30T09:20:02.000Z', label: 'before', snapshot: snap('before', { 0: 96_413, 2: 96_417, 5: 40_211 }, '2026-11-30T09:20:02.000Z'), commands: [] },
+    {
+      type: 'snapshot',
+      at: '2026-11-30T09:20:02.000Z',
+      label: 'before',
+      snapshot: snap('before', { 0: 96_413, 2: 96_417, 5: 40_211 }, '2026-11-30T09:20:02.000Z'),
+      commands: [],
+    },
     { type: 'diagnosis', at: '2026-11-30T09:20:03.000Z', label: 'before', diagnosis: before },
-    { type: 'step_started', at: '2026-11-30T09:20:03.100Z', stepId: tier1.id, kind: tier1.kind, tier: tier1.tier, machineId: tier1.machineId, explanation: tier1.explanation },
-    { type: 'command', at: '2026-11-30T09:20:03.400Z', stepId: tier1.id, role: 'term', on: 'container', record: rec('exec timeout -k 5 15 pct exec 129 -- timeout -k 5 15 kill -s TERM 63', 0, 310) },
-    { type: 'signalled', at: '2026-11-30T09:20:03.400Z', stepId: tier1.id, hostPid: 812_351, containerPid: 63, signal: 'TERM', cmdline: 'sglang::scheduler_TP2', result: 'sent', reason: null },
-    { type: 'step_finished', at: '2026-11-30T09:20:19.000Z', stepId: tier1.id, outcome: 'done', durationMs: 15_900, message: 'GPU 2 freed 96,417 MiB.' },
-    { type: 'approval_requested', at: '2026-11-30T09:20:20.000Z', approvalId: APR, stepId: hostKill.id, expiresAt: '2026-11-30T09:35:20.000Z', planHash: stepHash(hostKill), step: hostKill, host: 'kpro5', vmid: 129 },
-    { type: 'approval_refused', at: '2026-11-30T09:21:00.000Z', approvalId: APR, by: 'U0REQUEST', reason: 'self_approval' },
-    { type: 'approval_decided', at: '2026-11-30T09:24:10.000Z', approvalId: APR, stepId: hostKill.id, decision: 'approved', by: 'U0APPROV1' },
-    { type: 'step_started', at: '2026-11-30T09:24:11.000Z', stepId: hostKill.id, kind: hostKill.kind, tier: hostKill.tier, machineId: 'kpro5', explanation: hostKill.explanation },
-    { type: 'command', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, role: 'kill', on: 'host', record: { ...rec(`exec timeout -k 5 15 ${hostKill.commands[2]?.display ?? ''}`, 0, 120), machineId: 'kpro5' } },
-    { type: 'signalled', at: '2026-11-30T09:24:11.500Z', stepId: hostKill.id, hostPid: 811_900, containerPid: 71, signal: 'KILL', cmdline: 'python3 /opt/serve.py', result: 'sent', reason: null },
-    { type: 'step_finished', at: '2026-11-30T09:24:40.000Z', stepId: hostKill.id, outcome: 'done', durationMs: 29_000, message: 'GPU 0 freed 96,413 MiB.' },
-    { type: 'snapshot', at: '2026-11-30T09:24:41.000Z', label: 'after', snapshot: snap('after', { 5: 40_211 }, '2026-11-30T09:24:41.000Z'), commands: [] },
+    {
+      type: 'step_started',
+      at: '2026-11-30T09:20:03.100Z',
+      stepId: tier1.id,
+      kind: tier1.kind,
+      tier: tier1.tier,
+      machineId: tier1.machineId,
+      explanation: tier1.explanation,
+    },
+    {
+      type: 'command',
+      at: '2026-11-30T09:20:03.400Z',
+      stepId: tier1.id,
+      role: 'term',
+      on: 'container',
+      record: rec('exec timeout -k 5 15 pct exec 129 -- timeout -k 5 15 kill -s TERM 63', 0, 310),
+    },
+    {
+      type: 'signalled',
+      at: '2026-11-30T09:20:03.400Z',
+      stepId: tier1.id,
+      hostPid: 812_351,
+      containerPid: 63,
+      signal: 'TERM',
+      cmdline: 'sglang::scheduler_TP2',
+      result: 'sent',
+      reason: null,
+    },
+    {
+      type: 'step_finished',
+      at: '2026-11-30T09:20:19.000Z',
+      stepId: tier1.id,
+      outcome: 'done',
+      durationMs: 15_900,
+      message: 'GPU 2 freed 96,417 MiB.',
+    },
+    {
+      type: 'approval_requested',
+      at: '2026-11-30T09:20:20.000Z',
+      approvalId: APR,
+      stepId: hostKill.id,
+      expiresAt: '2026-11-30T09:35:20.000Z',
+      planHash: stepHash(hostKill),
+      step: hostKill,
+      host: 'kpro5',
+      vmid: 129,
+    },
+    {
+      type: 'approval_refused',
+      at: '2026-11-30T09:21:00.000Z',
+      approvalId: APR,
+      by: 'U0REQUEST',
+      reason: 'self_approval',
+    },
+    {
+      type: 'approval_decided',
+      at: '2026-11-30T09:24:10.000Z',
+      approvalId: APR,
+      stepId: hostKill.id,
+      decision: 'approved',
+      by: 'U0APPROV1',
+    },
+    {
+      type: 'step_started',
+      at: '2026-11-30T09:24:11.000Z',
+      stepId: hostKill.id,
+      kind: hostKill.kind,
+      tier: hostKill.tier,
+      machineId: 'kpro5',
+      explanation: hostKill.explanation,
+    },
+    {
+      type: 'command',
+      at: '2026-11-30T09:24:11.500Z',
+      stepId: hostKill.id,
+      role: 'kill',
+      on: 'host',
+      record: { ...rec(`exec timeout -k 5 15 ${hostKill.commands[2]?.display ?? ''}`, 0, 120), machineId: 'kpro5' },
+    },
+    {
+      type: 'signalled',
+      at: '2026-11-30T09:24:11.500Z',
+      stepId: hostKill.id,
+      hostPid: 811_900,
+      containerPid: 71,
+      signal: 'KILL',
+      cmdline: 'python3 /opt/serve.py',
+      result: 'sent',
+      reason: null,
+    },
+    {
+      type: 'step_finished',
+      at: '2026-11-30T09:24:40.000Z',
+      stepId: hostKill.id,
+      outcome: 'done',
+      durationMs: 29_000,
+      message: 'GPU 0 freed 96,413 MiB.',
+    },
+    {
+      type: 'snapshot',
+      at: '2026-11-30T09:24:41.000Z',
+      label: 'after',
+      snapshot: snap('after', { 5: 40_211 }, '2026-11-30T09:24:41.000Z'),
+      commands: [],
+    },
     { type: 'diagnosis', at: '2026-11-30T09:24:41.500Z', label: 'after', diagnosis: allClean() },
     { type: 'verdict', at: '2026-11-30T09:24:42.000Z', verdict: verdictOf(before, allClean()) },
     { type: 'finished', at: '2026-11-30T09:24:42.000Z', outcome: 'ok', durationMs: 282_000 },
@@ -111,7 +217,8 @@ describe('renderUnstick', () => {
   });
 
   it('never puts two table blocks in one message (Slack refuses it)', () => {
-    for (const v of renderUnstick(meta, s3Events())) expect(v.blocks.filter((b) => b.type === 'table').length).toBeLessThanOrEqual(1);
+    for (const v of renderUnstick(meta, s3Events()))
+      expect(v.blocks.filter((b) => b.type === 'table').length).toBeLessThanOrEqual(1);
   });
 
   it('a pending card shows host, vmid, each process and the literal host commands, with buttons carrying only the approval id', () => {
@@ -119,8 +226,12 @@ describe('renderUnstick', () => {
     const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
     if (!card) throw new Error('no card');
     expect(card.text).toContain('host `kpro5` · container vmid 129');
-    expect(card.text).toContain('host PID *811900* · container PID *71* · start 40000001 ticks after boot · `python3 /opt/serve.py` · GPU 0 96,413 MiB');
-    expect(card.text).toContain('[host] sh -c &lt;check-and-signal script: pidfd, then PID + start time, PID namespace, open /dev/nvidia*; args: side signal ns (pid start ctpid)…&gt; sh host KILL 4026532845 811900 40000001 71   # only if the re-check still matches');
+    expect(card.text).toContain(
+      'host PID *811900* · container PID *71* · start 40000001 ticks after boot · `python3 /opt/serve.py` · GPU 0 96,413 MiB',
+    );
+    expect(card.text).toContain(
+      '[host] sh -c &lt;check-and-signal script: pidfd, then PID + start time, PID namespace, open /dev/nvidia*; args: side signal ns (pid start ctpid)…&gt; sh host KILL 4026532845 811900 40000001 71   # only if the re-check still matches',
+    );
     expect(card.text).toContain('[host] sh -c &lt;read-procs script: stat, NSpid, ns/pid, cmdline&gt; sh 811900');
     expect(card.text).not.toContain('od -An');
     expect(card.text).toContain('the container could not stop it (EPERM: Operation not permitted)');
@@ -131,7 +242,9 @@ describe('renderUnstick', () => {
       [DENY_ACTION_ID, 'Deny', 'danger', APR],
     ]);
     expect([APPROVE_ACTION_ID, DENY_ACTION_ID]).toEqual(['gpu_approve', 'gpu_deny']);
-    expect(renderUnstick(meta, events)[0]?.text).toContain("waiting for a second person's approval (expires 2026-11-30 09:35:20 UTC)");
+    expect(renderUnstick(meta, events)[0]?.text).toContain(
+      "waiting for a second person's approval (expires 2026-11-30 09:35:20 UTC)",
+    );
   });
 
   it('after the decision the card is updated in place: no buttons, who decided and when, and the refused click', () => {
@@ -139,25 +252,44 @@ describe('renderUnstick', () => {
     const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
     expect(actionsOf(card?.blocks ?? [])).toEqual([]);
     expect(card?.text).toContain(':white_check_mark: *Approved* by <@U0APPROV1> at 2026-11-30 09:24:10 UTC');
-    expect(card?.blocks.map(blockText).join('')).toContain('Refused: <@U0REQUEST>, the requester cannot approve their own request');
+    expect(card?.blocks.map(blockText).join('')).toContain(
+      'Refused: <@U0REQUEST>, the requester cannot approve their own request',
+    );
   });
 
   it('a refusal for a spent blast-radius budget is said in words on the card, not as its code', () => {
     const events = upTo(s3Events(), 'approval_refused');
-    events.push({ type: 'approval_refused', at: '2026-11-30T09:22:00.000Z', approvalId: APR, by: 'U0APPROV1', reason: 'budget_exhausted', id: '1764494400000-98' });
+    events.push({
+      type: 'approval_refused',
+      at: '2026-11-30T09:22:00.000Z',
+      approvalId: APR,
+      by: 'U0APPROV1',
+      reason: 'budget_exhausted',
+      id: '1764494400000-98',
+    });
     const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
     const text = card?.blocks.map(blockText).join('') ?? '';
-    expect(text).toContain("Refused: <@U0APPROV1>, the host's blast-radius budget of host-level steps was spent for this hour");
+    expect(text).toContain(
+      "Refused: <@U0APPROV1>, the host's blast-radius budget of host-level steps was spent for this hour",
+    );
     expect(text).not.toContain('budget_exhausted');
   });
 
   it('an expired card says so, has no buttons, and says nothing ran', () => {
     const events = upTo(s3Events(), 'approval_refused');
     const stepId = events.find((e) => e.type === 'approval_requested');
-    events.push({ type: 'approval_expired', at: '2026-11-30T09:35:20.000Z', approvalId: APR, stepId: stepId?.type === 'approval_requested' ? stepId.stepId : '', id: '1764494400000-99' });
+    events.push({
+      type: 'approval_expired',
+      at: '2026-11-30T09:35:20.000Z',
+      approvalId: APR,
+      stepId: stepId?.type === 'approval_requested' ? stepId.stepId : '',
+      id: '1764494400000-99',
+    });
     const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
     expect(actionsOf(card?.blocks ?? [])).toEqual([]);
-    expect(card?.text).toContain('*Expired* at 2026-11-30 09:35:20 UTC without a decision. Nothing from this card was run.');
+    expect(card?.text).toContain(
+      '*Expired* at 2026-11-30 09:35:20 UTC without a decision. Nothing from this card was run.',
+    );
   });
 
   it('each step shows its literal commands with exit codes and durations, and what was signalled', () => {
@@ -171,7 +303,9 @@ describe('renderUnstick', () => {
   it('the verdict shows before → after per GPU in its own table, and the summary closes', () => {
     const views = renderUnstick(meta, s3Events());
     const verdict = views.find((v) => v.key === 'ev:1764494400000-17');
-    const table = verdict?.blocks.find((b) => b.type === 'table') as { rows: Array<Array<{ text: string }>> } | undefined;
+    const table = verdict?.blocks.find((b) => b.type === 'table') as
+      | { rows: Array<Array<{ text: string }>> }
+      | undefined;
     const rows = table?.rows.map((r) => r.map((c) => c.text)) ?? [];
     expect(rows[0]).toEqual(['GPU', 'Held by ct129', 'Left', 'Freed', 'GPU in use before → after', 'Now']);
     expect(rows[1]).toEqual(['0', '96,413 MiB', '0 MiB', '96,413 MiB', '96,413 → 0 MiB', 'idle']);
@@ -199,7 +333,15 @@ describe('renderUnstick', () => {
     const events = s3Events().map((e): UnstickLoggedEvent => {
       if (e.type === 'signalled') return { ...e, cmdline: evil, reason: evil };
       if (e.type === 'step_finished') return { ...e, message: evil };
-      if (e.type === 'approval_requested') return { ...e, step: { ...e.step, explanation: evil, targets: e.step.targets.map((t) => ({ ...t, cmdline: evil, hostOnlyWhy: evil })) } };
+      if (e.type === 'approval_requested')
+        return {
+          ...e,
+          step: {
+            ...e.step,
+            explanation: evil,
+            targets: e.step.targets.map((t) => ({ ...t, cmdline: evil, hostOnlyWhy: evil })),
+          },
+        };
       return e;
     });
     const views = renderUnstick({ ...meta, reason: evil }, events);

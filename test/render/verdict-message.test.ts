@@ -35,7 +35,10 @@ function verdictView(verdict: ReturnType<typeof verdictOf>) {
 
 describe('the verdict message', () => {
   it('shows what ct129 held, what is left and what it freed, and others’ changes apart', () => {
-    const allIdle = diagnoseWith({ gpus: gpus({}), apps: [], procs: [], targetPidNs: CT129_NS }, { holders: [], procs: [] });
+    const allIdle = diagnoseWith(
+      { gpus: gpus({}), apps: [], procs: [], targetPidNs: CT129_NS },
+      { holders: [], procs: [] },
+    );
     const { v, rows } = verdictView(verdictOf(s2(), allIdle));
     expect(rows[0]).toEqual(['GPU', 'Held by ct129', 'Left', 'Freed', 'GPU in use before → after', 'Now']);
     expect(rows[1]).toEqual(['0', '96,413 MiB', '0 MiB', '96,413 MiB', '96,413 → 0 MiB', 'idle']);

@@ -19,10 +19,13 @@ if (files.length !== 1 || args.includes('--help') || args.includes('-h')) {
 const file = files[0] ?? '';
 const report = await runScenario(file, { log: quiet ? undefined : (l) => process.stderr.write(`[scenario] ${l}\n`) });
 process.stdout.write(`${JSON.stringify(report, null, pretty ? 2 : undefined)}\n`);
-if (report.broken) process.stderr.write(`[scenario] the run broke (${report.broken.stage}): ${report.broken.message.split('\n')[0]}\n`);
+if (report.broken)
+  process.stderr.write(`[scenario] the run broke (${report.broken.stage}): ${report.broken.message.split('\n')[0]}\n`);
 else if (!quiet) {
   const failed = report.expectations.filter((e) => !e.ok);
-  process.stderr.write(`[scenario] done: ${report.incidents.length} incident(s), ${report.signals.length} signal(s), ${failed.length} of ${report.expectations.length} expectation(s) not met\n`);
+  process.stderr.write(
+    `[scenario] done: ${report.incidents.length} incident(s), ${report.signals.length} signal(s), ${failed.length} of ${report.expectations.length} expectation(s) not met\n`,
+  );
 }
 // Handles (ioredis, sockets) are closed by stop(); exit explicitly so a straggler cannot keep us alive.
 process.exit(report.broken ? 1 : 0);

@@ -17,10 +17,12 @@ describe('the demo of the seed incident (the README picture)', () => {
 
   it('runs cleanly and meets its expect block', () => expectRunClean(r));
 
-  it('one RAM alert for the host, none for its container, and it says the seed\'s cause', () => {
+  it("one RAM alert for the host, none for its container, and it says the seed's cause", () => {
     const ram = r.alerts.filter((a) => a.kind === 'ram_high');
     expect(ram.map((a) => a.machine)).toEqual(['kpro5']);
-    expect(ram[0]?.messages[0]?.text).toMatch(/Why: 8 ranks × 300 GB host cache .*= 2\.4 TB requested on a 449 GiB host/);
+    expect(ram[0]?.messages[0]?.text).toMatch(
+      /Why: 8 ranks × 300 GB host cache .*= 2\.4 TB requested on a 449 GiB host/,
+    );
   });
 
   it('the watchdog and the status read signalled nothing', () => {

@@ -72,7 +72,12 @@ function controlsOf(blocks: unknown[] | undefined): string[] {
   for (const b of blocks ?? []) {
     if (typeof b !== 'object' || b === null || (b as { type?: unknown }).type !== 'actions') continue;
     for (const el of (b as { elements?: unknown[] }).elements ?? []) {
-      const e = el as { type?: unknown; action_id?: unknown; text?: { text?: unknown }; placeholder?: { text?: unknown } };
+      const e = el as {
+        type?: unknown;
+        action_id?: unknown;
+        text?: { text?: unknown };
+        placeholder?: { text?: unknown };
+      };
       if (e.action_id === 'gpu_approve' || e.action_id === 'gpu_deny') continue;
       const label = e.type === 'button' ? e.text?.text : e.placeholder?.text;
       if (typeof label === 'string') out.push(label);
@@ -130,10 +135,12 @@ export async function startDemo(input: string | Scenario, o: { port?: number } =
       return { parent: view(p), replies: t.slice(1).map(view) };
     });
     const priv: PrivateNote[] = [...notes];
-    for (const e of slack.ephemerals()) priv.push({ at: e.at, user: nameOf.get(e.user) ?? e.user, kind: 'ephemeral', text: e.text });
+    for (const e of slack.ephemerals())
+      priv.push({ at: e.at, user: nameOf.get(e.user) ?? e.user, kind: 'ephemeral', text: e.text });
     for (const r of slack.responses()) {
       const user = userOfUrl.get(r.url);
-      if (user !== undefined && typeof r.body.text === 'string') priv.push({ at: r.at, user, kind: 'response', text: r.body.text });
+      if (user !== undefined && typeof r.body.text === 'string')
+        priv.push({ at: r.at, user, kind: 'response', text: r.body.text });
     }
     priv.sort((a, b) => a.at - b.at);
     const gpuMemory: DemoState['gpuMemory'] = {};
@@ -147,7 +154,13 @@ export async function startDemo(input: string | Scenario, o: { port?: number } =
       threads,
       private: priv,
       gpuMemory,
-      processes: [...rt.processes].map(([name, { kind, p }]) => ({ name, machine: p.machine, kind, cmdline: p.cmdline, hostPid: p.hostPid })),
+      processes: [...rt.processes].map(([name, { kind, p }]) => ({
+        name,
+        machine: p.machine,
+        kind,
+        cmdline: p.cmdline,
+        hostPid: p.hostPid,
+      })),
     };
   };
 
@@ -171,11 +184,16 @@ export async function startDemo(input: string | Scenario, o: { port?: number } =
         if (inc) card = rt.latestCard(inc);
       }
     }
-    if (!card) return note({ user, kind: 'error', text: `no approval card to click${ts === undefined ? '' : ` at ${ts}`}` });
+    if (!card)
+      return note({ user, kind: 'error', text: `no approval card to click${ts === undefined ? '' : ` at ${ts}`}` });
     const url = rt.stack.slack.newResponseUrl();
     userOfUrl.set(url, user);
     const r = await rt.click(user, which, card, url);
-    return note({ user, kind: 'click', text: r.sent ? `clicked ${which} on card ${card.ts} → HTTP ${r.status}` : r.reason });
+    return note({
+      user,
+      kind: 'click',
+      text: r.sent ? `clicked ${which} on card ${card.ts} → HTTP ${r.status}` : r.reason,
+    });
   };
 
   const server: Server = createServer((req, res) => {
@@ -199,7 +217,8 @@ export async function startDemo(input: string | Scenario, o: { port?: number } =
           const b = await readJson(req);
           const user = typeof b.user === 'string' ? b.user : '';
           const which = b.which === 'approve' || b.which === 'deny' ? b.which : null;
-          if (rt.users[user] === undefined || which === null) return send(res, 400, { error: 'need user and which (approve|deny)' });
+          if (rt.users[user] === undefined || which === null)
+            return send(res, 400, { error: 'need user and which (approve|deny)' });
           const n = await click(user, which, typeof b.ts === 'string' ? b.ts : undefined);
           return send(res, n.kind === 'error' ? 409 : 200, n);
         }

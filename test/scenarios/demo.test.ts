@@ -33,14 +33,22 @@ describe('demo web page', () => {
     expect(defs.every((d) => d !== '')).toBe(true);
     const slackText = new Function(`${defs.join('\n')}\nreturn slackText;`)() as (s: string) => string;
     // What src/render/escape.ts made of "<!channel> &lt; x" typed by a user, and a mention gpu-medic wrote.
-    expect(slackText('reason: &lt;!channel&gt; &amp;lt; x · by <@U0REQUEST>')).toBe('reason: &lt;!channel&gt; &amp;lt; x · by @U0REQUEST');
+    expect(slackText('reason: &lt;!channel&gt; &amp;lt; x · by <@U0REQUEST>')).toBe(
+      'reason: &lt;!channel&gt; &amp;lt; x · by @U0REQUEST',
+    );
     expect(slackText('<img src=x onerror=alert(1)>')).toBe('&lt;img src=x onerror=alert(1)&gt;');
   });
 
   it('POST /command queues the command as the chosen user; GET /state shows the thread', async () => {
-    const bad = await fetch(new URL('/command', demo.url), { method: 'POST', body: JSON.stringify({ user: 'mallory', text: '/gpu status kpro5' }) });
+    const bad = await fetch(new URL('/command', demo.url), {
+      method: 'POST',
+      body: JSON.stringify({ user: 'mallory', text: '/gpu status kpro5' }),
+    });
     expect(bad.status).toBe(400);
-    const r = await fetch(new URL('/command', demo.url), { method: 'POST', body: JSON.stringify({ user: 'alice', text: '/gpu status kpro5' }) });
+    const r = await fetch(new URL('/command', demo.url), {
+      method: 'POST',
+      body: JSON.stringify({ user: 'alice', text: '/gpu status kpro5' }),
+    });
     expect(r.status).toBe(202);
     expect(await r.json()).toEqual({ queued: true, user: 'alice', text: '/gpu status kpro5' });
     let s: DemoState | null = null;
@@ -58,7 +66,10 @@ describe('demo web page', () => {
   });
 
   it('POST /click without a card answers 409 and says why', async () => {
-    const r = await fetch(new URL('/click', demo.url), { method: 'POST', body: JSON.stringify({ user: 'alice', which: 'approve' }) });
+    const r = await fetch(new URL('/click', demo.url), {
+      method: 'POST',
+      body: JSON.stringify({ user: 'alice', which: 'approve' }),
+    });
     expect(r.status).toBe(409);
     expect(((await r.json()) as { text: string }).text).toContain('no approval card');
   });

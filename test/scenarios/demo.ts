@@ -21,7 +21,9 @@ const args = process.argv.slice(2);
 const tty = args.includes('--tty');
 const portArg = args.indexOf('--port');
 const port = portArg >= 0 ? Number(args[portArg + 1]) : 0;
-const file = args.find((a, i) => !a.startsWith('--') && (portArg < 0 || i !== portArg + 1)) ?? join(HERE, 's3-host-level-approval.yaml');
+const file =
+  args.find((a, i) => !a.startsWith('--') && (portArg < 0 || i !== portArg + 1)) ??
+  join(HERE, 's3-host-level-approval.yaml');
 
 const out = (s: string) => process.stdout.write(`${s}\n`);
 out(`gpu-medic demo: starting ${file} (fleet, Redis queues, bot, worker, fake Slack)…`);
@@ -49,8 +51,12 @@ process.on('SIGTERM', () => void shutdown(0));
 const s0 = demo.state();
 out(`\n${s0.scenario.name}${s0.scenario.pending ? ` (pending: ${s0.scenario.pending})` : ''}`);
 if (s0.scenario.description) out(s0.scenario.description.trim());
-out(`users: ${s0.users.map((u) => `${u.name} (${u.id})`).join(', ')}; approvers: ${demo.runtime.approverIds.join(', ') || 'none'}`);
-out(`machines: ${[...demo.runtime.scenario.fleet.hosts.map((h) => h.id), ...demo.runtime.scenario.fleet.containers.map((c) => c.id)].join(', ')}`);
+out(
+  `users: ${s0.users.map((u) => `${u.name} (${u.id})`).join(', ')}; approvers: ${demo.runtime.approverIds.join(', ') || 'none'}`,
+);
+out(
+  `machines: ${[...demo.runtime.scenario.fleet.hosts.map((h) => h.id), ...demo.runtime.scenario.fleet.containers.map((c) => c.id)].join(', ')}`,
+);
 out(`\nopen ${demo.url} in a browser${tty ? ', or type here' : ''}. Ctrl-C stops everything.`);
 
 if (tty) {
@@ -63,7 +69,9 @@ if (tty) {
     const st = demo.state();
     const lines: string[] = [];
     for (const t of st.threads) {
-      for (const [m, reply] of [[t.parent, false], ...t.replies.map((r) => [r, true] as const)] as Array<[DemoMessage, boolean]>) {
+      for (const [m, reply] of [[t.parent, false], ...t.replies.map((r) => [r, true] as const)] as Array<
+        [DemoMessage, boolean]
+      >) {
         const key = m.ts;
         const sig = `${m.text}|${m.edits}`;
         if (seen.get(key) !== sig) {
@@ -99,16 +107,28 @@ if (tty) {
         await demo.click(user, w1);
       } else if ((w0 === 'as' || w0 === 'user') && w1 !== undefined) {
         if (demo.state().users.some((u) => u.name === w1)) user = w1;
-        else out(`no user ${w1}; users: ${demo.state().users.map((u) => u.name).join(', ')}`);
+        else
+          out(
+            `no user ${w1}; users: ${demo
+              .state()
+              .users.map((u) => u.name)
+              .join(', ')}`,
+          );
       } else if (demo.state().users.some((u) => u.name === w0) && w1 === undefined) {
         user = w0 ?? user;
       } else if (w0 === 'show') {
         seen.clear();
         printNew();
       } else if (w0 === 'gpus') {
-        for (const [h, g] of Object.entries(demo.state().gpuMemory)) out(`${h}: ${g.map((x) => `${x.index}:${x.usedMiB}`).join('  ')} MiB`);
+        for (const [h, g] of Object.entries(demo.state().gpuMemory))
+          out(`${h}: ${g.map((x) => `${x.index}:${x.usedMiB}`).join('  ')} MiB`);
       } else if (w0 === 'users') {
-        out(demo.state().users.map((u) => `${u.name} ${u.id}`).join('\n'));
+        out(
+          demo
+            .state()
+            .users.map((u) => `${u.name} ${u.id}`)
+            .join('\n'),
+        );
       } else if (w0 === 'quit' || w0 === 'exit') {
         clearInterval(timer);
         rl.close();

@@ -18,7 +18,10 @@ export const file = (prefix: string): string => {
 
 /** Cell texts of the table block in a message (header row first). */
 export function tableRows(blocks: unknown[] | null): string[][] {
-  const table = (blocks ?? []).find((b): b is { type: 'table'; rows: Array<Array<{ text?: string }>> } => typeof b === 'object' && b !== null && (b as { type?: unknown }).type === 'table');
+  const table = (blocks ?? []).find(
+    (b): b is { type: 'table'; rows: Array<Array<{ text?: string }>> } =>
+      typeof b === 'object' && b !== null && (b as { type?: unknown }).type === 'table',
+  );
   return (table?.rows ?? []).map((r) => r.map((c) => c.text ?? ''));
 }
 

@@ -22,7 +22,18 @@ import {
   ALERT_UNSTICK_ACTION_ID,
   ALERT_UNSTICK_PICK_ACTION_ID,
 } from '../../src/watchdog/alert-events.ts';
-import { loadScenario, toRegExp, userIds, type AlertClick, type AlertCondition, type Condition, type MachineChange, type ProcessChange, type Scenario, type Step } from './schema.ts';
+import {
+  loadScenario,
+  toRegExp,
+  userIds,
+  type AlertClick,
+  type AlertCondition,
+  type Condition,
+  type MachineChange,
+  type ProcessChange,
+  type Scenario,
+  type Step,
+} from './schema.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Report shape
@@ -147,7 +158,18 @@ export interface Report {
   /** Final GPU memory per host. */
   gpuMemory: Record<string, GpuMemoryReading[]>;
   /** Processes the scenario started: name → pids and whether each is still alive at the end. */
-  processes: Record<string, { machine: string; kind: 'holder' | 'bystander'; hostPid: number; containerPid: number | null; startTime: number; cmdline: string; alive: boolean }>;
+  processes: Record<
+    string,
+    {
+      machine: string;
+      kind: 'holder' | 'bystander';
+      hostPid: number;
+      containerPid: number | null;
+      startTime: number;
+      cmdline: string;
+      alive: boolean;
+    }
+  >;
   incidents: IncidentReport[];
   /** Watchdog alert episodes (settings.watch), oldest first, and the alerts channel's messages no incident claims. */
   alerts: AlertReport[];
@@ -227,13 +249,20 @@ export function cardButtons(blocks: unknown): Card['buttons'] {
  * are over (as the renderer says "done") once every target has a snapshot or a machine_error.
  * Returns the time of the event that completed it, or null while it is open.
  */
-export function completedAt(meta: { kind: string; targets: string[] } | null, events: readonly LooseEvent[]): string | null {
+export function completedAt(
+  meta: { kind: string; targets: string[] } | null,
+  events: readonly LooseEvent[],
+): string | null {
   const fin = events.find((e) => e.type === 'finished' || e.type === 'error');
   if (fin) return fin.at;
   if (!meta || (meta.kind !== 'status' && meta.kind !== 'status_all')) return null;
   let last: string | null = null;
   for (const t of meta.targets) {
-    const e = events.find((x) => (x.type === 'snapshot' || x.type === 'machine_error') && (x.type === 'machine_error' ? x.machineId === t : isRecord(x.snapshot) && x.snapshot.machineId === t));
+    const e = events.find(
+      (x) =>
+        (x.type === 'snapshot' || x.type === 'machine_error') &&
+        (x.type === 'machine_error' ? x.machineId === t : isRecord(x.snapshot) && x.snapshot.machineId === t),
+    );
     if (!e) return null;
     if (last === null || e.at > last) last = e.at;
   }
@@ -257,15 +286,30 @@ export function alertControls(blocks: unknown): Control[] {
   if (!Array.isArray(blocks)) return out;
   const add = (el: unknown, blockId: string) => {
     if (!isRecord(el) || typeof el.action_id !== 'string') return;
-    const options = (Array.isArray(el.options) ? el.options : Array.isArray(el.option_groups) ? el.option_groups.flatMap((g: unknown) => (isRecord(g) && Array.isArray(g.options) ? g.options : [])) : [])
+    const options = (
+      Array.isArray(el.options)
+        ? el.options
+        : Array.isArray(el.option_groups)
+          ? el.option_groups.flatMap((g: unknown) => (isRecord(g) && Array.isArray(g.options) ? g.options : []))
+          : []
+    )
       .filter(isRecord)
-      .map((op) => ({ text: isRecord(op.text) ? { type: strOrNull(op.text.type) ?? 'plain_text', text: strOrNull(op.text.text) ?? '' } : { type: 'plain_text', text: '' }, value: strOrNull(op.value) ?? '' }));
+      .map((op) => ({
+        text: isRecord(op.text)
+          ? { type: strOrNull(op.text.type) ?? 'plain_text', text: strOrNull(op.text.text) ?? '' }
+          : { type: 'plain_text', text: '' },
+        value: strOrNull(op.value) ?? '',
+      }));
     out.push({
       type: strOrNull(el.type) ?? '?',
       actionId: el.action_id,
       blockId,
       value: strOrNull(el.value),
-      text: isRecord(el.text) ? (strOrNull(el.text.text) ?? '') : isRecord(el.placeholder) ? (strOrNull(el.placeholder.text) ?? '') : '',
+      text: isRecord(el.text)
+        ? (strOrNull(el.text.text) ?? '')
+        : isRecord(el.placeholder)
+          ? (strOrNull(el.placeholder.text) ?? '')
+          : '',
       placeholder: el.placeholder,
       options,
     });
@@ -282,7 +326,10 @@ export function alertControls(blocks: unknown): Control[] {
 /** Action ids per button (src/watchdog/alert-events.ts): a GPU's snoozes have their own; a host alert's Unstick is a pick. */
 const ALERT_ACTION_IDS: Record<AlertClick['button'], { machine: string[]; gpu: string[] }> = {
   status: { machine: [ALERT_STATUS_ACTION_ID], gpu: [ALERT_STATUS_ACTION_ID] },
-  unstick: { machine: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID], gpu: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID] },
+  unstick: {
+    machine: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID],
+    gpu: [ALERT_UNSTICK_ACTION_ID, ALERT_UNSTICK_PICK_ACTION_ID],
+  },
   'snooze-1h': { machine: [ALERT_SNOOZE_1H_ACTION_ID], gpu: [ALERT_SNOOZE_GPU_1H_ACTION_ID] },
   'snooze-1d': { machine: [ALERT_SNOOZE_1D_ACTION_ID], gpu: [ALERT_SNOOZE_GPU_1D_ACTION_ID] },
 };
@@ -292,22 +339,42 @@ const ALERT_ACTION_IDS: Record<AlertClick['button'], { machine: string[]; gpu: s
  * an Unstick select (a host alert) needs the container, matched by option value
  * (`<alert id>|<container>`) or text.
  */
-export function pickControl(controls: readonly Control[], c: Pick<AlertClick, 'button' | 'gpu' | 'container'>): { control: Control; option: Control['options'][number] | null } | { reason: string } {
+export function pickControl(
+  controls: readonly Control[],
+  c: Pick<AlertClick, 'button' | 'gpu' | 'container'>,
+): { control: Control; option: Control['options'][number] | null } | { reason: string } {
   const snooze = c.button === 'snooze-1h' || c.button === 'snooze-1d';
   const ids = ALERT_ACTION_IDS[c.button][snooze && c.gpu !== undefined ? 'gpu' : 'machine'];
   const control = controls.find((x) => ids.includes(x.actionId));
   if (!control) {
-    const which = snooze ? (c.gpu === undefined ? `machine-wide ${c.button} button` : `${c.button} button for GPU ${c.gpu}`) : `${c.button} control`;
-    return { reason: `the alert's message has no ${which} (action id ${ids.join(' or ')}; it has: ${controls.map((x) => x.actionId).join(', ') || 'none'})` };
+    const which = snooze
+      ? c.gpu === undefined
+        ? `machine-wide ${c.button} button`
+        : `${c.button} button for GPU ${c.gpu}`
+      : `${c.button} control`;
+    return {
+      reason: `the alert's message has no ${which} (action id ${ids.join(' or ')}; it has: ${controls.map((x) => x.actionId).join(', ') || 'none'})`,
+    };
   }
   if (control.type !== 'static_select') {
-    if (c.container !== undefined) return { reason: `the alert's Unstick is a button, there is no container to choose (it unsticks its own machine)` };
+    if (c.container !== undefined)
+      return {
+        reason: `the alert's Unstick is a button, there is no container to choose (it unsticks its own machine)`,
+      };
     return { control, option: null };
   }
-  if (c.container === undefined) return { reason: `the alert's Unstick is a select of containers (${control.options.map((o) => o.text.text).join(', ')}): say which with container:` };
+  if (c.container === undefined)
+    return {
+      reason: `the alert's Unstick is a select of containers (${control.options.map((o) => o.text.text).join(', ')}): say which with container:`,
+    };
   const want = c.container;
-  const option = control.options.find((o) => o.value === want || o.value.endsWith(`|${want}`)) ?? control.options.find((o) => o.text.text === want);
-  if (!option) return { reason: `the Unstick select offers no ${want} (it offers: ${control.options.map((o) => o.text.text).join(', ') || 'nothing'})` };
+  const option =
+    control.options.find((o) => o.value === want || o.value.endsWith(`|${want}`)) ??
+    control.options.find((o) => o.text.text === want);
+  if (!option)
+    return {
+      reason: `the Unstick select offers no ${want} (it offers: ${control.options.map((o) => o.text.text).join(', ') || 'nothing'})`,
+    };
   return { control, option };
 }
 
@@ -339,7 +406,8 @@ export class ScenarioRuntime {
     const st = scenario.settings;
     const env: Record<string, string> = { GPU_MEDIC_APPROVERS: approvers.join(',') };
     if (st.approvalTtlSec !== undefined) env.GPU_MEDIC_APPROVAL_TTL_SEC = String(st.approvalTtlSec);
-    if (scenario.escalationApprovers.length > 0) env.GPU_MEDIC_ESCALATION_APPROVERS = scenario.escalationApprovers.map((a) => users[a] ?? a).join(',');
+    if (scenario.escalationApprovers.length > 0)
+      env.GPU_MEDIC_ESCALATION_APPROVERS = scenario.escalationApprovers.map((a) => users[a] ?? a).join(',');
     if (st.escalateAfterSec !== undefined) env.GPU_MEDIC_ESCALATE_AFTER_SEC = String(st.escalateAfterSec);
     if (st.termGraceSec !== undefined) env.GPU_MEDIC_TERM_GRACE_SEC = String(st.termGraceSec);
     if (st.releaseTimeoutSec !== undefined) env.GPU_MEDIC_RELEASE_TIMEOUT_SEC = String(st.releaseTimeoutSec);
@@ -351,7 +419,9 @@ export class ScenarioRuntime {
       if (st.watch.ramPct !== undefined) env.GPU_MEDIC_WATCH_RAM_PCT = String(st.watch.ramPct);
     }
     // A worker that a step restarts runs as its own process, so the restart is a real SIGKILL.
-    const workerProcess = scenario.steps.some((x) => ('restart' in x && x.restart !== 'bot') || ('down' in x && x.down !== 'bot'));
+    const workerProcess = scenario.steps.some(
+      (x) => ('restart' in x && x.restart !== 'bot') || ('down' in x && x.down !== 'bot'),
+    );
     const stack = await startStack({
       workerProcess,
       fleet: {
@@ -367,7 +437,9 @@ export class ScenarioRuntime {
           host: c.host,
           ownAddress: c.ownAddress,
           ...(c.gpus !== undefined ? { gpus: c.gpus } : {}),
-          ...(c.init !== undefined ? { initHolds: { gpus: c.init.gpus, ...(c.init.title !== undefined ? { title: c.init.title } : {}) } } : {}),
+          ...(c.init !== undefined
+            ? { initHolds: { gpus: c.init.gpus, ...(c.init.title !== undefined ? { title: c.init.title } : {}) } }
+            : {}),
         })),
       },
       env,
@@ -455,12 +527,20 @@ export class ScenarioRuntime {
       return { ended: c.end, hostPid: e.p.hostPid, startTime: e.p.startTime };
     }
     const o = c.start;
-    const common = { ...(o.title !== undefined ? { title: o.title } : {}), ...(o.ignoreTerm !== undefined ? { ignoreTerm: o.ignoreTerm } : {}), ...(o.user !== undefined ? { user: o.user } : {}) };
+    const common = {
+      ...(o.title !== undefined ? { title: o.title } : {}),
+      ...(o.ignoreTerm !== undefined ? { ignoreTerm: o.ignoreTerm } : {}),
+      ...(o.user !== undefined ? { user: o.user } : {}),
+    };
     let p: FleetProcess;
     if (o.takePidOf !== undefined) {
       const old = this.processes.get(o.takePidOf)?.p;
       if (!old) throw new Error(`no process named ${o.takePidOf}`);
-      p = await fleet.takePid(o.machine, { hostPid: old.hostPid, ...(old.containerPid !== null ? { containerPid: old.containerPid } : {}) }, { ...common, ...(o.gpus ? { gpus: o.gpus } : {}) });
+      p = await fleet.takePid(
+        o.machine,
+        { hostPid: old.hostPid, ...(old.containerPid !== null ? { containerPid: old.containerPid } : {}) },
+        { ...common, ...(o.gpus ? { gpus: o.gpus } : {}) },
+      );
     } else if (o.gpus) p = await fleet.spawnHolder(o.machine, { ...common, gpus: o.gpus });
     else p = await fleet.spawnBystander(o.machine, { ...common, title: o.title ?? 'python3' });
     this.processes.set(o.name, { kind: o.gpus ? 'holder' : 'bystander', p });
@@ -494,7 +574,10 @@ export class ScenarioRuntime {
     // The parent the outbox tagged for this incident first: an alert message also names the
     // incidents its buttons opened.
     const all = this.stack.slack.messages(inc.channel);
-    const parent = all.find((m) => m.metadata?.event_payload.incident === inc.id && m.metadata.event_payload.view_key === 'parent') ?? all.find((m) => m.metadata === undefined && JSON.stringify(m.blocks ?? []).includes(inc.id));
+    const parent =
+      all.find(
+        (m) => m.metadata?.event_payload.incident === inc.id && m.metadata.event_payload.view_key === 'parent',
+      ) ?? all.find((m) => m.metadata === undefined && JSON.stringify(m.blocks ?? []).includes(inc.id));
     return parent ? this.stack.slack.thread(inc.channel, parent.ts) : [];
   }
 
@@ -506,7 +589,8 @@ export class ScenarioRuntime {
       const m = t[i];
       if (!m || !parent) continue;
       const buttons = cardButtons(m.blocks);
-      if (buttons.length > 0) return { ts: m.ts, threadTs: parent.ts, channel: inc.channel, blocks: m.blocks ?? [], text: m.text, buttons };
+      if (buttons.length > 0)
+        return { ts: m.ts, threadTs: parent.ts, channel: inc.channel, blocks: m.blocks ?? [], text: m.text, buttons };
     }
     return null;
   }
@@ -517,13 +601,20 @@ export class ScenarioRuntime {
       const m = this.stack.slack.thread(channel, parent.ts).find((x) => x.ts === ts);
       if (!m) continue;
       const buttons = cardButtons(m.blocks);
-      return buttons.length > 0 ? { ts: m.ts, threadTs: parent.ts, channel, blocks: m.blocks ?? [], text: m.text, buttons } : null;
+      return buttons.length > 0
+        ? { ts: m.ts, threadTs: parent.ts, channel, blocks: m.blocks ?? [], text: m.text, buttons }
+        : null;
     }
     return null;
   }
 
   /** Clicks approve/deny on a card as a user, the way Slack would deliver it (signed block_actions). */
-  async click(userName: string, which: 'approve' | 'deny', card: Card, responseUrl = this.stack.slack.newResponseUrl()) {
+  async click(
+    userName: string,
+    which: 'approve' | 'deny',
+    card: Card,
+    responseUrl = this.stack.slack.newResponseUrl(),
+  ) {
     const button = card.buttons.find((b) => b.which === which);
     if (!button) return { sent: false as const, reason: `the card has no ${which} button` };
     this.urlUser.set(responseUrl, userName);
@@ -542,7 +633,14 @@ export class ScenarioRuntime {
       messageBlocks: card.blocks,
     });
     const r = await sendInteraction(this.stack.eventsUrl, this.stack.signingSecret, payload);
-    return { sent: true as const, status: r.status, body: r.body, elapsedMs: Math.round(r.elapsedMs), value: button.value, cardTs: card.ts };
+    return {
+      sent: true as const,
+      status: r.status,
+      body: r.body,
+      elapsedMs: Math.round(r.elapsedMs),
+      value: button.value,
+      cardTs: card.ts,
+    };
   }
 
   async events(id: string): Promise<LooseEvent[]> {
@@ -627,7 +725,11 @@ export class ScenarioRuntime {
       // or (untagged) naming it. An alert message also names the incidents its buttons opened.
       const messages = this.stack.slack
         .messages(channel)
-        .filter((m) => (m.metadata !== undefined ? m.metadata.event_payload.incident === id : refs.has(m.ts) || JSON.stringify(m.blocks ?? []).includes(id) || m.text.includes(id)))
+        .filter((m) =>
+          m.metadata !== undefined
+            ? m.metadata.event_payload.incident === id
+            : refs.has(m.ts) || JSON.stringify(m.blocks ?? []).includes(id) || m.text.includes(id),
+        )
         .map((m) => ({ ts: m.ts, text: visibleText(m), edits: m.history.length }));
       out.push({
         id,
@@ -650,7 +752,9 @@ export class ScenarioRuntime {
 
   /** Episodes of one alert (kind on machine, or on one GPU), oldest first. */
   async episodes(a: { kind: string; machine: string; gpu?: number | undefined }): Promise<AlertReport[]> {
-    return (await this.alertReports()).filter((e) => e.kind === a.kind && e.machine === a.machine && (a.gpu === undefined || e.gpu === a.gpu));
+    return (await this.alertReports()).filter(
+      (e) => e.kind === a.kind && e.machine === a.machine && (a.gpu === undefined || e.gpu === a.gpu),
+    );
   }
 
   /** Whether an alert condition holds now: about its latest episode, once rendered into the alerts channel. */
@@ -677,15 +781,25 @@ export class ScenarioRuntime {
    * Status and Unstick clicks are followed until the alert logs the click (`alert_action`), and the
    * incident it opened is tracked under `label`.
    */
-  async clickAlert(userName: string, c: AlertClick, o: { label?: string | null; timeoutMs?: number } = {}): Promise<{ sent: boolean; reason: string | null; result: Record<string, unknown> }> {
+  async clickAlert(
+    userName: string,
+    c: AlertClick,
+    o: { label?: string | null; timeoutMs?: number } = {},
+  ): Promise<{ sent: boolean; reason: string | null; result: Record<string, unknown> }> {
     const eps = await this.episodes(c);
     const ep = eps[eps.length - 1];
     const what = `${c.kind} alert on ${c.machine}${c.gpu === undefined ? '' : ` GPU ${c.gpu}`}`;
     if (!ep) return { sent: false, reason: `no ${what} was raised`, result: {} };
     const msg = this.stack.slack.messages(this.alertsChannel ?? '').find((m) => ep.messages.some((x) => x.ts === m.ts));
-    if (!msg) return { sent: false, reason: `the ${what} (${ep.id}) has no message in the alerts channel`, result: { alertIncident: ep.id } };
+    if (!msg)
+      return {
+        sent: false,
+        reason: `the ${what} (${ep.id}) has no message in the alerts channel`,
+        result: { alertIncident: ep.id },
+      };
     const found = pickControl(alertControls(msg.blocks), c);
-    if ('reason' in found) return { sent: false, reason: `${found.reason} (${what}, ${ep.id})`, result: { alertIncident: ep.id } };
+    if ('reason' in found)
+      return { sent: false, reason: `${found.reason} (${what}, ${ep.id})`, result: { alertIncident: ep.id } };
     const ctl = found.control;
     const responseUrl = this.stack.slack.newResponseUrl();
     this.urlUser.set(responseUrl, userName);
@@ -702,16 +816,30 @@ export class ScenarioRuntime {
     };
     const placeholder = isRecord(ctl.placeholder) ? strOrNull(ctl.placeholder.text) : null;
     const payload = found.option
-      ? staticSelectPayload({ ...common, selected: { text: found.option.text.text, value: found.option.value }, ...(placeholder !== null ? { placeholder } : {}) })
+      ? staticSelectPayload({
+          ...common,
+          selected: { text: found.option.text.text, value: found.option.value },
+          ...(placeholder !== null ? { placeholder } : {}),
+        })
       : blockActionPayload({ ...common, value: ctl.value ?? '', buttonText: ctl.text });
     const seen = ep.events.length;
     const r = await sendInteraction(this.stack.eventsUrl, this.stack.signingSecret, payload);
-    const result: Record<string, unknown> = { alertIncident: ep.id, status: r.status, body: r.body, elapsedMs: Math.round(r.elapsedMs), actionId: ctl.actionId, value: ctl.value, ...(found.option ? { option: found.option.value } : {}) };
+    const result: Record<string, unknown> = {
+      alertIncident: ep.id,
+      status: r.status,
+      body: r.body,
+      elapsedMs: Math.round(r.elapsedMs),
+      actionId: ctl.actionId,
+      value: ctl.value,
+      ...(found.option ? { option: found.option.value } : {}),
+    };
     // The click is logged on the alert: the incident it opened, the snooze, or why it was refused.
     const deadline = Date.now() + (o.timeoutMs ?? DEFAULT_STEP_TIMEOUT);
     const me = this.userId(userName);
     for (;;) {
-      const mine = (await this.events(ep.id)).slice(seen).find((e) => (e.type === 'alert_action' || e.type === 'alert_snoozed') && e['by'] === me);
+      const mine = (await this.events(ep.id))
+        .slice(seen)
+        .find((e) => (e.type === 'alert_action' || e.type === 'alert_snoozed') && e['by'] === me);
       if (mine?.type === 'alert_snoozed') {
         result.snoozed = { scope: mine['scope'], until: mine['until'] };
         return { sent: true, reason: null, result };
@@ -722,11 +850,20 @@ export class ScenarioRuntime {
         result.refused = strOrNull(mine['refused']);
         if (opened !== null) {
           const meta = await this.log.meta(opened);
-          this.incidents.push({ id: opened, label: o.label ?? null, channel: meta?.channel ?? this.alertsChannel ?? this.scenario.channel });
+          this.incidents.push({
+            id: opened,
+            label: o.label ?? null,
+            channel: meta?.channel ?? this.alertsChannel ?? this.scenario.channel,
+          });
         }
         return { sent: true, reason: null, result };
       }
-      if (Date.now() > deadline) return { sent: true, reason: `the alert logged no ${c.button} click by ${userName} within ${o.timeoutMs ?? DEFAULT_STEP_TIMEOUT} ms (the bot answered HTTP ${r.status})`, result };
+      if (Date.now() > deadline)
+        return {
+          sent: true,
+          reason: `the alert logged no ${c.button} click by ${userName} within ${o.timeoutMs ?? DEFAULT_STEP_TIMEOUT} ms (the bot answered HTTP ${r.status})`,
+          result,
+        };
       await sleep(50);
     }
   }
@@ -738,32 +875,52 @@ export class ScenarioRuntime {
   // -------------------------------------------------------------------------------------------
   // Report
 
-  async collect(): Promise<Omit<Report, 'scenario' | 'startedAt' | 'startupMs' | 'runMs' | 'broken' | 'steps' | 'unfinished' | 'expectations'>> {
+  async collect(): Promise<
+    Omit<Report, 'scenario' | 'startedAt' | 'startupMs' | 'runMs' | 'broken' | 'steps' | 'unfinished' | 'expectations'>
+  > {
     const { fleet, slack } = this.stack;
     const rel = (ms: number) => ms - this.t0;
-    const machines = [...this.scenario.fleet.hosts.map((h) => h.id), ...this.scenario.fleet.containers.map((c) => c.id)];
+    const machines = [
+      ...this.scenario.fleet.hosts.map((h) => h.id),
+      ...this.scenario.fleet.containers.map((c) => c.id),
+    ];
     const commands: Record<string, CommandReport[]> = {};
     for (const m of machines) commands[m] = fleet.commandLog(m).map((c) => ({ t: rel(c.ts), cmd: c.cmd, via: c.via }));
     // By the fleet's process id, not the PID: a PID taken over by a new process names the new one.
     const byId = new Map<string, string>();
     for (const [name, { p }] of this.processes) byId.set(p.id, name);
-    const signals = fleet.signals().map((s: SignalRecord): SignalReport => ({
-      t: rel(s.ts),
-      machine: s.machine,
-      process: byId.get(s.id) ?? null,
-      kind: s.kind,
-      hostPid: s.hostPid,
-      containerPid: s.containerPid,
-      cmdline: s.cmdline,
-      signal: s.signal,
-      byPid: s.by,
-      by: s.by === null ? 'not observable (SIGKILL)' : s.by === 0 ? 'from outside its PID namespace (host side)' : `PID ${s.by} in its own namespace`,
-    }));
+    const signals = fleet.signals().map(
+      (s: SignalRecord): SignalReport => ({
+        t: rel(s.ts),
+        machine: s.machine,
+        process: byId.get(s.id) ?? null,
+        kind: s.kind,
+        hostPid: s.hostPid,
+        containerPid: s.containerPid,
+        cmdline: s.cmdline,
+        signal: s.signal,
+        byPid: s.by,
+        by:
+          s.by === null
+            ? 'not observable (SIGKILL)'
+            : s.by === 0
+              ? 'from outside its PID namespace (host side)'
+              : `PID ${s.by} in its own namespace`,
+      }),
+    );
     const gpuMemory: Record<string, GpuMemoryReading[]> = {};
     for (const h of this.scenario.fleet.hosts) gpuMemory[h.id] = fleet.gpuMemory(h.id);
     const processes: Report['processes'] = {};
     for (const [name, { kind, p }] of this.processes) {
-      processes[name] = { machine: p.machine, kind, hostPid: p.hostPid, containerPid: p.containerPid, startTime: p.startTime, cmdline: p.cmdline, alive: alive(p.hostPid, p.startTime) };
+      processes[name] = {
+        machine: p.machine,
+        kind,
+        hostPid: p.hostPid,
+        containerPid: p.containerPid,
+        startTime: p.startTime,
+        cmdline: p.cmdline,
+        alive: alive(p.hostPid, p.startTime),
+      };
     }
     const calls = slack.calls().map((c) => slackCall(c, rel(c.at)));
     const ids = await this.allIncidentIds();
@@ -786,7 +943,12 @@ export class ScenarioRuntime {
         finished: done !== null,
         completedAt: done,
         durationMs: done !== null && requested ? Date.parse(done) - Date.parse(requested.at) : null,
-        thread: this.thread(inc).map((m) => ({ ts: m.ts, text: m.text, blocks: m.blocks ?? null, edits: m.history.length })),
+        thread: this.thread(inc).map((m) => ({
+          ts: m.ts,
+          text: m.text,
+          blocks: m.blocks ?? null,
+          edits: m.history.length,
+        })),
         events,
       });
     }
@@ -809,14 +971,24 @@ export class ScenarioRuntime {
       for (const m of slack.messages(this.alertsChannel)) {
         const raw = `${m.text}\n${JSON.stringify(m.blocks ?? [])}`;
         const tagged = m.metadata !== undefined && ids.includes(String(m.metadata.event_payload.incident));
-        if (!tagged && !refTs.has(m.ts) && !ids.some((id) => raw.includes(id))) unclaimed.push({ ts: m.ts, text: visibleText(m) });
+        if (!tagged && !refTs.has(m.ts) && !ids.some((id) => raw.includes(id)))
+          unclaimed.push({ ts: m.ts, text: visibleText(m) });
       }
     }
     const nameOf = new Map(Object.entries(this.users).map(([n, id]) => [id, n]));
     const answers: Report['answers'] = [
       ...this.acks.map((a) => ({ t: rel(a.at), user: a.user, via: 'ack' as const, text: a.text })),
-      ...slack.responses().map((p) => ({ t: rel(p.at), user: this.urlUser.get(p.url) ?? '?', via: 'response_url' as const, text: p.body.text ?? '' })),
-      ...slack.ephemerals().map((e) => ({ t: rel(e.at), user: nameOf.get(e.user) ?? e.user, via: 'ephemeral' as const, text: e.text })),
+      ...slack
+        .responses()
+        .map((p) => ({
+          t: rel(p.at),
+          user: this.urlUser.get(p.url) ?? '?',
+          via: 'response_url' as const,
+          text: p.body.text ?? '',
+        })),
+      ...slack
+        .ephemerals()
+        .map((e) => ({ t: rel(e.at), user: nameOf.get(e.user) ?? e.user, via: 'ephemeral' as const, text: e.text })),
     ].sort((a, b) => a.t - b.t);
     return {
       answers,
@@ -876,7 +1048,8 @@ const DEFAULT_SETTLE = 20_000;
 
 function describeCondition(c: Condition): string {
   if (typeof c === 'string') return c;
-  if ('alert' in c) return `alert ${c.alert.kind} on ${c.alert.machine}${c.alert.gpu === undefined ? '' : ` GPU ${c.alert.gpu}`} ${c.alert.state}${c.alert.count === undefined ? '' : ` (${c.alert.count})`}`;
+  if ('alert' in c)
+    return `alert ${c.alert.kind} on ${c.alert.machine}${c.alert.gpu === undefined ? '' : ` GPU ${c.alert.gpu}`} ${c.alert.state}${c.alert.count === undefined ? '' : ` (${c.alert.count})`}`;
   return `threadText /${c.threadText}/`;
 }
 
@@ -885,7 +1058,16 @@ const isAlertCondition = (c: Condition): boolean => typeof c !== 'string' && 'al
 async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise<StepReport> {
   const started = Date.now();
   const user = 'as' in step ? step.as : null;
-  const rep: StepReport = { index, step, user, userId: user === null ? null : rt.userId(user), t: started - rt.t0, ms: 0, result: {}, problem: null };
+  const rep: StepReport = {
+    index,
+    step,
+    user,
+    userId: user === null ? null : rt.userId(user),
+    t: started - rt.t0,
+    ms: 0,
+    result: {},
+    problem: null,
+  };
   const timeout = step.timeout ?? DEFAULT_STEP_TIMEOUT;
   const finish = () => {
     rep.ms = Date.now() - started;
@@ -909,7 +1091,10 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
   }
 
   if ('command' in step) {
-    const r = await rt.slash(step.as, step.command, { label: step.id ?? null, ...(step.channel !== undefined ? { channel: step.channel } : {}) });
+    const r = await rt.slash(step.as, step.command, {
+      label: step.id ?? null,
+      ...(step.channel !== undefined ? { channel: step.channel } : {}),
+    });
     rep.result = { status: r.status, ackMs: Math.round(r.elapsedMs), ack: r.ackText, incidentId: r.incidentId };
   } else if ('click' in step) {
     const inc = incidentFor();
@@ -946,7 +1131,8 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
     rep.result = result;
   } else if ('waitFor' in step) {
     const inc = incidentFor();
-    if (!inc && !isAlertCondition(step.waitFor)) rep.problem = `waitFor ${describeCondition(step.waitFor)}: no incident was opened before this step`;
+    if (!inc && !isAlertCondition(step.waitFor))
+      rep.problem = `waitFor ${describeCondition(step.waitFor)}: no incident was opened before this step`;
     else {
       const ok = await rt.waitFor(step.waitFor, inc, timeout);
       rep.result = { incidentId: isAlertCondition(step.waitFor) ? null : (inc?.id ?? null), reached: ok };
@@ -988,38 +1174,66 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
   const got = (name: string) => r.signals.filter((x) => x.process === name);
   for (const n of e.signalled ?? []) {
     const g = got(n);
-    out.push({ check: `signalled ${n}`, ok: g.length > 0, detail: g.length > 0 ? g.map((x) => x.signal).join(', ') : 'never signalled' });
+    out.push({
+      check: `signalled ${n}`,
+      ok: g.length > 0,
+      detail: g.length > 0 ? g.map((x) => x.signal).join(', ') : 'never signalled',
+    });
   }
   for (const n of e.notSignalled ?? []) {
     const g = got(n);
-    out.push({ check: `not signalled ${n}`, ok: g.length === 0, detail: g.length === 0 ? 'never signalled' : `got ${g.map((x) => `${x.signal} (${x.by})`).join(', ')}` });
+    out.push({
+      check: `not signalled ${n}`,
+      ok: g.length === 0,
+      detail: g.length === 0 ? 'never signalled' : `got ${g.map((x) => `${x.signal} (${x.by})`).join(', ')}`,
+    });
   }
   for (const [host, want] of Object.entries(e.gpuMemoryMiB ?? {})) {
     const have = r.gpuMemory[host] ?? [];
     const ok = want.every((w, i) => w === null || have[i]?.usedMiB === w) && have.length >= want.length;
-    out.push({ check: `gpu memory ${host}`, ok, detail: `want [${want.join(', ')}], have [${have.map((g) => g.usedMiB).join(', ')}]` });
+    out.push({
+      check: `gpu memory ${host}`,
+      ok,
+      detail: `want [${want.join(', ')}], have [${have.map((g) => g.usedMiB).join(', ')}]`,
+    });
   }
   const texts = r.incidents.flatMap((i) => i.thread.map((m) => visibleText(m)));
   for (const p of e.threadText ?? []) {
     const re = toRegExp(p);
-    out.push({ check: `thread text /${p}/`, ok: texts.some((t) => re.test(t)), detail: texts.some((t) => re.test(t)) ? 'found' : 'no message matches' });
+    out.push({
+      check: `thread text /${p}/`,
+      ok: texts.some((t) => re.test(t)),
+      detail: texts.some((t) => re.test(t)) ? 'found' : 'no message matches',
+    });
   }
   for (const p of e.notThreadText ?? []) {
     const re = toRegExp(p);
     const hit = texts.find((t) => re.test(t));
-    out.push({ check: `no thread text /${p}/`, ok: hit === undefined, detail: hit === undefined ? 'absent' : `found in: ${hit.slice(0, 200)}` });
+    out.push({
+      check: `no thread text /${p}/`,
+      ok: hit === undefined,
+      detail: hit === undefined ? 'absent' : `found in: ${hit.slice(0, 200)}`,
+    });
   }
   for (const [m, p] of Object.entries(e.noCommand ?? {})) {
     const re = toRegExp(p);
     const hit = (r.commands[m] ?? []).find((c) => c.t >= 0 && re.test(c.cmd));
-    out.push({ check: `no command /${p}/ on ${m}`, ok: hit === undefined, detail: hit === undefined ? 'none ran' : `ran: ${hit.cmd}` });
+    out.push({
+      check: `no command /${p}/ on ${m}`,
+      ok: hit === undefined,
+      detail: hit === undefined ? 'none ran' : `ran: ${hit.cmd}`,
+    });
   }
   for (const [user, pats] of Object.entries(e.answers ?? {})) {
     const mine = r.answers.filter((a) => a.user === user).map((a) => a.text);
     for (const p of pats) {
       const re = toRegExp(p);
       const ok = mine.some((t) => re.test(t));
-      out.push({ check: `${user} was answered /${p}/`, ok, detail: ok ? 'found' : `${user} saw: ${mine.map((t) => t.slice(0, 120)).join(' | ') || 'nothing'}` });
+      out.push({
+        check: `${user} was answered /${p}/`,
+        ok,
+        detail: ok ? 'found' : `${user} saw: ${mine.map((t) => t.slice(0, 120)).join(' | ') || 'nothing'}`,
+      });
     }
   }
   for (const [n, want] of Object.entries(e.signalCounts ?? {}))
@@ -1029,16 +1243,28 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
     }
   if (e.eachSignalAtMostOnce === true) {
     const seen = new Map<string, number>();
-    for (const x of r.signals) seen.set(`${x.process ?? `${x.machine}:${x.hostPid}`} ${x.signal}`, (seen.get(`${x.process ?? `${x.machine}:${x.hostPid}`} ${x.signal}`) ?? 0) + 1);
+    for (const x of r.signals)
+      seen.set(
+        `${x.process ?? `${x.machine}:${x.hostPid}`} ${x.signal}`,
+        (seen.get(`${x.process ?? `${x.machine}:${x.hostPid}`} ${x.signal}`) ?? 0) + 1,
+      );
     const twice = [...seen].filter(([, c]) => c > 1).map(([k, c]) => `${k} ×${c}`);
-    out.push({ check: 'each process got each signal at most once', ok: twice.length === 0, detail: twice.length === 0 ? 'yes' : twice.join(', ') });
+    out.push({
+      check: 'each process got each signal at most once',
+      ok: twice.length === 0,
+      detail: twice.length === 0 ? 'yes' : twice.join(', '),
+    });
   }
   for (const [n, want] of Object.entries(e.signalFrom ?? {}))
     for (const [sig, side] of Object.entries(want)) {
       const sides = got(n)
         .filter((x) => x.signal === sig)
         .map((x) => signalSide(x, r.incidents));
-      out.push({ check: `${n} got ${sig} from the ${side}`, ok: sides.length > 0 && sides.every((x) => x === side), detail: sides.length === 0 ? `never got ${sig}` : `from: ${sides.join(', ')}` });
+      out.push({
+        check: `${n} got ${sig} from the ${side}`,
+        ok: sides.length > 0 && sides.every((x) => x === side),
+        detail: sides.length === 0 ? `never got ${sig}` : `from: ${sides.join(', ')}`,
+      });
     }
   if (e.noHostKillBeforeApproval === true) {
     const early: string[] = [];
@@ -1046,16 +1272,35 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
       let approved = false;
       for (const ev of inc.events) {
         if (ev.type === 'approval_decided' && ev['decision'] === 'approved') approved = true;
-        if (ev.type === 'command' && ev['on'] === 'host' && (ev['role'] === 'kill' || ev['role'] === 'term') && !approved) early.push(`${inc.id} at ${ev.at}`);
+        if (
+          ev.type === 'command' &&
+          ev['on'] === 'host' &&
+          (ev['role'] === 'kill' || ev['role'] === 'term') &&
+          !approved
+        )
+          early.push(`${inc.id} at ${ev.at}`);
       }
     }
-    out.push({ check: 'no host-side signal before an approval', ok: early.length === 0, detail: early.length === 0 ? 'none' : early.join(', ') });
+    out.push({
+      check: 'no host-side signal before an approval',
+      ok: early.length === 0,
+      detail: early.length === 0 ? 'none' : early.join(', '),
+    });
   }
   if (e.allFinished === true) {
     // Alerts do not finish (they clear): the incidents people opened do.
     const opened = r.incidents.filter((i) => i.kind !== 'alert');
     const open = opened.filter((i) => !i.finished).map((i) => i.id);
-    out.push({ check: 'every incident finished', ok: opened.length > 0 && open.length === 0, detail: opened.length === 0 ? 'no incident was opened' : open.length === 0 ? `${opened.length} finished` : `open: ${open.join(', ')}` });
+    out.push({
+      check: 'every incident finished',
+      ok: opened.length > 0 && open.length === 0,
+      detail:
+        opened.length === 0
+          ? 'no incident was opened'
+          : open.length === 0
+            ? `${opened.length} finished`
+            : `open: ${open.join(', ')}`,
+    });
   }
   if (e.alerts !== undefined) out.push(...checkAlerts(e.alerts, r));
   return out;
@@ -1068,11 +1313,21 @@ type AlertExpectation = NonNullable<NonNullable<Scenario['expect']>['alerts']>[n
  * repeat, none lost), no two episodes of one alert overlap, no message there that no incident
  * claims; then each expected alert's counts and text.
  */
-export function checkAlerts(want: readonly AlertExpectation[], r: Pick<Report, 'alerts' | 'alertsChannel'>): ExpectationResult[] {
+export function checkAlerts(
+  want: readonly AlertExpectation[],
+  r: Pick<Report, 'alerts' | 'alertsChannel'>,
+): ExpectationResult[] {
   const out: ExpectationResult[] = [];
-  const name = (a: { kind: string | null; machine: string | null; gpu?: number | null | undefined }) => `${a.kind ?? '?'} on ${a.machine ?? '?'}${a.gpu === undefined || a.gpu === null ? '' : ` GPU ${a.gpu}`}`;
-  const bad = r.alerts.filter((a) => a.raised !== 1 || a.messages.length !== 1).map((a) => `${a.id} (${name(a)}): raised ${a.raised}×, ${a.messages.length} message(s)`);
-  out.push({ check: 'each alert episode is one message, raised once', ok: bad.length === 0, detail: bad.length === 0 ? `${r.alerts.length} episode(s)` : bad.join('; ') });
+  const name = (a: { kind: string | null; machine: string | null; gpu?: number | null | undefined }) =>
+    `${a.kind ?? '?'} on ${a.machine ?? '?'}${a.gpu === undefined || a.gpu === null ? '' : ` GPU ${a.gpu}`}`;
+  const bad = r.alerts
+    .filter((a) => a.raised !== 1 || a.messages.length !== 1)
+    .map((a) => `${a.id} (${name(a)}): raised ${a.raised}×, ${a.messages.length} message(s)`);
+  out.push({
+    check: 'each alert episode is one message, raised once',
+    ok: bad.length === 0,
+    detail: bad.length === 0 ? `${r.alerts.length} episode(s)` : bad.join('; '),
+  });
   const overlaps: string[] = [];
   const byKey = new Map<string, AlertReport[]>();
   for (const a of r.alerts) byKey.set(a.key, [...(byKey.get(a.key) ?? []), a]);
@@ -1083,18 +1338,35 @@ export function checkAlerts(want: readonly AlertExpectation[], r: Pick<Report, '
       if (!prev || !cur) continue;
       const clearedAt = prev.events.find((e) => e.type === 'alert_cleared')?.at;
       const raisedAt = cur.events.find((e) => e.type === 'alert_raised')?.at;
-      if (clearedAt === undefined || (raisedAt !== undefined && raisedAt < clearedAt)) overlaps.push(`${key}: ${cur.id} raised while ${prev.id} was open`);
+      if (clearedAt === undefined || (raisedAt !== undefined && raisedAt < clearedAt))
+        overlaps.push(`${key}: ${cur.id} raised while ${prev.id} was open`);
     }
-  out.push({ check: 'no alert raised again while it was open', ok: overlaps.length === 0, detail: overlaps.length === 0 ? 'none' : overlaps.join('; ') });
+  out.push({
+    check: 'no alert raised again while it was open',
+    ok: overlaps.length === 0,
+    detail: overlaps.length === 0 ? 'none' : overlaps.join('; '),
+  });
   const stray = r.alertsChannel.unclaimed;
-  out.push({ check: 'no message in the alerts channel that no incident claims', ok: stray.length === 0, detail: stray.length === 0 ? 'none' : stray.map((m) => `${m.ts}: ${m.text.slice(0, 120)}`).join(' | ') });
+  out.push({
+    check: 'no message in the alerts channel that no incident claims',
+    ok: stray.length === 0,
+    detail: stray.length === 0 ? 'none' : stray.map((m) => `${m.ts}: ${m.text.slice(0, 120)}`).join(' | '),
+  });
   for (const w of want) {
-    const eps = r.alerts.filter((a) => a.kind === w.kind && a.machine === w.machine && (w.gpu === undefined || a.gpu === w.gpu));
+    const eps = r.alerts.filter(
+      (a) => a.kind === w.kind && a.machine === w.machine && (w.gpu === undefined || a.gpu === w.gpu),
+    );
     const latest = eps[eps.length - 1];
     const label = name({ kind: w.kind, machine: w.machine, gpu: w.gpu });
     const msgs = eps.flatMap((a) => a.messages);
-    const push = (what: string, ok: boolean, detail: string) => out.push({ check: `alert ${label}: ${what}`, ok, detail });
-    if (w.messages !== undefined) push(`${w.messages} message(s)`, msgs.length === w.messages, `${msgs.length} message(s) in ${eps.length} episode(s)`);
+    const push = (what: string, ok: boolean, detail: string) =>
+      out.push({ check: `alert ${label}: ${what}`, ok, detail });
+    if (w.messages !== undefined)
+      push(
+        `${w.messages} message(s)`,
+        msgs.length === w.messages,
+        `${msgs.length} message(s) in ${eps.length} episode(s)`,
+      );
     if (w.raised !== undefined) {
       const n = eps.reduce((a, e) => a + e.raised, 0);
       push(`raised ${w.raised} time(s)`, n === w.raised, `raised ${n} time(s)`);
@@ -1103,16 +1375,38 @@ export function checkAlerts(want: readonly AlertExpectation[], r: Pick<Report, '
       const n = eps.reduce((a, e) => a + e.updated, 0);
       push(`updated ${w.updated} time(s)`, n === w.updated, `updated ${n} time(s)`);
     }
-    if (w.cleared !== undefined) push(w.cleared ? 'cleared' : 'still open', latest !== undefined && latest.cleared === w.cleared, latest === undefined ? 'never raised' : latest.cleared ? 'cleared' : 'open');
-    if (w.snoozed !== undefined) push(w.snoozed ? 'snoozed' : 'not snoozed', latest !== undefined && latest.snoozed > 0 === w.snoozed, latest === undefined ? 'never raised' : `${latest.snoozed} snooze(s)`);
+    if (w.cleared !== undefined)
+      push(
+        w.cleared ? 'cleared' : 'still open',
+        latest !== undefined && latest.cleared === w.cleared,
+        latest === undefined ? 'never raised' : latest.cleared ? 'cleared' : 'open',
+      );
+    if (w.snoozed !== undefined)
+      push(
+        w.snoozed ? 'snoozed' : 'not snoozed',
+        latest !== undefined && latest.snoozed > 0 === w.snoozed,
+        latest === undefined ? 'never raised' : `${latest.snoozed} snooze(s)`,
+      );
     if (w.minEdits !== undefined) {
       const edits = latest?.messages[0]?.edits ?? 0;
-      push(`edited in place ${w.minEdits}+ time(s)`, latest !== undefined && edits >= w.minEdits, latest === undefined ? 'never raised' : `${edits} chat.update(s) of ${latest.messages[0]?.ts ?? 'no message'}`);
+      push(
+        `edited in place ${w.minEdits}+ time(s)`,
+        latest !== undefined && edits >= w.minEdits,
+        latest === undefined ? 'never raised' : `${edits} chat.update(s) of ${latest.messages[0]?.ts ?? 'no message'}`,
+      );
     }
     for (const p of w.text ?? []) {
       const re = toRegExp(p);
       const ok = msgs.some((m) => re.test(m.text));
-      push(`text /${p}/`, ok, ok ? 'found' : msgs.length === 0 ? 'no message' : `it says: ${msgs.map((m) => m.text.slice(0, 200)).join(' | ')}`);
+      push(
+        `text /${p}/`,
+        ok,
+        ok
+          ? 'found'
+          : msgs.length === 0
+            ? 'no message'
+            : `it says: ${msgs.map((m) => m.text.slice(0, 200)).join(' | ')}`,
+      );
     }
     for (const p of w.notText ?? []) {
       const re = toRegExp(p);
@@ -1131,8 +1425,17 @@ export function checkAlerts(want: readonly AlertExpectation[], r: Pick<Report, '
 function signalSide(x: SignalReport, incidents: readonly IncidentReport[]): 'container' | 'host' {
   if (x.byPid !== null) return x.byPid === 0 ? 'host' : 'container';
   const hostKill = incidents.some((i) => {
-    const hostSteps = new Set(i.events.filter((ev) => ev.type === 'step_started' && ev['kind'] === 'host_kill').map((ev) => ev['stepId']));
-    return i.events.some((ev) => ev.type === 'signalled' && ev['hostPid'] === x.hostPid && ev['signal'] === 'KILL' && ev['result'] === 'sent' && hostSteps.has(ev['stepId']));
+    const hostSteps = new Set(
+      i.events.filter((ev) => ev.type === 'step_started' && ev['kind'] === 'host_kill').map((ev) => ev['stepId']),
+    );
+    return i.events.some(
+      (ev) =>
+        ev.type === 'signalled' &&
+        ev['hostPid'] === x.hostPid &&
+        ev['signal'] === 'KILL' &&
+        ev['result'] === 'sent' &&
+        hostSteps.has(ev['stepId']),
+    );
   });
   return hostKill ? 'host' : 'container';
 }
@@ -1171,13 +1474,21 @@ export async function runScenario(input: string | Scenario, opts: RunOptions = {
   } catch (e) {
     return empty(file ?? '?', { stage: 'load', message: e instanceof Error ? e.message : String(e) });
   }
-  const head = { name: scenario.name, file, description: scenario.description ?? null, pending: scenario.pending ?? null };
+  const head = {
+    name: scenario.name,
+    file,
+    description: scenario.description ?? null,
+    pending: scenario.pending ?? null,
+  };
   say(`scenario ${scenario.name}: starting fleet and stack`);
   let rt: ScenarioRuntime;
   try {
     rt = await ScenarioRuntime.start(scenario);
   } catch (e) {
-    return { ...empty(scenario.name, { stage: 'start', message: e instanceof Error ? (e.stack ?? e.message) : String(e) }), scenario: head };
+    return {
+      ...empty(scenario.name, { stage: 'start', message: e instanceof Error ? (e.stack ?? e.message) : String(e) }),
+      scenario: head,
+    };
   }
   const startupMs = Date.now() - startedAt.getTime();
   say(`started in ${startupMs} ms`);
@@ -1203,7 +1514,15 @@ export async function runScenario(input: string | Scenario, opts: RunOptions = {
     } catch (e) {
       broken ??= { stage: 'collect', message: e instanceof Error ? (e.stack ?? e.message) : String(e) };
     }
-    const base = { ...empty(scenario.name, broken), ...(collected ?? {}), scenario: head, startupMs, runMs, steps, unfinished };
+    const base = {
+      ...empty(scenario.name, broken),
+      ...(collected ?? {}),
+      scenario: head,
+      startupMs,
+      runMs,
+      steps,
+      unfinished,
+    };
     return { ...base, expectations: checkExpectations(scenario, base) };
   } finally {
     await rt.stop();

@@ -43,7 +43,9 @@ steps:
     expect(msg).toContain('fleet.holders.0.machine: unknown machine "ct999"');
     expect(msg).toContain('steps.0.as: unknown user "bob"');
     expect(msg).toContain('steps.1.incident: no earlier command step has id "nope"');
-    expect(() => parseScenario('name: x\nfleet: { hosts: [{ id: kpro5, gpus: 1 }] }\nsteps: [{ wait: soon }]')).toThrow(/steps\.0/);
+    expect(() => parseScenario('name: x\nfleet: { hosts: [{ id: kpro5, gpus: 1 }] }\nsteps: [{ wait: soon }]')).toThrow(
+      /steps\.0/,
+    );
   });
 
   it('the run command reports a broken run for a missing file instead of throwing', async () => {
@@ -88,8 +90,20 @@ describe('click steps reach the real bot', () => {
           type: 'actions',
           block_id: 'gpu_approval',
           elements: [
-            { type: 'button', action_id: 'gpu_approve', text: { type: 'plain_text', text: 'Approve' }, style: 'primary', value },
-            { type: 'button', action_id: 'gpu_deny', text: { type: 'plain_text', text: 'Deny' }, style: 'danger', value },
+            {
+              type: 'button',
+              action_id: 'gpu_approve',
+              text: { type: 'plain_text', text: 'Approve' },
+              style: 'primary',
+              value,
+            },
+            {
+              type: 'button',
+              action_id: 'gpu_deny',
+              text: { type: 'plain_text', text: 'Deny' },
+              style: 'danger',
+              value,
+            },
           ],
         },
       ];
@@ -110,7 +124,11 @@ describe('click steps reach the real bot', () => {
       const r = await rt.click('alice', 'approve', card);
       expect(r).toMatchObject({ sent: true, status: 200, value });
       const answer = await rt.stack.slack.waitFor(
-        () => rt.stack.slack.calls().slice(before).find((c) => /does not exist|Nothing was run/.test(JSON.stringify(c.body))),
+        () =>
+          rt.stack.slack
+            .calls()
+            .slice(before)
+            .find((c) => /does not exist|Nothing was run/.test(JSON.stringify(c.body))),
         5000,
       );
       expect(answer.method === 'response_url' || answer.body.user === rt.userId('alice')).toBe(true);
@@ -250,7 +268,11 @@ const DEDICATED = new Set(['s1-', 's2-', 's3-', 's4-', 's5-', 's6-', 's7-', 's8-
 
 describe('other scenario files (generic: their expect block must hold)', () => {
   // Watchdog scenarios (settings.watch) are played by watch-scenarios.test.ts.
-  const generic = FILES.filter((f) => ![...DEDICATED].some((p) => f.startsWith(p)) && parseScenario(readFileSync(join(HERE, f), 'utf8'), f).settings.watch === undefined);
+  const generic = FILES.filter(
+    (f) =>
+      ![...DEDICATED].some((p) => f.startsWith(p)) &&
+      parseScenario(readFileSync(join(HERE, f), 'utf8'), f).settings.watch === undefined,
+  );
   if (generic.length === 0) it('none yet: every file has its own describe block', () => expect(generic).toEqual([]));
   for (const f of generic) {
     const s = parseScenario(readFileSync(join(HERE, f), 'utf8'), f);

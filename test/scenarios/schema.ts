@@ -18,17 +18,20 @@ export function toRegExp(p: string): RegExp {
   return p.startsWith('(?i)') ? new RegExp(p.slice(4), 'i') : new RegExp(p);
 }
 
-const regex = z.string().min(1).refine(
-  (p) => {
-    try {
-      toRegExp(p);
-      return true;
-    } catch {
-      return false;
-    }
-  },
-  { message: 'must be a valid regular expression (JavaScript syntax; a leading (?i) ignores case)' },
-);
+const regex = z
+  .string()
+  .min(1)
+  .refine(
+    (p) => {
+      try {
+        toRegExp(p);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { message: 'must be a valid regular expression (JavaScript syntax; a leading (?i) ignores case)' },
+  );
 
 /** `500ms`, `2s`, `1.5s`, `1m`, or a plain number of milliseconds. Parsed to milliseconds. */
 export const Duration = z.union([
@@ -72,7 +75,10 @@ const Container = z
     /** Own sshd inside the container; otherwise the bot reaches it with `pct exec` on its host. */
     ownAddress: z.boolean().default(false),
     /** The Unix user the bot logs in as (only with ownAddress). A non-root user cannot kill root's processes. */
-    sshUser: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).optional(),
+    sshUser: z
+      .string()
+      .regex(/^[a-z_][a-z0-9_-]{0,31}$/)
+      .optional(),
     /**
      * Host GPU indices passed to it (`pct config`: `devN: /dev/nvidiaM`); it sees them renumbered
      * from 0 in bus order, and its holders name GPUs in its own numbering. Default: all, same numbers.
@@ -103,7 +109,10 @@ const ProcessCommon = {
   title: z.string().min(1).max(1000).optional(),
   ignoreTerm: z.boolean().optional(),
   /** Run as this user (created when missing). */
-  user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/).optional(),
+  user: z
+    .string()
+    .regex(/^[a-z_][a-z0-9_-]{0,31}$/)
+    .optional(),
 };
 
 const Holder = z
@@ -121,7 +130,9 @@ const Holder = z
 
 const Bystander = z.object({ ...ProcessCommon, title: z.string().min(1).max(1000) }).strict();
 
-const InitHolder = z.object({ name: label, title: z.string().min(1).max(200).optional(), gpus: z.array(GpuAlloc).min(1) }).strict();
+const InitHolder = z
+  .object({ name: label, title: z.string().min(1).max(200).optional(), gpus: z.array(GpuAlloc).min(1) })
+  .strict();
 
 const Leak = z.object({ host: machineId, gpu: z.number().int().min(0), mib: z.number().int().positive() }).strict();
 
@@ -135,11 +146,17 @@ export const MachineChange = z
     ram: z.object({ totalGiB: z.number().positive(), usedGiB: z.number().nonnegative() }).strict().optional(),
     /** `gpu_lost` on one GPU, `nvml_version_mismatch` for the driver, null to clear. */
     gpuError: z
-      .object({ kind: z.enum(['gpu_lost', 'nvml_version_mismatch']).nullable(), gpu: z.number().int().min(0).optional() })
+      .object({
+        kind: z.enum(['gpu_lost', 'nvml_version_mismatch']).nullable(),
+        gpu: z.number().int().min(0).optional(),
+      })
       .strict()
       .optional(),
     /** Memory held with no process (hosts only). */
-    leak: z.object({ gpu: z.number().int().min(0), mib: z.number().int().min(0) }).strict().optional(),
+    leak: z
+      .object({ gpu: z.number().int().min(0), mib: z.number().int().min(0) })
+      .strict()
+      .optional(),
     /** The machine's sshd restarts with a new host key; the bot keeps the old pin. */
     replaceHostKey: z.literal(true).optional(),
     /** A host becomes unreachable; a container stops. */
@@ -149,16 +166,32 @@ export const MachineChange = z
     /** A container stops and starts again: a new PID namespace, its processes gone. */
     restart: z.literal(true).optional(),
     /** An NVIDIA Xid for one of the host's GPUs in its kernel log, as the driver prints it (hosts only). */
-    xid: z.object({ gpu: z.number().int().min(0), xid: z.number().int().min(1).max(999), detail: z.string().min(1).max(200).optional() }).strict().optional(),
+    xid: z
+      .object({
+        gpu: z.number().int().min(0),
+        xid: z.number().int().min(1).max(999),
+        detail: z.string().min(1).max(200).optional(),
+      })
+      .strict()
+      .optional(),
     /** A line in the host's kernel log, as is (hosts only). */
     kernelLog: z.string().min(1).max(500).optional(),
     /** One GPU's `gpu_recovery_action` (`GPU Reset`, `Node Reboot`, ...; null: None), hosts only. */
-    recoveryAction: z.object({ gpu: z.number().int().min(0), action: z.string().min(1).max(40).nullable() }).strict().optional(),
+    recoveryAction: z
+      .object({ gpu: z.number().int().min(0), action: z.string().min(1).max(40).nullable() })
+      .strict()
+      .optional(),
     /** true: one GPU fell off the bus and no longer enumerates (fewer GPUs than seen; fleet setGpuGone); false: it is back (hosts only). */
-    gpuGone: z.object({ gpu: z.number().int().min(0), gone: z.boolean() }).strict().optional(),
+    gpuGone: z
+      .object({ gpu: z.number().int().min(0), gone: z.boolean() })
+      .strict()
+      .optional(),
   })
   .strict()
-  .refine((c) => Object.keys(c).length > 1, { message: 'say what changes (hang, ram, gpuError, leak, replaceHostKey, stop, start, restart, xid, kernelLog, recoveryAction or gpuGone)' });
+  .refine((c) => Object.keys(c).length > 1, {
+    message:
+      'say what changes (hang, ram, gpuError, leak, replaceHostKey, stop, start, restart, xid, kernelLog, recoveryAction or gpuGone)',
+  });
 
 /**
  * One change to a process, mid-run: `end` SIGKILLs a named process from outside (as if it died on
@@ -185,8 +218,23 @@ export const ProcessChange = z.union([
 export type ProcessChange = z.output<typeof ProcessChange>;
 
 /** The watchdog's alert kinds (src/watchdog/judge.ts `ConditionKind`; the compiler keeps the two equal). */
-export const ALERT_KINDS = ['ghost_memory', 'holder_stuck', 'ram_high', 'nvidia_smi_failing', 'gpu_error', 'gpus_missing', 'unreachable', 'xid', 'recovery_action'] as const;
-type SameKinds = [Exclude<ConditionKind, (typeof ALERT_KINDS)[number]>, Exclude<(typeof ALERT_KINDS)[number], ConditionKind>] extends [never, never] ? true : false;
+export const ALERT_KINDS = [
+  'ghost_memory',
+  'holder_stuck',
+  'ram_high',
+  'nvidia_smi_failing',
+  'gpu_error',
+  'gpus_missing',
+  'unreachable',
+  'xid',
+  'recovery_action',
+] as const;
+type SameKinds = [
+  Exclude<ConditionKind, (typeof ALERT_KINDS)[number]>,
+  Exclude<(typeof ALERT_KINDS)[number], ConditionKind>,
+] extends [never, never]
+  ? true
+  : false;
 const sameKinds: SameKinds = true;
 void sameKinds;
 const alertKind = z.enum(ALERT_KINDS, { message: `must be an alert kind: ${ALERT_KINDS.join(', ')}` });
@@ -202,7 +250,9 @@ export const AlertCondition = z
     kind: alertKind,
     machine: machineId,
     gpu: gpuIndex.optional(),
-    state: z.enum(['raised', 'updated', 'cleared', 'snoozed'], { message: 'must be raised, updated, cleared or snoozed' }),
+    state: z.enum(['raised', 'updated', 'cleared', 'snoozed'], {
+      message: 'must be raised, updated, cleared or snoozed',
+    }),
     count: z.number().int().min(1).max(100).optional(),
   })
   .strict();
@@ -234,7 +284,10 @@ const CommandStep = z
     command: z.string().min(1).max(600),
     /** Label for the incident this command opens, for later steps. */
     id: label.optional(),
-    channel: z.string().regex(/^[CGD][A-Z0-9]{2,}$/).optional(),
+    channel: z
+      .string()
+      .regex(/^[CGD][A-Z0-9]{2,}$/)
+      .optional(),
   })
   .strict();
 
@@ -256,7 +309,9 @@ export const AlertClick = z
   .object({
     kind: alertKind,
     machine: machineId,
-    button: z.enum(['status', 'unstick', 'snooze-1h', 'snooze-1d'], { message: 'must be status, unstick, snooze-1h or snooze-1d' }),
+    button: z.enum(['status', 'unstick', 'snooze-1h', 'snooze-1d'], {
+      message: 'must be status, unstick, snooze-1h or snooze-1d',
+    }),
     gpu: gpuIndex.optional(),
     container: machineId.optional(),
   })
@@ -274,7 +329,9 @@ const ClickAlertStep = z
   .strict();
 
 /** Stops and starts the bot, the worker or both against the same Redis (the worker as a crash: SIGKILL). */
-const RestartStep = z.object({ ...StepCommon, restart: z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker or both' }) }).strict();
+const RestartStep = z
+  .object({ ...StepCommon, restart: z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker or both' }) })
+  .strict();
 
 /** The halves of a restart, for what happens while it is down: `down` stops (the worker: SIGKILL), `up` starts again. */
 const procs = z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker or both' });
@@ -286,7 +343,18 @@ const WaitForStep = z.object({ ...StepCommon, waitFor: Condition }).strict();
 const FleetStep = z.object({ ...StepCommon, fleet: MachineChange }).strict();
 const ProcessStep = z.object({ ...StepCommon, process: ProcessChange }).strict();
 
-export const Step = z.union([CommandStep, ClickStep, ClickAlertStep, RestartStep, DownStep, UpStep, WaitStep, WaitForStep, FleetStep, ProcessStep]);
+export const Step = z.union([
+  CommandStep,
+  ClickStep,
+  ClickAlertStep,
+  RestartStep,
+  DownStep,
+  UpStep,
+  WaitStep,
+  WaitForStep,
+  FleetStep,
+  ProcessStep,
+]);
 export type Step = z.output<typeof Step>;
 
 /**
@@ -343,7 +411,9 @@ const Expect = z
     /** No process received the same signal twice. */
     eachSignalAtMostOnce: z.boolean().optional(),
     /** Which side sent a named process a signal: `container` (from inside its namespace) or `host`. */
-    signalFrom: z.record(label, z.partialRecord(z.enum(['SIGTERM', 'SIGKILL']), z.enum(['container', 'host']))).optional(),
+    signalFrom: z
+      .record(label, z.partialRecord(z.enum(['SIGTERM', 'SIGKILL']), z.enum(['container', 'host'])))
+      .optional(),
     /** No host-side signal command ran before a second person approved it, in any incident. */
     noHostKillBeforeApproval: z.boolean().optional(),
   })
@@ -361,7 +431,10 @@ export const ScenarioSchema = z
     approvers: z.array(z.union([userName, slackUserId])).default([]),
     /** Names (or raw IDs) who may also approve once a card escalates (GPU_MEDIC_ESCALATION_APPROVERS; needs settings.escalateAfterSec). */
     escalationApprovers: z.array(z.union([userName, slackUserId])).default([]),
-    channel: z.string().regex(/^[CGD][A-Z0-9]{2,}$/).default('C0ONCALL01'),
+    channel: z
+      .string()
+      .regex(/^[CGD][A-Z0-9]{2,}$/)
+      .default('C0ONCALL01'),
     settings: z
       .object({
         /** Per-command timeout the bot uses on every machine (default 20 s; short values keep fault scenarios quick). */
@@ -385,10 +458,18 @@ export const ScenarioSchema = z
          */
         watch: z
           .object({
-            intervalSec: z.number().int().min(2, 'must be 2 or more (GPU_MEDIC_WATCH_INTERVAL_SEC accepts 2 s and up)').max(86_400).default(2),
+            intervalSec: z
+              .number()
+              .int()
+              .min(2, 'must be 2 or more (GPU_MEDIC_WATCH_INTERVAL_SEC accepts 2 s and up)')
+              .max(86_400)
+              .default(2),
             ghostSec: z.number().int().min(0).max(86_400).optional(),
             ramPct: z.number().int().min(1).max(100).optional(),
-            channel: z.string().regex(/^[CG][A-Z0-9]{2,}$/, 'must be a channel ID like C0ALERTS01').default('C0ALERTS01'),
+            channel: z
+              .string()
+              .regex(/^[CG][A-Z0-9]{2,}$/, 'must be a channel ID like C0ALERTS01')
+              .default('C0ALERTS01'),
           })
           .strict()
           .optional(),
@@ -418,7 +499,8 @@ export const ScenarioSchema = z
     const bad = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
     (['approvers', 'escalationApprovers'] as const).forEach((list) =>
       s[list].forEach((a, i) => {
-        if (!a.startsWith('U') && !a.startsWith('W') && !users.includes(a)) bad([list, i], `unknown user "${a}" (add it to users)`);
+        if (!a.startsWith('U') && !a.startsWith('W') && !users.includes(a))
+          bad([list, i], `unknown user "${a}" (add it to users)`);
       }),
     );
     (['holders', 'bystanders'] as const).forEach((kind) =>
@@ -430,18 +512,21 @@ export const ScenarioSchema = z
     );
     s.fleet.containers.forEach((c, i) => {
       if (c.init !== undefined) {
-        if (names.has(c.init.name)) bad(['fleet', 'containers', i, 'init', 'name'], `duplicate process name "${c.init.name}"`);
+        if (names.has(c.init.name))
+          bad(['fleet', 'containers', i, 'init', 'name'], `duplicate process name "${c.init.name}"`);
         names.add(c.init.name);
       }
       if (!hosts.has(c.host)) bad(['fleet', 'containers', i, 'host'], `unknown host "${c.host}"`);
-      if (c.sshUser !== undefined && !c.ownAddress) bad(['fleet', 'containers', i, 'sshUser'], 'sshUser needs ownAddress: true');
+      if (c.sshUser !== undefined && !c.ownAddress)
+        bad(['fleet', 'containers', i, 'sshUser'], 'sshUser needs ownAddress: true');
     });
     s.fleet.leaks.forEach((l, i) => {
       if (!hosts.has(l.host)) bad(['fleet', 'leaks', i, 'host'], `unknown host "${l.host}"`);
     });
     const hostOnly = (path: (string | number)[], c: MachineChange) => {
       for (const k of ['xid', 'kernelLog', 'recoveryAction', 'gpuGone'] as const)
-        if (c[k] !== undefined && machines.has(c.machine) && !hosts.has(c.machine)) bad([...path, k], `${k} is a host's (${c.machine} is a container)`);
+        if (c[k] !== undefined && machines.has(c.machine) && !hosts.has(c.machine))
+          bad([...path, k], `${k} is a host's (${c.machine} is a container)`);
     };
     s.fleet.faults.forEach((f, i) => {
       if (!machines.has(f.machine)) bad(['fleet', 'faults', i, 'machine'], `unknown machine "${f.machine}"`);
@@ -465,26 +550,47 @@ export const ScenarioSchema = z
     const down = new Set<string>();
     const partsOf = (p: 'bot' | 'worker' | 'both') => (p === 'both' ? ['bot', 'worker'] : [p]);
     s.steps.forEach((st, i) => {
-      if ('down' in st) for (const p of partsOf(st.down)) {
-        if (down.has(p)) bad(['steps', i, 'down'], `the ${p} is already down`);
-        down.add(p);
-      }
-      if ('up' in st) for (const p of partsOf(st.up)) {
-        if (!down.has(p)) bad(['steps', i, 'up'], `the ${p} is not down (a down: step must come first)`);
-        down.delete(p);
-      }
-      if (('as' in st || 'restart' in st) && down.size > 0) bad(['steps', i], `the ${[...down].join(' and ')} ${down.size > 1 ? 'are' : 'is'} down here: bring ${down.size > 1 ? 'them' : 'it'} up first`);
+      if ('down' in st)
+        for (const p of partsOf(st.down)) {
+          if (down.has(p)) bad(['steps', i, 'down'], `the ${p} is already down`);
+          down.add(p);
+        }
+      if ('up' in st)
+        for (const p of partsOf(st.up)) {
+          if (!down.has(p)) bad(['steps', i, 'up'], `the ${p} is not down (a down: step must come first)`);
+          down.delete(p);
+        }
+      if (('as' in st || 'restart' in st) && down.size > 0)
+        bad(
+          ['steps', i],
+          `the ${[...down].join(' and ')} ${down.size > 1 ? 'are' : 'is'} down here: bring ${down.size > 1 ? 'them' : 'it'} up first`,
+        );
     });
-    if (down.size > 0) bad(['steps'], `the ${[...down].join(' and ')} ${down.size > 1 ? 'stay' : 'stays'} down at the end: add an up: step`);
+    if (down.size > 0)
+      bad(
+        ['steps'],
+        `the ${[...down].join(' and ')} ${down.size > 1 ? 'stay' : 'stays'} down at the end: add an up: step`,
+      );
     s.steps.forEach((st, i) => {
-      for (const [where, c] of conditionOf(st)) if (typeof c !== 'string' && 'alert' in c) checkAlertTarget(['steps', i, where, 'alert'], c.alert, 'an alert condition');
+      for (const [where, c] of conditionOf(st))
+        if (typeof c !== 'string' && 'alert' in c)
+          checkAlertTarget(['steps', i, where, 'alert'], c.alert, 'an alert condition');
       if ('clickAlert' in st) {
         const c = st.clickAlert;
         checkAlertTarget(['steps', i, 'clickAlert'], c, 'clickAlert');
         if (c.container !== undefined) {
-          if (c.button !== 'unstick') bad(['steps', i, 'clickAlert', 'container'], 'container picks the container of an Unstick click only (button: unstick)');
-          else if (!containerHost.has(c.container)) bad(['steps', i, 'clickAlert', 'container'], `unknown container "${c.container}"`);
-          else if (containerHost.get(c.container) !== c.machine) bad(['steps', i, 'clickAlert', 'container'], `container "${c.container}" is not on ${c.machine} (its host is ${String(containerHost.get(c.container))})`);
+          if (c.button !== 'unstick')
+            bad(
+              ['steps', i, 'clickAlert', 'container'],
+              'container picks the container of an Unstick click only (button: unstick)',
+            );
+          else if (!containerHost.has(c.container))
+            bad(['steps', i, 'clickAlert', 'container'], `unknown container "${c.container}"`);
+          else if (containerHost.get(c.container) !== c.machine)
+            bad(
+              ['steps', i, 'clickAlert', 'container'],
+              `container "${c.container}" is not on ${c.machine} (its host is ${String(containerHost.get(c.container))})`,
+            );
         }
         if (st.id !== undefined) {
           if (ids.has(st.id)) bad(['steps', i, 'id'], `duplicate id "${st.id}"`);
@@ -492,29 +598,43 @@ export const ScenarioSchema = z
         }
       }
       if ('as' in st && !users.includes(st.as)) bad(['steps', i, 'as'], `unknown user "${st.as}" (add it to users)`);
-      if (st.incident !== undefined && !ids.has(st.incident)) bad(['steps', i, 'incident'], `no earlier command step has id "${st.incident}"`);
+      if (st.incident !== undefined && !ids.has(st.incident))
+        bad(['steps', i, 'incident'], `no earlier command step has id "${st.incident}"`);
       if ('command' in st && st.id !== undefined) {
         if (ids.has(st.id)) bad(['steps', i, 'id'], `duplicate id "${st.id}"`);
         ids.add(st.id);
       }
-      if ('fleet' in st && !machines.has(st.fleet.machine)) bad(['steps', i, 'fleet', 'machine'], `unknown machine "${st.fleet.machine}"`);
+      if ('fleet' in st && !machines.has(st.fleet.machine))
+        bad(['steps', i, 'fleet', 'machine'], `unknown machine "${st.fleet.machine}"`);
       if ('fleet' in st) hostOnly(['steps', i, 'fleet'], st.fleet);
       if ('process' in st) {
         const pc = st.process;
-        if ('end' in pc && !names.has(pc.end)) bad(['steps', i, 'process', 'end'], `no earlier process is named "${pc.end}"`);
-        if ('release' in pc && !names.has(pc.release)) bad(['steps', i, 'process', 'release'], `no earlier process is named "${pc.release}"`);
-        else if ('release' in pc && !s.fleet.holders.some((h) => h.name === pc.release && h.stuck !== undefined)) bad(['steps', i, 'process', 'release'], `"${pc.release}" is not a stuck holder (stuck: Z or D)`);
+        if ('end' in pc && !names.has(pc.end))
+          bad(['steps', i, 'process', 'end'], `no earlier process is named "${pc.end}"`);
+        if ('release' in pc && !names.has(pc.release))
+          bad(['steps', i, 'process', 'release'], `no earlier process is named "${pc.release}"`);
+        else if ('release' in pc && !s.fleet.holders.some((h) => h.name === pc.release && h.stuck !== undefined))
+          bad(['steps', i, 'process', 'release'], `"${pc.release}" is not a stuck holder (stuck: Z or D)`);
         if ('start' in pc) {
-          if (!machines.has(pc.start.machine)) bad(['steps', i, 'process', 'start', 'machine'], `unknown machine "${pc.start.machine}"`);
-          if (pc.start.takePidOf !== undefined && !names.has(pc.start.takePidOf)) bad(['steps', i, 'process', 'start', 'takePidOf'], `no earlier process is named "${pc.start.takePidOf}"`);
-          if (names.has(pc.start.name)) bad(['steps', i, 'process', 'start', 'name'], `duplicate process name "${pc.start.name}"`);
+          if (!machines.has(pc.start.machine))
+            bad(['steps', i, 'process', 'start', 'machine'], `unknown machine "${pc.start.machine}"`);
+          if (pc.start.takePidOf !== undefined && !names.has(pc.start.takePidOf))
+            bad(['steps', i, 'process', 'start', 'takePidOf'], `no earlier process is named "${pc.start.takePidOf}"`);
+          if (names.has(pc.start.name))
+            bad(['steps', i, 'process', 'start', 'name'], `duplicate process name "${pc.start.name}"`);
           names.add(pc.start.name);
         }
       }
     });
     (s.expect?.alerts ?? []).forEach((a, i) => checkAlertTarget(['expect', 'alerts', i], a, 'an alerts expectation'));
-    for (const u of Object.keys(s.expect?.answers ?? {})) if (!users.includes(u)) bad(['expect', 'answers', u], `unknown user "${u}"`);
-    for (const n of [...(s.expect?.signalled ?? []), ...(s.expect?.notSignalled ?? []), ...Object.keys(s.expect?.signalCounts ?? {}), ...Object.keys(s.expect?.signalFrom ?? {})])
+    for (const u of Object.keys(s.expect?.answers ?? {}))
+      if (!users.includes(u)) bad(['expect', 'answers', u], `unknown user "${u}"`);
+    for (const n of [
+      ...(s.expect?.signalled ?? []),
+      ...(s.expect?.notSignalled ?? []),
+      ...Object.keys(s.expect?.signalCounts ?? {}),
+      ...Object.keys(s.expect?.signalFrom ?? {}),
+    ])
       if (!names.has(n)) bad(['expect'], `unknown process name "${n}"`);
   });
 
@@ -536,7 +656,11 @@ interface Problem {
   message: string;
 }
 
-const at = (v: unknown, path: readonly PropertyKey[]): unknown => path.reduce<unknown>((o, k) => (typeof o === 'object' && o !== null ? (o as Record<PropertyKey, unknown>)[k] : undefined), v);
+const at = (v: unknown, path: readonly PropertyKey[]): unknown =>
+  path.reduce<unknown>(
+    (o, k) => (typeof o === 'object' && o !== null ? (o as Record<PropertyKey, unknown>)[k] : undefined),
+    v,
+  );
 
 /**
  * One problem per line. A value that fits none of a union's shapes (a step, a condition) is told
@@ -549,7 +673,8 @@ function explain(i: z.core.$ZodIssue, base: PropertyKey[], raw: unknown): Proble
     const options = i.errors.map((errs) => errs.flatMap((e) => explain(e, path, raw)));
     // A problem with the value as a whole (wrong type, a key this shape does not have) or a key
     // missing from it says "not this shape"; one inside says "this shape, one thing wrong".
-    const cost = (ps: Problem[]) => ps.reduce((n, p) => n + (p.path.length <= path.length || at(raw, p.path) === undefined ? 100 : 1), 0);
+    const cost = (ps: Problem[]) =>
+      ps.reduce((n, p) => n + (p.path.length <= path.length || at(raw, p.path) === undefined ? 100 : 1), 0);
     const best = options.reduce((a, o) => (cost(o) < cost(a) ? o : a));
     if (best.length > 0) return best;
   }
@@ -566,7 +691,9 @@ export function parseScenario(text: string, source = 'scenario'): Scenario {
   }
   const r = ScenarioSchema.safeParse(raw);
   if (!r.success) {
-    const lines = r.error.issues.flatMap((i) => explain(i, [], raw)).map((x) => `  ${x.path.join('.') || '(top)'}: ${x.message}`);
+    const lines = r.error.issues
+      .flatMap((i) => explain(i, [], raw))
+      .map((x) => `  ${x.path.join('.') || '(top)'}: ${x.message}`);
     throw new ScenarioFileError(`${source}: invalid scenario:\n${lines.join('\n')}`);
   }
   return r.data;

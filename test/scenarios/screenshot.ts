@@ -28,14 +28,30 @@ try {
   const deadline = Date.now() + 120_000;
   while (Date.now() < deadline) {
     const s = demo.state();
-    const sig = JSON.stringify([s.alerts.map((m) => [m.text, m.edits]), s.threads.map((t) => [t.parent.text, t.replies.length])]);
+    const sig = JSON.stringify([
+      s.alerts.map((m) => [m.text, m.edits]),
+      s.threads.map((t) => [t.parent.text, t.replies.length]),
+    ]);
     if (sig !== last) {
       last = sig;
       stableSince = Date.now();
     } else if (Date.now() - stableSince > 5000 && s.alerts.length > 0) break;
     await sleep(500);
   }
-  await promisify(execFile)('chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars', `--screenshot=${out}`, '--window-size=1500,1900', '--virtual-time-budget=4000', demo.url], { timeout: 60_000 });
+  await promisify(execFile)(
+    'chromium',
+    [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--hide-scrollbars',
+      `--screenshot=${out}`,
+      '--window-size=1500,1900',
+      '--virtual-time-budget=4000',
+      demo.url,
+    ],
+    { timeout: 60_000 },
+  );
   process.stdout.write(`screenshot: ${out}\n`);
 } finally {
   await demo.close();

@@ -33,7 +33,8 @@ function scenario(prefix: string, body: (get: () => Promise<Report>) => void): v
 
 const signalsOf = (r: Report, name: string) => r.signals.filter((x) => x.process === name);
 const threadText = (r: Report) => r.incidents.flatMap((i) => i.thread.map((m) => m.text)).join('\n');
-const approvalEvents = (r: Report) => r.incidents.flatMap((i) => i.events).filter((e) => e.type.startsWith('approval_'));
+const approvalEvents = (r: Report) =>
+  r.incidents.flatMap((i) => i.events).filter((e) => e.type.startsWith('approval_'));
 
 scenario('s2-', (get) => {
   it('kills exactly the hung TP workers from inside the container, with no approval, and verdict Recovered', async () => {
@@ -91,7 +92,9 @@ scenario('s4-', (get) => {
 scenario('s5-', (get) => {
   it('no reset inside the container; a host reset is offered behind approval and explained', async () => {
     const r = await get();
-    const all = Object.values(r.commands).flat().filter((c) => c.t >= 0);
+    const all = Object.values(r.commands)
+      .flat()
+      .filter((c) => c.t >= 0);
     expect(all.filter((c) => /nvidia-smi\b.*(\s-r\b|--gpu-reset)/.test(c.cmd))).toEqual([]);
     const requested = approvalEvents(r).find((e) => e.type === 'approval_requested');
     expect(requested).toBeDefined();
@@ -138,7 +141,9 @@ scenario('s10-', (get) => {
     expect(fresh?.alive).toBe(true);
     expect(signalsOf(r, 'newcomer')).toEqual([]);
     const kill = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e['signal'] === 'KILL');
-    expect(kill.map((e) => [e['hostPid'], e['startTimeTicks'], e['result']])).toEqual([[old?.hostPid, old?.startTime, 'skipped']]);
+    expect(kill.map((e) => [e['hostPid'], e['startTimeTicks'], e['result']])).toEqual([
+      [old?.hostPid, old?.startTime, 'skipped'],
+    ]);
     expect(String(kill[0]?.['reason'])).toMatch(/^PID reused/);
   }, 120_000);
 });
@@ -151,7 +156,11 @@ scenario('s11-', (get) => {
     expect(r.processes.shell?.alive).toBe(true);
     expect(approvalEvents(r)).toEqual([]);
     expect(r.signals).toEqual([]);
-    expect(r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'command' && (e['role'] === 'kill' || e['role'] === 'term'))).toEqual([]);
+    expect(
+      r.incidents
+        .flatMap((i) => i.events)
+        .filter((e) => e.type === 'command' && (e['role'] === 'kill' || e['role'] === 'term')),
+    ).toEqual([]);
   }, 120_000);
 });
 

@@ -9,7 +9,14 @@ import { alertIncidentId } from '../../src/watchdog/alert-id.ts';
 import type { Alert } from '../../src/watchdog/judge.ts';
 import { WATCHDOG_REQUESTER } from '../../src/watchdog/alert-events.ts';
 import { expectRunClean } from './report-helpers.ts';
-import { checkAlerts, pickControl, runScenario, ScenarioRuntime, type AlertReport, type Control } from './run-scenario.ts';
+import {
+  checkAlerts,
+  pickControl,
+  runScenario,
+  ScenarioRuntime,
+  type AlertReport,
+  type Control,
+} from './run-scenario.ts';
 import { parseScenario, ScenarioFileError } from './schema.ts';
 
 const problems = (text: string): string => {
@@ -52,7 +59,7 @@ expect:
     expect(msg).toContain('expect.alerts.0.messages:');
   });
 
-  it('alert steps without settings.watch, unknown machines and a container not on the alert\'s host are refused', () => {
+  it("alert steps without settings.watch, unknown machines and a container not on the alert's host are refused", () => {
     const msg = problems(`
 name: bad
 users: [alice]
@@ -69,7 +76,9 @@ expect:
 `);
     expect(msg).toContain('steps.0.clickAlert: clickAlert needs settings.watch (the watchdog is off without it)');
     expect(msg).toContain('steps.0.clickAlert.container: container "ct129" is not on kpro6 (its host is kpro5)');
-    expect(msg).toContain('steps.1.clickAlert.container: container picks the container of an Unstick click only (button: unstick)');
+    expect(msg).toContain(
+      'steps.1.clickAlert.container: container picks the container of an Unstick click only (button: unstick)',
+    );
     expect(msg).toContain('steps.2.waitFor.alert.machine: unknown machine "kpro9"');
     expect(msg).toContain('steps.3.after.alert: an alert condition needs settings.watch');
     expect(msg).toContain('expect.alerts.0.machine: unknown machine "kpro7"');
@@ -114,7 +123,15 @@ expect:
   });
 });
 
-const control = (o: Partial<Control> & Pick<Control, 'actionId'>): Control => ({ type: 'button', blockId: 'b', value: 'inc_alert_x', text: '', placeholder: undefined, options: [], ...o });
+const control = (o: Partial<Control> & Pick<Control, 'actionId'>): Control => ({
+  type: 'button',
+  blockId: 'b',
+  value: 'inc_alert_x',
+  text: '',
+  placeholder: undefined,
+  options: [],
+  ...o,
+});
 
 describe('alert clicks pick the control a person would', () => {
   const controls = [
@@ -134,17 +151,36 @@ describe('alert clicks pick the control a person would', () => {
   ];
 
   it("snooze: the machine's button without gpu, the GPU's with it; a button the message lacks is a clear problem naming what it has", () => {
-    expect(pickControl(controls, { button: 'snooze-1h' })).toMatchObject({ control: { actionId: 'gpu_alert_snooze_1h' } });
-    expect(pickControl(controls, { button: 'snooze-1h', gpu: 3 })).toMatchObject({ control: { actionId: 'gpu_alert_snooze_gpu_1h' } });
-    expect(pickControl(controls, { button: 'snooze-1d', gpu: 3 })).toMatchObject({ reason: expect.stringContaining('has no snooze-1d button for GPU 3') });
-    expect(pickControl(controls, { button: 'snooze-1d' })).toMatchObject({ reason: expect.stringContaining('it has: gpu_alert_status, gpu_alert_snooze_1h') });
+    expect(pickControl(controls, { button: 'snooze-1h' })).toMatchObject({
+      control: { actionId: 'gpu_alert_snooze_1h' },
+    });
+    expect(pickControl(controls, { button: 'snooze-1h', gpu: 3 })).toMatchObject({
+      control: { actionId: 'gpu_alert_snooze_gpu_1h' },
+    });
+    expect(pickControl(controls, { button: 'snooze-1d', gpu: 3 })).toMatchObject({
+      reason: expect.stringContaining('has no snooze-1d button for GPU 3'),
+    });
+    expect(pickControl(controls, { button: 'snooze-1d' })).toMatchObject({
+      reason: expect.stringContaining('it has: gpu_alert_status, gpu_alert_snooze_1h'),
+    });
   });
 
   it("unstick on a host alert: the pick's option for the container; without one, or for a container it does not offer, a clear problem", () => {
-    expect(pickControl(controls, { button: 'unstick', container: 'ct130' })).toMatchObject({ option: { value: 'inc_alert_x|ct130' } });
-    expect(pickControl(controls, { button: 'unstick' })).toMatchObject({ reason: expect.stringContaining('say which with container:') });
-    expect(pickControl(controls, { button: 'unstick', container: 'ct131' })).toMatchObject({ reason: expect.stringContaining('offers no ct131') });
-    expect(pickControl([control({ actionId: 'gpu_alert_unstick', text: 'Unstick ct129' })], { button: 'unstick', container: 'ct129' })).toMatchObject({ reason: expect.stringContaining('is a button') });
+    expect(pickControl(controls, { button: 'unstick', container: 'ct130' })).toMatchObject({
+      option: { value: 'inc_alert_x|ct130' },
+    });
+    expect(pickControl(controls, { button: 'unstick' })).toMatchObject({
+      reason: expect.stringContaining('say which with container:'),
+    });
+    expect(pickControl(controls, { button: 'unstick', container: 'ct131' })).toMatchObject({
+      reason: expect.stringContaining('offers no ct131'),
+    });
+    expect(
+      pickControl([control({ actionId: 'gpu_alert_unstick', text: 'Unstick ct129' })], {
+        button: 'unstick',
+        container: 'ct129',
+      }),
+    ).toMatchObject({ reason: expect.stringContaining('is a button') });
   });
 });
 
@@ -167,15 +203,27 @@ const episode = (o: Partial<AlertReport> & Pick<AlertReport, 'id'>): AlertReport
 describe('the alerts expectation', () => {
   const channel = { channel: 'C0ALERTS01', unclaimed: [] };
   it('passes one message per episode, raised once, with the counts and text asked for', () => {
-    const r = checkAlerts([{ kind: 'ram_high', machine: 'kpro5', messages: 1, raised: 1, cleared: false, text: ['98 %'] }], { alerts: [episode({ id: 'inc_alert_a' })], alertsChannel: channel });
+    const r = checkAlerts(
+      [{ kind: 'ram_high', machine: 'kpro5', messages: 1, raised: 1, cleared: false, text: ['98 %'] }],
+      { alerts: [episode({ id: 'inc_alert_a' })], alertsChannel: channel },
+    );
     expect(r.filter((x) => !x.ok)).toEqual([]);
     expect(r.map((x) => x.check)).toContain('alert ram_high on kpro5: text /98 %/');
   });
 
   it('fails a doubled message, a second raise, an episode raised while the last was open, and a stray message', () => {
-    const doubled = episode({ id: 'inc_alert_a', messages: [{ ts: '1.1', text: 'a', edits: 0 }, { ts: '1.2', text: 'a', edits: 0 }] });
+    const doubled = episode({
+      id: 'inc_alert_a',
+      messages: [
+        { ts: '1.1', text: 'a', edits: 0 },
+        { ts: '1.2', text: 'a', edits: 0 },
+      ],
+    });
     const twice = episode({ id: 'inc_alert_b', raised: 2, createdAt: '2026-12-01T12:01:00.000Z' });
-    const r = checkAlerts([{ kind: 'ram_high', machine: 'kpro5', messages: 1 }], { alerts: [doubled, twice], alertsChannel: { channel: 'C0ALERTS01', unclaimed: [{ ts: '9.9', text: 'who posted this' }] } });
+    const r = checkAlerts([{ kind: 'ram_high', machine: 'kpro5', messages: 1 }], {
+      alerts: [doubled, twice],
+      alertsChannel: { channel: 'C0ALERTS01', unclaimed: [{ ts: '9.9', text: 'who posted this' }] },
+    });
     const failed = r.filter((x) => !x.ok).map((x) => x.check);
     expect(failed).toEqual([
       'each alert episode is one message, raised once',
@@ -226,16 +274,40 @@ steps: [{ wait: 0 }]
     );
     try {
       const since = Date.now();
-      const alert: Alert = { key: 'kpro5/ram_high', kind: 'ram_high', machineId: 'kpro5', gpu: null, since, raisedAt: since, sentence: 'host RAM 95 % used (427 of 449 GiB).', lastSeenAt: since };
+      const alert: Alert = {
+        key: 'kpro5/ram_high',
+        kind: 'ram_high',
+        machineId: 'kpro5',
+        gpu: null,
+        since,
+        raisedAt: since,
+        sentence: 'host RAM 95 % used (427 of 449 GiB).',
+        lastSeenAt: since,
+      };
       const id = alertIncidentId(alert);
       const at = () => new Date().toISOString();
-      await rt.log.create({ id, kind: 'alert', requester: WATCHDOG_REQUESTER, channel: 'C0ALERTS01', targets: ['kpro5'], text: alert.key, reason: null, createdAt: new Date(since).toISOString() });
-      const cond = (state: 'raised' | 'updated' | 'cleared') => ({ alert: { kind: 'ram_high' as const, machine: 'kpro5', state } });
+      await rt.log.create({
+        id,
+        kind: 'alert',
+        requester: WATCHDOG_REQUESTER,
+        channel: 'C0ALERTS01',
+        targets: ['kpro5'],
+        text: alert.key,
+        reason: null,
+        createdAt: new Date(since).toISOString(),
+      });
+      const cond = (state: 'raised' | 'updated' | 'cleared') => ({
+        alert: { kind: 'ram_high' as const, machine: 'kpro5', state },
+      });
       expect(await rt.holds(cond('raised'), null)).toBe(false);
       await rt.log.append(id, { type: 'alert_raised', at: at(), alert });
       expect(await rt.waitFor(cond('raised'), null, 30_000)).toBe(true);
       expect(await rt.holds(cond('updated'), null)).toBe(false);
-      await rt.log.append(id, { type: 'alert_updated', at: at(), alert: { ...alert, sentence: 'host RAM 98 % used (439 of 449 GiB).' } });
+      await rt.log.append(id, {
+        type: 'alert_updated',
+        at: at(),
+        alert: { ...alert, sentence: 'host RAM 98 % used (439 of 449 GiB).' },
+      });
       expect(await rt.waitFor(cond('updated'), null, 30_000)).toBe(true);
       const click = await rt.clickAlert('alice', { kind: 'ram_high', machine: 'kpro5', gpu: 2, button: 'snooze-1d' });
       expect(click.sent).toBe(false);
@@ -244,10 +316,21 @@ steps: [{ wait: 0 }]
       expect(await rt.waitFor(cond('cleared'), null, 30_000)).toBe(true);
       const c = await rt.collect();
       expect(c.alerts).toHaveLength(1);
-      expect(c.alerts[0]).toMatchObject({ id, key: 'kpro5/ram_high', kind: 'ram_high', machine: 'kpro5', raised: 1, updated: 1, cleared: true });
+      expect(c.alerts[0]).toMatchObject({
+        id,
+        key: 'kpro5/ram_high',
+        kind: 'ram_high',
+        machine: 'kpro5',
+        raised: 1,
+        updated: 1,
+        cleared: true,
+      });
       expect(c.alerts[0]?.messages).toHaveLength(1);
       expect(c.alerts[0]?.messages[0]?.edits).toBeGreaterThanOrEqual(1);
-      const checks = checkAlerts([{ kind: 'ram_high', machine: 'kpro5', messages: 1, raised: 1, cleared: true, minEdits: 1 }], c);
+      const checks = checkAlerts(
+        [{ kind: 'ram_high', machine: 'kpro5', messages: 1, raised: 1, cleared: true, minEdits: 1 }],
+        c,
+      );
       expect(checks.filter((x) => !x.ok)).toEqual([]);
     } finally {
       await rt.stop();

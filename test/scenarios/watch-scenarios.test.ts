@@ -12,9 +12,12 @@ import { byLabel, expectRunClean, FILES, file, HERE } from './report-helpers.ts'
 import { runScenario, type Report } from './run-scenario.ts';
 import { parseScenario } from './schema.ts';
 
-export const WATCH_FILES = FILES.filter((f) => parseScenario(readFileSync(join(HERE, f), 'utf8'), f).settings.watch !== undefined);
+export const WATCH_FILES = FILES.filter(
+  (f) => parseScenario(readFileSync(join(HERE, f), 'utf8'), f).settings.watch !== undefined,
+);
 
-const alertsOf = (r: Report, kind: string, machine: string) => r.alerts.filter((a) => a.kind === kind && a.machine === machine);
+const alertsOf = (r: Report, kind: string, machine: string) =>
+  r.alerts.filter((a) => a.kind === kind && a.machine === machine);
 
 describe('watchdog scenario files', () => {
   it('S15, S16 and S17 are among them', () => {
@@ -32,16 +35,21 @@ describe('S15 host RAM high: raise, crash and restart, edit in place, snooze, cl
 
   it('one message, created before the restarts and edited by the new bot: its ts never changes and no second one is posted', () => {
     const [a] = alertsOf(r, 'ram_high', 'kpro5');
-    const posts = r.slack.calls.filter((c) => c.method === 'chat.postMessage' && c.channel === r.alertsChannel.channel && c.ok);
+    const posts = r.slack.calls.filter(
+      (c) => c.method === 'chat.postMessage' && c.channel === r.alertsChannel.channel && c.ok,
+    );
     expect(posts.map((c) => c.ts)).toEqual([a?.messages[0]?.ts]);
     const restarts = r.steps.filter((s) => 'restart' in s.step).map((s) => s.t);
-    const updates = r.slack.calls.filter((c) => c.method === 'chat.update' && c.ts === a?.messages[0]?.ts && c.ok).map((c) => c.t);
+    const updates = r.slack.calls
+      .filter((c) => c.method === 'chat.update' && c.ts === a?.messages[0]?.ts && c.ok)
+      .map((c) => c.t);
     expect(updates.some((t) => t > (restarts[0] ?? Infinity))).toBe(true);
   });
 
   it('cleared while the bot was down, and shown once it was back: the clear was not lost', () => {
     const [a] = alertsOf(r, 'ram_high', 'kpro5');
-    const stepT = (key: string, value: string) => r.steps.find((x) => (x.step as Record<string, unknown>)[key] === value)?.t ?? NaN;
+    const stepT = (key: string, value: string) =>
+      r.steps.find((x) => (x.step as Record<string, unknown>)[key] === value)?.t ?? NaN;
     const botDown = stepT('down', 'bot');
     const botUp = stepT('up', 'bot');
     // Events carry wall-clock times, steps ms since the first step (startedAt + startupMs, to a few ms).
@@ -49,7 +57,10 @@ describe('S15 host RAM high: raise, crash and restart, edit in place, snooze, cl
     const clearedAt = Date.parse(String(a?.events.find((e) => e.type === 'alert_cleared')?.at)) - t0;
     expect(clearedAt).toBeGreaterThan(botDown);
     expect(clearedAt).toBeLessThan(botUp);
-    const shown = r.slack.calls.find((c) => c.method === 'chat.update' && c.ts === a?.messages[0]?.ts && /Cleared/.test(JSON.stringify(c.blocks ?? c.text)));
+    const shown = r.slack.calls.find(
+      (c) =>
+        c.method === 'chat.update' && c.ts === a?.messages[0]?.ts && /Cleared/.test(JSON.stringify(c.blocks ?? c.text)),
+    );
     expect(shown?.t).toBeGreaterThan(botUp);
   });
 
@@ -68,7 +79,15 @@ describe('S16 every alert kind across restarts', () => {
 
   it('every alert kind but ram_high (S15, S17) and unreachable was raised, each alert exactly once', () => {
     const kinds = [...new Set(r.alerts.map((a) => a.kind))].sort();
-    expect(kinds).toEqual(['ghost_memory', 'gpu_error', 'gpus_missing', 'holder_stuck', 'nvidia_smi_failing', 'recovery_action', 'xid']);
+    expect(kinds).toEqual([
+      'ghost_memory',
+      'gpu_error',
+      'gpus_missing',
+      'holder_stuck',
+      'nvidia_smi_failing',
+      'recovery_action',
+      'xid',
+    ]);
     expect(r.alerts.every((a) => a.raised === 1 && a.messages.length === 1)).toBe(true);
   });
 
@@ -92,7 +111,7 @@ describe('S17 Unstick from an alert: the clicker is the requester, a second pers
 
   it('runs cleanly and meets its expect block', () => expectRunClean(r));
 
-  it('the status and the unstick the clicks opened are alice\'s, in the alerts channel, and the alert logged both', () => {
+  it("the status and the unstick the clicks opened are alice's, in the alerts channel, and the alert logged both", () => {
     const look = byLabel(r, 'look');
     const fix = byLabel(r, 'fix');
     expect([look.kind, look.requester, look.channel]).toEqual(['status', r.users.alice, 'C0ALERTS01']);

@@ -8,7 +8,14 @@ import type { BlockAction, Logger, StaticSelectAction } from '@slack/bolt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
-import { appHomeOpenedPayload, blockActionPayload, sendEvent, sendInteraction, sendSlashCommand, staticSelectPayload } from '../harness/slack/signed-request.ts';
+import {
+  appHomeOpenedPayload,
+  blockActionPayload,
+  sendEvent,
+  sendInteraction,
+  sendSlashCommand,
+  staticSelectPayload,
+} from '../harness/slack/signed-request.ts';
 
 const SIGNING_SECRET = 'test-signing-secret-8f2c';
 const CHANNEL = 'C0GPUOPS01';
@@ -18,9 +25,11 @@ const USER = 'U0REQUEST1';
 function memoryLogger(): Logger & { lines: string[] } {
   const lines: string[] = [];
   let level = LogLevel.WARN;
-  const push = (lvl: string) => (...msg: unknown[]) => {
-    lines.push(`${lvl} ${msg.map(String).join(' ')}`);
-  };
+  const push =
+    (lvl: string) =>
+    (...msg: unknown[]) => {
+      lines.push(`${lvl} ${msg.map(String).join(' ')}`);
+    };
   return {
     lines,
     debug: push('debug'),
@@ -67,18 +76,30 @@ async function startHarness(): Promise<Harness> {
     try {
       await ack({ response_type: 'ephemeral', text: `Working on \`${command.text}\`` });
       runs.push({ text: command.text, retryNum: context.retryNum });
-      const parent = await client.chat.postMessage({ channel: command.channel_id, text: `Incident for ${command.text}` });
+      const parent = await client.chat.postMessage({
+        channel: command.channel_id,
+        text: `Incident for ${command.text}`,
+      });
       if (parent.ts === undefined) throw new Error('no ts');
       await client.chat.postMessage({ channel: command.channel_id, thread_ts: parent.ts, text: 'Before snapshot' });
     } finally {
       inFlight.count -= 1;
     }
   });
-  app.action<BlockAction<StaticSelectAction>>({ type: 'block_actions', action_id: 'pick' }, async ({ ack, body, action, respond }) => {
-    await ack();
-    actions.push(`${body.user.id} picked ${action.selected_option.value} (${action.selected_option.text.text}) in ${body.state?.values ? JSON.stringify(body.state.values) : 'no state'}`);
-    await respond({ text: `Picked ${action.selected_option.value}`, replace_original: false, response_type: 'ephemeral' });
-  });
+  app.action<BlockAction<StaticSelectAction>>(
+    { type: 'block_actions', action_id: 'pick' },
+    async ({ ack, body, action, respond }) => {
+      await ack();
+      actions.push(
+        `${body.user.id} picked ${action.selected_option.value} (${action.selected_option.text.text}) in ${body.state?.values ? JSON.stringify(body.state.values) : 'no state'}`,
+      );
+      await respond({
+        text: `Picked ${action.selected_option.value}`,
+        replace_original: false,
+        response_type: 'ephemeral',
+      });
+    },
+  );
   app.action('approve', async ({ ack, body, respond }) => {
     await ack();
     actions.push(body.user.id);
@@ -117,7 +138,9 @@ describe('Bolt HTTP receiver + fake Slack', () => {
   });
 
   it('an Events API delivery with a forged signature gets 401 and no listener runs', async () => {
-    const res = await sendEvent(h.url, SIGNING_SECRET, appHomeOpenedPayload({ user: USER }), { signature: `v0=${'cd'.repeat(32)}` });
+    const res = await sendEvent(h.url, SIGNING_SECRET, appHomeOpenedPayload({ user: USER }), {
+      signature: `v0=${'cd'.repeat(32)}`,
+    });
     expect(res.status).toBe(401);
     await new Promise((r) => setTimeout(r, 100));
     expect(h.homeOpens).toEqual([]);
@@ -197,7 +220,9 @@ describe('Bolt HTTP receiver + fake Slack', () => {
   it('does not dedup a redelivery: X-Slack-Retry-Num reaches context.retryNum and the handler runs again', async () => {
     const fields = { text: 'status ct131', user_id: USER, channel_id: CHANNEL, response_url: h.fake.newResponseUrl() };
     await sendSlashCommand(h.url, SIGNING_SECRET, fields);
-    await sendSlashCommand(h.url, SIGNING_SECRET, fields, { headers: { 'X-Slack-Retry-Num': '1', 'X-Slack-Retry-Reason': 'http_timeout' } });
+    await sendSlashCommand(h.url, SIGNING_SECRET, fields, {
+      headers: { 'X-Slack-Retry-Num': '1', 'X-Slack-Retry-Reason': 'http_timeout' },
+    });
     await h.fake.waitFor(() => h.fake.messages(CHANNEL).length === 2);
     expect(h.runs).toEqual([
       { text: 'status ct131', retryNum: undefined },
@@ -239,7 +264,11 @@ describe('Bolt HTTP receiver + fake Slack', () => {
     expect(res.status).toBe(200);
     const [resp] = await h.fake.waitFor(() => (h.fake.responses().length === 1 ? h.fake.responses() : undefined));
     expect(resp?.url).toBe(responseUrl);
-    expect(resp?.body).toMatchObject({ text: 'Approved by <@U0APPROVE1>', replace_original: false, response_type: 'in_channel' });
+    expect(resp?.body).toMatchObject({
+      text: 'Approved by <@U0APPROVE1>',
+      replace_original: false,
+      response_type: 'in_channel',
+    });
     expect(h.actions).toEqual(['U0APPROVE1']);
 
     const forged = await sendInteraction(h.url, 'not-the-secret', payload);
@@ -249,12 +278,22 @@ describe('Bolt HTTP receiver + fake Slack', () => {
 
   it('a static_select pick (block_actions with selected_option and state) reaches the listener of its action_id, with the chosen value', async () => {
     const responseUrl = h.fake.newResponseUrl();
-    const payload = staticSelectPayload({ user: 'U0ALICE001', channel: CHANNEL, messageTs: '1764495287.000100', actionId: 'pick', blockId: 'b1', selected: { text: 'ct130', value: 'inc_x|ct130' }, responseUrl });
+    const payload = staticSelectPayload({
+      user: 'U0ALICE001',
+      channel: CHANNEL,
+      messageTs: '1764495287.000100',
+      actionId: 'pick',
+      blockId: 'b1',
+      selected: { text: 'ct130', value: 'inc_x|ct130' },
+      responseUrl,
+    });
     const res = await sendInteraction(h.url, SIGNING_SECRET, payload);
     expect(res.status).toBe(200);
     const [resp] = await h.fake.waitFor(() => (h.fake.responses().length === 1 ? h.fake.responses() : undefined));
     expect(resp?.body).toMatchObject({ text: 'Picked inc_x|ct130', response_type: 'ephemeral' });
-    expect(h.actions).toEqual(['U0ALICE001 picked inc_x|ct130 (ct130) in {"b1":{"pick":{"type":"static_select","selected_option":{"text":{"type":"plain_text","text":"ct130","emoji":true},"value":"inc_x|ct130"}}}}']);
+    expect(h.actions).toEqual([
+      'U0ALICE001 picked inc_x|ct130 (ct130) in {"b1":{"pick":{"type":"static_select","selected_option":{"text":{"type":"plain_text","text":"ct130","emoji":true},"value":"inc_x|ct130"}}}}',
+    ]);
   });
 
   it("enforces Slack's limits on Bolt's client: a 41k-character text fails with msg_too_long", async () => {
@@ -263,6 +302,8 @@ describe('Bolt HTTP receiver + fake Slack', () => {
       data: { ok: false, error: 'msg_too_long' },
     });
     expect(h.fake.messages(CHANNEL)).toEqual([]);
-    await expect(h.app.client.chat.postMessage({ channel: CHANNEL, text: 'x'.repeat(40_000) })).resolves.toMatchObject({ ok: true });
+    await expect(h.app.client.chat.postMessage({ channel: CHANNEL, text: 'x'.repeat(40_000) })).resolves.toMatchObject({
+      ok: true,
+    });
   });
 });

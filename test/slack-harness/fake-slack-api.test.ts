@@ -34,12 +34,19 @@ describe('fake Slack Web API', () => {
 
   it('serves under /api/ and answers auth.test with the bot identity', async () => {
     expect(fake.apiUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/api\/$/);
-    await expect(client.auth.test()).resolves.toMatchObject({ ok: true, user_id: fake.botUserId, bot_id: fake.botId, team_id: fake.teamId });
+    await expect(client.auth.test()).resolves.toMatchObject({
+      ok: true,
+      user_id: fake.botUserId,
+      bot_id: fake.botId,
+      team_id: fake.teamId,
+    });
   });
 
   it('rejects a wrong token (invalid_auth), a missing one (not_authed) and unknown methods', async () => {
     const wrong = webClient('xoxb-not-ours', fake.apiUrl);
-    await expect(wrong.chat.postMessage({ channel: C, text: 'x' })).rejects.toMatchObject({ data: { error: 'invalid_auth' } });
+    await expect(wrong.chat.postMessage({ channel: C, text: 'x' })).rejects.toMatchObject({
+      data: { error: 'invalid_auth' },
+    });
     const none = webClient(undefined, fake.apiUrl);
     await expect(none.auth.test()).rejects.toMatchObject({ data: { error: 'not_authed' } });
     await expect(client.apiCall('gpu.reset')).rejects.toMatchObject({ data: { error: 'unknown_method' } });
@@ -57,14 +64,19 @@ describe('fake Slack Web API', () => {
     expect(fake.thread(C, a.ts!).map((m) => m.text)).toEqual(['one', 'reply']);
     expect(fake.thread(C, a.ts!)[0]?.reply_count).toBe(1);
     await expect(client.conversations.replies({ channel: C, ts: a.ts! })).resolves.toMatchObject({
-      messages: [{ text: 'one', reply_count: 1 }, { text: 'reply', thread_ts: a.ts }],
+      messages: [
+        { text: 'one', reply_count: 1 },
+        { text: 'reply', thread_ts: a.ts },
+      ],
     });
   });
 
   it('refuses thread_ts that is unknown or a reply, and unknown channel ids', async () => {
     const a = await client.chat.postMessage({ channel: C, text: 'parent' });
     const r = await client.chat.postMessage({ channel: C, text: 'reply', thread_ts: a.ts });
-    await expect(client.chat.postMessage({ channel: C, text: 'x', thread_ts: '1700000000.000100' })).rejects.toMatchObject({
+    await expect(
+      client.chat.postMessage({ channel: C, text: 'x', thread_ts: '1700000000.000100' }),
+    ).rejects.toMatchObject({
       data: { error: 'thread_not_found' },
     });
     await expect(client.chat.postMessage({ channel: C, text: 'x', thread_ts: r.ts })).rejects.toMatchObject({
@@ -73,8 +85,12 @@ describe('fake Slack Web API', () => {
     await expect(client.chat.postMessage({ channel: 'C0OTHER001', text: 'x', thread_ts: a.ts })).rejects.toMatchObject({
       data: { error: 'thread_not_found' },
     });
-    await expect(client.chat.postMessage({ channel: '#gpu-ops', text: 'x' })).rejects.toMatchObject({ data: { error: 'channel_not_found' } });
-    await expect(client.chat.postMessage({ channel: C, text: '' })).rejects.toMatchObject({ data: { error: 'no_text' } });
+    await expect(client.chat.postMessage({ channel: '#gpu-ops', text: 'x' })).rejects.toMatchObject({
+      data: { error: 'channel_not_found' },
+    });
+    await expect(client.chat.postMessage({ channel: C, text: '' })).rejects.toMatchObject({
+      data: { error: 'no_text' },
+    });
   });
 
   it('chat.update applies to the stored message, keeps omitted blocks, and refuses unknown or foreign messages', async () => {
@@ -94,7 +110,9 @@ describe('fake Slack Web API', () => {
       data: { error: 'cant_update_message' },
     });
     // A human's message is a valid thread parent.
-    await expect(client.chat.postMessage({ channel: C, thread_ts: human, text: 'on it' })).resolves.toMatchObject({ ok: true });
+    await expect(client.chat.postMessage({ channel: C, thread_ts: human, text: 'on it' })).resolves.toMatchObject({
+      ok: true,
+    });
   });
 
   it('records ephemerals with their user', async () => {
@@ -110,7 +128,11 @@ describe('fake Slack Web API', () => {
       body: JSON.stringify({ channel: C, text: 'json', blocks: [{ type: 'divider' }] }),
     });
     expect(await res.json()).toMatchObject({ ok: true, channel: C });
-    expect(fake.calls('chat.postMessage')[0]?.body).toEqual({ channel: C, text: 'json', blocks: [{ type: 'divider' }] });
+    expect(fake.calls('chat.postMessage')[0]?.body).toEqual({
+      channel: C,
+      text: 'json',
+      blocks: [{ type: 'divider' }],
+    });
   });
 
   describe('message limits', () => {
@@ -125,21 +147,45 @@ describe('fake Slack Web API', () => {
     it('rejects 51 blocks, a 3001-char section and a 151-char header with invalid_blocks and a json-pointer', async () => {
       const many = Array.from({ length: 51 }, () => ({ type: 'divider' }));
       await expect(client.chat.postMessage({ channel: C, text: 't', blocks: many })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] no more than 50 items allowed [json-pointer:/blocks]'] } },
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: { messages: ['[ERROR] no more than 50 items allowed [json-pointer:/blocks]'] },
+        },
       });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: Array.from({ length: 50 }, () => ({ type: 'divider' })) })).resolves.toMatchObject({ ok: true });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [section('x'.repeat(3001))] })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] must be less than 3001 characters [json-pointer:/blocks/0/text/text]'] } },
+      await expect(
+        client.chat.postMessage({
+          channel: C,
+          text: 't',
+          blocks: Array.from({ length: 50 }, () => ({ type: 'divider' })),
+        }),
+      ).resolves.toMatchObject({ ok: true });
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', blocks: [section('x'.repeat(3001))] }),
+      ).rejects.toMatchObject({
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: {
+            messages: ['[ERROR] must be less than 3001 characters [json-pointer:/blocks/0/text/text]'],
+          },
+        },
       });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [section('x'.repeat(3000))] })).resolves.toMatchObject({ ok: true });
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', blocks: [section('x'.repeat(3000))] }),
+      ).resolves.toMatchObject({ ok: true });
       const header = (n: number) => [{ type: 'header', text: { type: 'plain_text', text: 'h'.repeat(n) } }];
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: header(151) })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: header(150) })).resolves.toMatchObject({ ok: true });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: header(151) })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks' },
+      });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: header(150) })).resolves.toMatchObject({
+        ok: true,
+      });
     });
 
     it('applies the same limits to chat.update', async () => {
       const a = await client.chat.postMessage({ channel: C, text: 't' });
-      await expect(client.chat.update({ channel: C, ts: a.ts!, text: 't', blocks: [section('x'.repeat(3001))] })).rejects.toMatchObject({
+      await expect(
+        client.chat.update({ channel: C, ts: a.ts!, text: 't', blocks: [section('x'.repeat(3001))] }),
+      ).rejects.toMatchObject({
         data: { error: 'invalid_blocks' },
       });
       expect(fake.messages(C)[0]?.blocks).toBeUndefined();
@@ -152,56 +198,120 @@ describe('fake Slack Web API', () => {
     });
 
     it('enforces the table block limits: 100 rows, 20 cells per row, 20 column_settings, non-empty cells', async () => {
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [table(100, 20)] })).resolves.toMatchObject({ ok: true });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [table(100, 20)] })).resolves.toMatchObject(
+        { ok: true },
+      );
       await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [table(101, 2)] })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/blocks/0/rows]'] } },
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/blocks/0/rows]'] },
+        },
       });
       await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [table(2, 21)] })).rejects.toMatchObject({
         data: { error: 'invalid_blocks' },
       });
       const settings = { ...table(2, 2), column_settings: Array.from({ length: 21 }, () => ({ align: 'right' })) };
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [settings] })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [settings] })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks' },
+      });
       const badAlign = { ...table(2, 2), column_settings: [{ align: 'justify' }] };
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [badAlign] })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [badAlign] })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks' },
+      });
       const empty = { type: 'table', rows: [[cell('GPU')], [cell('')]] };
       await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [empty] })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] must be more than 0 characters [json-pointer:/blocks/0/rows/1/0/text]'] } },
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: {
+            messages: ['[ERROR] must be more than 0 characters [json-pointer:/blocks/0/rows/1/0/text]'],
+          },
+        },
       });
     });
 
     it('enforces the static_select limits in an actions block: 1 to 100 options, option text 75 and value 150 characters, a plain_text placeholder', async () => {
-      const select = (options: Array<{ text: string; value: string }>, placeholder: unknown = { type: 'plain_text', text: 'Pick' }) => [
-        { type: 'actions', elements: [{ type: 'static_select', action_id: 'pick', placeholder, options: options.map((o) => ({ text: { type: 'plain_text', text: o.text }, value: o.value })) }] },
+      const select = (
+        options: Array<{ text: string; value: string }>,
+        placeholder: unknown = { type: 'plain_text', text: 'Pick' },
+      ) => [
+        {
+          type: 'actions',
+          elements: [
+            {
+              type: 'static_select',
+              action_id: 'pick',
+              placeholder,
+              options: options.map((o) => ({ text: { type: 'plain_text', text: o.text }, value: o.value })),
+            },
+          ],
+        },
       ];
       const n = (k: number) => Array.from({ length: k }, (_, i) => ({ text: `ct${i}`, value: `v${i}` }));
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(100)) })).resolves.toMatchObject({ ok: true });
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(100)) })).resolves.toMatchObject({
+        ok: true,
+      });
       await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(101)) })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/blocks/0/elements/0/options]'] } },
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: {
+            messages: ['[ERROR] no more than 100 items allowed [json-pointer:/blocks/0/elements/0/options]'],
+          },
+        },
       });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([]) })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([{ text: 'x'.repeat(76), value: 'v' }]) })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] must be less than 76 characters [json-pointer:/blocks/0/elements/0/options/0/text/text]'] } },
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([]) })).rejects.toMatchObject({
+        data: { error: 'invalid_blocks' },
       });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select([{ text: 'x', value: 'v'.repeat(151) }]) })).rejects.toMatchObject({
-        data: { error: 'invalid_blocks', response_metadata: { messages: ['[ERROR] must be less than 151 characters [json-pointer:/blocks/0/elements/0/options/0/value]'] } },
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', blocks: select([{ text: 'x'.repeat(76), value: 'v' }]) }),
+      ).rejects.toMatchObject({
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: {
+            messages: [
+              '[ERROR] must be less than 76 characters [json-pointer:/blocks/0/elements/0/options/0/text/text]',
+            ],
+          },
+        },
       });
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: select(n(2), { type: 'mrkdwn', text: 'Pick' }) })).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', blocks: select([{ text: 'x', value: 'v'.repeat(151) }]) }),
+      ).rejects.toMatchObject({
+        data: {
+          error: 'invalid_blocks',
+          response_metadata: {
+            messages: ['[ERROR] must be less than 151 characters [json-pointer:/blocks/0/elements/0/options/0/value]'],
+          },
+        },
+      });
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', blocks: select(n(2), { type: 'mrkdwn', text: 'Pick' }) }),
+      ).rejects.toMatchObject({ data: { error: 'invalid_blocks' } });
     });
 
     it('allows one table per message, counting blocks and attachments', async () => {
-      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [table(2, 2), table(2, 2)] })).rejects.toMatchObject({
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', blocks: [table(2, 2), table(2, 2)] }),
+      ).rejects.toMatchObject({
         data: { error: 'invalid_attachments' },
       });
       await expect(
-        client.chat.postMessage({ channel: C, text: 't', blocks: [table(2, 2)], attachments: [{ blocks: [table(2, 2)] }] }),
+        client.chat.postMessage({
+          channel: C,
+          text: 't',
+          blocks: [table(2, 2)],
+          attachments: [{ blocks: [table(2, 2)] }],
+        }),
       ).rejects.toMatchObject({ data: { error: 'invalid_attachments' } });
-      await expect(client.chat.postMessage({ channel: C, text: 't', attachments: [{ blocks: [table(2, 2)] }] })).resolves.toMatchObject({ ok: true });
+      await expect(
+        client.chat.postMessage({ channel: C, text: 't', attachments: [{ blocks: [table(2, 2)] }] }),
+      ).resolves.toMatchObject({ ok: true });
     });
   });
 
   describe('views.publish (App Home)', () => {
     const section = (text: string) => ({ type: 'section', text: { type: 'mrkdwn', text } });
-    const home = (blocks: unknown[], extra: Record<string, unknown> = {}) => ({ type: 'home' as const, blocks, ...extra }) as unknown as { type: 'home'; blocks: [] };
+    const home = (blocks: unknown[], extra: Record<string, unknown> = {}) =>
+      ({ type: 'home' as const, blocks, ...extra }) as unknown as { type: 'home'; blocks: [] };
     const U = 'U0HOMEUSR1';
 
     it('keeps the published view per user: the same view id, a new hash per publish, the latest blocks', async () => {
@@ -219,34 +329,74 @@ describe('fake Slack Web API', () => {
       await expect(client.views.publish({ user_id: 'not-a-user', view: home([section('x')]) })).rejects.toMatchObject({
         data: { error: 'invalid_arguments', response_metadata: { messages: ['invalid `user_id`'] } },
       });
-      await expect(client.views.publish({ user_id: U, view: { type: 'modal', blocks: [section('x')] } as unknown as { type: 'home'; blocks: [] } })).rejects.toMatchObject({
-        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] must be one of: home [json-pointer:/view/type]'] } },
+      await expect(
+        client.views.publish({
+          user_id: U,
+          view: { type: 'modal', blocks: [section('x')] } as unknown as { type: 'home'; blocks: [] },
+        }),
+      ).rejects.toMatchObject({
+        data: {
+          error: 'invalid_arguments',
+          response_metadata: { messages: ['[ERROR] must be one of: home [json-pointer:/view/type]'] },
+        },
       });
-      await expect(client.views.publish({ user_id: U, view: home(Array.from({ length: 101 }, () => ({ type: 'divider' }))) })).rejects.toMatchObject({
-        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/view/blocks]'] } },
+      await expect(
+        client.views.publish({ user_id: U, view: home(Array.from({ length: 101 }, () => ({ type: 'divider' }))) }),
+      ).rejects.toMatchObject({
+        data: {
+          error: 'invalid_arguments',
+          response_metadata: { messages: ['[ERROR] no more than 100 items allowed [json-pointer:/view/blocks]'] },
+        },
       });
-      await expect(client.views.publish({ user_id: U, view: home(Array.from({ length: 100 }, () => ({ type: 'divider' }))) })).resolves.toMatchObject({ ok: true });
-      await expect(client.views.publish({ user_id: U, view: home([{ type: 'table', rows: [[{ type: 'raw_text', text: 'a' }]] }]) })).rejects.toMatchObject({
-        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] unsupported type: table [json-pointer:/view/blocks/0/type]'] } },
+      await expect(
+        client.views.publish({ user_id: U, view: home(Array.from({ length: 100 }, () => ({ type: 'divider' }))) }),
+      ).resolves.toMatchObject({ ok: true });
+      await expect(
+        client.views.publish({
+          user_id: U,
+          view: home([{ type: 'table', rows: [[{ type: 'raw_text', text: 'a' }]] }]),
+        }),
+      ).rejects.toMatchObject({
+        data: {
+          error: 'invalid_arguments',
+          response_metadata: { messages: ['[ERROR] unsupported type: table [json-pointer:/view/blocks/0/type]'] },
+        },
       });
-      await expect(client.views.publish({ user_id: U, view: home([section('x'.repeat(3001))]) })).rejects.toMatchObject({
-        data: { error: 'invalid_arguments', response_metadata: { messages: ['[ERROR] must be less than 3001 characters [json-pointer:/view/blocks/0/text/text]'] } },
-      });
-      await expect(client.views.publish({ user_id: U, view: home([section('x')], { private_metadata: 'm'.repeat(3001) }) })).rejects.toMatchObject({ data: { error: 'invalid_arguments' } });
-      await expect(client.views.publish({ user_id: U, view: home([section('x')], { callback_id: 'c'.repeat(256) }) })).rejects.toMatchObject({ data: { error: 'invalid_arguments' } });
+      await expect(client.views.publish({ user_id: U, view: home([section('x'.repeat(3001))]) })).rejects.toMatchObject(
+        {
+          data: {
+            error: 'invalid_arguments',
+            response_metadata: {
+              messages: ['[ERROR] must be less than 3001 characters [json-pointer:/view/blocks/0/text/text]'],
+            },
+          },
+        },
+      );
+      await expect(
+        client.views.publish({ user_id: U, view: home([section('x')], { private_metadata: 'm'.repeat(3001) }) }),
+      ).rejects.toMatchObject({ data: { error: 'invalid_arguments' } });
+      await expect(
+        client.views.publish({ user_id: U, view: home([section('x')], { callback_id: 'c'.repeat(256) }) }),
+      ).rejects.toMatchObject({ data: { error: 'invalid_arguments' } });
       // The refused publishes changed nothing: the 100 dividers are still what the user sees.
       expect(fake.homeView(U)?.publishes).toBe(1);
     });
 
     it('over 250 kB: view_too_large; Home tab off: not_enabled; a stale hash: hash_conflict', async () => {
       const big = Array.from({ length: 90 }, () => section('語'.repeat(1000)));
-      await expect(client.views.publish({ user_id: U, view: home(big) })).rejects.toMatchObject({ data: { error: 'view_too_large' } });
+      await expect(client.views.publish({ user_id: U, view: home(big) })).rejects.toMatchObject({
+        data: { error: 'view_too_large' },
+      });
       fake.setHomeTabEnabled(false);
-      await expect(client.views.publish({ user_id: U, view: home([section('x')]) })).rejects.toMatchObject({ data: { error: 'not_enabled' } });
+      await expect(client.views.publish({ user_id: U, view: home([section('x')]) })).rejects.toMatchObject({
+        data: { error: 'not_enabled' },
+      });
       fake.setHomeTabEnabled(true);
       const first = await client.views.publish({ user_id: U, view: home([section('x')]) });
       await client.views.publish({ user_id: U, view: home([section('y')]) });
-      await expect(client.views.publish({ user_id: U, view: home([section('z')]), hash: first.view?.hash ?? '' })).rejects.toMatchObject({ data: { error: 'hash_conflict' } });
+      await expect(
+        client.views.publish({ user_id: U, view: home([section('z')]), hash: first.view?.hash ?? '' }),
+      ).rejects.toMatchObject({ data: { error: 'hash_conflict' } });
       expect(fake.homeView(U)?.view).toMatchObject({ blocks: [section('y')] });
     });
 
@@ -255,7 +405,12 @@ describe('fake Slack Web API', () => {
       const rejecting = webClient(fake.botToken, fake.apiUrl, { rejectRateLimitedCalls: true });
       const results: string[] = [];
       for (let i = 0; i < 14; i++) {
-        results.push(await rejecting.views.publish({ user_id: U, view: home([section(`v${i}`)]) }).then(() => 'ok', (e: { code?: string }) => e.code ?? 'error'));
+        results.push(
+          await rejecting.views.publish({ user_id: U, view: home([section(`v${i}`)]) }).then(
+            () => 'ok',
+            (e: { code?: string }) => e.code ?? 'error',
+          ),
+        );
       }
       expect(results.slice(0, 10)).toEqual(Array.from({ length: 10 }, () => 'ok'));
       expect(results).toContain('slack_webapi_rate_limited_error');
@@ -266,10 +421,13 @@ describe('fake Slack Web API', () => {
     it('records what is posted to a response URL, and refuses a sixth use', async () => {
       const url = fake.newResponseUrl();
       expect(url).toMatch(new RegExp(`^${fake.baseUrl}/response/[A-Za-z0-9_-]+$`));
-      const post = (body: object) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const post = (body: object) =>
+        fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
       const first = await post({ text: 'Queued', response_type: 'ephemeral', replace_original: false });
       expect(first.status).toBe(200);
-      expect(fake.responses()).toMatchObject([{ url, use: 1, body: { text: 'Queued', response_type: 'ephemeral', replace_original: false } }]);
+      expect(fake.responses()).toMatchObject([
+        { url, use: 1, body: { text: 'Queued', response_type: 'ephemeral', replace_original: false } },
+      ]);
       for (let i = 2; i <= 5; i++) expect((await post({ text: `n${i}` })).status).toBe(200);
       expect((await post({ text: 'sixth' })).status).toBe(404);
       expect(fake.responses()).toHaveLength(5);
@@ -279,7 +437,9 @@ describe('fake Slack Web API', () => {
 
   describe('faults', () => {
     it('5xx: WebClient retries it (not an abort), so the message lands once after two attempts', async () => {
-      const retrying = webClient(fake.botToken, fake.apiUrl, { retryConfig: { retries: 2, minTimeout: 10, maxTimeout: 20 } });
+      const retrying = webClient(fake.botToken, fake.apiUrl, {
+        retryConfig: { retries: 2, minTimeout: 10, maxTimeout: 20 },
+      });
       fake.failNext('chat.postMessage', 1, { status: 503 });
       await expect(retrying.chat.postMessage({ channel: C, text: 'after 503' })).resolves.toMatchObject({ ok: true });
       expect(fake.calls('chat.postMessage').map((c) => c.status)).toEqual([503, 200]);
@@ -288,14 +448,21 @@ describe('fake Slack Web API', () => {
 
     it('5xx with no retries left surfaces as slack_webapi_http_error with the status', async () => {
       fake.failNext('chat.postMessage', 1, { status: 500 });
-      await expect(client.chat.postMessage({ channel: C, text: 'x' })).rejects.toMatchObject({ code: 'slack_webapi_http_error', statusCode: 500 });
+      await expect(client.chat.postMessage({ channel: C, text: 'x' })).rejects.toMatchObject({
+        code: 'slack_webapi_http_error',
+        statusCode: 500,
+      });
       expect(fake.messages(C)).toEqual([]);
     });
 
     it('a platform error (HTTP 200, ok:false) is not retried', async () => {
-      const retrying = webClient(fake.botToken, fake.apiUrl, { retryConfig: { retries: 3, minTimeout: 10, maxTimeout: 20 } });
+      const retrying = webClient(fake.botToken, fake.apiUrl, {
+        retryConfig: { retries: 3, minTimeout: 10, maxTimeout: 20 },
+      });
       fake.failNext('chat.postMessage', 1, { error: 'fatal_error' });
-      await expect(retrying.chat.postMessage({ channel: C, text: 'x' })).rejects.toMatchObject({ code: 'slack_webapi_platform_error' });
+      await expect(retrying.chat.postMessage({ channel: C, text: 'x' })).rejects.toMatchObject({
+        code: 'slack_webapi_platform_error',
+      });
       expect(fake.calls('chat.postMessage')).toHaveLength(1);
     });
 
@@ -306,7 +473,10 @@ describe('fake Slack Web API', () => {
         code: 'slack_webapi_rate_limited_error',
         retryAfter: 7,
       });
-      expect(fake.calls('chat.update')[0]).toMatchObject({ status: 429, response: { ok: false, error: 'ratelimited' } });
+      expect(fake.calls('chat.update')[0]).toMatchObject({
+        status: 429,
+        response: { ok: false, error: 'ratelimited' },
+      });
     });
 
     it('the rate limiter allows a short burst per channel, then 429s with Retry-After; other channels are unaffected', async () => {
@@ -315,7 +485,9 @@ describe('fake Slack Web API', () => {
       await rejecting.chat.postMessage({ channel: C, text: '1' });
       await rejecting.chat.postMessage({ channel: C, text: '2' });
       await expect(rejecting.chat.postMessage({ channel: C, text: '3' })).rejects.toMatchObject({ retryAfter: 1 });
-      await expect(rejecting.chat.postMessage({ channel: 'C0OTHER001', text: 'elsewhere' })).resolves.toMatchObject({ ok: true });
+      await expect(rejecting.chat.postMessage({ channel: 'C0OTHER001', text: 'elsewhere' })).resolves.toMatchObject({
+        ok: true,
+      });
       await new Promise((r) => setTimeout(r, 1100));
       await expect(rejecting.chat.postMessage({ channel: C, text: '3 again' })).resolves.toMatchObject({ ok: true });
       expect(fake.messages(C).map((m) => m.text)).toEqual(['1', '2', '3 again']);
@@ -323,8 +495,12 @@ describe('fake Slack Web API', () => {
 
     it('unreachable: calls fail as request errors; a retrying client gets through once Slack is back', async () => {
       fake.setUnreachable(true);
-      await expect(client.chat.postMessage({ channel: C, text: 'lost' })).rejects.toMatchObject({ code: 'slack_webapi_request_error' });
-      const retrying = webClient(fake.botToken, fake.apiUrl, { retryConfig: { retries: 20, minTimeout: 50, maxTimeout: 50 } });
+      await expect(client.chat.postMessage({ channel: C, text: 'lost' })).rejects.toMatchObject({
+        code: 'slack_webapi_request_error',
+      });
+      const retrying = webClient(fake.botToken, fake.apiUrl, {
+        retryConfig: { retries: 20, minTimeout: 50, maxTimeout: 50 },
+      });
       const pending = retrying.chat.postMessage({ channel: C, text: 'delayed' });
       await new Promise((r) => setTimeout(r, 200));
       expect(fake.calls()).toEqual([]);
@@ -342,16 +518,32 @@ describe('fake Slack Web API', () => {
   it('keeps message metadata and returns it only with include_all_metadata, from history and replies', async () => {
     const metadata = { event_type: 'gpu_medic_view', event_payload: { incident: 'inc_1', view_key: 'parent' } };
     const p = await client.chat.postMessage({ channel: C, text: 'parent', metadata });
-    await client.chat.postMessage({ channel: C, text: 'reply', thread_ts: p.ts!, metadata: { event_type: 'gpu_medic_view', event_payload: { view_key: 'r' } } });
+    await client.chat.postMessage({
+      channel: C,
+      text: 'reply',
+      thread_ts: p.ts!,
+      metadata: { event_type: 'gpu_medic_view', event_payload: { view_key: 'r' } },
+    });
     await client.chat.update({ channel: C, ts: p.ts!, text: 'parent, edited' });
     const plain = await client.conversations.history({ channel: C });
     expect(plain.messages?.[0]).not.toHaveProperty('metadata');
     const withMd = await client.conversations.history({ channel: C, include_all_metadata: true });
     expect(withMd.messages?.map((m) => [m.text, m.metadata])).toEqual([['parent, edited', metadata]]);
     const replies = await client.conversations.replies({ channel: C, ts: p.ts!, include_all_metadata: true });
-    expect(replies.messages?.map((m) => m.metadata?.event_payload)).toEqual([metadata.event_payload, { view_key: 'r' }]);
-    await expect(client.apiCall('chat.postMessage', { channel: C, text: 'x', metadata: JSON.stringify({ event_type: 'has space', event_payload: {} }) })).rejects.toMatchObject({ data: { error: 'invalid_metadata_format' } });
-    await expect(client.apiCall('chat.postMessage', { channel: C, text: 'x', metadata: JSON.stringify({ event_type: 'ok' }) })).rejects.toMatchObject({ data: { error: 'invalid_metadata_format' } });
+    expect(replies.messages?.map((m) => m.metadata?.event_payload)).toEqual([
+      metadata.event_payload,
+      { view_key: 'r' },
+    ]);
+    await expect(
+      client.apiCall('chat.postMessage', {
+        channel: C,
+        text: 'x',
+        metadata: JSON.stringify({ event_type: 'has space', event_payload: {} }),
+      }),
+    ).rejects.toMatchObject({ data: { error: 'invalid_metadata_format' } });
+    await expect(
+      client.apiCall('chat.postMessage', { channel: C, text: 'x', metadata: JSON.stringify({ event_type: 'ok' }) }),
+    ).rejects.toMatchObject({ data: { error: 'invalid_metadata_format' } });
   });
 
   it('pages history (newest first, oldest exclusive unless inclusive) and replies (oldest first) with cursors', async () => {
@@ -362,7 +554,12 @@ describe('fake Slack Web API', () => {
     let cursor: string | undefined;
     let pages = 0;
     do {
-      const r = await client.conversations.history({ channel: C, limit: 2, oldest: ts[1]!, ...(cursor ? { cursor } : {}) });
+      const r = await client.conversations.history({
+        channel: C,
+        limit: 2,
+        oldest: ts[1]!,
+        ...(cursor ? { cursor } : {}),
+      });
       pages++;
       seen.push(...(r.messages ?? []).map((m) => m.text ?? ''));
       cursor = r.has_more ? r.response_metadata?.next_cursor : undefined;
@@ -374,17 +571,29 @@ describe('fake Slack Web API', () => {
     const first = await client.conversations.replies({ channel: C, ts: ts[0]!, limit: 3 });
     expect(first.messages?.map((m) => m.text)).toEqual(['m0', 'r0', 'r1']);
     expect(first.has_more).toBe(true);
-    const rest = await client.conversations.replies({ channel: C, ts: ts[0]!, limit: 3, cursor: first.response_metadata!.next_cursor! });
+    const rest = await client.conversations.replies({
+      channel: C,
+      ts: ts[0]!,
+      limit: 3,
+      cursor: first.response_metadata!.next_cursor!,
+    });
     expect(rest.messages?.map((m) => m.text)).toEqual(['r2', 'r3']);
     expect(rest.has_more).toBe(false);
-    await expect(client.conversations.replies({ channel: C, ts: ts[0]!, cursor: 'bm90LW91cnM=' })).rejects.toMatchObject({ data: { error: 'invalid_cursor' } });
+    await expect(
+      client.conversations.replies({ channel: C, ts: ts[0]!, cursor: 'bm90LW91cnM=' }),
+    ).rejects.toMatchObject({ data: { error: 'invalid_cursor' } });
   });
 
   it('interceptNext performs the call or not, runs the hook, and drops the connection unanswered', async () => {
     let hooked = 0;
     fake.interceptNext({ method: 'chat.postMessage', perform: true, then: () => hooked++ });
     await expect(client.chat.postMessage({ channel: C, text: 'lost answer' })).rejects.toThrow();
-    fake.interceptNext({ method: 'chat.postMessage', match: (b) => b.text === 'never', perform: false, then: () => hooked++ });
+    fake.interceptNext({
+      method: 'chat.postMessage',
+      match: (b) => b.text === 'never',
+      perform: false,
+      then: () => hooked++,
+    });
     await client.chat.postMessage({ channel: C, text: 'through' });
     await expect(client.chat.postMessage({ channel: C, text: 'never' })).rejects.toThrow();
     expect(hooked).toBe(2);

@@ -14,7 +14,10 @@ describe('fake Socket Mode', () => {
   afterAll(() => close());
 
   const open = async (token: string) => {
-    const r = await fetch(`${slack.apiUrl}apps.connections.open`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+    const r = await fetch(`${slack.apiUrl}apps.connections.open`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    });
     return (await r.json()) as { ok: boolean; url?: string; error?: string };
   };
   const connect = (url: string) =>
@@ -52,7 +55,9 @@ describe('fake Socket Mode', () => {
     c.ws.send(JSON.stringify({ envelope_id: 'not-this-one', payload: { text: 'x' } }));
     c.ws.send(JSON.stringify({ envelope_id: got[0]?.envelope_id, payload: { text: 'ok' } }));
     expect(await acked).toMatchObject({ envelopeId: got[0]?.envelope_id, payload: { text: 'ok' } });
-    await expect(socket.deliver('interactive', {}, { timeoutMs: 300 })).rejects.toThrow(/not acknowledged within 300 ms/);
+    await expect(socket.deliver('interactive', {}, { timeoutMs: 300 })).rejects.toThrow(
+      /not acknowledged within 300 ms/,
+    );
     c.ws.close();
   });
 });

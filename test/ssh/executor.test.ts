@@ -115,7 +115,22 @@ describe('exec results', () => {
   it('hostile words reach the remote argv intact and nothing in them is evaluated', async () => {
     const ex = executor();
     const canary = join(root, 'pwned');
-    const words = [`$(touch ${canary})`, `\`touch ${canary}\``, `'; touch ${canary}; '`, `"`, '\\', 'two\nlines', ' lead', '*', '~', '', '$HOME', 'é漢🙂', 'a=b', '-n'];
+    const words = [
+      `$(touch ${canary})`,
+      `\`touch ${canary}\``,
+      `'; touch ${canary}; '`,
+      `"`,
+      '\\',
+      'two\nlines',
+      ' lead',
+      '*',
+      '~',
+      '',
+      '$HOME',
+      'é漢🙂',
+      'a=b',
+      '-n',
+    ];
     const r = await ex.exec(direct(), { argv: ['printf', '%s\\n', ...words], timeoutMs: 5000 });
     expect(r.code).toBe(0);
     expect(r.stdout).toBe(words.map((w) => `${w}\n`).join(''));
@@ -127,7 +142,12 @@ describe('host keys and connecting', () => {
   it('refuses a changed host key before logging in: names both fingerprints, nothing runs', async () => {
     const before = { logins: await sshd.loginCount(), commands: (await sshd.commands()).length };
     const ex = executor();
-    const err = await rejection(ex.exec(direct({ hostKeyFingerprints: [strangerKey.fingerprint] }), { argv: ['touch', join(root, 'ran')], timeoutMs: 5000 }));
+    const err = await rejection(
+      ex.exec(direct({ hostKeyFingerprints: [strangerKey.fingerprint] }), {
+        argv: ['touch', join(root, 'ran')],
+        timeoutMs: 5000,
+      }),
+    );
     expect(err.code).toBe('host_key_mismatch');
     expect(err.message).toContain(sshd.hostKeyFingerprint);
     expect(err.message).toContain(strangerKey.fingerprint);
@@ -139,7 +159,10 @@ describe('host keys and connecting', () => {
 
   it('accepts the key when it is one of several pins (key rotation)', async () => {
     const ex = executor();
-    const r = await ex.exec(direct({ hostKeyFingerprints: [strangerKey.fingerprint, sshd.hostKeyFingerprint] }), { argv: ['true'], timeoutMs: 5000 });
+    const r = await ex.exec(direct({ hostKeyFingerprints: [strangerKey.fingerprint, sshd.hostKeyFingerprint] }), {
+      argv: ['true'],
+      timeoutMs: 5000,
+    });
     expect(r.code).toBe(0);
   });
 
@@ -148,7 +171,9 @@ describe('host keys and connecting', () => {
     try {
       const ex = executor();
       for (const pins of [[], ['MD5:00:11'], ['']]) {
-        const err = await rejection(ex.exec(direct({ port: srv.port, hostKeyFingerprints: pins }), { argv: ['true'], timeoutMs: 5000 }));
+        const err = await rejection(
+          ex.exec(direct({ port: srv.port, hostKeyFingerprints: pins }), { argv: ['true'], timeoutMs: 5000 }),
+        );
         expect(err.code).toBe('host_key_unpinned');
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -160,7 +185,9 @@ describe('host keys and connecting', () => {
 
   it('auth refused → auth_failed', async () => {
     const ex = executor();
-    const err = await rejection(ex.exec(direct({ privateKeyPath: strangerKey.privateKeyPath }), { argv: ['true'], timeoutMs: 5000 }));
+    const err = await rejection(
+      ex.exec(direct({ privateKeyPath: strangerKey.privateKeyPath }), { argv: ['true'], timeoutMs: 5000 }),
+    );
     expect(err.code).toBe('auth_failed');
   });
 
@@ -203,7 +230,9 @@ describe('host keys and connecting', () => {
 
   it('unreadable private key → config_invalid, and the path, not the key, is named', async () => {
     const ex = executor();
-    const err = await rejection(ex.exec(direct({ privateKeyPath: join(root, 'missing-key') }), { argv: ['true'], timeoutMs: 5000 }));
+    const err = await rejection(
+      ex.exec(direct({ privateKeyPath: join(root, 'missing-key') }), { argv: ['true'], timeoutMs: 5000 }),
+    );
     expect(err.code).toBe('config_invalid');
     expect(err.message).toContain('missing-key');
   });
@@ -255,7 +284,10 @@ describe('timeouts and output caps', () => {
   });
 
   it('the default cap is 1 MiB per stream', async () => {
-    const r = await executor().exec(direct(), { argv: ['sh', '-c', 'head -c 2000000 /dev/zero | tr "\\0" a >&2'], timeoutMs: 20_000 });
+    const r = await executor().exec(direct(), {
+      argv: ['sh', '-c', 'head -c 2000000 /dev/zero | tr "\\0" a >&2'],
+      timeoutMs: 20_000,
+    });
     expect(r.truncated).toBe(true);
     expect(r.stderr.length).toBe(1024 * 1024);
     expect(r.stdout).toBe('');
@@ -270,7 +302,9 @@ describe('connection pool', () => {
       const r = await ex.exec(direct(), { argv: ['echo', String(i)], timeoutMs: 5000 });
       expect(r.stdout).toBe(`${i}\n`);
     }
-    const rs = await Promise.all(Array.from({ length: 10 }, (_, i) => ex.exec(direct(), { argv: ['echo', `c${i}`], timeoutMs: 5000 })));
+    const rs = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => ex.exec(direct(), { argv: ['echo', `c${i}`], timeoutMs: 5000 })),
+    );
     expect(rs.map((r) => r.stdout)).toEqual(Array.from({ length: 10 }, (_, i) => `c${i}\n`));
     expect(await sshd.loginCount()).toBe(before + 1);
   });
@@ -280,7 +314,9 @@ describe('connection pool', () => {
     const before = await sshd.loginCount();
     const t0 = Date.now();
     // 20 > sshd MaxSessions 10: without the queue most of these would fail to open a session.
-    const rs = await Promise.all(Array.from({ length: 20 }, () => ex.exec(direct(), { argv: ['sleep', '0.3'], timeoutMs: 10_000 })));
+    const rs = await Promise.all(
+      Array.from({ length: 20 }, () => ex.exec(direct(), { argv: ['sleep', '0.3'], timeoutMs: 10_000 })),
+    );
     expect(rs.every((r) => r.code === 0)).toBe(true);
     // 20 commands, 4 at a time, 0.3 s each: at least 5 waves.
     expect(Date.now() - t0).toBeGreaterThanOrEqual(1400);
@@ -333,18 +369,28 @@ describe('containers through their host (pct)', () => {
   it('builds `pct exec <vmid> -- timeout ... argv` and the words arrive intact', async () => {
     const ex = executor();
     const words = ['a b', `it's`, '$(id)', 'x\ny'];
-    const r = await ex.exec({ kind: 'pct', host: endpoint(), vmid: 129 }, { argv: ['printf', '%s\\n', ...words], timeoutMs: 2500 });
-    expect(r.command).toBe(`exec timeout -k 1 4.5 pct exec 129 -- timeout -k 1 2.5 printf '%s\\n' 'a b' 'it'\\''s' '$(id)' 'x\ny'`);
+    const r = await ex.exec(
+      { kind: 'pct', host: endpoint(), vmid: 129 },
+      { argv: ['printf', '%s\\n', ...words], timeoutMs: 2500 },
+    );
+    expect(r.command).toBe(
+      `exec timeout -k 1 4.5 pct exec 129 -- timeout -k 1 2.5 printf '%s\\n' 'a b' 'it'\\''s' '$(id)' 'x\ny'`,
+    );
     expect(r.code).toBe(0);
     expect(r.stdout).toBe(words.map((w) => `${w}\n`).join(''));
     const pctLog = await readFile(join(root, 'pct.log'), 'utf8');
-    expect(pctLog).toContain(`pct [exec] [129] [--] [timeout] [-k] [1] [2.5] [printf] [%s\\n] [a b] [it's] [$(id)] [x\ny]\n`);
+    expect(pctLog).toContain(
+      `pct [exec] [129] [--] [timeout] [-k] [1] [2.5] [printf] [%s\\n] [a b] [it's] [$(id)] [x\ny]\n`,
+    );
   });
 
   it('a hanging command in the container is killed by the inner timeout, on time', async () => {
     const m = marker();
     const t0 = Date.now();
-    const r = await executor().exec({ kind: 'pct', host: endpoint(), vmid: 129 }, { argv: ['sleep', m], timeoutMs: 1000 });
+    const r = await executor().exec(
+      { kind: 'pct', host: endpoint(), vmid: 129 },
+      { argv: ['sleep', m], timeoutMs: 1000 },
+    );
     expect(r).toMatchObject({ code: 124, timedOut: true });
     // The inner timeout (1 s), not the outer backstop (3 s) nor the client deadline (5 s).
     expect(Date.now() - t0).toBeLessThan(2800);
@@ -363,8 +409,15 @@ describe('secrets', () => {
     const ex = executor({ logger });
     await ex.exec(direct(), { argv: ['true'], timeoutMs: 5000 });
     const errs = await Promise.all([
-      rejection(ex.exec(direct({ hostKeyFingerprints: [strangerKey.fingerprint] }), { argv: ['true'], timeoutMs: 5000 })),
-      rejection(executor({ logger }).exec(direct({ privateKeyPath: strangerKey.privateKeyPath }), { argv: ['true'], timeoutMs: 5000 })),
+      rejection(
+        ex.exec(direct({ hostKeyFingerprints: [strangerKey.fingerprint] }), { argv: ['true'], timeoutMs: 5000 }),
+      ),
+      rejection(
+        executor({ logger }).exec(direct({ privateKeyPath: strangerKey.privateKeyPath }), {
+          argv: ['true'],
+          timeoutMs: 5000,
+        }),
+      ),
     ]);
     const keyText = await readFile(workerKey.privateKeyPath, 'utf8');
     const strangerText = await readFile(strangerKey.privateKeyPath, 'utf8');
@@ -466,7 +519,11 @@ describe('a server that refuses a session (its MaxSessions, or sessions it has n
     const ex = executor({ maxChannelsPerConnection: 6 });
     const route = direct({ port: small.port, hostKeyFingerprints: [small.hostKeyFingerprint] });
     const logins = await small.loginCount();
-    const rs = await Promise.all(Array.from({ length: 6 }, (_, i) => ex.exec(route, { argv: ['sh', '-c', `sleep 0.3; echo r${i}`], timeoutMs: 10_000 })));
+    const rs = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        ex.exec(route, { argv: ['sh', '-c', `sleep 0.3; echo r${i}`], timeoutMs: 10_000 }),
+      ),
+    );
     expect(rs.map((r) => [r.code, r.stdout])).toEqual(Array.from({ length: 6 }, (_, i) => [0, `r${i}\n`]));
     expect(await small.loginCount()).toBe(logins + 1);
     // Each command reached the server once: none ran twice.

@@ -34,14 +34,40 @@ describe('shellQuote', () => {
   });
 
   it('hostile words reach a real shell argv intact', () => {
-    const words = ['$(touch /tmp/x)', '`id`', `'`, `"`, '\\', 'a\nb', '\t', ' lead', '*', '~', '', ';ls', '|', '&&', '$HOME', 'é漢🙂', '!', '#x', 'a=b', '-n'];
+    const words = [
+      '$(touch /tmp/x)',
+      '`id`',
+      `'`,
+      `"`,
+      '\\',
+      'a\nb',
+      '\t',
+      ' lead',
+      '*',
+      '~',
+      '',
+      ';ls',
+      '|',
+      '&&',
+      '$HOME',
+      'é漢🙂',
+      '!',
+      '#x',
+      'a=b',
+      '-n',
+    ];
     expect(shellArgv(words)).toEqual(words);
   });
 
   it('any string without NUL round-trips through /bin/sh', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.oneof(fc.string({ unit: 'binary-ascii' }), fc.string({ unit: 'grapheme' })), { minLength: 1, maxLength: 6 }).map((ws) => ws.map((w) => w.replace(/\0/g, ''))),
+        fc
+          .array(fc.oneof(fc.string({ unit: 'binary-ascii' }), fc.string({ unit: 'grapheme' })), {
+            minLength: 1,
+            maxLength: 6,
+          })
+          .map((ws) => ws.map((w) => w.replace(/\0/g, ''))),
         (words) => {
           expect(shellArgv(words)).toEqual(words);
         },
@@ -52,16 +78,31 @@ describe('shellQuote', () => {
 });
 
 describe('buildRemoteCommand', () => {
-  const endpoint: SshEndpoint = { machineId: 'kpro5', host: 'h', port: 22, username: 'root', privateKeyPath: '/k', hostKeyFingerprints: [] };
+  const endpoint: SshEndpoint = {
+    machineId: 'kpro5',
+    host: 'h',
+    port: 22,
+    username: 'root',
+    privateKeyPath: '/k',
+    hostKeyFingerprints: [],
+  };
 
   it('direct: one timeout around the quoted argv', () => {
-    const r = buildRemoteCommand({ kind: 'direct', endpoint }, { argv: ['nvidia-smi', '-q', '-x'], timeoutMs: 1500 }, 1000);
+    const r = buildRemoteCommand(
+      { kind: 'direct', endpoint },
+      { argv: ['nvidia-smi', '-q', '-x'], timeoutMs: 1500 },
+      1000,
+    );
     expect(r.command).toBe('exec timeout -k 1 1.5 nvidia-smi -q -x');
     expect(r.lastRemoteKillMs).toBe(2500);
   });
 
   it('pct: the inner timeout runs in the container and fires first; the outer is a backstop', () => {
-    const r = buildRemoteCommand({ kind: 'pct', host: endpoint, vmid: 129 }, { argv: ['kill', '-9', '123'], timeoutMs: 10_000 }, 2000);
+    const r = buildRemoteCommand(
+      { kind: 'pct', host: endpoint, vmid: 129 },
+      { argv: ['kill', '-9', '123'], timeoutMs: 10_000 },
+      2000,
+    );
     expect(r.command).toBe('exec timeout -k 2 13 pct exec 129 -- timeout -k 2 10 kill -9 123');
     expect(r.lastRemoteKillMs).toBe(15_000);
   });

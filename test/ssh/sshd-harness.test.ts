@@ -35,7 +35,14 @@ async function start(name: string, extra: Partial<Parameters<typeof startSshd>[0
 function route(s: Sshd): Route {
   return {
     kind: 'direct',
-    endpoint: { machineId: 'm', host: '127.0.0.1', port: s.port, username: userInfo().username, privateKeyPath: key.privateKeyPath, hostKeyFingerprints: [s.hostKeyFingerprint] },
+    endpoint: {
+      machineId: 'm',
+      host: '127.0.0.1',
+      port: s.port,
+      username: userInfo().username,
+      privateKeyPath: key.privateKeyPath,
+      hostKeyFingerprints: [s.hostKeyFingerprint],
+    },
   };
 }
 
@@ -75,10 +82,17 @@ describe('startSshd', () => {
     await mkdir(bin, { recursive: true });
     await writeFile(join(bin, 'id'), '#!/bin/sh\necho fake-id\n');
     await chmod(join(bin, 'id'), 0o755);
-    const s = await start('env', { pathPrefix: bin, env: { GPU_STATE: `/tmp/it's "here"` }, commandLog: join(root, 'env-commands.jsonl') });
+    const s = await start('env', {
+      pathPrefix: bin,
+      env: { GPU_STATE: `/tmp/it's "here"` },
+      commandLog: join(root, 'env-commands.jsonl'),
+    });
     const ex = createSshExecutor();
     try {
-      const r = await ex.exec(route(s), { argv: ['sh', '-c', 'id; printf "%s\\n" "$GPU_STATE"', 'tab\there', 'nl\nx', 'ctl\u0001', 'bs\\', 'é🙂'], timeoutMs: 5000 });
+      const r = await ex.exec(route(s), {
+        argv: ['sh', '-c', 'id; printf "%s\\n" "$GPU_STATE"', 'tab\there', 'nl\nx', 'ctl\u0001', 'bs\\', 'é🙂'],
+        timeoutMs: 5000,
+      });
       expect(r.stdout).toBe(`fake-id\n/tmp/it's "here"\n`);
       const logged = await s.commands();
       expect(logged.map((l) => l.cmd)).toEqual([r.command]);

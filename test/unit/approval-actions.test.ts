@@ -62,16 +62,41 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
   let incidentId = '';
   let approvalId = '';
   beforeAll(async () => {
-    const ack = await unstickCommand('ct129', 'hung TP ranks', { text: 'unstick ct129 hung TP ranks', userId: REQ, channelId: CH }, deps);
+    const ack = await unstickCommand(
+      'ct129',
+      'hung TP ranks',
+      { text: 'unstick ct129 hung TP ranks', userId: REQ, channelId: CH },
+      deps,
+    );
     incidentId = /incident `(inc_[a-z0-9_]+)`/.exec(ack)?.[1] ?? '';
     expect(incidentId).not.toBe('');
-    const a = await approvals.create({ incidentId, stepId: 'host_kill-abc', planHash: 'h1', requester: REQ, approvers: [APPROVER], now: clock, expiresAt: clock + 15 * 60_000 });
+    const a = await approvals.create({
+      incidentId,
+      stepId: 'host_kill-abc',
+      planHash: 'h1',
+      requester: REQ,
+      approvers: [APPROVER],
+      now: clock,
+      expiresAt: clock + 15 * 60_000,
+    });
     approvalId = a.id;
     await log.setSlackRef(incidentId, `approval:${a.id}`, { ts: '1796000000.000100', hash: 'x' });
   });
 
-  const click = (user: string, o: Partial<{ ts: string; channel: string; id: string; decision: 'approved' | 'denied' }> = {}) =>
-    handleApprovalClick({ approvalId: o.id ?? approvalId, decision: o.decision ?? 'approved', user, channel: o.channel ?? CH, messageTs: o.ts ?? '1796000000.000100' }, deps);
+  const click = (
+    user: string,
+    o: Partial<{ ts: string; channel: string; id: string; decision: 'approved' | 'denied' }> = {},
+  ) =>
+    handleApprovalClick(
+      {
+        approvalId: o.id ?? approvalId,
+        decision: o.decision ?? 'approved',
+        user,
+        channel: o.channel ?? CH,
+        messageTs: o.ts ?? '1796000000.000100',
+      },
+      deps,
+    );
 
   it('queues the unstick job and holds the lock: a second unstick is told who holds it', async () => {
     expect(await queue.getJob(`${incidentId}-unstick`)).toBeTruthy();
@@ -83,14 +108,18 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
   });
 
   it('refuses a host as unstick target and an unknown container with a suggestion', async () => {
-    expect(await unstickCommand('kpro5', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(/is a Proxmox host.*Nothing was done/);
+    expect(await unstickCommand('kpro5', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(
+      /is a Proxmox host.*Nothing was done/,
+    );
     // A destructive command proposes only a near-certain typo: ct12 and ct999 name other containers.
     for (const t of ['ct12', 'ct999']) {
       const answer = await unstickCommand(t, null, { text: '', userId: REQ, channelId: CH }, deps);
       expect(answer).not.toMatch(/did you mean/);
       expect(answer).toMatch(/Nothing was done/);
     }
-    expect(await unstickCommand('CT129', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(/did you mean `ct129`\?.*Nothing was done/);
+    expect(await unstickCommand('CT129', null, { text: '', userId: REQ, channelId: CH }, deps)).toMatch(
+      /did you mean `ct129`\?.*Nothing was done/,
+    );
   });
 
   it('refuses the requester, a non-approver, a forged id and a click from another message; records each; queues nothing', async () => {
@@ -122,7 +151,15 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
   });
 
   it('a click after expiry is refused and runs nothing', async () => {
-    const a = await approvals.create({ incidentId, stepId: 'host_reset-x', planHash: 'h2', requester: REQ, approvers: [APPROVER], now: clock, expiresAt: clock + 60_000 });
+    const a = await approvals.create({
+      incidentId,
+      stepId: 'host_reset-x',
+      planHash: 'h2',
+      requester: REQ,
+      approvers: [APPROVER],
+      now: clock,
+      expiresAt: clock + 60_000,
+    });
     await log.setSlackRef(incidentId, `approval:${a.id}`, { ts: '1796000000.000200', hash: 'y' });
     clock += 61_000;
     expect(await click(APPROVER, { id: a.id, ts: '1796000000.000200' })).toMatch(/expired at .*Nothing was run/);
@@ -131,13 +168,26 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
 
   it('an escalation approver is told when they may decide before the escalation time, and decides after it', async () => {
     const at = clock + 5 * 60_000;
-    const a = await approvals.create({ incidentId, stepId: 'host_kill-esc', planHash: 'h3', requester: REQ, approvers: [APPROVER], now: clock, expiresAt: clock + 15 * 60_000, escalation: { approvers: [ESCAL], at } });
+    const a = await approvals.create({
+      incidentId,
+      stepId: 'host_kill-esc',
+      planHash: 'h3',
+      requester: REQ,
+      approvers: [APPROVER],
+      now: clock,
+      expiresAt: clock + 15 * 60_000,
+      escalation: { approvers: [ESCAL], at },
+    });
     await log.setSlackRef(incidentId, `approval:${a.id}`, { ts: '1796000000.000300', hash: 'z' });
     const early = await click(ESCAL, { id: a.id, ts: '1796000000.000300' });
     expect(early).toContain(`may decide it from ${new Date(at).toISOString().slice(11, 16)} UTC on`);
     expect(early).toMatch(/Nothing was run/);
-    const refused = (await log.events(incidentId)).filter((e) => e.type === 'approval_refused' && e.approvalId === a.id);
-    expect(refused.map((e) => (e.type === 'approval_refused' ? [e.by, e.reason] : []))).toEqual([[ESCAL, 'escalation_not_due']]);
+    const refused = (await log.events(incidentId)).filter(
+      (e) => e.type === 'approval_refused' && e.approvalId === a.id,
+    );
+    expect(refused.map((e) => (e.type === 'approval_refused' ? [e.by, e.reason] : []))).toEqual([
+      [ESCAL, 'escalation_not_due'],
+    ]);
     expect(await queue.getJob(`${incidentId}-decision-${a.id}`)).toBeFalsy();
     clock = at;
     expect(await click(ESCAL, { id: a.id, ts: '1796000000.000300' })).toMatch(/^:white_check_mark: Approved/);

@@ -51,7 +51,14 @@ describe('architecture', () => {
     const pure = FILES.filter(
       (f) =>
         (f.startsWith('src/gpu/') && f !== 'src/gpu/parse/index.ts') ||
-        ['src/playbooks/unstick-plan.ts', 'src/playbooks/commands.ts', 'src/playbooks/machine-read.ts', 'src/playbooks/unstick-commands.ts', 'src/approval/approval-policy.ts', 'src/approval/policy.ts'].includes(f) ||
+        [
+          'src/playbooks/unstick-plan.ts',
+          'src/playbooks/commands.ts',
+          'src/playbooks/machine-read.ts',
+          'src/playbooks/unstick-commands.ts',
+          'src/approval/approval-policy.ts',
+          'src/approval/policy.ts',
+        ].includes(f) ||
         f.startsWith('src/render/') ||
         f.startsWith('src/watchdog/') ||
         f.startsWith('src/doctor/') ||
@@ -60,14 +67,17 @@ describe('architecture', () => {
         f === 'src/health/report.ts',
     );
     expect(pure.length).toBeGreaterThan(20);
-    const io = /^(ioredis|bullmq|ssh2|pino|node:(fs|net|http|https|child_process|dgram|tls)|fs|net|http|child_process)(\/|$)/;
-    const ioModules = /(src\/ssh\/executor|src\/incident\/log|src\/incident\/target-lock|src\/approval\/approval-store|src\/playbooks\/step-guard|src\/queue\/|src\/bot|src\/worker-process|src\/slack\/(app|outbox|replay-guard))/;
+    const io =
+      /^(ioredis|bullmq|ssh2|pino|node:(fs|net|http|https|child_process|dgram|tls)|fs|net|http|child_process)(\/|$)/;
+    const ioModules =
+      /(src\/ssh\/executor|src\/incident\/log|src\/incident\/target-lock|src\/approval\/approval-store|src\/playbooks\/step-guard|src\/queue\/|src\/bot|src\/worker-process|src\/slack\/(app|outbox|replay-guard))/;
     const offenders: string[] = [];
     for (const f of pure) {
       for (const s of importsOf(f)) {
         // Type-only imports of Slack block types are fine; runtime imports of I/O are not.
         if (io.test(s)) offenders.push(`${f} imports ${s}`);
-        if (s.startsWith('.') && ioModules.test(relative(ROOT, resolve(ROOT, dirname(f), s)))) offenders.push(`${f} imports ${s}`);
+        if (s.startsWith('.') && ioModules.test(relative(ROOT, resolve(ROOT, dirname(f), s))))
+          offenders.push(`${f} imports ${s}`);
       }
     }
     expect(offenders).toEqual([]);

@@ -14,9 +14,11 @@ import { parseEnv } from '../../src/config/env.ts';
 import { loadInventoryFile, validateInventory } from '../../src/config/load-inventory.ts';
 
 const FP = 'SHA256:' + 'A'.repeat(43);
-const lines = (r: { problems: Array<{ at: string; message: string }> }): string[] => r.problems.map((p) => `${p.at}: ${p.message}`);
+const lines = (r: { problems: Array<{ at: string; message: string }> }): string[] =>
+  r.problems.map((p) => `${p.at}: ${p.message}`);
 /** Words of zod's own messages, which must never reach an operator. */
-const JARGON = /Invalid input|expected \w+, received|received undefined|NaN|Too (small|big)|Unrecognized key|invalid_type|too_small/;
+const JARGON =
+  /Invalid input|expected \w+, received|received undefined|NaN|Too (small|big)|Unrecognized key|invalid_type|too_small/;
 
 let dir: string;
 beforeAll(() => {
@@ -24,7 +26,11 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-async function check(args: string[], env: Record<string, string>, inventoryYaml: string): Promise<{ code: number; out: string }> {
+async function check(
+  args: string[],
+  env: Record<string, string>,
+  inventoryYaml: string,
+): Promise<{ code: number; out: string }> {
   const path = join(dir, `inv-${Math.random().toString(36).slice(2)}.yaml`);
   writeFileSync(path, inventoryYaml);
   let out = '';
@@ -54,7 +60,11 @@ containers:
 
 describe('config check names every problem at once', () => {
   it('env, schema and cross-field problems in one report: missing signing secret (http), unknown field, duplicate id, container on a missing host', async () => {
-    const { code, out } = await check(['bot'], { GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: 'xoxb-1', PORT: 'eighty' }, BROKEN_INVENTORY);
+    const { code, out } = await check(
+      ['bot'],
+      { GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: 'xoxb-1', PORT: 'eighty' },
+      BROKEN_INVENTORY,
+    );
     expect(code).toBe(1);
     expect(out).toContain('SLACK_SIGNING_SECRET is required in http mode');
     expect(out).toContain('PORT must be a whole number from 0 to 65535 (it is "eighty")');
@@ -66,7 +76,12 @@ describe('config check names every problem at once', () => {
   });
 
   it('names machines by id, never by position in the file', () => {
-    const r = validateInventory({ hosts: [{ id: 'kpro5', address: 'h', hostKeys: ['MD5:aa'] }, { id: 'kpro6', hostKeys: [FP], keyFile: '/k' }] });
+    const r = validateInventory({
+      hosts: [
+        { id: 'kpro5', address: 'h', hostKeys: ['MD5:aa'] },
+        { id: 'kpro6', hostKeys: [FP], keyFile: '/k' },
+      ],
+    });
     const all = lines(r).join('\n');
     expect(all).toContain('host kpro5: hostKeys[0] must be a SHA256:... fingerprint');
     expect(all).toContain('host kpro6: address is missing');
@@ -80,18 +95,31 @@ describe('config check names every problem at once', () => {
 
   it('did-you-mean for unknown fields at every level and for unknown settings', () => {
     const r = validateInventory({ defualts: {}, defaults: { keyfile: '/k' }, hosts: [] });
-    expect(lines(r)).toEqual(['(top level): unknown field "defualts"; did you mean defaults?', 'defaults: unknown field "keyfile"; did you mean keyFile?']);
+    expect(lines(r)).toEqual([
+      '(top level): unknown field "defualts"; did you mean defaults?',
+      'defaults: unknown field "keyfile"; did you mean keyFile?',
+    ]);
     const e = parseEnv({ GPU_MEDIC_APPROVER: 'U012AB' }, 'worker');
-    expect(e.problems).toEqual([{ variable: 'GPU_MEDIC_APPROVER', message: 'is not a gpu-medic setting; did you mean GPU_MEDIC_APPROVERS?' }]);
+    expect(e.problems).toEqual([
+      { variable: 'GPU_MEDIC_APPROVER', message: 'is not a gpu-medic setting; did you mean GPU_MEDIC_APPROVERS?' },
+    ]);
     const m = parseEnv({ GPU_MEDIC_MODE: 'sockets', SLACK_BOT_TOKEN: 'xoxb-1', SLACK_APP_TOKEN: 'xapp-1' }, 'bot');
-    expect(m.problems).toEqual([{ variable: 'GPU_MEDIC_MODE', message: 'must be one of socket, http (it is "sockets"); did you mean socket?' }]);
+    expect(m.problems).toEqual([
+      { variable: 'GPU_MEDIC_MODE', message: 'must be one of socket, http (it is "sockets"); did you mean socket?' },
+    ]);
   });
 
   it('empty values are refused, with the default named (PORT= no longer means a random port)', () => {
     const r = parseEnv({ PORT: '', GPU_MEDIC_TERM_GRACE_SEC: ' ' }, 'start');
     expect(r.env).toBeNull();
-    expect(r.problems).toContainEqual({ variable: 'PORT', message: 'is empty: give it a value, or remove the line to use the default (3000)' });
-    expect(r.problems).toContainEqual({ variable: 'GPU_MEDIC_TERM_GRACE_SEC', message: 'is empty: give it a value, or remove the line to use the default (10)' });
+    expect(r.problems).toContainEqual({
+      variable: 'PORT',
+      message: 'is empty: give it a value, or remove the line to use the default (3000)',
+    });
+    expect(r.problems).toContainEqual({
+      variable: 'GPU_MEDIC_TERM_GRACE_SEC',
+      message: 'is empty: give it a value, or remove the line to use the default (10)',
+    });
     // Lists are the exception: empty is the empty list, which is what compose passes for an unset one.
     expect(parseEnv({ GPU_MEDIC_SITES: '' }, 'worker').problems).toEqual([]);
   });
@@ -108,13 +136,24 @@ containers:
   - { id: c2, vmid: 12.5, host: h2, address: c2.example, hostKeys: [] }
   - {}
 `;
-    const env = { PORT: '80x', GPU_MEDIC_POLL_MS: '5', GPU_MEDIC_APPROVAL_TTL_SEC: '1.5', GPU_MEDIC_MODE: 'HTTP', SLACK_API_URL: 'not a url', LOG_LEVEL: 'verbose', REDIS_URL: 'localhost', GPU_MEDIC_PREFIX: 'a b' };
+    const env = {
+      PORT: '80x',
+      GPU_MEDIC_POLL_MS: '5',
+      GPU_MEDIC_APPROVAL_TTL_SEC: '1.5',
+      GPU_MEDIC_MODE: 'HTTP',
+      SLACK_API_URL: 'not a url',
+      LOG_LEVEL: 'verbose',
+      REDIS_URL: 'localhost',
+      GPU_MEDIC_PREFIX: 'a b',
+    };
     const { code, out } = await check([], env, inventory);
     expect(code).toBe(1);
     expect(out.split('\n').length).toBeGreaterThan(20);
     expect(out).not.toMatch(JARGON);
     expect(out).toContain('host "Bad Id": port must be a port number from 1 to 65535 (it is 70000)');
-    expect(out).toContain('container c1: vmid must be the Proxmox vmid, a whole number from 100 to 999999999 (it is "129")');
+    expect(out).toContain(
+      'container c1: vmid must be the Proxmox vmid, a whole number from 100 to 999999999 (it is "129")',
+    );
     expect(out).toContain('hosts[2] (no id): this entry must be a mapping');
     expect(out).toContain('containers[2] (no id): id is missing');
   });
@@ -124,7 +163,9 @@ containers:
     const local = await check(['worker'], { REDIS_URL: 'redis://redis:6379' }, ok);
     expect(local.code).toBe(1);
     expect(local.out).toContain('assuming a plain host, run from this checkout');
-    expect(local.out).toContain('REDIS_URL redis://redis:6379 names the docker compose service "redis", which exists only inside compose');
+    expect(local.out).toContain(
+      'REDIS_URL redis://redis:6379 names the docker compose service "redis", which exists only inside compose',
+    );
     const compose = await check(['worker'], { REDIS_URL: 'redis://redis:6379', GPU_MEDIC_DEPLOYMENT: 'compose' }, ok);
     expect(compose.out).toMatch(/^config check \(worker\): ok\. 1 machines/);
     expect(compose.out).toContain('assuming docker compose');
@@ -133,18 +174,24 @@ containers:
   it('an unknown role is refused with the closest one, and nothing is checked', async () => {
     const { code, out } = await check(['wroker'], {}, '{}');
     expect(code).toBe(2);
-    expect(out).toBe('config check: "wroker" is not a role; did you mean worker? (usage: config check [bot|worker|start]; nothing was checked)\n');
+    expect(out).toBe(
+      'config check: "wroker" is not a role; did you mean worker? (usage: config check [bot|worker|start]; nothing was checked)\n',
+    );
   });
 
   it('a missing inventory file says so in words and how to fix it', async () => {
     const r = await checkConfig({ GPU_MEDIC_INVENTORY: join(dir, 'nope.yaml') }, 'worker', loadInventoryFile);
-    expect(r.problems).toEqual([`inventory ${join(dir, 'nope.yaml')}: ${join(dir, 'nope.yaml')}: cannot read the inventory file: there is no such file (copy inventory.example.yaml, or set GPU_MEDIC_INVENTORY)`]);
+    expect(r.problems).toEqual([
+      `inventory ${join(dir, 'nope.yaml')}: ${join(dir, 'nope.yaml')}: cannot read the inventory file: there is no such file (copy inventory.example.yaml, or set GPU_MEDIC_INVENTORY)`,
+    ]);
   });
 });
 
 describe('each role reads only its own settings', () => {
   it('the worker ignores the Slack settings in a shared file (an empty SLACK_BOT_TOKEN no longer stops it)', () => {
-    expect(parseEnv({ SLACK_BOT_TOKEN: '', SLACK_APP_TOKEN: '', GPU_MEDIC_MODE: 'http', PORT: '' }, 'worker').problems).toEqual([]);
+    expect(
+      parseEnv({ SLACK_BOT_TOKEN: '', SLACK_APP_TOKEN: '', GPU_MEDIC_MODE: 'http', PORT: '' }, 'worker').problems,
+    ).toEqual([]);
   });
 
   it('the worker refuses a Slack secret in its inherited environment, naming it', () => {
@@ -155,8 +202,11 @@ describe('each role reads only its own settings', () => {
     expect(JSON.stringify(r)).not.toContain('xoxb-123');
   });
 
-  it('the bot refuses the worker\'s secret in its inherited environment, naming it', () => {
-    const r = parseEnv({ SLACK_BOT_TOKEN: 'xoxb-1', SLACK_APP_TOKEN: 'xapp-1', GPU_MEDIC_WORKER_SECRET: 'w'.repeat(40) }, 'bot');
+  it("the bot refuses the worker's secret in its inherited environment, naming it", () => {
+    const r = parseEnv(
+      { SLACK_BOT_TOKEN: 'xoxb-1', SLACK_APP_TOKEN: 'xapp-1', GPU_MEDIC_WORKER_SECRET: 'w'.repeat(40) },
+      'bot',
+    );
     expect(r.problems.map((p) => p.variable)).toEqual(['GPU_MEDIC_WORKER_SECRET']);
     expect(JSON.stringify(r)).not.toContain('w'.repeat(40));
     expect(parseEnv({ GPU_MEDIC_WORKER_SECRET: 'w'.repeat(40) }, 'worker').problems).toEqual([]);
@@ -170,10 +220,22 @@ describe('each role reads only its own settings', () => {
 
   it('a .env holding everything gives the worker none of the Slack lines and the bot all of them', () => {
     const path = join(dir, 'all.env');
-    writeFileSync(path, '# comment\nSLACK_BOT_TOKEN=xoxb-secret-1\nexport SLACK_APP_TOKEN="xapp-secret-2"\nREDIS_URL=redis://127.0.0.1:6379 # local\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_SITE=typo\nPATH=/evil\n');
+    writeFileSync(
+      path,
+      '# comment\nSLACK_BOT_TOKEN=xoxb-secret-1\nexport SLACK_APP_TOKEN="xapp-secret-2"\nREDIS_URL=redis://127.0.0.1:6379 # local\nGPU_MEDIC_SITES=lab\nGPU_MEDIC_SITE=typo\nPATH=/evil\n',
+    );
     // Unknown names that look like ours are kept, so that the check can name the typo.
-    expect(readEnvFile(path, envFileKeyFilter('worker'))?.values).toEqual({ REDIS_URL: 'redis://127.0.0.1:6379', GPU_MEDIC_SITES: 'lab', GPU_MEDIC_SITE: 'typo' });
-    expect(readEnvFile(path, envFileKeyFilter('bot'))?.values).toEqual({ SLACK_BOT_TOKEN: 'xoxb-secret-1', SLACK_APP_TOKEN: 'xapp-secret-2', REDIS_URL: 'redis://127.0.0.1:6379', GPU_MEDIC_SITE: 'typo' });
+    expect(readEnvFile(path, envFileKeyFilter('worker'))?.values).toEqual({
+      REDIS_URL: 'redis://127.0.0.1:6379',
+      GPU_MEDIC_SITES: 'lab',
+      GPU_MEDIC_SITE: 'typo',
+    });
+    expect(readEnvFile(path, envFileKeyFilter('bot'))?.values).toEqual({
+      SLACK_BOT_TOKEN: 'xoxb-secret-1',
+      SLACK_APP_TOKEN: 'xapp-secret-2',
+      REDIS_URL: 'redis://127.0.0.1:6379',
+      GPU_MEDIC_SITE: 'typo',
+    });
     expect(readEnvFile(join(dir, 'missing.env'), () => true)).toBeNull();
   });
 

@@ -20,7 +20,10 @@ describe('inventory', () => {
     const inv = r.inventory;
     if (!inv) throw new Error('no inventory');
     expect(findMachine(inv, 'ct129')).toMatchObject({ kind: 'container', vmid: 129, site: 'default' });
-    expect(routeFor(inv, 'ct129')).toMatchObject({ kind: 'direct', endpoint: { host: '10.1.230.172', port: 22, username: 'root' } });
+    expect(routeFor(inv, 'ct129')).toMatchObject({
+      kind: 'direct',
+      endpoint: { host: '10.1.230.172', port: 22, username: 'root' },
+    });
     expect(routeFor(inv, 'ct130')).toMatchObject({ kind: 'pct', vmid: 130, host: { host: '10.1.2.6' } });
     expect(routeFor(inv, 'nope')).toBeNull();
   });
@@ -35,8 +38,12 @@ describe('inventory', () => {
     const msgs = r.problems.map((p) => `${p.at}: ${p.message}`);
     expect(msgs).toContainEqual(expect.stringMatching(/^host kpro5: hostKeys\[0\] must be a SHA256/));
     expect(msgs).toContainEqual(expect.stringMatching(/^host "Bad Id": id must be lower-case/));
-    expect(msgs).toContainEqual(expect.stringMatching(/^host "Bad Id": address must be a hostname or IP address \(it is "x;y"\)/));
-    expect(msgs).toContainEqual(expect.stringMatching(/^host "Bad Id": hostKeys must list at least one pinned fingerprint/));
+    expect(msgs).toContainEqual(
+      expect.stringMatching(/^host "Bad Id": address must be a hostname or IP address \(it is "x;y"\)/),
+    );
+    expect(msgs).toContainEqual(
+      expect.stringMatching(/^host "Bad Id": hostKeys must list at least one pinned fingerprint/),
+    );
   });
   it('catches cross-reference mistakes', () => {
     const r = validateInventory({
@@ -56,8 +63,14 @@ describe('inventory', () => {
 
 describe('env', () => {
   it('requires the tokens of the mode, per role', () => {
-    expect(parseEnv({}, 'bot').problems.map((p) => p.variable).sort()).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
-    expect(parseEnv({ GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: 'xoxb-1' }, 'bot').problems.map((p) => p.variable)).toEqual(['SLACK_SIGNING_SECRET']);
+    expect(
+      parseEnv({}, 'bot')
+        .problems.map((p) => p.variable)
+        .sort(),
+    ).toEqual(['SLACK_APP_TOKEN', 'SLACK_BOT_TOKEN']);
+    expect(
+      parseEnv({ GPU_MEDIC_MODE: 'http', SLACK_BOT_TOKEN: 'xoxb-1' }, 'bot').problems.map((p) => p.variable),
+    ).toEqual(['SLACK_SIGNING_SECRET']);
     expect(parseEnv({}, 'worker').problems).toEqual([]);
   });
   it('the bot refuses an alerts channel that GPU_MEDIC_ALLOWED_CHANNELS leaves out (every click on an alert would be refused); the worker does not mind', () => {
@@ -65,11 +78,17 @@ describe('env', () => {
     const r = parseEnv({ ...base, GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01' }, 'bot');
     expect(r.env).toBeNull();
     expect(r.problems).toEqual([
-      { variable: 'GPU_MEDIC_ALERTS_CHANNEL', message: 'C0ALERTS01 is not in GPU_MEDIC_ALLOWED_CHANNELS, so every click on an alert\'s buttons would be refused there; add it to GPU_MEDIC_ALLOWED_CHANNELS (or leave that empty: any channel)' },
+      {
+        variable: 'GPU_MEDIC_ALERTS_CHANNEL',
+        message:
+          "C0ALERTS01 is not in GPU_MEDIC_ALLOWED_CHANNELS, so every click on an alert's buttons would be refused there; add it to GPU_MEDIC_ALLOWED_CHANNELS (or leave that empty: any channel)",
+      },
     ]);
     expect(parseEnv({ ...base, GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01,C0ALERTS01' }, 'bot').problems).toEqual([]);
     expect(parseEnv(base, 'bot').problems).toEqual([]);
-    expect(parseEnv({ GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01', GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01' }, 'worker').problems).toEqual([]);
+    expect(
+      parseEnv({ GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01', GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01' }, 'worker').problems,
+    ).toEqual([]);
   });
   it('refuses approvers given by name', () => {
     const r = parseEnv({ GPU_MEDIC_APPROVERS: 'U012AB,@alice' }, 'worker');
@@ -84,10 +103,19 @@ describe('env', () => {
     expect(msg({ GPU_MEDIC_ESCALATE_AFTER_SEC: '300' })).toEqual([
       'GPU_MEDIC_ESCALATION_APPROVERS is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
     ]);
-    expect(msg({ GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001', GPU_MEDIC_ESCALATE_AFTER_SEC: '900', GPU_MEDIC_APPROVAL_TTL_SEC: '900' })).toEqual([
+    expect(
+      msg({
+        GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001',
+        GPU_MEDIC_ESCALATE_AFTER_SEC: '900',
+        GPU_MEDIC_APPROVAL_TTL_SEC: '900',
+      }),
+    ).toEqual([
       'GPU_MEDIC_ESCALATE_AFTER_SEC (900 s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (900 s): every card would expire before it escalates',
     ]);
-    const ok = parseEnv({ GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001', GPU_MEDIC_ESCALATE_AFTER_SEC: '300' }, 'worker');
+    const ok = parseEnv(
+      { GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001', GPU_MEDIC_ESCALATE_AFTER_SEC: '300' },
+      'worker',
+    );
     expect(ok.problems).toEqual([]);
     expect(ok.env).toMatchObject({ GPU_MEDIC_ESCALATION_APPROVERS: ['U0ERIN0001'], GPU_MEDIC_ESCALATE_AFTER_SEC: 300 });
   });

@@ -24,7 +24,14 @@ afterAll(() => {
 });
 
 const KPRO5 = { kind: 'host' as const, id: 'kpro5', site: 'default' };
-const CT129 = { kind: 'container' as const, id: 'ct129', site: 'default', vmid: 129, hostId: 'kpro5', ownAddress: true };
+const CT129 = {
+  kind: 'container' as const,
+  id: 'ct129',
+  site: 'default',
+  vmid: 129,
+  hostId: 'kpro5',
+  ownAddress: true,
+};
 
 let seq = 0;
 function meta(kind: IncidentMeta['kind'], targets: string[], minute: number): IncidentMeta {
@@ -43,7 +50,11 @@ function meta(kind: IncidentMeta['kind'], targets: string[], minute: number): In
 
 /** An incident written the way a process from before the per-machine index wrote it. */
 async function createUnindexed(m: IncidentMeta): Promise<void> {
-  await redis.multi().set(`${prefix}:inc:${m.id}:meta`, JSON.stringify(m), 'NX').zadd(`${prefix}:incidents`, Date.parse(m.createdAt), m.id).exec();
+  await redis
+    .multi()
+    .set(`${prefix}:inc:${m.id}:meta`, JSON.stringify(m), 'NX')
+    .zadd(`${prefix}:incidents`, Date.parse(m.createdAt), m.id)
+    .exec();
 }
 
 describe('the per-machine incident index', () => {
@@ -61,7 +72,12 @@ describe('the per-machine incident index', () => {
 
 describe('readHistory', () => {
   it("a container's history is its own incidents, newest first, at most N, and says there are more", async () => {
-    const ms = [meta('unstick', ['ct129'], 1), meta('status', ['ct129'], 2), meta('status', ['kpro5'], 3), meta('unstick', ['ct129'], 4)];
+    const ms = [
+      meta('unstick', ['ct129'], 1),
+      meta('status', ['ct129'], 2),
+      meta('status', ['kpro5'], 3),
+      meta('unstick', ['ct129'], 4),
+    ];
     for (const m of ms) await log.create(m);
     const r = await readHistory(log, { target: CT129, containers: [], limit: 2 });
     expect(r.items.map((i) => i.id)).toEqual([ms[3]?.id, ms[1]?.id]);
@@ -141,7 +157,8 @@ describe('readHistory', () => {
     await log.create(meta('unstick', ['ct129'], 2));
     const keys = async () => {
       const out: Record<string, string> = {};
-      for (const k of (await redis.keys(`${prefix}:*`)).sort()) out[k] = `${await redis.type(k)}:${(await redis.dumpBuffer(k))?.toString('hex')}`;
+      for (const k of (await redis.keys(`${prefix}:*`)).sort())
+        out[k] = `${await redis.type(k)}:${(await redis.dumpBuffer(k))?.toString('hex')}`;
       return out;
     };
     const before = await keys();

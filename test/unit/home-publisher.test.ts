@@ -24,7 +24,18 @@ describe('App Home publish loop (real Redis, fake Slack views.publish)', () => {
   let clock: number;
   const running: HomePublisher[] = [];
 
-  const glance = (machineId: string, o: Partial<MachineGlance> = {}): MachineGlance => ({ machineId, at: T0, ok: true, code: null, gpus: 8, gpuMemoryUsedMiB: 0, gpuMemoryTotalMiB: 786_432, ramPct: 10, openAlerts: 0, ...o });
+  const glance = (machineId: string, o: Partial<MachineGlance> = {}): MachineGlance => ({
+    machineId,
+    at: T0,
+    ok: true,
+    code: null,
+    gpus: 8,
+    gpuMemoryUsedMiB: 0,
+    gpuMemoryTotalMiB: 786_432,
+    ramPct: 10,
+    openAlerts: 0,
+    ...o,
+  });
 
   const publisher = (o: Partial<HomePublisherOptions> = {}): HomePublisher => {
     const p = new HomePublisher({
@@ -56,7 +67,11 @@ describe('App Home publish loop (real Redis, fake Slack views.publish)', () => {
   beforeAll(async () => {
     redis = newRedis();
     slack = await startFakeSlack();
-    client = new WebClient(slack.botToken, { slackApiUrl: slack.apiUrl, logger: silentSlackLogger, retryConfig: { retries: 0 } });
+    client = new WebClient(slack.botToken, {
+      slackApiUrl: slack.apiUrl,
+      logger: silentSlackLogger,
+      retryConfig: { retries: 0 },
+    });
   });
   afterAll(async () => {
     await slack.close();
@@ -107,7 +122,11 @@ describe('App Home publish loop (real Redis, fake Slack views.publish)', () => {
     const second = publisher();
     await passes(second, 10);
     expect(publishes('U0ALICE001')).toBe(1);
-    await redis.hset(watchKeys(prefix).last, 'kpro6', JSON.stringify(glance('kpro6', { ok: false, code: 'unreachable', gpus: 0, ramPct: null })));
+    await redis.hset(
+      watchKeys(prefix).last,
+      'kpro6',
+      JSON.stringify(glance('kpro6', { ok: false, code: 'unreachable', gpus: 0, ramPct: null })),
+    );
     await redis.incr(watchKeys(prefix).version);
     await slack.waitFor(() => publishes('U0ALICE001') === 2, 20_000);
     expect(JSON.stringify(slack.homeView('U0ALICE001')?.view)).toContain('`kpro6` · not read: unreachable');

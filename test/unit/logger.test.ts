@@ -22,7 +22,14 @@ describe('logger redaction', () => {
   it('never writes tokens, signing secrets or private keys', () => {
     const c = capture();
     const log = createLogger({ name: 't', destination: c.stream });
-    log.info({ token: TOKEN, env: { SLACK_BOT_TOKEN: TOKEN, SLACK_SIGNING_SECRET: 'sigsecret123' }, headers: { authorization: `Bearer ${TOKEN}` } }, 'obj');
+    log.info(
+      {
+        token: TOKEN,
+        env: { SLACK_BOT_TOKEN: TOKEN, SLACK_SIGNING_SECRET: 'sigsecret123' },
+        headers: { authorization: `Bearer ${TOKEN}` },
+      },
+      'obj',
+    );
     log.info(`free text with ${TOKEN}`);
     log.error({ err: new Error(`failed with key ${KEY}`) }, 'err');
     log.info({ note: `pasted ${KEY}` }, 'note');

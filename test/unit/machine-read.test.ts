@@ -11,9 +11,14 @@ import type { CommandSpec } from '../../src/ssh/types.ts';
 
 function runLocally(spec: CommandSpec): Promise<{ code: number | null; stdout: string }> {
   return new Promise((resolve) => {
-    execFile(spec.argv[0] ?? 'false', spec.argv.slice(1), { encoding: 'utf8', maxBuffer: 8 * 1024 * 1024 }, (err, stdout) => {
-      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : null, stdout });
-    });
+    execFile(
+      spec.argv[0] ?? 'false',
+      spec.argv.slice(1),
+      { encoding: 'utf8', maxBuffer: 8 * 1024 * 1024 },
+      (err, stdout) => {
+        resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : null, stdout });
+      },
+    );
   });
 }
 
@@ -72,7 +77,7 @@ describe('machine read script', () => {
     expect(parseMachineRead(parts, line(0) + line(2)).ok).toBe(false);
   });
 
-  it('is a fixed template: only the parts\' argv and timeouts vary', () => {
+  it("is a fixed template: only the parts' argv and timeouts vary", () => {
     const a = machineRead([{ argv: ['free', '-b'], timeoutMs: 15_000 }]);
     const b = machineRead([{ argv: ['free', '-b'], timeoutMs: 20_000 }]);
     expect(a.argv[0]).toBe('sh');

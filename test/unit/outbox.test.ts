@@ -14,8 +14,20 @@ function snapshot(): MachineSnapshot {
     machineId: 'kpro5',
     view: 'host',
     takenAt: '2026-11-30T03:00:01.000Z',
-    gpus: [{ index: 0, name: 'NVIDIA H200', busId: '00000000:01:00.0', uuid: 'GPU-1', memoryUsedMiB: 96413, memoryTotalMiB: 143771, utilizationPct: 0 }],
-    processes: [{ gpuIndex: 0, gpuUuid: 'GPU-1', pid: 812345, type: null, name: 'sglang::scheduler_TP0', usedMiB: 96413 }],
+    gpus: [
+      {
+        index: 0,
+        name: 'NVIDIA H200',
+        busId: '00000000:01:00.0',
+        uuid: 'GPU-1',
+        memoryUsedMiB: 96413,
+        memoryTotalMiB: 143771,
+        utilizationPct: 0,
+      },
+    ],
+    processes: [
+      { gpuIndex: 0, gpuUuid: 'GPU-1', pid: 812345, type: null, name: 'sglang::scheduler_TP0', usedMiB: 96413 },
+    ],
     holders: [],
     kernelMounts: [],
     ram: { totalBytes: 449 * 1024 ** 3, usedBytes: 40 * 1024 ** 3, availableBytes: null },
@@ -31,7 +43,14 @@ describe('outbox (real Redis, real WebClient, fake Slack)', () => {
   let outbox: Outbox;
   beforeAll(async () => {
     slack = await startFakeSlack();
-    const app = createSlackApp({ mode: 'http', botToken: slack.botToken, signingSecret: 'x'.repeat(32), apiUrl: slack.apiUrl, port: 0, logger: pino({ level: 'silent' }) });
+    const app = createSlackApp({
+      mode: 'http',
+      botToken: slack.botToken,
+      signingSecret: 'x'.repeat(32),
+      apiUrl: slack.apiUrl,
+      port: 0,
+      logger: pino({ level: 'silent' }),
+    });
     outbox = new Outbox({ log, poster: app.poster, logger: pino({ level: 'silent' }) });
   });
   afterAll(async () => {
@@ -42,9 +61,24 @@ describe('outbox (real Redis, real WebClient, fake Slack)', () => {
 
   it('a thread first rendered after its results are in opens as "requested" and says "done" only after the reply', async () => {
     const id = 'inc_20261130_030000_outbox01';
-    await log.create({ id, kind: 'status', requester: 'U0REQUEST1', channel: CH, targets: ['kpro5'], text: 'status kpro5', reason: null, createdAt: '2026-11-30T03:00:00.000Z' });
+    await log.create({
+      id,
+      kind: 'status',
+      requester: 'U0REQUEST1',
+      channel: CH,
+      targets: ['kpro5'],
+      text: 'status kpro5',
+      reason: null,
+      createdAt: '2026-11-30T03:00:00.000Z',
+    });
     await log.append(id, { type: 'requested', at: '2026-11-30T03:00:00.000Z' });
-    await log.append(id, { type: 'snapshot', at: '2026-11-30T03:00:01.000Z', label: 'status', snapshot: snapshot(), commands: [] });
+    await log.append(id, {
+      type: 'snapshot',
+      at: '2026-11-30T03:00:01.000Z',
+      label: 'status',
+      snapshot: snapshot(),
+      commands: [],
+    });
     await outbox.sync(id);
     const calls = slack.calls().filter((c) => c.status === 200 && c.method.startsWith('chat.'));
     expect(calls.map((c) => c.method)).toEqual(['chat.postMessage', 'chat.postMessage', 'chat.update']);
@@ -59,9 +93,24 @@ describe('outbox (real Redis, real WebClient, fake Slack)', () => {
 
   it('a post Slack performed but answered with a 503 is not sent again: the thread holds it once, and its ts is the one Slack kept', async () => {
     const id = 'inc_20261130_030000_outbox02';
-    await log.create({ id, kind: 'status', requester: 'U0REQUEST1', channel: CH, targets: ['kpro5'], text: 'status kpro5', reason: null, createdAt: '2026-11-30T03:00:00.000Z' });
+    await log.create({
+      id,
+      kind: 'status',
+      requester: 'U0REQUEST1',
+      channel: CH,
+      targets: ['kpro5'],
+      text: 'status kpro5',
+      reason: null,
+      createdAt: '2026-11-30T03:00:00.000Z',
+    });
     await log.append(id, { type: 'requested', at: '2026-11-30T03:00:00.000Z' });
-    await log.append(id, { type: 'snapshot', at: '2026-11-30T03:00:01.000Z', label: 'status', snapshot: snapshot(), commands: [] });
+    await log.append(id, {
+      type: 'snapshot',
+      at: '2026-11-30T03:00:01.000Z',
+      label: 'status',
+      snapshot: snapshot(),
+      commands: [],
+    });
     slack.failNext('chat.postMessage', 1, { status: 503, performed: true });
     // The first sync fails (the answer was lost); the next one finds the message by its metadata.
     await outbox.sync(id).catch(() => undefined);

@@ -14,25 +14,64 @@ describe('parseCommandText', () => {
     expect(parseCommandText('doctor CT129')).toEqual({ kind: 'doctor', target: 'ct129' });
     expect(parseCommandText('doctor all')).toEqual({ kind: 'doctor', target: 'all' });
     expect(parseCommandText('doctor a b').kind).toBe('invalid');
-    expect(parseCommandText('doctor $(reboot)')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('is not a machine name') });
-    expect(parseCommandText('docter ct129')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('did you mean `doctor`') });
+    expect(parseCommandText('doctor $(reboot)')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('is not a machine name'),
+    });
+    expect(parseCommandText('docter ct129')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('did you mean `doctor`'),
+    });
   });
 
   it('reads history with a machine and an optional count (default 5); a count over 25 is capped and says so', () => {
     expect(parseCommandText('history ct129')).toEqual({ kind: 'history', target: 'ct129', limit: 5, cappedFrom: null });
-    expect(parseCommandText('HISTORY KPRO5 12')).toEqual({ kind: 'history', target: 'kpro5', limit: 12, cappedFrom: null });
-    expect(parseCommandText('history kpro5 25')).toEqual({ kind: 'history', target: 'kpro5', limit: 25, cappedFrom: null });
-    expect(parseCommandText('history kpro5 100')).toEqual({ kind: 'history', target: 'kpro5', limit: 25, cappedFrom: 100 });
+    expect(parseCommandText('HISTORY KPRO5 12')).toEqual({
+      kind: 'history',
+      target: 'kpro5',
+      limit: 12,
+      cappedFrom: null,
+    });
+    expect(parseCommandText('history kpro5 25')).toEqual({
+      kind: 'history',
+      target: 'kpro5',
+      limit: 25,
+      cappedFrom: null,
+    });
+    expect(parseCommandText('history kpro5 100')).toEqual({
+      kind: 'history',
+      target: 'kpro5',
+      limit: 25,
+      cappedFrom: 100,
+    });
     expect(parseCommandText('history kpro5 99999999999999999999999')).toMatchObject({ kind: 'history', limit: 25 });
   });
   it('refuses history without a machine, of all, with a count that is not 1 or more, or with extra words', () => {
-    expect(parseCommandText('history')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('`history` needs a machine') });
-    expect(parseCommandText('history all')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('one machine') });
+    expect(parseCommandText('history')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('`history` needs a machine'),
+    });
+    expect(parseCommandText('history all')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('one machine'),
+    });
     for (const n of ['0', '-3', 'ten', '2.5', '1e3', '$(reboot)'])
-      expect(parseCommandText(`history ct129 ${n}`), n).toMatchObject({ kind: 'invalid', message: expect.stringContaining('is not a number of incidents') });
-    expect(parseCommandText('history ct129 5 more')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('a machine and a count') });
-    expect(parseCommandText('history $(reboot)')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('is not a machine name') });
-    expect(parseCommandText('histroy ct129')).toMatchObject({ kind: 'invalid', message: expect.stringContaining('did you mean `history`') });
+      expect(parseCommandText(`history ct129 ${n}`), n).toMatchObject({
+        kind: 'invalid',
+        message: expect.stringContaining('is not a number of incidents'),
+      });
+    expect(parseCommandText('history ct129 5 more')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('a machine and a count'),
+    });
+    expect(parseCommandText('history $(reboot)')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('is not a machine name'),
+    });
+    expect(parseCommandText('histroy ct129')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('did you mean `history`'),
+    });
     const hostile = parseCommandText('history ct129 <!channel>');
     expect(hostile.kind === 'invalid' && hostile.message).not.toContain('<!channel>');
   });
@@ -40,11 +79,22 @@ describe('parseCommandText', () => {
     for (const t of ['', '   ', 'help', '--help']) expect(parseCommandText(t)).toEqual({ kind: 'help' });
   });
   it('keeps the unstick reason as data', () => {
-    expect(parseCommandText('unstick ct129 hung TP ranks; rm -rf /')).toEqual({ kind: 'unstick', target: 'ct129', reason: 'hung TP ranks; rm -rf /' });
+    expect(parseCommandText('unstick ct129 hung TP ranks; rm -rf /')).toEqual({
+      kind: 'unstick',
+      target: 'ct129',
+      reason: 'hung TP ranks; rm -rf /',
+    });
     expect(parseCommandText('unstick ct129')).toEqual({ kind: 'unstick', target: 'ct129', reason: null });
   });
   it('refuses shell metacharacters and odd targets as names', () => {
-    for (const t of ['status $(reboot)', 'status kpro5;ls', 'status `id`', "status 'x'", 'status ../etc', 'unstick all']) {
+    for (const t of [
+      'status $(reboot)',
+      'status kpro5;ls',
+      'status `id`',
+      "status 'x'",
+      'status ../etc',
+      'unstick all',
+    ]) {
       const r = parseCommandText(t);
       expect(r.kind, t).toBe('invalid');
     }

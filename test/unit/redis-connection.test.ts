@@ -10,15 +10,30 @@ describe('Redis through Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', () => 
   });
 
   it('with sentinels: their addresses, the primary name, and password and db from REDIS_URL', () => {
-    const o = sentinelOptions({ ...base, REDIS_URL: 'redis://:s3cr%40t@ignored:1/2', REDIS_SENTINELS: ['10.0.0.5:26379', '[fd00::6]:26380'], REDIS_SENTINEL_NAME: 'prod' });
-    expect(o).toMatchObject({ sentinels: [{ host: '10.0.0.5', port: 26379 }, { host: 'fd00::6', port: 26380 }], name: 'prod', password: 's3cr@t', db: 2, failoverDetector: true });
+    const o = sentinelOptions({
+      ...base,
+      REDIS_URL: 'redis://:s3cr%40t@ignored:1/2',
+      REDIS_SENTINELS: ['10.0.0.5:26379', '[fd00::6]:26380'],
+      REDIS_SENTINEL_NAME: 'prod',
+    });
+    expect(o).toMatchObject({
+      sentinels: [
+        { host: '10.0.0.5', port: 26379 },
+        { host: 'fd00::6', port: 26380 },
+      ],
+      name: 'prod',
+      password: 's3cr@t',
+      db: 2,
+      failoverDetector: true,
+    });
     expect(o?.reconnectOnError?.(new Error("READONLY You can't write against a read only replica."))).toBe(2);
     expect(o?.reconnectOnError?.(new Error('ERR wrong number of arguments'))).toBe(false);
   });
 
   it('parses host:port and refuses anything else', () => {
     expect(parseSentinel('sentinel-1:26379')).toEqual({ host: 'sentinel-1', port: 26379 });
-    for (const bad of ['sentinel-1', ':26379', 'a:0', 'a:70000', 'a b:1', 'redis://a:1']) expect(parseSentinel(bad)).toBeNull();
+    for (const bad of ['sentinel-1', ':26379', 'a:0', 'a:70000', 'a b:1', 'redis://a:1'])
+      expect(parseSentinel(bad)).toBeNull();
   });
 
   it('config says plainly what is wrong with a sentinel list or name, and accepts a good one', () => {

@@ -20,7 +20,8 @@ describe('nearCertainTypo', () => {
     for (const t of ['ct999', 'ct12', 'ct1290', 'ct192', 'ct139']) expect(nearCertainTypo(t, IDS)).toBeNull();
   });
   it('nothing for an edit that is not a case change or one swap', () => {
-    for (const t of ['ctx129', 'c129', 'cz129', 'training-bxx', 'traning-box', 'trainign-bxo']) expect(nearCertainTypo(t, IDS)).toBeNull();
+    for (const t of ['ctx129', 'c129', 'cz129', 'training-bxx', 'traning-box', 'trainign-bxo'])
+      expect(nearCertainTypo(t, IDS)).toBeNull();
   });
   it('nothing for short ids, where a swap is as likely another name', () => {
     expect(nearCertainTypo('ab', ['ba'])).toBeNull();

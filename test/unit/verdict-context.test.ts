@@ -6,7 +6,15 @@ import type { Step } from '../../src/playbooks/unstick-plan.ts';
 let n = 0;
 const ev = (e: AnyEvent): AnyLoggedEvent => ({ ...e, id: `${++n}-0` });
 const AT = '2026-11-30T03:12:45.000Z';
-const target = { hostPid: 811_900, containerPid: 1, startTimeTicks: 4, cmdline: '/sbin/init', pidNs: 'pid:[1]', gpus: [], hostOnlyWhy: null };
+const target = {
+  hostPid: 811_900,
+  containerPid: 1,
+  startTimeTicks: 4,
+  cmdline: '/sbin/init',
+  pidNs: 'pid:[1]',
+  gpus: [],
+  hostOnlyWhy: null,
+};
 const step = (id: string, kind: Step['kind']): Step => ({
   id,
   tier: 2,
@@ -20,25 +28,70 @@ const step = (id: string, kind: Step['kind']): Step => ({
   releaseTimeoutMs: 0,
   pollIntervalMs: 0,
 });
-const asked = (approvalId: string, s: Step) => ev({ type: 'approval_requested', at: AT, approvalId, stepId: s.id, expiresAt: AT, planHash: 'h', step: s, host: 'kpro5', vmid: 129 });
+const asked = (approvalId: string, s: Step) =>
+  ev({
+    type: 'approval_requested',
+    at: AT,
+    approvalId,
+    stepId: s.id,
+    expiresAt: AT,
+    planHash: 'h',
+    step: s,
+    host: 'kpro5',
+    vmid: 129,
+  });
 
 describe('verdictContextOf (what the log says happened to the steps)', () => {
   it('a denial the log holds, or only the store knows; an expiry; an approved step that failed; a card still open says nothing', () => {
     const kill = step('host_kill-1', 'host_kill');
     const reset = step('host_reset-1', 'host_reset');
     const events = [
-      ev({ type: 'step_started', at: AT, stepId: 'c1', kind: 'container_signal', tier: 1, machineId: 'ct129', explanation: '' }),
-      ev({ type: 'signalled', at: AT, stepId: 'c1', hostPid: 811_900, containerPid: 1, signal: 'TERM', cmdline: '/sbin/init', result: 'skipped', reason: 'Operation not permitted' }),
+      ev({
+        type: 'step_started',
+        at: AT,
+        stepId: 'c1',
+        kind: 'container_signal',
+        tier: 1,
+        machineId: 'ct129',
+        explanation: '',
+      }),
+      ev({
+        type: 'signalled',
+        at: AT,
+        stepId: 'c1',
+        hostPid: 811_900,
+        containerPid: 1,
+        signal: 'TERM',
+        cmdline: '/sbin/init',
+        result: 'skipped',
+        reason: 'Operation not permitted',
+      }),
       ev({ type: 'step_finished', at: AT, stepId: 'c1', outcome: 'failed', durationMs: 1, message: 'not permitted' }),
       asked('apr_1', kill),
       asked('apr_2', reset),
       ev({ type: 'approval_expired', at: AT, approvalId: 'apr_2', stepId: reset.id }),
       asked('apr_3', reset),
-      ev({ type: 'approval_decided', at: AT, approvalId: 'apr_3', stepId: reset.id, decision: 'approved', by: 'U0CAROL' }),
-      ev({ type: 'step_finished', at: AT, stepId: reset.id, outcome: 'failed', durationMs: 1, message: 'GPU 0: skipped, host PID 5 now holds it' }),
+      ev({
+        type: 'approval_decided',
+        at: AT,
+        approvalId: 'apr_3',
+        stepId: reset.id,
+        decision: 'approved',
+        by: 'U0CAROL',
+      }),
+      ev({
+        type: 'step_finished',
+        at: AT,
+        stepId: reset.id,
+        outcome: 'failed',
+        durationMs: 1,
+        message: 'GPU 0: skipped, host PID 5 now holds it',
+      }),
       asked('apr_4', kill),
     ];
-    const c = verdictContextOf(events, ['U0BOB', 'U0CAROL'], 'U0ALICE', [{ approvalId: 'apr_1', decision: 'denied', by: 'U0BOB' }]);
+    const c = verdictContextOf(events, ['U0BOB', 'U0CAROL'], 'U0ALICE', [
+      { approvalId: 'apr_1', decision: 'denied', by: 'U0BOB' },
+    ]);
     expect(c.steps.map((s) => [s.kind, s.outcome, s.by, s.hostPids, s.gpuHostIndexes])).toEqual([
       ['container_signal', 'failed', null, [811_900], []],
       ['host_kill', 'denied', 'U0BOB', [811_900], []],

@@ -42,7 +42,10 @@ const deps = () =>
   });
 
 async function card(target: string, gpu: number): Promise<{ id: string; holder: FleetProcess; approvalId: string }> {
-  const holder = await rig.fleet.spawnHolder(target, { gpus: [{ index: gpu, mib: 20_000 }], title: 'sglang::scheduler_TP0' });
+  const holder = await rig.fleet.spawnHolder(target, {
+    gpus: [{ index: gpu, mib: 20_000 }],
+    title: 'sglang::scheduler_TP0',
+  });
   const id = await rig.newIncident(target);
   await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: target }, deps());
   const req = ofType(await rig.events(id), 'approval_requested')[0];
@@ -63,13 +66,17 @@ describe('blast-radius budget: 1 host-level destructive step per host per hour',
     // Both cards were posted within the budget: frozen to the approvers, no budget note.
     expect((await rig.approvals.get(c.approvalId))?.approvers).toEqual([APPROVER, 'U0APPROVE2']);
 
-    expect(await rig.approvals.decide(a.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(a.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: a.id, approvalId: a.approvalId }, deps());
     expect(signalsOf(a.holder)).toEqual(['SIGKILL']);
     expect(await budget.used('kpro5', Date.now())).toBe(1);
 
     // C was approved by an approver, but the budget is spent by the time it would run.
-    expect(await rig.approvals.decide(c.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(c.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: c.id, approvalId: c.approvalId }, deps());
     let ev = await rig.events(c.id);
     expect(signalsOf(c.holder)).toEqual([]);
@@ -83,13 +90,23 @@ describe('blast-radius budget: 1 host-level destructive step per host per hour',
     const b = await card('ct131', 1);
     ev = await rig.events(b.id);
     const req = ofType(ev, 'approval_requested')[0];
-    expect(req?.step.explanation).toMatch(/Blast-radius budget: kpro5 already had 1 host-level destructive step\(s\) in the last hour \(limit 1\), so only an admin/);
+    expect(req?.step.explanation).toMatch(
+      /Blast-radius budget: kpro5 already had 1 host-level destructive step\(s\) in the last hour \(limit 1\), so only an admin/,
+    );
     expect((await rig.approvals.get(b.approvalId))?.approvers).toEqual([ADMIN]);
     const meta = await rig.log.meta(b.id);
     if (!meta) throw new Error('no meta');
-    expect(renderUnstick(meta, ev).map((v) => v.text).join('\n')).toMatch(/only an admin/);
-    expect(await rig.approvals.decide(b.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: false, code: 'not_approver' });
-    expect(await rig.approvals.decide(b.approvalId, { user: ADMIN, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      renderUnstick(meta, ev)
+        .map((v) => v.text)
+        .join('\n'),
+    ).toMatch(/only an admin/);
+    expect(
+      await rig.approvals.decide(b.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: false, code: 'not_approver' });
+    expect(
+      await rig.approvals.decide(b.approvalId, { user: ADMIN, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: b.id, approvalId: b.approvalId }, deps());
     expect(signalsOf(b.holder)).toEqual(['SIGKILL']);
     expect(ofType(await rig.events(b.id), 'verdict').at(-1)?.verdict.kind).toBe('recovered');

@@ -17,7 +17,19 @@ import { renderUnstick } from '../../src/render/unstick.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import { isSignalCommand } from '../../src/playbooks/signal/template.ts';
-import { APPROVER, REQUESTER, TIMING, inventoryOf, ofType, procStart, signalTail, startDeviceMonitor, startRig, type DeviceMonitor, type Rig } from './rig.ts';
+import {
+  APPROVER,
+  REQUESTER,
+  TIMING,
+  inventoryOf,
+  ofType,
+  procStart,
+  signalTail,
+  startDeviceMonitor,
+  startRig,
+  type DeviceMonitor,
+  type Rig,
+} from './rig.ts';
 
 let rig: Rig;
 let monitor: DeviceMonitor;
@@ -37,8 +49,12 @@ beforeAll(async () => {
   // container's GPU job on the same host, and the host's own GPU job and daemon.
   monitor = await startDeviceMonitor(rig.fleet, 'ct129');
   bystanders.push(await rig.fleet.spawnBystander('ct129', { title: 'python3 /opt/monitor/monitor.py' }));
-  bystanders.push(await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 5, mib: 40_211 }], title: 'python3 train.py --epochs 3' }));
-  bystanders.push(await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 6, mib: 2_048 }], title: 'python3 /srv/host_job.py' }));
+  bystanders.push(
+    await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 5, mib: 40_211 }], title: 'python3 train.py --epochs 3' }),
+  );
+  bystanders.push(
+    await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 6, mib: 2_048 }], title: 'python3 /srv/host_job.py' }),
+  );
   bystanders.push(await rig.fleet.spawnBystander('kpro5', { title: 'nvidia-persistenced --user nvidia' }));
 });
 
@@ -63,8 +79,16 @@ function signalsOf(p: FleetProcess): string[] {
 
 describe('S2 + S7: holders visible in the container', () => {
   it('TERMs exactly the holders from inside the container, KILLs the one that ignores TERM, memory back to 0, Recovered, no approval', async () => {
-    const tp0 = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96_413 }], title: 'sglang::scheduler_TP0' });
-    const tp2 = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 96_417 }], title: 'sglang::scheduler_TP2', ignoreTerm: true, dieDelayMs: 1500 });
+    const tp0 = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 96_413 }],
+      title: 'sglang::scheduler_TP0',
+    });
+    const tp2 = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 2, mib: 96_417 }],
+      title: 'sglang::scheduler_TP2',
+      ignoreTerm: true,
+      dieDelayMs: 1500,
+    });
     targets.add(tp0.hostPid).add(tp2.hostPid);
     const id = await rig.newIncident('ct129');
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps());
@@ -83,7 +107,12 @@ describe('S2 + S7: holders visible in the container', () => {
     const types = ev.map((e) => e.type);
     expect(types[0]).toBe('started');
     expect(types).not.toContain('approval_requested');
-    expect(ofType(ev, 'snapshot').map((s) => `${s.label}:${s.snapshot.machineId}`)).toEqual(['before:ct129', 'before:kpro5', 'after:ct129', 'after:kpro5']);
+    expect(ofType(ev, 'snapshot').map((s) => `${s.label}:${s.snapshot.machineId}`)).toEqual([
+      'before:ct129',
+      'before:kpro5',
+      'after:ct129',
+      'after:kpro5',
+    ]);
     const before = ofType(ev, 'diagnosis')[0]?.diagnosis;
     expect(before?.gpus.filter((g) => g.kind === 'held_in_container').map((g) => g.index)).toEqual([0, 2]);
     expect(before?.deviceOnly.map((d) => d.containerPid)).toContain(monitor.containerPid);
@@ -91,10 +120,14 @@ describe('S2 + S7: holders visible in the container', () => {
     const termCmd = cmds.find((c) => c.role === 'term');
     expect(termCmd?.on).toBe('container');
     expect(termCmd?.record.machineId).toBe('ct129');
-    const byHostPid = [tp0, tp2].sort((a, b) => a.hostPid - b.hostPid).map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
+    const byHostPid = [tp0, tp2]
+      .sort((a, b) => a.hostPid - b.hostPid)
+      .map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
     expect(termCmd?.record.command).toMatch(new RegExp(signalTail('container', 'TERM', byHostPid)));
     const killCmd = cmds.find((c) => c.role === 'kill');
-    expect(killCmd?.record.command).toMatch(new RegExp(signalTail('container', 'KILL', [{ pid: tp2.containerPid ?? 0, start: tp2.startTime }])));
+    expect(killCmd?.record.command).toMatch(
+      new RegExp(signalTail('container', 'KILL', [{ pid: tp2.containerPid ?? 0, start: tp2.startTime }])),
+    );
     for (const c of cmds) expect(typeof c.record.durationMs).toBe('number');
     expect(cmds.every((c) => c.record.code !== null)).toBe(true);
     const sig = ofType(ev, 'signalled');
@@ -112,7 +145,11 @@ describe('S2 + S7: holders visible in the container', () => {
 
 describe('a destructive step never runs twice', () => {
   it('a step already claimed by a worker that died is reported interrupted and sends nothing', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 3, mib: 10_000 }], title: 'sglang::scheduler_TP3', ignoreTerm: true });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 3, mib: 10_000 }],
+      title: 'sglang::scheduler_TP3',
+      ignoreTerm: true,
+    });
     targets.add(h.hostPid);
     const id = await rig.newIncident('ct129');
     // The plan a worker would make for this incident right now; a dead worker claimed its step.
@@ -122,9 +159,18 @@ describe('a destructive step never runs twice', () => {
     const cr = routeFor(rig.inventory, 'ct129');
     const hr = hostRouteFor(rig.inventory, 'kpro5');
     if (ct?.kind !== 'container' || !host || !cr || !hr) throw new Error('inventory');
-    const r = await readTarget(ct, host, { container: cr, host: hr }, { exec: (a, b) => rig.executor.exec(a, b), now: d.now, commandTimeoutMs: 10_000 });
+    const r = await readTarget(
+      ct,
+      host,
+      { container: cr, host: hr },
+      { exec: (a, b) => rig.executor.exec(a, b), now: d.now, commandTimeoutMs: 10_000 },
+    );
     if (!r.ok) throw new Error('read failed');
-    const plan = planUnstick(diagnoseReadings('ct129', 'kpro5', r.value, { containerExecUid: 0 }), { incidentId: id, vmid: 129, ...TIMING });
+    const plan = planUnstick(diagnoseReadings('ct129', 'kpro5', r.value, { containerExecUid: 0 }), {
+      incidentId: id,
+      vmid: 129,
+      ...TIMING,
+    });
     const step = plan.steps[0];
     expect(step?.kind).toBe('container_signal');
     expect(await rig.steps.claimStep(id, step?.id ?? '', 'w-dead', Date.now())).toBe(true);
@@ -140,7 +186,11 @@ describe('a destructive step never runs twice', () => {
   });
 
   it('a job re-run after its worker died mid-step finds the step claimed: one SIGTERM in total, no SIGKILL', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 4, mib: 12_000 }], title: 'sglang::scheduler_TP4', ignoreTerm: true });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 4, mib: 12_000 }],
+      title: 'sglang::scheduler_TP4',
+      ignoreTerm: true,
+    });
     targets.add(h.hostPid);
     const id = await rig.newIncident('ct129');
     // The first attempt's connection dies right after the SIGTERM went out.
@@ -181,10 +231,11 @@ describe('a destructive step never runs twice', () => {
 
 describe('S3: the container cannot stop the holder (non-root container login)', () => {
   let ex: Executor;
-  const asFleetuser = () => inventoryOf(rig.fleet, (inv) => {
-    const c = inv.containers.find((x) => x.id === 'ct129');
-    if (c) c.user = 'fleetuser';
-  });
+  const asFleetuser = () =>
+    inventoryOf(rig.fleet, (inv) => {
+      const c = inv.containers.find((x) => x.id === 'ct129');
+      if (c) c.user = 'fleetuser';
+    });
   beforeAll(() => {
     ex = createSshExecutor({ connectTimeoutMs: 8000 });
   });
@@ -193,7 +244,10 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
   });
 
   it('tier 1 fails → approval card with the host PIDs → a different approver approves → host kill of exactly that PID → Recovered', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 50_000 }], title: 'sglang::scheduler_TP1' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 1, mib: 50_000 }],
+      title: 'sglang::scheduler_TP1',
+    });
     targets.add(h.hostPid);
     const id = await rig.newIncident('ct129');
     const deps = rig.deps({ inventory: asFleetuser(), executor: ex });
@@ -208,7 +262,9 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     expect(req?.step.kind).toBe('host_kill');
     expect(req?.host).toBe('kpro5');
     expect(req?.vmid).toBe(129);
-    expect(req?.step.targets.map((t) => [t.hostPid, t.containerPid, t.startTimeTicks])).toEqual([[h.hostPid, h.containerPid, h.startTime]]);
+    expect(req?.step.targets.map((t) => [t.hostPid, t.containerPid, t.startTimeTicks])).toEqual([
+      [h.hostPid, h.containerPid, h.startTime],
+    ]);
     expect(req?.step.targets[0]?.hostOnlyWhy).toMatch(/could not stop it/);
     expect(ofType(ev, 'finished')).toEqual([]);
     expect((await rig.lock.holder('ct129'))?.incidentId).toBe(id);
@@ -216,10 +272,21 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     expect(exp).toMatchObject({ site: 'default', delayMs: 60_000, jobId: `expire-${req?.approvalId}` });
 
     const approvalId = req?.approvalId ?? '';
-    expect((await rig.approvals.decide(approvalId, { user: REQUESTER, decision: 'approved', now: Date.now() })).ok).toBe(false);
-    expect((await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now()})).ok).toBe(true);
+    expect(
+      (await rig.approvals.decide(approvalId, { user: REQUESTER, decision: 'approved', now: Date.now() })).ok,
+    ).toBe(false);
+    expect((await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).ok).toBe(
+      true,
+    );
     // What the bot's button handler appends before it enqueues the decision job.
-    await rig.log.append(id, { type: 'approval_decided', at: new Date().toISOString(), approvalId, stepId: req?.stepId ?? '', decision: 'approved', by: APPROVER });
+    await rig.log.append(id, {
+      type: 'approval_decided',
+      at: new Date().toISOString(),
+      approvalId,
+      stepId: req?.stepId ?? '',
+      decision: 'approved',
+      by: APPROVER,
+    });
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, deps);
 
     expect(signalsOf(h)).toEqual(['SIGKILL']);
@@ -227,9 +294,15 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     ev = await rig.events(id);
     const hostKill = ofType(ev, 'command').filter((c) => c.role === 'kill');
     expect(hostKill.map((c) => [c.on, c.record.machineId])).toEqual([['host', 'kpro5']]);
-    expect(hostKill[0]?.record.command).toMatch(new RegExp(signalTail('host', 'KILL', [{ pid: h.hostPid, start: h.startTime, ctPid: h.containerPid }])));
+    expect(hostKill[0]?.record.command).toMatch(
+      new RegExp(signalTail('host', 'KILL', [{ pid: h.hostPid, start: h.startTime, ctPid: h.containerPid }])),
+    );
     expect(hostKill[0]?.record.command).not.toContain('pct');
-    expect(ofType(ev, 'signalled').filter((s) => s.result === 'sent').map((s) => [s.signal, s.hostPid])).toEqual([['KILL', h.hostPid]]);
+    expect(
+      ofType(ev, 'signalled')
+        .filter((s) => s.result === 'sent')
+        .map((s) => [s.signal, s.hostPid]),
+    ).toEqual([['KILL', h.hostPid]]);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
     expect(ev.at(-1)?.type).toBe('finished');
     expect(await rig.lock.holder('ct129')).toBeNull();
@@ -238,7 +311,9 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     // The thread renders from these events: the refused container step, the card, the host kill, the verdict.
     const meta = await rig.log.meta(id);
     if (!meta) throw new Error('no meta');
-    const text = renderUnstick(meta, ev).map((v) => v.text).join('\n');
+    const text = renderUnstick(meta, ev)
+      .map((v) => v.text)
+      .join('\n');
     expect(text).toMatch(/Recovered/);
     expect(text).toMatch(new RegExp(`host KILL \\d+ ${h.hostPid} ${h.startTime} ${h.containerPid}`));
     expect(text).toMatch(new RegExp(`SIGTERM PID ${h.containerPid} \\(host PID ${h.hostPid}\\).*skipped`));
@@ -246,7 +321,10 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
   });
 
   it('an approved host kill already claimed by a worker that died is not run again', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 5_000 }], title: 'sglang::scheduler_TP1' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 1, mib: 5_000 }],
+      title: 'sglang::scheduler_TP1',
+    });
     targets.add(h.hostPid);
     const id = await rig.newIncident('ct129');
     const deps = rig.deps({ inventory: asFleetuser(), executor: ex });
@@ -254,7 +332,9 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     const req = ofType(await rig.events(id), 'approval_requested')[0];
     expect(req?.step.kind).toBe('host_kill');
     expect(await rig.steps.claimStep(id, req?.stepId ?? '', 'w-dead', Date.now())).toBe(true);
-    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, deps);
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, deps);
     const ev = await rig.events(id);
@@ -268,7 +348,10 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
   });
 
   it('a PID reused between plan and approval is skipped: the new process is not signalled', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 7, mib: 20_000 }], title: 'sglang::scheduler_TP7' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 7, mib: 20_000 }],
+      title: 'sglang::scheduler_TP7',
+    });
     targets.add(h.hostPid);
     const id = await rig.newIncident('ct129');
     const deps = rig.deps({ inventory: asFleetuser(), executor: ex });
@@ -281,13 +364,17 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
     await h.exited;
     const reuse = respawnOnPid(h.hostPid);
     try {
-      expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+      expect(
+        await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() }),
+      ).toMatchObject({ ok: true });
       await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, deps);
       const ev = await rig.events(id);
       const s = ofType(ev, 'signalled').filter((x) => x.signal === 'KILL');
       expect(s.map((x) => [x.hostPid, x.result])).toEqual([[h.hostPid, 'skipped']]);
       expect(ofType(ev, 'command').filter((c) => c.role === 'kill')).toEqual([]);
-      expect(rig.fleet.commandLog('kpro5').some((c) => new RegExp(` host KILL \\d+ ${h.hostPid} `).test(c.cmd))).toBe(false);
+      expect(rig.fleet.commandLog('kpro5').some((c) => new RegExp(` host KILL \\d+ ${h.hostPid} `).test(c.cmd))).toBe(
+        false,
+      );
       if (reuse.pid === h.hostPid) {
         expect(s[0]?.reason).toMatch(/different process|start time/);
         expect(procStart(reuse.pid)).toBe(reuse.startTime);
@@ -302,18 +389,42 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
   });
 
   it('recheckTarget on real /proc readings refuses a changed start time', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 7, mib: 1_000 }], title: 'sglang::scheduler_TP7' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 7, mib: 1_000 }],
+      title: 'sglang::scheduler_TP7',
+    });
     targets.add(h.hostPid);
     const hr = hostRouteFor(rig.inventory, 'kpro5');
     if (!hr) throw new Error('no host route');
-    const read = await readProcsOn(hr, [h.hostPid], { exec: (a, b) => rig.executor.exec(a, b), now: () => new Date(), commandTimeoutMs: 10_000 });
+    const read = await readProcsOn(hr, [h.hostPid], {
+      exec: (a, b) => rig.executor.exec(a, b),
+      now: () => new Date(),
+      commandTimeoutMs: 10_000,
+    });
     const reading = read?.readings[0];
     const ns = reading?.pidNs ?? '';
-    const planned = { hostPid: h.hostPid, containerPid: h.containerPid ?? 0, startTimeTicks: h.startTime, cmdline: h.cmdline, pidNs: ns };
-    expect(recheckTarget(planned, { reading, view: 'host', targetPidNs: ns, gpuHostPids: new Set([h.hostPid]) })).toBeNull();
-    expect(recheckTarget({ ...planned, startTimeTicks: h.startTime - 1 }, { reading, view: 'host', targetPidNs: ns, gpuHostPids: new Set([h.hostPid]) })).toBe('pid_reused');
-    expect(recheckTarget(planned, { reading, view: 'host', targetPidNs: 'pid:[1]', gpuHostPids: new Set([h.hostPid]) })).toBe('left_namespace');
-    expect(recheckTarget(planned, { reading, view: 'host', targetPidNs: ns, gpuHostPids: new Set() })).toBe('no_gpu_memory');
+    const planned = {
+      hostPid: h.hostPid,
+      containerPid: h.containerPid ?? 0,
+      startTimeTicks: h.startTime,
+      cmdline: h.cmdline,
+      pidNs: ns,
+    };
+    expect(
+      recheckTarget(planned, { reading, view: 'host', targetPidNs: ns, gpuHostPids: new Set([h.hostPid]) }),
+    ).toBeNull();
+    expect(
+      recheckTarget(
+        { ...planned, startTimeTicks: h.startTime - 1 },
+        { reading, view: 'host', targetPidNs: ns, gpuHostPids: new Set([h.hostPid]) },
+      ),
+    ).toBe('pid_reused');
+    expect(
+      recheckTarget(planned, { reading, view: 'host', targetPidNs: 'pid:[1]', gpuHostPids: new Set([h.hostPid]) }),
+    ).toBe('left_namespace');
+    expect(recheckTarget(planned, { reading, view: 'host', targetPidNs: ns, gpuHostPids: new Set() })).toBe(
+      'no_gpu_memory',
+    );
     process.kill(h.hostPid, 'SIGKILL');
     await h.exited;
   });

@@ -20,7 +20,13 @@ beforeAll(async () => {
     hosts: [{ id: 'kpro5', gpus: 8 }],
     containers: [
       { id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true },
-      { id: 'ct131', vmid: 131, host: 'kpro5', ownAddress: true, initHolds: { gpus: [{ index: 6, mib: 61_440 }], title: 'python3 -m vllm.entrypoints.openai.api_server' } },
+      {
+        id: 'ct131',
+        vmid: 131,
+        host: 'kpro5',
+        ownAddress: true,
+        initHolds: { gpus: [{ index: 6, mib: 61_440 }], title: 'python3 -m vllm.entrypoints.openai.api_server' },
+      },
     ],
   });
 });
@@ -44,7 +50,11 @@ function recording(base: Executor, seen: Seen[]): Executor {
       seen.push({
         kind: isSignalCommand(spec.argv) ? 'signal' : apps ? 'apps' : 'other',
         signal: isSignalCommand(spec.argv) ? (spec.argv[5] ?? null) : null,
-        listed: apps ? r.stdout.split('\n').flatMap((l) => (/^\S+, (\d+),/.exec(l)?.[1] ? [Number(/^\S+, (\d+),/.exec(l)?.[1])] : [])) : [],
+        listed: apps
+          ? r.stdout
+              .split('\n')
+              .flatMap((l) => (/^\S+, (\d+),/.exec(l)?.[1] ? [Number(/^\S+, (\d+),/.exec(l)?.[1])] : []))
+          : [],
       });
       return r;
     },
@@ -55,8 +65,15 @@ function recording(base: Executor, seen: Seen[]): Executor {
 describe('tier 1 escalates at once for what it could not signal', () => {
   it('one holder signalled, one refused with EPERM: the wait ends when the signalled one’s memory is back, while the refused one still holds; then straight to the host card', async () => {
     // The container login is fleetuser: it may signal fleetuser's process, not root's.
-    const mine = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 20_000 }], title: 'sglang::scheduler_TP0', user: 'fleetuser' });
-    const roots = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 30_000 }], title: 'sglang::scheduler_TP1' });
+    const mine = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 20_000 }],
+      title: 'sglang::scheduler_TP0',
+      user: 'fleetuser',
+    });
+    const roots = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 1, mib: 30_000 }],
+      title: 'sglang::scheduler_TP1',
+    });
     const inventory = inventoryOf(rig.fleet, (inv) => {
       const c = inv.containers.find((x) => x.id === 'ct129');
       if (c) c.user = 'fleetuser';
@@ -67,11 +84,19 @@ describe('tier 1 escalates at once for what it could not signal', () => {
       const id = await rig.newIncident('ct129');
       // A release timeout far longer than the test: only its order of events may decide.
       const timing = { ...TIMING, releaseTimeoutMs: 60_000 };
-      await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ inventory, executor: recording(ex, seen), timing }));
+      await runUnstickJob(
+        { kind: 'unstick', incidentId: id, machineId: 'ct129' },
+        rig.deps({ inventory, executor: recording(ex, seen), timing }),
+      );
       const ev = await rig.events(id);
 
       const term = ofType(ev, 'signalled').filter((s) => s.signal === 'TERM');
-      expect(term.map((s) => [s.hostPid, s.result]).sort()).toEqual([[mine.hostPid, 'sent'], [roots.hostPid, 'skipped']].sort());
+      expect(term.map((s) => [s.hostPid, s.result]).sort()).toEqual(
+        [
+          [mine.hostPid, 'sent'],
+          [roots.hostPid, 'skipped'],
+        ].sort(),
+      );
       expect(term.find((s) => s.hostPid === roots.hostPid)?.reason).toMatch(/not permitted/i);
       expect(procStart(roots.hostPid)).toBe(roots.startTime);
 
@@ -112,7 +137,11 @@ describe('a container whose init (PID 1) holds a GPU', () => {
     const ev = await rig.events(id);
 
     const before = ofType(ev, 'diagnosis')[0]?.diagnosis;
-    expect(before?.gpus.find((g) => g.index === 6)?.holders.map((h) => [h.process.hostPid, h.process.containerPid, h.isContainerInit])).toEqual([[init.hostPid, 1, true]]);
+    expect(
+      before?.gpus
+        .find((g) => g.index === 6)
+        ?.holders.map((h) => [h.process.hostPid, h.process.containerPid, h.isContainerInit]),
+    ).toEqual([[init.hostPid, 1, true]]);
     expect(ofType(ev, 'approval_requested')).toEqual([]);
     expect(ofType(ev, 'signalled')).toEqual([]);
     expect(ofType(ev, 'command').filter((c) => c.role === 'term' || c.role === 'kill')).toEqual([]);

@@ -35,7 +35,9 @@ beforeAll(async () => {
   bystanders.push(await rig.fleet.spawnBystander('kpro5', { title: 'nvidia-persistenced --user nvidia' }));
   bystanders.push(await rig.fleet.spawnBystander('ct129', { title: 'python3 /opt/monitor/monitor.py' }));
   bystanders.push(await rig.fleet.spawnBystander('ct130', { title: 'python3 exporter.py --port 9400' }));
-  bystanders.push(await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 3, mib: 4_000 }], title: 'python3 /srv/host_job.py' }));
+  bystanders.push(
+    await rig.fleet.spawnHolder('kpro5', { gpus: [{ index: 3, mib: 4_000 }], title: 'python3 /srv/host_job.py' }),
+  );
 }, 120_000);
 
 afterAll(async () => {
@@ -65,7 +67,15 @@ function forgedKill(genuine: Step, victim: FleetProcess): Step {
   const kill = ['kill', '-s', 'KILL', String(victim.hostPid)];
   return {
     ...genuine,
-    targets: [{ ...(genuine.targets[0] ?? { gpus: [], hostOnlyWhy: null, pidNs: '' }), hostPid: victim.hostPid, containerPid: victim.hostPid, startTimeTicks: victim.startTime, cmdline: victim.cmdline }],
+    targets: [
+      {
+        ...(genuine.targets[0] ?? { gpus: [], hostOnlyWhy: null, pidNs: '' }),
+        hostPid: victim.hostPid,
+        containerPid: victim.hostPid,
+        startTimeTicks: victim.startTime,
+        cmdline: victim.cmdline,
+      },
+    ],
     commands: genuine.commands.map((c) => ({ ...c, argv: kill, display: kill.join(' ') })),
   };
 }
@@ -78,10 +88,16 @@ async function freshIncident(target: string): Promise<string> {
 }
 
 async function s3Card(gpu: number): Promise<{ id: string; holder: FleetProcess; approvalId: string; step: Step }> {
-  const holder = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: gpu, mib: 30_000 }], title: 'sglang::scheduler_TP0' });
+  const holder = await rig.fleet.spawnHolder('ct129', {
+    gpus: [{ index: gpu, mib: 30_000 }],
+    title: 'sglang::scheduler_TP0',
+  });
   allowed.add(holder.hostPid);
   const id = await freshIncident('ct129');
-  await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+  await runUnstickJob(
+    { kind: 'unstick', incidentId: id, machineId: 'ct129' },
+    rig.deps({ inventory: asFleetuser(), executor: ex }),
+  );
   const req = ofType(await rig.events(id), 'approval_requested')[0];
   if (!req || req.step.kind !== 'host_kill') throw new Error('no host_kill card');
   return { id, holder, approvalId: req.approvalId, step: req.step };
@@ -92,20 +108,37 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
     const { id, holder, approvalId, step } = await s3Card(0);
     const victim = bystanders[0] as FleetProcess;
     const forged = forgedKill(step, victim);
-    await rewriteStream(id, (e) => (e.type === 'approval_requested' && e.approvalId === approvalId ? { ...e, step: forged, planHash: stepHash(forged) } : e));
+    await rewriteStream(id, (e) =>
+      e.type === 'approval_requested' && e.approvalId === approvalId
+        ? { ...e, step: forged, planHash: stepHash(forged) }
+        : e,
+    );
     await rig.redis.hset(`${rig.prefix}:approval:${approvalId}`, 'planHash', stepHash(forged));
-    expect(await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
-    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+    expect(
+      await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
+    await runDecisionJob(
+      { kind: 'decision', incidentId: id, approvalId },
+      rig.deps({ inventory: asFleetuser(), executor: ex }),
+    );
 
     expect(rig.fleet.commandLog('kpro5').filter((c) => c.cmd.includes(`kill -s KILL ${victim.hostPid}`))).toEqual([]);
-    expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid).map((s) => s.signal)).toEqual(['SIGKILL']);
+    expect(
+      rig.fleet
+        .signals()
+        .filter((s) => s.hostPid === holder.hostPid)
+        .map((s) => s.signal),
+    ).toEqual(['SIGKILL']);
     const ev = await rig.events(id);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
     assertNothingOutsideTheBound();
   }, 60_000);
 
   it('a forged approval record with a forged card (no plan the worker made): nothing runs, the log says why', async () => {
-    const holder = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 30_000 }], title: 'sglang::scheduler_TP1' });
+    const holder = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 1, mib: 30_000 }],
+      title: 'sglang::scheduler_TP1',
+    });
     allowed.add(holder.hostPid);
     const { id, approvalId: genuineId, step } = await s3Card(2);
     const victim = bystanders[1] as FleetProcess;
@@ -113,10 +146,31 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
     // A second approval the bot "created", already approved by a real approver, and its card.
     const store = new ApprovalStore(rig.redis, rig.prefix);
     const now = Date.now();
-    const a = await store.create({ incidentId: id, stepId: forged.id, planHash: stepHash(forged), requester: REQUESTER, approvers: [APPROVER], now, expiresAt: now + 60_000 });
-    await rig.log.append(id, { type: 'approval_requested', at: new Date().toISOString(), approvalId: a.id, stepId: forged.id, expiresAt: new Date(now + 60_000).toISOString(), planHash: stepHash(forged), step: forged, host: 'kpro5', vmid: 129 });
+    const a = await store.create({
+      incidentId: id,
+      stepId: forged.id,
+      planHash: stepHash(forged),
+      requester: REQUESTER,
+      approvers: [APPROVER],
+      now,
+      expiresAt: now + 60_000,
+    });
+    await rig.log.append(id, {
+      type: 'approval_requested',
+      at: new Date().toISOString(),
+      approvalId: a.id,
+      stepId: forged.id,
+      expiresAt: new Date(now + 60_000).toISOString(),
+      planHash: stepHash(forged),
+      step: forged,
+      host: 'kpro5',
+      vmid: 129,
+    });
     expect(await store.decide(a.id, { user: APPROVER, decision: 'approved', now })).toMatchObject({ ok: true });
-    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: a.id }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+    await runDecisionJob(
+      { kind: 'decision', incidentId: id, approvalId: a.id },
+      rig.deps({ inventory: asFleetuser(), executor: ex }),
+    );
     const ev = await rig.events(id);
     expect(ofType(ev, 'step_started').filter((e) => e.tier === 2)).toEqual([]);
     expect(ofType(ev, 'error').map((e) => e.code)).toContain('plan_unverified');
@@ -130,11 +184,20 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
   it('a forged decision (state written straight into the approval hash, decided by a non-approver or the requester): nothing runs', async () => {
     for (const decidedBy of ['U0MALLORY1', REQUESTER]) {
       const { id, holder, approvalId } = await s3Card(1);
-      await rig.redis.hset(`${rig.prefix}:approval:${approvalId}`, { state: 'approved', decidedBy, decidedAt: String(Date.now()) });
-      await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+      await rig.redis.hset(`${rig.prefix}:approval:${approvalId}`, {
+        state: 'approved',
+        decidedBy,
+        decidedAt: String(Date.now()),
+      });
+      await runDecisionJob(
+        { kind: 'decision', incidentId: id, approvalId },
+        rig.deps({ inventory: asFleetuser(), executor: ex }),
+      );
       const ev = await rig.events(id);
       expect(ofType(ev, 'step_started').filter((e) => e.tier === 2)).toEqual([]);
-      expect(ofType(ev, 'approval_refused').map((e) => [e.by, e.reason])).toEqual([[decidedBy, decidedBy === REQUESTER ? 'self_approval' : 'not_approver']]);
+      expect(ofType(ev, 'approval_refused').map((e) => [e.by, e.reason])).toEqual([
+        [decidedBy, decidedBy === REQUESTER ? 'self_approval' : 'not_approver'],
+      ]);
       expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid)).toEqual([]);
       process.kill(holder.hostPid, 'SIGKILL');
       await holder.exited;
@@ -146,10 +209,18 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
   it('forged job data: a decision job naming another incident, or an unstick job naming another machine than the incident, runs nothing', async () => {
     const { id, holder, approvalId } = await s3Card(1);
     const other = await freshIncident('ct130');
-    expect(await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
-    await runDecisionJob({ kind: 'decision', incidentId: other, approvalId }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+    expect(
+      await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
+    await runDecisionJob(
+      { kind: 'decision', incidentId: other, approvalId },
+      rig.deps({ inventory: asFleetuser(), executor: ex }),
+    );
     // The incident is about ct130; the job says ct129 (where a holder waits): refused, nothing read or signalled there.
-    await runUnstickJob({ kind: 'unstick', incidentId: other, machineId: 'ct129' }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+    await runUnstickJob(
+      { kind: 'unstick', incidentId: other, machineId: 'ct129' },
+      rig.deps({ inventory: asFleetuser(), executor: ex }),
+    );
     expect(ofType(await rig.events(other), 'step_started')).toEqual([]);
     expect(ofType(await rig.events(other), 'error').map((e) => e.code)).toContain('job_mismatch');
     expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid)).toEqual([]);
@@ -162,7 +233,10 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
 
   it('a forged "before" diagnosis naming a non-holder, before a re-run of the unstick job: tier 1 signals only real GPU holders', async () => {
     // A real holder in ct130 (root via pct exec: tier 1 can stop it) that ignores SIGTERM for a while.
-    const holder = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 2, mib: 20_000 }], title: 'sglang::scheduler_TP2' });
+    const holder = await rig.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 2, mib: 20_000 }],
+      title: 'sglang::scheduler_TP2',
+    });
     allowed.add(holder.hostPid);
     const victim = bystanders[2] as FleetProcess;
     const id = await freshIncident('ct130');
@@ -172,18 +246,43 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
     const cr = routeFor(rig.inventory, 'ct130');
     const hr = hostRouteFor(rig.inventory, 'kpro5');
     if (ct?.kind !== 'container' || !host || !cr || !hr) throw new Error('inventory');
-    const r = await readTarget(ct, host, { container: cr, host: hr }, { exec: (a, b) => rig.executor.exec(a, b), now: () => new Date(), commandTimeoutMs: 10_000 });
+    const r = await readTarget(
+      ct,
+      host,
+      { container: cr, host: hr },
+      { exec: (a, b) => rig.executor.exec(a, b), now: () => new Date(), commandTimeoutMs: 10_000 },
+    );
     if (!r.ok) throw new Error('read failed');
     const d = diagnoseReadings('ct130', 'kpro5', r.value, { containerExecUid: 0 });
     const forged = structuredClone(d);
     for (const g of forged.gpus)
-      for (const h of g.holders) if (h.process.hostPid === holder.hostPid) Object.assign(h.process, { hostPid: victim.hostPid, containerPid: victim.containerPid, startTimeTicks: victim.startTime, cmdline: victim.cmdline });
+      for (const h of g.holders)
+        if (h.process.hostPid === holder.hostPid)
+          Object.assign(h.process, {
+            hostPid: victim.hostPid,
+            containerPid: victim.containerPid,
+            startTimeTicks: victim.startTime,
+            cmdline: victim.cmdline,
+          });
     const at = new Date().toISOString();
     await rig.log.append(id, { type: 'diagnosis', at, label: 'before', diagnosis: forged });
-    await rig.log.append(id, { type: 'step_started', at, stepId: 'container_signal-000000000000', kind: 'container_signal', tier: 1, machineId: 'ct130', explanation: 'x' });
+    await rig.log.append(id, {
+      type: 'step_started',
+      at,
+      stepId: 'container_signal-000000000000',
+      kind: 'container_signal',
+      tier: 1,
+      machineId: 'ct130',
+      explanation: 'x',
+    });
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct130' }, rig.deps());
     expect(rig.fleet.signals().filter((s) => s.hostPid === victim.hostPid)).toEqual([]);
-    expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid).map((s) => s.signal)).toEqual(['SIGTERM']);
+    expect(
+      rig.fleet
+        .signals()
+        .filter((s) => s.hostPid === holder.hostPid)
+        .map((s) => s.signal),
+    ).toEqual(['SIGTERM']);
     assertNothingOutsideTheBound();
   }, 60_000);
 });

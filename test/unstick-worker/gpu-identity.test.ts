@@ -37,7 +37,9 @@ async function clearLeaks(): Promise<void> {
 
 async function approveAndRun(incidentId: string): Promise<void> {
   const req = ofType(await rig.events(incidentId), 'approval_requested')[0];
-  expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+  expect(
+    await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() }),
+  ).toMatchObject({ ok: true });
   await runDecisionJob({ kind: 'decision', incidentId, approvalId: req?.approvalId ?? '' }, rig.deps());
 }
 
@@ -56,12 +58,17 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     const u = hostUuids();
     await rig.fleet.setLeak('kpro5', 2, 30_000); // ct131's GPU 0
     await rig.fleet.setLeak('kpro5', 0, 12_000); // host GPU 0: not ct131's (its GPU 0 is a different GPU)
-    const holder = await rig.fleet.spawnHolder('ct131', { gpus: [{ index: 1, mib: 50_000 }], title: 'python3 serve.py' }); // host GPU 5
+    const holder = await rig.fleet.spawnHolder('ct131', {
+      gpus: [{ index: 1, mib: 50_000 }],
+      title: 'python3 serve.py',
+    }); // host GPU 5
     const id = await rig.newIncident('ct131');
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct131' }, rig.deps());
     let ev = await rig.events(id);
     // The container's own table: two GPUs, numbered 0 and 1, which are host GPUs 2 and 5.
-    const ctSnap = ofType(ev, 'snapshot').find((e) => e.label === 'before' && e.snapshot.machineId === 'ct131')?.snapshot;
+    const ctSnap = ofType(ev, 'snapshot').find(
+      (e) => e.label === 'before' && e.snapshot.machineId === 'ct131',
+    )?.snapshot;
     expect(ctSnap?.gpus.map((g) => [g.index, g.uuid, g.memoryUsedMiB])).toEqual([
       [0, u[2], 30_000],
       [1, u[5], 50_000],
@@ -72,7 +79,12 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
       [1, 5, u[5], 'held_in_container'],
     ]);
     // Tier 1 stopped the holder on host GPU 5 from inside the container.
-    expect(rig.fleet.signals().filter((x) => x.hostPid === holder.hostPid).map((x) => x.signal)).toEqual(['SIGTERM']);
+    expect(
+      rig.fleet
+        .signals()
+        .filter((x) => x.hostPid === holder.hostPid)
+        .map((x) => x.signal),
+    ).toEqual(['SIGTERM']);
     const req = ofType(ev, 'approval_requested')[0];
     expect(req?.step.kind).toBe('host_reset');
     expect(req?.step.gpus.map((g) => [g.index, g.hostIndex, g.uuid])).toEqual([[0, 2, u[2]]]);
@@ -82,7 +94,9 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     await approveAndRun(id);
     ev = await rig.events(id);
     const reset = ofType(ev, 'command').filter((c) => c.role === 'reset');
-    expect(reset.map((c) => c.record.command)).toEqual([expect.stringMatching(new RegExp(`nvidia-smi --gpu-reset -i ${u[2]}$`))]);
+    expect(reset.map((c) => c.record.command)).toEqual([
+      expect.stringMatching(new RegExp(`nvidia-smi --gpu-reset -i ${u[2]}$`)),
+    ]);
     const mem = rig.fleet.gpuMemory('kpro5');
     expect([mem[2]?.usedMiB, mem[0]?.usedMiB, mem[5]?.usedMiB]).toEqual([0, 12_000, 0]);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
@@ -95,7 +109,9 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     await rig.fleet.setLeak('kpro5', 2, 30_000);
     const id = await rig.newIncident('ct131');
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct131' }, rig.deps());
-    expect(ofType(await rig.events(id), 'approval_requested')[0]?.step.gpus.map((g) => [g.hostIndex, g.uuid])).toEqual([[2, u[2]]]);
+    expect(ofType(await rig.events(id), 'approval_requested')[0]?.step.gpus.map((g) => [g.hostIndex, g.uuid])).toEqual([
+      [2, u[2]],
+    ]);
     // Re-enumeration (a reboot, a GPU back on the bus): host GPUs 2 and 3 trade indices, and the GPU
     // now at index 2 holds memory of its own that a reset must not touch.
     await rig.fleet.renumberHostGpus('kpro5', [0, 1, 3, 2, 4, 5, 6, 7]);
@@ -103,7 +119,11 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     await rig.fleet.setLeak('kpro5', 2, 9_000);
     await approveAndRun(id);
     const ev = await rig.events(id);
-    expect(ofType(ev, 'command').filter((c) => c.role === 'reset').map((c) => c.record.command)).toEqual([expect.stringMatching(new RegExp(`-i ${u[2]}$`))]);
+    expect(
+      ofType(ev, 'command')
+        .filter((c) => c.role === 'reset')
+        .map((c) => c.record.command),
+    ).toEqual([expect.stringMatching(new RegExp(`-i ${u[2]}$`))]);
     const mem = rig.fleet.gpuMemory('kpro5');
     expect([mem[3]?.usedMiB, mem[2]?.usedMiB]).toEqual([0, 9_000]);
     // ct131's /dev/nvidia2 is now that other GPU, so its after-view may ask about it: not this test's subject.
@@ -122,7 +142,9 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     await approveAndRun(id);
     const ev = await rig.events(id);
     expect(ofType(ev, 'command').filter((c) => c.role === 'reset' || c.role === 'persistence_off')).toEqual([]);
-    expect(ofType(ev, 'step_finished').at(-1)?.message).toMatch(new RegExp(`${u[2]}\\): skipped, kpro5 no longer lists that UUID \\(exit 15`));
+    expect(ofType(ev, 'step_finished').at(-1)?.message).toMatch(
+      new RegExp(`${u[2]}\\): skipped, kpro5 no longer lists that UUID \\(exit 15`),
+    );
     await closeIncident(id);
     await rig.fleet.setGpuError('kpro5', null, 2);
     await clearLeaks();
@@ -140,7 +162,9 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
       expect(ctSnap?.gpus[0]?.uuid).toBe(u[0]);
       const g0 = ofType(ev, 'diagnosis')[0]?.diagnosis.gpus[0];
       expect([g0?.hostIndex, g0?.uuid, g0?.kind]).toEqual([null, null, 'gpu_error']);
-      expect(g0?.sentence).toContain(`the container reports GPU 0 as ${u[0]}, which is not one of the GPUs kpro5 passes to container 131`);
+      expect(g0?.sentence).toContain(
+        `the container reports GPU 0 as ${u[0]}, which is not one of the GPUs kpro5 passes to container 131`,
+      );
       expect(ofType(ev, 'approval_requested')).toEqual([]);
       expect(ofType(ev, 'step_started')).toEqual([]);
       expect(rig.fleet.gpuMemory('kpro5')[0]?.usedMiB).toBe(40_000);

@@ -25,7 +25,10 @@ let dispatcher: Dispatcher;
 let queue: Queue;
 
 beforeAll(async () => {
-  rig = await startRig({ hosts: [{ id: 'kpro5', gpus: 2 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] });
+  rig = await startRig({
+    hosts: [{ id: 'kpro5', gpus: 2 }],
+    containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+  });
   ex = createSshExecutor({ connectTimeoutMs: 8000 });
   dispatcher = createDispatcher({ connection: rig.redis, prefix: rig.prefix });
   queue = new Queue(queueName('default'), { connection: rig.redis, prefix: rig.prefix });
@@ -42,9 +45,15 @@ const asFleetuser = () => fleetuserInventory(rig.fleet);
 
 describe('a decision whose job could not be queued', () => {
   it('is still executed, exactly once: the click says recorded, a retry click says already approved, the sweep queues one job, the kill runs once', async () => {
-    const holder = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 30_000 }], title: 'sglang::scheduler_TP0' });
+    const holder = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 30_000 }],
+      title: 'sglang::scheduler_TP0',
+    });
     const id = await rig.newIncident('ct129');
-    await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+    await runUnstickJob(
+      { kind: 'unstick', incidentId: id, machineId: 'ct129' },
+      rig.deps({ inventory: asFleetuser(), executor: ex }),
+    );
     const req = ofType(await rig.events(id), 'approval_requested')[0];
     if (!req) throw new Error('no card');
     const cardTs = '1796000000.000100';
@@ -59,7 +68,10 @@ describe('a decision whose job could not be queued', () => {
       dispatcher: {
         async enqueue(_site, _data, jobId) {
           refused.push(jobId);
-          throw new CodedError(ErrorCode.QueueUnavailable, 'queue unavailable: READONLY You can\'t write against a read only replica.');
+          throw new CodedError(
+            ErrorCode.QueueUnavailable,
+            "queue unavailable: READONLY You can't write against a read only replica.",
+          );
         },
         async close() {},
       },
@@ -73,7 +85,11 @@ describe('a decision whose job could not be queued', () => {
       alertsChannel: null,
       snoozes: new SnoozeStore(rig.redis, rig.prefix),
     };
-    const click = () => handleApprovalClick({ approvalId: req.approvalId, decision: 'approved', user: APPROVER, channel: 'C0ONCALL01', messageTs: cardTs }, botDeps);
+    const click = () =>
+      handleApprovalClick(
+        { approvalId: req.approvalId, decision: 'approved', user: APPROVER, channel: 'C0ONCALL01', messageTs: cardTs },
+        botDeps,
+      );
     expect(await click()).toMatch(/^:white_check_mark: Approved and recorded\..*picks it up on its own/);
     expect(text()).toMatch(/its job not queued/);
     expect((await rig.approvals.get(req.approvalId))?.state).toBe('approved');
@@ -84,7 +100,16 @@ describe('a decision whose job could not be queued', () => {
     expect(refused).toEqual([jobId, jobId]);
 
     // A worker's sweep, twice (the bot's grace passed): one job, under the bot's job id.
-    const sweep = () => sweepDecisions({ approvals: rig.approvals, log: rig.log, inventory: rig.inventory, dispatcher, now: () => new Date(), logger, graceMs: 0 });
+    const sweep = () =>
+      sweepDecisions({
+        approvals: rig.approvals,
+        log: rig.log,
+        inventory: rig.inventory,
+        dispatcher,
+        now: () => new Date(),
+        logger,
+        graceMs: 0,
+      });
     expect(await sweep()).toBe(1);
     await sweep();
     const jobs = await queue.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed']);
@@ -94,7 +119,12 @@ describe('a decision whose job could not be queued', () => {
     const data = JobSchema.parse(jobs.find((j) => j.id === jobId)?.data);
     if (data.kind !== 'decision') throw new Error('not a decision job');
     await runDecisionJob(data, rig.deps({ inventory: asFleetuser(), executor: ex, jobId, workerId: `h:1:${jobId}:1` }));
-    expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid).map((s) => s.signal)).toEqual(['SIGKILL']);
+    expect(
+      rig.fleet
+        .signals()
+        .filter((s) => s.hostPid === holder.hostPid)
+        .map((s) => s.signal),
+    ).toEqual(['SIGKILL']);
     const ev = await rig.events(id);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
     expect(ofType(ev, 'approval_decided')).toHaveLength(1);

@@ -17,7 +17,10 @@ import { ofType, startRig, type Rig } from './rig.ts';
 let rig: Rig;
 
 beforeAll(async () => {
-  rig = await startRig({ hosts: [{ id: 'kpro5', gpus: 2 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] });
+  rig = await startRig({
+    hosts: [{ id: 'kpro5', gpus: 2 }],
+    containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+  });
 });
 
 afterAll(async () => {
@@ -42,13 +45,24 @@ function losingFirstSignalAnswer(base: Executor): Executor {
 
 describe('a signal command whose answer is lost after it ran', () => {
   it('is recorded as about to be sent before it runs, and the thread says the process may have been signalled, never "Nothing was signalled"', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 20_000 }], title: 'sglang::scheduler_TP0' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 20_000 }],
+      title: 'sglang::scheduler_TP0',
+    });
     const ex = createSshExecutor({ connectTimeoutMs: 8000 });
     try {
       const id = await rig.newIncident('ct129');
-      await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ executor: losingFirstSignalAnswer(ex) }));
+      await runUnstickJob(
+        { kind: 'unstick', incidentId: id, machineId: 'ct129' },
+        rig.deps({ executor: losingFirstSignalAnswer(ex) }),
+      );
       // The kernel delivered it: the holder logged the SIGTERM.
-      expect(rig.fleet.signals().filter((s) => s.hostPid === h.hostPid).map((s) => s.signal)).toContain('SIGTERM');
+      expect(
+        rig.fleet
+          .signals()
+          .filter((s) => s.hostPid === h.hostPid)
+          .map((s) => s.signal),
+      ).toContain('SIGTERM');
       const ev = await rig.events(id);
       const intents = ofType(ev, 'signal_intent');
       expect(intents[0]?.signal).toBe('TERM');
@@ -59,7 +73,9 @@ describe('a signal command whose answer is lost after it ran', () => {
       expect(types.slice(0, types.indexOf('signal_intent'))).not.toContain('command:term');
       const meta = await rig.log.meta(id);
       if (!meta) throw new Error('no meta');
-      const text = renderThread(meta, ev).map((v) => v.text).join('\n');
+      const text = renderThread(meta, ev)
+        .map((v) => v.text)
+        .join('\n');
       expect(text).not.toMatch(/Nothing was signalled/);
       expect(text).toMatch(/may have been (sent|signalled)/);
       expect(text).toContain(String(h.hostPid));

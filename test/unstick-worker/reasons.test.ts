@@ -12,7 +12,10 @@ let rig: Rig;
 let holder: FleetProcess;
 
 beforeAll(async () => {
-  rig = await startRig({ hosts: [{ id: 'kpro5', gpus: 2 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] });
+  rig = await startRig({
+    hosts: [{ id: 'kpro5', gpus: 2 }],
+    containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+  });
   holder = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96_413 }], title: 'sglang::scheduler_TP0' });
 });
 
@@ -32,8 +35,13 @@ describe('a host that loses lxc-info between the card and the approval', () => {
     const req = ofType(await rig.events(id), 'approval_requested')[0];
     expect(req?.step.kind).toBe('host_kill');
     await rig.fleet.removeTool('kpro5', 'lxc-info');
-    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
-    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps({ inventory }));
+    expect(
+      await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
+    await runDecisionJob(
+      { kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' },
+      rig.deps({ inventory }),
+    );
     const ev = await rig.events(id);
     const skipped = ofType(ev, 'signalled').filter((e) => e.signal === 'KILL');
     expect(skipped.map((e) => [e.hostPid, e.result])).toEqual([[holder.hostPid, 'skipped']]);
@@ -55,7 +63,11 @@ describe('a host without lxc-info', () => {
     expect(hostError?.message).toMatch(/`lxc-info` was not found on kpro5 \(exit 127/);
     expect(hostError?.message).not.toMatch(/not running/);
     // Both views had been read before the PID-namespace read failed: their tables are posted.
-    expect(ofType(ev, 'snapshot').map((e) => [e.label, e.snapshot.machineId]).sort()).toEqual([
+    expect(
+      ofType(ev, 'snapshot')
+        .map((e) => [e.label, e.snapshot.machineId])
+        .sort(),
+    ).toEqual([
       ['before', 'ct129'],
       ['before', 'kpro5'],
     ]);
@@ -63,7 +75,9 @@ describe('a host without lxc-info', () => {
     const texts = [...ofType(ev, 'error'), ...ofType(ev, 'machine_error')].map((e) => e.message);
     expect(texts.join('\n')).not.toMatch(/Try `\/gpu status/);
     expect(ofType(ev, 'machine_error').map((e) => e.machineId)).toEqual(['kpro5']);
-    expect(ofType(ev, 'error').map((e) => e.message)).toEqual([expect.stringMatching(/^Nothing was signalled: the host view of `kpro5` could not be read/)]);
+    expect(ofType(ev, 'error').map((e) => e.message)).toEqual([
+      expect.stringMatching(/^Nothing was signalled: the host view of `kpro5` could not be read/),
+    ]);
     expect(ofType(ev, 'step_started')).toEqual([]);
     expect(rig.fleet.signals()).toEqual([]);
     expect(procStart(holder.hostPid)).toBe(holder.startTime);

@@ -21,7 +21,10 @@ beforeAll(async () => {
       { id: 'ct130', vmid: 130, host: 'kpro5' },
     ],
   });
-  outsider = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 5, mib: 40_211 }], title: 'python3 train.py --epochs 3' });
+  outsider = await rig.fleet.spawnHolder('ct130', {
+    gpus: [{ index: 5, mib: 40_211 }],
+    title: 'python3 train.py --epochs 3',
+  });
 });
 
 afterAll(async () => {
@@ -43,7 +46,9 @@ describe('S5: memory held with no process anywhere', () => {
     let ev = await rig.events(id);
     const d = ofType(ev, 'diagnosis')[0]?.diagnosis;
     expect(d?.gpus.find((g) => g.index === 7)?.kind).toBe('orphaned_memory');
-    expect(d?.gpus.find((g) => g.index === 7)?.sentence).toMatch(/only a host-level GPU reset can, and a container cannot reset a GPU/);
+    expect(d?.gpus.find((g) => g.index === 7)?.sentence).toMatch(
+      /only a host-level GPU reset can, and a container cannot reset a GPU/,
+    );
     expect(ofType(ev, 'step_started')).toEqual([]);
     const req = ofType(ev, 'approval_requested')[0];
     expect(req?.step.kind).toBe('host_reset');
@@ -59,13 +64,17 @@ describe('S5: memory held with no process anywhere', () => {
     expect(ofType(ev, 'finished')).toEqual([]);
     expect((await rig.lock.holder('ct129'))?.incidentId).toBe(id);
 
-    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps());
 
     expect(rig.fleet.gpuMemory('kpro5')[7]?.usedMiB).toBe(0);
     ev = await rig.events(id);
     const cmds = ofType(ev, 'command');
-    expect(cmds.map((c) => [c.role, c.on, c.record.machineId]).filter(([r]) => r !== 'read_gpus' && r !== 'check_apps')).toEqual([
+    expect(
+      cmds.map((c) => [c.role, c.on, c.record.machineId]).filter(([r]) => r !== 'read_gpus' && r !== 'check_apps'),
+    ).toEqual([
       ['read_persistence', 'host', 'kpro5'],
       ['persistence_off', 'host', 'kpro5'],
       ['reset', 'host', 'kpro5'],
@@ -75,7 +84,9 @@ describe('S5: memory held with no process anywhere', () => {
     // Host GPU 7, named by its UUID.
     const u7 = req?.step.gpus[0]?.uuid ?? '?';
     expect(u7).toMatch(/^GPU-[0-9a-f-]{36}$/);
-    expect(cmds.find((c) => c.role === 'reset')?.record.command).toMatch(new RegExp(`nvidia-smi --gpu-reset -i ${u7}$`));
+    expect(cmds.find((c) => c.role === 'reset')?.record.command).toMatch(
+      new RegExp(`nvidia-smi --gpu-reset -i ${u7}$`),
+    );
     const host = toolCalls('kpro5');
     const resetAt = host.findIndex((c) => c.endsWith(`--gpu-reset -i ${u7}`));
     expect(resetAt).toBeGreaterThan(0);
@@ -97,12 +108,16 @@ describe('S5: memory held with no process anywhere', () => {
     expect(req?.step.kind).toBe('host_reset');
     // Another container starts using GPU 3 before anyone clicks.
     const late = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 3, mib: 1_024 }], title: 'python3 eval.py' });
-    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps());
     const ev = await rig.events(id);
     expect(ofType(ev, 'command').filter((c) => c.role === 'reset' || c.role === 'persistence_off')).toEqual([]);
     expect(ofType(ev, 'step_finished').at(-1)).toMatchObject({ outcome: 'failed' });
-    expect(ofType(ev, 'step_finished').at(-1)?.message).toMatch(new RegExp(`skipped, host PID ${late.hostPid} now holds it`));
+    expect(ofType(ev, 'step_finished').at(-1)?.message).toMatch(
+      new RegExp(`skipped, host PID ${late.hostPid} now holds it`),
+    );
     expect(rig.fleet.gpuMemory('kpro5')[3]?.usedMiB).toBe(8_000 + 1_024);
     expect(rig.fleet.signals()).toEqual([]);
     expect(procStart(late.hostPid)).toBe(late.startTime);
@@ -127,7 +142,10 @@ describe('approvals that never run', () => {
     const ev = await rig.events(id);
     expect(ofType(ev, 'approval_requested')).toEqual([]);
     expect(ofType(ev, 'error')).toEqual([
-      expect.objectContaining({ code: 'not_approver', message: 'no approvers configured: host-level steps cannot run; set GPU_MEDIC_APPROVERS' }),
+      expect.objectContaining({
+        code: 'not_approver',
+        message: 'no approvers configured: host-level steps cannot run; set GPU_MEDIC_APPROVERS',
+      }),
     ]);
     expect(ofType(ev, 'verdict')[0]?.verdict.kind).toBe('still_stuck');
     expect(ev.at(-1)?.type).toBe('finished');
@@ -138,12 +156,18 @@ describe('approvals that never run', () => {
     const id = await rig.newIncident('ct129');
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps());
     const req = ofType(await rig.events(id), 'approval_requested')[0];
-    expect(await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'denied', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'denied', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     const before = toolCalls('kpro5').length;
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps());
     const ev = await rig.events(id);
     expect(ofType(ev, 'step_started')).toEqual([]);
-    expect(toolCalls('kpro5').slice(before).filter((c) => RESET_OR_PM.test(c))).toEqual([]);
+    expect(
+      toolCalls('kpro5')
+        .slice(before)
+        .filter((c) => RESET_OR_PM.test(c)),
+    ).toEqual([]);
     const v = ofType(ev, 'verdict')[0]?.verdict;
     expect(v?.kind).toBe('still_stuck');
     expect(v?.nextStep).toMatch(new RegExp(`^Denied by <@${APPROVER}>: nothing from the approval card was run\\.`));
@@ -158,7 +182,12 @@ describe('approvals that never run', () => {
     const req = ofType(await rig.events(id), 'approval_requested')[0];
     const approvalId = req?.approvalId ?? '';
     const job = rig.enqueued.find((e) => e.data.kind === 'expire' && e.data.approvalId === approvalId);
-    expect(job).toMatchObject({ site: 'default', delayMs: TTL_MS, jobId: `expire-${approvalId}`, data: { kind: 'expire', incidentId: id, approvalId } });
+    expect(job).toMatchObject({
+      site: 'default',
+      delayMs: TTL_MS,
+      jobId: `expire-${approvalId}`,
+      data: { kind: 'expire', incidentId: id, approvalId },
+    });
 
     const n = (await rig.events(id)).length;
     await runExpireJob({ kind: 'expire', incidentId: id, approvalId }, rig.deps());
@@ -168,7 +197,13 @@ describe('approvals that never run', () => {
     rig.clockOffsetMs = TTL_MS + 1000;
     try {
       await runExpireJob({ kind: 'expire', incidentId: id, approvalId }, rig.deps());
-      expect(await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() + rig.clockOffsetMs })).toMatchObject({
+      expect(
+        await rig.approvals.decide(approvalId, {
+          user: APPROVER,
+          decision: 'approved',
+          now: Date.now() + rig.clockOffsetMs,
+        }),
+      ).toMatchObject({
         ok: false,
         code: 'approval_expired',
       });
@@ -182,7 +217,9 @@ describe('approvals that never run', () => {
     const v = ofType(ev, 'verdict');
     expect(v).toHaveLength(1);
     expect(v[0]?.verdict.kind).toBe('still_stuck');
-    expect(v[0]?.verdict.nextStep).toMatch(/^The approval request expired without a decision; nothing from it was run\. GPU 4: memory with no process; a host-level GPU reset on kpro5/);
+    expect(v[0]?.verdict.nextStep).toMatch(
+      /^The approval request expired without a decision; nothing from it was run\. GPU 4: memory with no process; a host-level GPU reset on kpro5/,
+    );
     expect(ofType(ev, 'finished')).toHaveLength(1);
     expect(toolCalls('kpro5').slice(before)).toEqual([]);
     expect(await rig.lock.holder('ct129')).toBeNull();
@@ -192,7 +229,11 @@ describe('approvals that never run', () => {
 
 describe('tier 1 through pct exec (container without its own address)', () => {
   it('signals every GPU holder of ct130 by container PID via `pct exec 130`, and nothing in ct129 or on the host', async () => {
-    const h = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 2, mib: 70_000 }], title: 'sglang::scheduler_TP2', dieDelayMs: 2000 });
+    const h = await rig.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 2, mib: 70_000 }],
+      title: 'sglang::scheduler_TP2',
+      dieDelayMs: 2000,
+    });
     const hostOwn = await rig.fleet.spawnBystander('kpro5', { title: 'nvidia-persistenced --user nvidia' });
     const ct129Own = await rig.fleet.spawnBystander('ct129', { title: 'python3 /opt/monitor/monitor.py' });
     const t0 = Date.now();
@@ -201,10 +242,14 @@ describe('tier 1 through pct exec (container without its own address)', () => {
     const ev = await rig.events(id);
     const term = ofType(ev, 'command').find((c) => c.role === 'term');
     // Targets in host-PID order, each by its container PID.
-    const pids = [h, outsider].sort((a, b) => a.hostPid - b.hostPid).map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
+    const pids = [h, outsider]
+      .sort((a, b) => a.hostPid - b.hostPid)
+      .map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
     // Reached through its host: the SSH session is kpro5's, the command runs inside ct130.
     expect(term?.on).toBe('container');
-    expect(term?.record.command).toMatch(new RegExp(`pct exec 130 -- timeout -k 1 10 sh -c .*${signalTail('container', 'TERM', pids)}`, 's'));
+    expect(term?.record.command).toMatch(
+      new RegExp(`pct exec 130 -- timeout -k 1 10 sh -c .*${signalTail('container', 'TERM', pids)}`, 's'),
+    );
     const sig = rig.fleet.signals().filter((s) => s.ts >= t0);
     expect(sig.map((s) => [s.hostPid, s.signal]).sort()).toEqual(
       [

@@ -128,7 +128,16 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
     async newIncident(target, requester = REQUESTER) {
       const id = `inc_${randomBytes(6).toString('hex')}`;
       const createdAt = new Date().toISOString();
-      await rig.log.create({ id, kind: 'unstick', requester, channel: 'C0ONCALL01', targets: [target], text: `unstick ${target}`, reason: null, createdAt });
+      await rig.log.create({
+        id,
+        kind: 'unstick',
+        requester,
+        channel: 'C0ONCALL01',
+        targets: [target],
+        text: `unstick ${target}`,
+        reason: null,
+        createdAt,
+      });
       const got = await rig.lock.acquire(target, { incidentId: id, requester, since: createdAt }, 600_000);
       if (!got.ok) throw new Error(`${target} is locked by ${JSON.stringify(got.holder)}`);
       return id;
@@ -170,10 +179,15 @@ function startTimeOf(pid: number): number | null {
 export async function startDeviceMonitor(fleet: Fleet, containerId: string): Promise<DeviceMonitor> {
   const init = fleet.machine(containerId).initHostPid;
   if (init === null) throw new Error(`${containerId} is not running`);
-  const script = "import os,sys,time\nf=open('/dev/nvidia0','rb')\ng=open('/dev/nvidiactl','rb')\nprint(os.getpid(),flush=True)\ntime.sleep(3600)\n";
-  const child = spawn('nsenter', ['--target', String(init), '--pid', '--mount', '--', '/usr/bin/python3', '-c', script, 'gpu_exporter.py'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const script =
+    "import os,sys,time\nf=open('/dev/nvidia0','rb')\ng=open('/dev/nvidiactl','rb')\nprint(os.getpid(),flush=True)\ntime.sleep(3600)\n";
+  const child = spawn(
+    'nsenter',
+    ['--target', String(init), '--pid', '--mount', '--', '/usr/bin/python3', '-c', script, 'gpu_exporter.py'],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   const ctPid = await new Promise<number>((resolve, reject) => {
     let buf = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -213,6 +227,10 @@ export function ofType<T extends AnyLoggedEvent['type']>(events: readonly AnyLog
  * The words a logged signal command line ends with: side, signal, namespace inode, then per
  * target its PID, start time and (host side) container PID. A RegExp source.
  */
-export function signalTail(side: 'host' | 'container', signal: 'TERM' | 'KILL', targets: ReadonlyArray<{ pid: number; start: number; ctPid?: number | null }>): string {
+export function signalTail(
+  side: 'host' | 'container',
+  signal: 'TERM' | 'KILL',
+  targets: ReadonlyArray<{ pid: number; start: number; ctPid?: number | null }>,
+): string {
   return ` ${side} ${signal} \\d+ ${targets.map((t) => `${t.pid} ${t.start} ${side === 'host' ? (t.ctPid ?? 0) : 0}`).join(' ')}$`;
 }

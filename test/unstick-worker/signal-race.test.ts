@@ -26,7 +26,8 @@ beforeAll(async () => {
 
 /** Every process a test started ends with it, whatever it asserted. */
 afterEach(async () => {
-  for (const p of rig.fleet.processes()) if (procStart(p.hostPid) === p.startTime && p.containerPid !== 1) await rig.fleet.endProcess(p);
+  for (const p of rig.fleet.processes())
+    if (procStart(p.hostPid) === p.startTime && p.containerPid !== 1) await rig.fleet.endProcess(p);
   for (const id of ['ct129']) {
     const holder = await rig.lock.holder(id);
     if (holder) await rig.lock.release(id, holder.incidentId);
@@ -59,7 +60,12 @@ async function reuse(target: FleetProcess, gpu: number): Promise<FleetProcess> {
 }
 
 /** An executor that runs `before` once, right before the first command that signals `signal` on that side. */
-function hooked(base: Executor, side: 'host' | 'container', signal: 'TERM' | 'KILL', before: () => Promise<void>): Executor {
+function hooked(
+  base: Executor,
+  side: 'host' | 'container',
+  signal: 'TERM' | 'KILL',
+  before: () => Promise<void>,
+): Executor {
   let fired = false;
   return {
     async exec(route, spec) {
@@ -76,19 +82,27 @@ function hooked(base: Executor, side: 'host' | 'container', signal: 'TERM' | 'KI
 
 describe('host kill', () => {
   it('PID reused in the container between the check and the kill: the new process survives, the log says "skipped: PID reused"', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 50_000 }], title: 'sglang::scheduler_TP1' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 1, mib: 50_000 }],
+      title: 'sglang::scheduler_TP1',
+    });
     const id = await rig.newIncident('ct129');
     const inventory = asFleetuser();
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ inventory, executor: ex }));
     const req = ofType(await rig.events(id), 'approval_requested')[0];
     expect(req?.step.targets.map((t) => [t.hostPid, t.startTimeTicks])).toEqual([[h.hostPid, h.startTime]]);
-    expect((await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).ok).toBe(true);
+    expect(
+      (await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).ok,
+    ).toBe(true);
 
     let newcomer: FleetProcess | null = null;
     const executor = hooked(ex, 'host', 'KILL', async () => {
       newcomer = await reuse(h, 1);
     });
-    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, rig.deps({ inventory, executor }));
+    await runDecisionJob(
+      { kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' },
+      rig.deps({ inventory, executor }),
+    );
     const n = newcomer as FleetProcess | null;
     if (n === null) throw new Error('the signal command never ran');
     expect([n.hostPid, n.containerPid]).toEqual([h.hostPid, h.containerPid]);
@@ -102,11 +116,18 @@ describe('host kill', () => {
     expect(kill[0]?.reason).toMatch(/^PID reused/);
     expect(kill[0]?.check).toBe('pidfd');
     // The signal command did run on the host (this is the check at the moment of the kill, not an earlier one).
-    expect(ofType(ev, 'command').filter((c) => c.role === 'kill').map((c) => [c.on, c.record.machineId, c.record.code])).toEqual([['host', 'kpro5', 0]]);
+    expect(
+      ofType(ev, 'command')
+        .filter((c) => c.role === 'kill')
+        .map((c) => [c.on, c.record.machineId, c.record.code]),
+    ).toEqual([['host', 'kpro5', 0]]);
   });
 
   it('PID reused in the container between the plan and the kill: the new process survives, the log says "skipped: PID reused"', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 50_000 }], title: 'sglang::scheduler_TP2' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 2, mib: 50_000 }],
+      title: 'sglang::scheduler_TP2',
+    });
     const id = await rig.newIncident('ct129');
     const deps = rig.deps({ inventory: asFleetuser(), executor: ex });
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, deps);
@@ -114,7 +135,9 @@ describe('host kill', () => {
     expect(req?.step.targets.map((t) => t.hostPid)).toEqual([h.hostPid]);
 
     const n = await reuse(h, 2);
-    expect((await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).ok).toBe(true);
+    expect(
+      (await rig.approvals.decide(req?.approvalId ?? '', { user: APPROVER, decision: 'approved', now: Date.now() })).ok,
+    ).toBe(true);
     await runDecisionJob({ kind: 'decision', incidentId: id, approvalId: req?.approvalId ?? '' }, deps);
 
     expect(procStart(n.hostPid)).toBe(n.startTime);
@@ -127,7 +150,10 @@ describe('host kill', () => {
 
 describe('tier 1 inside the container', () => {
   it('container PID reused between the check and the SIGTERM: the new process gets nothing, the log says "skipped: PID reused"', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 3, mib: 30_000 }], title: 'sglang::scheduler_TP3' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 3, mib: 30_000 }],
+      title: 'sglang::scheduler_TP3',
+    });
     const id = await rig.newIncident('ct129');
     let newcomer: FleetProcess | null = null;
     const executor = hooked(ex, 'container', 'TERM', async () => {
@@ -142,7 +168,9 @@ describe('tier 1 inside the container', () => {
     expect(signalsOf(n)).toEqual([]);
     const ev = await rig.events(id);
     const term = ofType(ev, 'signalled').filter((s) => s.signal === 'TERM');
-    expect(term.map((s) => [s.containerPid, s.startTimeTicks, s.result])).toEqual([[h.containerPid, h.startTime, 'skipped']]);
+    expect(term.map((s) => [s.containerPid, s.startTimeTicks, s.result])).toEqual([
+      [h.containerPid, h.startTime, 'skipped'],
+    ]);
     expect(term[0]?.reason).toMatch(/^PID reused/);
     expect(term[0]?.check).toBe('pidfd');
     expect(ofType(ev, 'signalled').filter((s) => s.result === 'sent')).toEqual([]);

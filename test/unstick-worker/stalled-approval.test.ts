@@ -14,7 +14,10 @@ const AFTER_MS = 20_000;
 let rig: Rig;
 
 beforeAll(async () => {
-  rig = await startRig({ hosts: [{ id: 'kpro5', gpus: 4 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] });
+  rig = await startRig({
+    hosts: [{ id: 'kpro5', gpus: 4 }],
+    containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+  });
 });
 
 afterAll(async () => {
@@ -76,7 +79,9 @@ describe('a pending card is not left to wait in silence', () => {
 
   it('a reminder or escalation for a decided card posts nothing and logs why', async () => {
     const { id, approvalId } = await pendingReset(3);
-    expect(await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'denied', now: Date.now() })).toMatchObject({ ok: true });
+    expect(
+      await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'denied', now: Date.now() }),
+    ).toMatchObject({ ok: true });
     const n = (await rig.events(id)).length;
     rig.clockOffsetMs = TTL_MS / 2;
     try {
@@ -109,7 +114,15 @@ describe('a pending card is not left to wait in silence', () => {
     const { id, approvalId } = await pendingReset(0);
     const a = await rig.approvals.get(approvalId);
     const at = a?.escalation?.at ?? 0;
-    expect(await rig.approvals.decide(approvalId, { user: ESCAL, decision: 'approved', now: at - 1, liveApprovers: [APPROVER], liveEscalation: [ESCAL] })).toMatchObject({
+    expect(
+      await rig.approvals.decide(approvalId, {
+        user: ESCAL,
+        decision: 'approved',
+        now: at - 1,
+        liveApprovers: [APPROVER],
+        liveEscalation: [ESCAL],
+      }),
+    ).toMatchObject({
       ok: false,
       code: 'escalation_not_due',
     });
@@ -119,7 +132,15 @@ describe('a pending card is not left to wait in silence', () => {
       await runEscalateJob({ kind: 'escalate', incidentId: id, approvalId }, rig.deps({ escalation }));
       const esc = ofType(await rig.events(id), 'approval_escalated');
       expect(esc.map((e) => e.pinged)).toEqual([[ESCAL]]);
-      expect(await rig.approvals.decide(approvalId, { user: ESCAL, decision: 'approved', now: at, liveApprovers: [APPROVER], liveEscalation: [ESCAL] })).toMatchObject({ ok: true });
+      expect(
+        await rig.approvals.decide(approvalId, {
+          user: ESCAL,
+          decision: 'approved',
+          now: at,
+          liveApprovers: [APPROVER],
+          liveEscalation: [ESCAL],
+        }),
+      ).toMatchObject({ ok: true });
       await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rig.deps({ escalation }));
     } finally {
       rig.clockOffsetMs = 0;
@@ -134,10 +155,15 @@ describe('a pending card is not left to wait in silence', () => {
   it('the worker refuses an escalation approver whom its own live escalation list no longer names: nothing runs', async () => {
     const { id, approvalId } = await pendingReset(1);
     const at = (await rig.approvals.get(approvalId))?.escalation?.at ?? 0;
-    expect(await rig.approvals.decide(approvalId, { user: ESCAL, decision: 'approved', now: at })).toMatchObject({ ok: true });
+    expect(await rig.approvals.decide(approvalId, { user: ESCAL, decision: 'approved', now: at })).toMatchObject({
+      ok: true,
+    });
     rig.clockOffsetMs = AFTER_MS;
     try {
-      await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rig.deps({ escalation: { approvers: [], afterMs: AFTER_MS } }));
+      await runDecisionJob(
+        { kind: 'decision', incidentId: id, approvalId },
+        rig.deps({ escalation: { approvers: [], afterMs: AFTER_MS } }),
+      );
     } finally {
       rig.clockOffsetMs = 0;
     }

@@ -17,7 +17,10 @@ let rig: Rig;
 let ex: Executor;
 
 beforeAll(async () => {
-  rig = await startRig({ hosts: [{ id: 'kpro5', gpus: 4 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] });
+  rig = await startRig({
+    hosts: [{ id: 'kpro5', gpus: 4 }],
+    containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+  });
   ex = createSshExecutor({ connectTimeoutMs: 8000 });
 }, 120_000);
 
@@ -30,15 +33,25 @@ const asFleetuser = () => fleetuserInventory(rig.fleet);
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function approvedCard(gpu: number): Promise<{ id: string; holder: FleetProcess; approvalId: string; stepId: string }> {
-  const holder = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: gpu, mib: 30_000 }], title: 'sglang::scheduler_TP0' });
+async function approvedCard(
+  gpu: number,
+): Promise<{ id: string; holder: FleetProcess; approvalId: string; stepId: string }> {
+  const holder = await rig.fleet.spawnHolder('ct129', {
+    gpus: [{ index: gpu, mib: 30_000 }],
+    title: 'sglang::scheduler_TP0',
+  });
   const left = await rig.lock.holder('ct129');
   if (left) await rig.lock.release('ct129', left.incidentId);
   const id = await rig.newIncident('ct129');
-  await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps({ inventory: asFleetuser(), executor: ex }));
+  await runUnstickJob(
+    { kind: 'unstick', incidentId: id, machineId: 'ct129' },
+    rig.deps({ inventory: asFleetuser(), executor: ex }),
+  );
   const req = ofType(await rig.events(id), 'approval_requested')[0];
   if (!req || req.step.kind !== 'host_kill') throw new Error('no host_kill card');
-  expect(await rig.approvals.decide(req.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() })).toMatchObject({ ok: true });
+  expect(
+    await rig.approvals.decide(req.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+  ).toMatchObject({ ok: true });
   return { id, holder, approvalId: req.approvalId, stepId: req.stepId };
 }
 
@@ -69,9 +82,15 @@ describe('two attempts of one decision job', () => {
       close: async () => undefined,
     };
     const job = { kind: 'decision' as const, incidentId: id, approvalId };
-    const first = runDecisionJob(job, rig.deps({ inventory: asFleetuser(), executor: slow, workerId: `h:1:${jobId}:1`, jobId }));
+    const first = runDecisionJob(
+      job,
+      rig.deps({ inventory: asFleetuser(), executor: slow, workerId: `h:1:${jobId}:1`, jobId }),
+    );
     await expect.poll(() => held, { timeout: 20_000 }).toBe(true);
-    const second = runDecisionJob(job, rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId }));
+    const second = runDecisionJob(
+      job,
+      rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId }),
+    );
     // Give the second attempt ample time to do whatever it would do.
     await sleep(3000);
     let ev = await rig.events(id);
@@ -82,7 +101,11 @@ describe('two attempts of one decision job', () => {
     await Promise.all([first, second]);
     ev = await rig.events(id);
     expect(signalsOf(holder)).toEqual(['SIGKILL']);
-    expect(ofType(ev, 'step_finished').filter((s) => s.stepId === stepId).map((s) => s.outcome)).toEqual(['done']);
+    expect(
+      ofType(ev, 'step_finished')
+        .filter((s) => s.stepId === stepId)
+        .map((s) => s.outcome),
+    ).toEqual(['done']);
     expect(ofType(ev, 'finished')).toHaveLength(1);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
     // The end comes after the step's last word.
@@ -96,13 +119,28 @@ describe('two attempts of one decision job', () => {
     const jobId = `${id}-decision-${approvalId}`;
     const dead = `h:1:${jobId}:1`;
     // What a SIGKILLed attempt leaves: its claim of the step, its fence, no heartbeat.
-    await rig.log.append(id, { type: 'step_started', at: new Date().toISOString(), stepId, kind: 'host_kill', tier: 2, machineId: 'kpro5', explanation: 'x' });
+    await rig.log.append(id, {
+      type: 'step_started',
+      at: new Date().toISOString(),
+      stepId,
+      kind: 'host_kill',
+      tier: 2,
+      machineId: 'kpro5',
+      explanation: 'x',
+    });
     expect(await rig.steps.claimStep(id, stepId, dead, Date.now())).toBe(true);
     await rig.redis.set(`${rig.prefix}:attempt:${id}:${jobId}`, dead, 'PX', 60_000);
-    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId }));
+    await runDecisionJob(
+      { kind: 'decision', incidentId: id, approvalId },
+      rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId }),
+    );
     const ev = await rig.events(id);
     expect(signalsOf(holder)).toEqual(['SIGKILL']);
-    expect(ofType(ev, 'step_finished').filter((s) => s.stepId === stepId).map((s) => s.outcome)).toEqual(['done']);
+    expect(
+      ofType(ev, 'step_finished')
+        .filter((s) => s.stepId === stepId)
+        .map((s) => s.outcome),
+    ).toEqual(['done']);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
     expect(ofType(ev, 'finished')).toHaveLength(1);
     expect(await rig.lock.holder('ct129')).toBeNull();
@@ -112,15 +150,36 @@ describe('two attempts of one decision job', () => {
     const { id, holder, approvalId, stepId } = await approvedCard(2);
     const jobId = `${id}-decision-${approvalId}`;
     const dead = `h:1:${jobId}:1`;
-    await rig.log.append(id, { type: 'step_started', at: new Date().toISOString(), stepId, kind: 'host_kill', tier: 2, machineId: 'kpro5', explanation: 'x' });
+    await rig.log.append(id, {
+      type: 'step_started',
+      at: new Date().toISOString(),
+      stepId,
+      kind: 'host_kill',
+      tier: 2,
+      machineId: 'kpro5',
+      explanation: 'x',
+    });
     expect(await rig.steps.claimStep(id, stepId, dead, Date.now())).toBe(true);
     await rig.redis.set(`${rig.prefix}:attempt:${id}:${jobId}`, dead, 'PX', 60_000);
     // It sent the SIGKILL (the test does, as that attempt would have) and logged it.
     process.kill(holder.hostPid, 'SIGKILL');
     await holder.exited;
     const before = rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid).length;
-    await rig.log.append(id, { type: 'signalled', at: new Date().toISOString(), stepId, hostPid: holder.hostPid, containerPid: holder.containerPid ?? 0, signal: 'KILL', cmdline: holder.cmdline, result: 'sent', reason: null });
-    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId }));
+    await rig.log.append(id, {
+      type: 'signalled',
+      at: new Date().toISOString(),
+      stepId,
+      hostPid: holder.hostPid,
+      containerPid: holder.containerPid ?? 0,
+      signal: 'KILL',
+      cmdline: holder.cmdline,
+      result: 'sent',
+      reason: null,
+    });
+    await runDecisionJob(
+      { kind: 'decision', incidentId: id, approvalId },
+      rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId }),
+    );
     const ev = await rig.events(id);
     expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid)).toHaveLength(before);
     expect(ofType(ev, 'command').filter((c) => c.role === 'kill')).toEqual([]);
@@ -156,9 +215,22 @@ describe('two attempts of one decision job', () => {
       close: async () => undefined,
     };
     const job = { kind: 'decision' as const, incidentId: id, approvalId };
-    const first = runDecisionJob(job, rig.deps({ inventory: asFleetuser(), executor: stall, steps: guard, workerId: `h:1:${jobId}:1`, jobId, aliveMs: 600 }));
+    const first = runDecisionJob(
+      job,
+      rig.deps({
+        inventory: asFleetuser(),
+        executor: stall,
+        steps: guard,
+        workerId: `h:1:${jobId}:1`,
+        jobId,
+        aliveMs: 600,
+      }),
+    );
     await expect.poll(() => guard.stalled, { timeout: 20_000 }).toBe(true);
-    await runDecisionJob(job, rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId, aliveMs: 600 }));
+    await runDecisionJob(
+      job,
+      rig.deps({ inventory: asFleetuser(), executor: ex, workerId: `h:2:${jobId}:2`, jobId, aliveMs: 600 }),
+    );
     let ev = await rig.events(id);
     expect(signalsOf(holder)).toEqual(['SIGKILL']);
     expect(ofType(ev, 'finished')).toHaveLength(1);

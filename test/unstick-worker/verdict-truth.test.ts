@@ -37,8 +37,14 @@ async function threadText(id: string): Promise<string> {
 
 describe('finding 1: concurrent unsticks on neighbour containers', () => {
   it('each claims only its own holders’ memory; ct129’s verdict reports ct130’s as freed outside this incident', async () => {
-    const mine = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 50_000 }], title: 'sglang::scheduler_TP0' });
-    const theirs = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 1, mib: 60_000 }], title: 'sglang::scheduler_TP1' });
+    const mine = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 50_000 }],
+      title: 'sglang::scheduler_TP0',
+    });
+    const theirs = await rig.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 1, mib: 60_000 }],
+      title: 'sglang::scheduler_TP1',
+    });
     const a = await rig.newIncident('ct129');
     const b = await rig.newIncident('ct130');
     // ct130's whole unstick runs while ct129's waits out its grace after SIGTERM: between ct129's
@@ -62,7 +68,13 @@ describe('finding 1: concurrent unsticks on neighbour containers', () => {
     const vb = ofType(await rig.events(b), 'verdict').at(-1)?.verdict;
     expect(va?.kind).toBe('recovered');
     expect(va?.totalFreedMiB).toBe(50_000);
-    expect(va?.gpus.find((g) => g.index === 1)).toMatchObject({ beforeMiB: 60_000, afterMiB: 0, heldMiB: 0, freedMiB: 0, othersFreedMiB: 60_000 });
+    expect(va?.gpus.find((g) => g.index === 1)).toMatchObject({
+      beforeMiB: 60_000,
+      afterMiB: 0,
+      heldMiB: 0,
+      freedMiB: 0,
+      othersFreedMiB: 60_000,
+    });
     expect(va?.outside).toEqual(['GPU 1: 60,000 MiB freed outside this incident.']);
     expect(vb?.kind).toBe('recovered');
     expect(vb?.totalFreedMiB).toBe(60_000);
@@ -72,7 +84,10 @@ describe('finding 1: concurrent unsticks on neighbour containers', () => {
 
 describe('finding 2: a leak beside another container’s live job', () => {
   it('is diagnosed with its unaccounted MiB and the job beside it; no reset card is offered; the verdict says when a reset can run', async () => {
-    const job = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 5, mib: 40_960 }], title: 'python3 train.py --epochs 3' });
+    const job = await rig.fleet.spawnHolder('ct130', {
+      gpus: [{ index: 5, mib: 40_960 }],
+      title: 'python3 train.py --epochs 3',
+    });
     await rig.fleet.setLeak('kpro5', 5, 8_192);
     try {
       const id = await rig.newIncident('ct129');
@@ -98,7 +113,10 @@ describe('finding 2: a leak beside another container’s live job', () => {
 
 describe('finding 3: a lost GPU never ends green', () => {
   it('nvidia-smi answering "GPU is lost": GPU error with its own next step, outcome failed, no green mark, nothing signalled', async () => {
-    const held = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 96_413 }], title: 'sglang::scheduler_TP0' });
+    const held = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 96_413 }],
+      title: 'sglang::scheduler_TP0',
+    });
     await rig.fleet.setGpuError('kpro5', 'gpu_lost', 3);
     try {
       const t0 = Date.now();
@@ -108,7 +126,9 @@ describe('finding 3: a lost GPU never ends green', () => {
       expect(ofType(ev, 'diagnosis')[0]?.diagnosis.error?.kind).toBe('gpu_lost');
       const v = ofType(ev, 'verdict').at(-1)?.verdict;
       expect(v?.kind).toBe('gpu_error');
-      expect(v?.nextStep).toMatch(/A reset will not help and nothing was signalled: drain kpro5, reboot it and check the hardware/);
+      expect(v?.nextStep).toMatch(
+        /A reset will not help and nothing was signalled: drain kpro5, reboot it and check the hardware/,
+      );
       expect(ofType(ev, 'finished').at(-1)?.outcome).toBe('failed');
       const text = await threadText(id);
       expect(text).not.toContain(':white_check_mark:');
@@ -133,7 +153,10 @@ describe('finding 4: advice after a denied host kill', () => {
   });
 
   it('the container’s kill failed (not permitted) and the host kill was denied: says only a host-level kill can free it, who denied it and who else can approve; no loop back to /gpu unstick', async () => {
-    const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 30_000 }], title: 'sglang::scheduler_TP2' });
+    const h = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 2, mib: 30_000 }],
+      title: 'sglang::scheduler_TP2',
+    });
     try {
       const inventory = inventoryOf(rig.fleet, (inv) => {
         const c = inv.containers.find((x) => x.id === 'ct129');
@@ -145,11 +168,15 @@ describe('finding 4: advice after a denied host kill', () => {
       const req = ofType(await rig.events(id), 'approval_requested')[0];
       expect(req?.step.kind).toBe('host_kill');
       const approvalId = req?.approvalId ?? '';
-      expect((await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'denied', now: Date.now() })).ok).toBe(true);
+      expect((await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'denied', now: Date.now() })).ok).toBe(
+        true,
+      );
       await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, deps);
 
       const ev = await rig.events(id);
-      const last = ofType(ev, 'diagnosis').at(-1)?.diagnosis.gpus.find((g) => g.index === 2);
+      const last = ofType(ev, 'diagnosis')
+        .at(-1)
+        ?.diagnosis.gpus.find((g) => g.index === 2);
       expect(last?.kind).toBe('held_host_only');
       expect(last?.sentence).not.toContain('The container can stop');
       const v = ofType(ev, 'verdict').at(-1)?.verdict;

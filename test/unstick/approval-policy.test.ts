@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_APPROVAL_TTL_MS, approvalExpiresAt, canDecide, escalationOf } from '../../src/approval/approval-policy.ts';
+import {
+  DEFAULT_APPROVAL_TTL_MS,
+  approvalExpiresAt,
+  canDecide,
+  escalationOf,
+} from '../../src/approval/approval-policy.ts';
 
 const policy = { approvers: ['U0APPROV1', 'U0APPROV2', 'U0REQUEST'] };
 const now = Date.parse('2026-11-30T09:20:00Z');
@@ -22,7 +27,9 @@ describe('canDecide', () => {
   });
   it('refuses a decided request first, whoever clicks', () => {
     expect(canDecide(policy, { ...base, state: 'approved' })).toMatchObject({ ok: false, code: 'approval_decided' });
-    expect(canDecide(policy, { ...base, state: 'denied', clicker: 'U0REQUEST', now: base.expiresAt + 1 })).toMatchObject({ ok: false, code: 'approval_decided' });
+    expect(
+      canDecide(policy, { ...base, state: 'denied', clicker: 'U0REQUEST', now: base.expiresAt + 1 }),
+    ).toMatchObject({ ok: false, code: 'approval_decided' });
   });
   it('messages say nothing was run', () => {
     const r = canDecide(policy, { ...base, clicker: 'U0REQUEST' });
@@ -50,7 +57,10 @@ describe('canDecide with an escalation group', () => {
     expect(canDecide(esc, { ...ctx, now: at + 60_000 })).toEqual({ ok: true });
   });
   it('still refuses the requester when they are in the escalation group', () => {
-    expect(canDecide(esc, { ...ctx, clicker: 'U0REQUEST', now: at + 1 })).toMatchObject({ ok: false, code: 'self_approval' });
+    expect(canDecide(esc, { ...ctx, clicker: 'U0REQUEST', now: at + 1 })).toMatchObject({
+      ok: false,
+      code: 'self_approval',
+    });
   });
   it('lets the first approvers decide before the escalation time as today', () => {
     expect(canDecide(esc, { ...ctx, clicker: 'U0APPROV1', now: created + 1 })).toEqual({ ok: true });
@@ -58,12 +68,29 @@ describe('canDecide with an escalation group', () => {
   it('an escalation time at or after the expiry means no escalation: the group stays refused', () => {
     const late = { ...policy, escalation: { approvers: ['U0ESCAL01'], afterMs: 15 * 60_000 } };
     expect(escalationOf(late, 'U0REQUEST', created, created + 15 * 60_000)).toBeNull();
-    expect(canDecide(late, { ...ctx, now: created + 15 * 60_000 - 1 })).toMatchObject({ ok: false, code: 'not_approver' });
+    expect(canDecide(late, { ...ctx, now: created + 15 * 60_000 - 1 })).toMatchObject({
+      ok: false,
+      code: 'not_approver',
+    });
   });
   it('escalationOf freezes the group without the requester, at creation + delay; none when the delay is 0 or the group empty', () => {
     expect(escalationOf(esc, 'U0REQUEST', created, created + 15 * 60_000)).toEqual({ approvers: ['U0ESCAL01'], at });
-    expect(escalationOf({ ...policy, escalation: { approvers: ['U0ESCAL01'], afterMs: 0 } }, 'U0REQUEST', created, created + 900_000)).toBeNull();
-    expect(escalationOf({ ...policy, escalation: { approvers: [], afterMs: 60_000 } }, 'U0REQUEST', created, created + 900_000)).toBeNull();
+    expect(
+      escalationOf(
+        { ...policy, escalation: { approvers: ['U0ESCAL01'], afterMs: 0 } },
+        'U0REQUEST',
+        created,
+        created + 900_000,
+      ),
+    ).toBeNull();
+    expect(
+      escalationOf(
+        { ...policy, escalation: { approvers: [], afterMs: 60_000 } },
+        'U0REQUEST',
+        created,
+        created + 900_000,
+      ),
+    ).toBeNull();
     expect(escalationOf(policy, 'U0REQUEST', created, created + 900_000)).toBeNull();
   });
 });

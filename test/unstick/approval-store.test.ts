@@ -41,7 +41,15 @@ describe('ApprovalStore on real Redis', () => {
     expect(a.id).toMatch(/^apr_[A-Za-z0-9_-]{22}$/);
     expect((await store.create(input)).id).not.toBe(a.id);
     const { now: _now, ...fields } = input;
-    expect(await store.get(a.id)).toEqual({ ...fields, id: a.id, createdAt: T0, state: 'pending', decidedBy: null, decidedAt: null, seal: null });
+    expect(await store.get(a.id)).toEqual({
+      ...fields,
+      id: a.id,
+      createdAt: T0,
+      state: 'pending',
+      decidedBy: null,
+      decidedAt: null,
+      seal: null,
+    });
     const ttl = await redis.pttl(`${prefix}:approval:${a.id}`);
     expect(ttl).toBeGreaterThan(6 * 24 * 3600 * 1000);
   });
@@ -49,48 +57,93 @@ describe('ApprovalStore on real Redis', () => {
   it('first decision wins; a double click says who decided', async () => {
     const a = await store.create(input);
     const first = await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 1000 });
-    expect(first).toMatchObject({ ok: true, approval: { state: 'approved', decidedBy: 'U0APPROV1', decidedAt: T0 + 1000 } });
+    expect(first).toMatchObject({
+      ok: true,
+      approval: { state: 'approved', decidedBy: 'U0APPROV1', decidedAt: T0 + 1000 },
+    });
     const again = await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 1200 });
-    expect(again).toMatchObject({ ok: false, code: 'approval_decided', approval: { decidedBy: 'U0APPROV1', state: 'approved' } });
+    expect(again).toMatchObject({
+      ok: false,
+      code: 'approval_decided',
+      approval: { decidedBy: 'U0APPROV1', state: 'approved' },
+    });
     const other = await store.decide(a.id, { user: 'U0APPROV2', decision: 'denied', now: T0 + 1500 });
-    expect(other).toMatchObject({ ok: false, code: 'approval_decided', approval: { decidedBy: 'U0APPROV1', decidedAt: T0 + 1000, state: 'approved' } });
+    expect(other).toMatchObject({
+      ok: false,
+      code: 'approval_decided',
+      approval: { decidedBy: 'U0APPROV1', decidedAt: T0 + 1000, state: 'approved' },
+    });
   });
 
   it('refuses the requester and non-approvers, leaving it pending', async () => {
     const a = await store.create(input);
-    expect(await store.decide(a.id, { user: 'U0REQUEST', decision: 'approved', now: T0 + 1 })).toMatchObject({ ok: false, code: 'self_approval' });
-    expect(await store.decide(a.id, { user: 'U0BYSTAND', decision: 'approved', now: T0 + 1 })).toMatchObject({ ok: false, code: 'not_approver' });
+    expect(await store.decide(a.id, { user: 'U0REQUEST', decision: 'approved', now: T0 + 1 })).toMatchObject({
+      ok: false,
+      code: 'self_approval',
+    });
+    expect(await store.decide(a.id, { user: 'U0BYSTAND', decision: 'approved', now: T0 + 1 })).toMatchObject({
+      ok: false,
+      code: 'not_approver',
+    });
     expect((await store.get(a.id))?.state).toBe('pending');
-    expect(await store.decide(a.id, { user: 'U0APPROV2', decision: 'denied', now: T0 + 2 })).toMatchObject({ ok: true, approval: { state: 'denied', decidedBy: 'U0APPROV2' } });
+    expect(await store.decide(a.id, { user: 'U0APPROV2', decision: 'denied', now: T0 + 2 })).toMatchObject({
+      ok: true,
+      approval: { state: 'denied', decidedBy: 'U0APPROV2' },
+    });
   });
 
   it('enforces expiry in the transition; expire() runs once and then nothing can be decided', async () => {
     const a = await store.create(input);
     expect(await store.expire(a.id, T0 + TTL - 1)).toMatchObject({ expired: false, reason: 'not_due' });
-    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + TTL })).toMatchObject({ ok: false, code: 'approval_expired' });
-    expect(await store.expire(a.id, T0 + TTL)).toMatchObject({ expired: true, approval: { state: 'expired', decidedAt: T0 + TTL } });
+    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + TTL })).toMatchObject({
+      ok: false,
+      code: 'approval_expired',
+    });
+    expect(await store.expire(a.id, T0 + TTL)).toMatchObject({
+      expired: true,
+      approval: { state: 'expired', decidedAt: T0 + TTL },
+    });
     expect(await store.expire(a.id, T0 + TTL + 5)).toMatchObject({ expired: false, reason: 'already_expired' });
-    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 5 })).toMatchObject({ ok: false, code: 'approval_expired' });
+    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 5 })).toMatchObject({
+      ok: false,
+      code: 'approval_expired',
+    });
   });
 
   it('expire() does not touch a decided approval', async () => {
     const a = await store.create(input);
     await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 1 });
-    expect(await store.expire(a.id, T0 + TTL)).toMatchObject({ expired: false, reason: 'decided', approval: { state: 'approved' } });
+    expect(await store.expire(a.id, T0 + TTL)).toMatchObject({
+      expired: false,
+      reason: 'decided',
+      approval: { state: 'approved' },
+    });
   });
 
   it('refuses an approver frozen on the card but no longer on the live list, leaving it pending; one on both lists decides', async () => {
     const a = await store.create(input);
-    expect(await store.decide(a.id, { user: 'U0APPROV2', decision: 'approved', now: T0 + 1, liveApprovers: ['U0APPROV1'] })).toMatchObject({ ok: false, code: 'not_approver' });
+    expect(
+      await store.decide(a.id, { user: 'U0APPROV2', decision: 'approved', now: T0 + 1, liveApprovers: ['U0APPROV1'] }),
+    ).toMatchObject({ ok: false, code: 'not_approver' });
     // On the live list but not frozen on the card: refused too (both lists must name the user).
-    expect(await store.decide(a.id, { user: 'U0NEWAPPR', decision: 'approved', now: T0 + 1, liveApprovers: ['U0NEWAPPR'] })).toMatchObject({ ok: false, code: 'not_approver' });
+    expect(
+      await store.decide(a.id, { user: 'U0NEWAPPR', decision: 'approved', now: T0 + 1, liveApprovers: ['U0NEWAPPR'] }),
+    ).toMatchObject({ ok: false, code: 'not_approver' });
     expect((await store.get(a.id))?.state).toBe('pending');
-    expect(await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 2, liveApprovers: ['U0APPROV1'] })).toMatchObject({ ok: true });
+    expect(
+      await store.decide(a.id, { user: 'U0APPROV1', decision: 'approved', now: T0 + 2, liveApprovers: ['U0APPROV1'] }),
+    ).toMatchObject({ ok: true });
   });
 
   it('treats forged or unknown ids as not found without touching Redis keys outside the prefix', async () => {
-    expect(await store.decide('apr_AAAAAAAAAAAAAAAAAAAAAA', { user: 'U0APPROV1', decision: 'approved', now: T0 })).toEqual({ ok: false, code: 'approval_not_found', approval: null });
-    expect(await store.decide('*', { user: 'U0APPROV1', decision: 'approved', now: T0 })).toEqual({ ok: false, code: 'approval_not_found', approval: null });
+    expect(
+      await store.decide('apr_AAAAAAAAAAAAAAAAAAAAAA', { user: 'U0APPROV1', decision: 'approved', now: T0 }),
+    ).toEqual({ ok: false, code: 'approval_not_found', approval: null });
+    expect(await store.decide('*', { user: 'U0APPROV1', decision: 'approved', now: T0 })).toEqual({
+      ok: false,
+      code: 'approval_not_found',
+      approval: null,
+    });
     expect(await store.get('../x')).toBeNull();
   });
 
@@ -100,12 +153,19 @@ describe('ApprovalStore on real Redis', () => {
     const clients = approvers.map(() => newRedis());
     try {
       const results = await Promise.all(
-        approvers.map((user, i) => new ApprovalStore(clients[i] as Redis, prefix).decide(a.id, { user, decision: i % 2 === 0 ? 'approved' : 'denied', now: T0 + 10 })),
+        approvers.map((user, i) =>
+          new ApprovalStore(clients[i] as Redis, prefix).decide(a.id, {
+            user,
+            decision: i % 2 === 0 ? 'approved' : 'denied',
+            now: T0 + 10,
+          }),
+        ),
       );
       const winners = results.filter((r) => r.ok);
       expect(winners).toHaveLength(1);
       const winner = winners[0]?.approval?.decidedBy;
-      for (const r of results.filter((x) => !x.ok)) expect(r).toMatchObject({ ok: false, code: 'approval_decided', approval: { decidedBy: winner } });
+      for (const r of results.filter((x) => !x.ok))
+        expect(r).toMatchObject({ ok: false, code: 'approval_decided', approval: { decidedBy: winner } });
     } finally {
       await Promise.all(clients.map((c) => c.quit()));
     }
@@ -120,10 +180,14 @@ describe('ApprovalStore on real Redis', () => {
         fc.integer({ min: -2, max: 2 }),
         async (state, clicker, offset) => {
           const a = await store.create(input);
-          if (state === 'approved' || state === 'denied') await store.decide(a.id, { user: 'U0APPROV2', decision: state, now: T0 });
+          if (state === 'approved' || state === 'denied')
+            await store.decide(a.id, { user: 'U0APPROV2', decision: state, now: T0 });
           if (state === 'expired') await store.expire(a.id, a.expiresAt);
           const now = a.expiresAt + offset;
-          const expected = canDecide({ approvers: input.approvers }, { requester: input.requester, clicker, now, expiresAt: a.expiresAt, state });
+          const expected = canDecide(
+            { approvers: input.approvers },
+            { requester: input.requester, clicker, now, expiresAt: a.expiresAt, state },
+          );
           const got = await store.decide(a.id, { user: clicker, decision: 'approved', now });
           expect(got.ok).toBe(expected.ok);
           if (!got.ok && !expected.ok) expect(got.code).toBe(expected.code);
@@ -143,20 +207,42 @@ describe('ApprovalStore on real Redis', () => {
     });
     it('refuses an escalation approver before the escalation time (escalation_not_due), leaving it pending; accepts them from then on', async () => {
       const a = await store.create(withEsc);
-      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt - 1 })).toMatchObject({ ok: false, code: 'escalation_not_due', approval: { state: 'pending' } });
-      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt })).toMatchObject({ ok: true, approval: { state: 'approved', decidedBy: 'U0ESCAL01' } });
+      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt - 1 })).toMatchObject({
+        ok: false,
+        code: 'escalation_not_due',
+        approval: { state: 'pending' },
+      });
+      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt })).toMatchObject({
+        ok: true,
+        approval: { state: 'approved', decidedBy: 'U0ESCAL01' },
+      });
     });
     it('checks the escalation approver against the live escalation list: removed since the card was posted, refused', async () => {
       const a = await store.create(withEsc);
       const live = { liveApprovers: ['U0APPROV1'], liveEscalation: ['U0ESCAL02'] };
-      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt + 1, ...live })).toMatchObject({ ok: false, code: 'not_approver' });
+      expect(
+        await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt + 1, ...live }),
+      ).toMatchObject({ ok: false, code: 'not_approver' });
       // On the live approvers list but not frozen into either list of the card: refused as well.
-      expect(await store.decide(a.id, { user: 'U0ESCAL02', decision: 'approved', now: escAt + 1, ...live })).toMatchObject({ ok: false, code: 'not_approver' });
-      expect(await store.decide(a.id, { user: 'U0ESCAL01', decision: 'approved', now: escAt + 1, liveApprovers: ['U0APPROV1'], liveEscalation: ['U0ESCAL01'] })).toMatchObject({ ok: true });
+      expect(
+        await store.decide(a.id, { user: 'U0ESCAL02', decision: 'approved', now: escAt + 1, ...live }),
+      ).toMatchObject({ ok: false, code: 'not_approver' });
+      expect(
+        await store.decide(a.id, {
+          user: 'U0ESCAL01',
+          decision: 'approved',
+          now: escAt + 1,
+          liveApprovers: ['U0APPROV1'],
+          liveEscalation: ['U0ESCAL01'],
+        }),
+      ).toMatchObject({ ok: true });
     });
     it('never lets the requester decide through the escalation group', async () => {
       const a = await store.create({ ...input, escalation: { approvers: ['U0REQUEST'], at: escAt } });
-      expect(await store.decide(a.id, { user: 'U0REQUEST', decision: 'approved', now: escAt + 1 })).toMatchObject({ ok: false, code: 'self_approval' });
+      expect(await store.decide(a.id, { user: 'U0REQUEST', decision: 'approved', now: escAt + 1 })).toMatchObject({
+        ok: false,
+        code: 'self_approval',
+      });
     });
     it('the Lua transition and canDecide agree with an escalation group (property)', async () => {
       const users = ['U0REQUEST', 'U0APPROV1', 'U0ESCAL01', 'U0BYSTAND'];
@@ -166,7 +252,14 @@ describe('ApprovalStore on real Redis', () => {
           const a = await store.create(withEsc);
           const now = escAt + offset;
           const policy = { approvers: input.approvers, escalation: { approvers: ['U0ESCAL01'], afterMs } };
-          const expected = canDecide(policy, { requester: input.requester, clicker, now, createdAt: T0, expiresAt: a.expiresAt, state: 'pending' });
+          const expected = canDecide(policy, {
+            requester: input.requester,
+            clicker,
+            now,
+            createdAt: T0,
+            expiresAt: a.expiresAt,
+            state: 'pending',
+          });
           const got = await store.decide(a.id, { user: clicker, decision: 'approved', now });
           expect(got.ok).toBe(expected.ok);
           if (!got.ok && !expected.ok) expect(got.code).toBe(expected.code);

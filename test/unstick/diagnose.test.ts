@@ -10,11 +10,22 @@ const kinds = (d: ReturnType<typeof s2>): string[] => d.gpus.map((g) => g.kind);
 describe('diagnose', () => {
   it('S2: the two ranks are held in ct129 and the container can stop them; ct131’s job is outside', () => {
     const d = s2();
-    expect(kinds(d)).toEqual(['held_in_container', 'idle', 'held_in_container', 'idle', 'idle', 'held_outside', 'idle', 'idle']);
+    expect(kinds(d)).toEqual([
+      'held_in_container',
+      'idle',
+      'held_in_container',
+      'idle',
+      'idle',
+      'held_outside',
+      'idle',
+      'idle',
+    ]);
     expect(d.gpus[0]?.sentence).toBe(
       'GPU 0: 96,413 MiB held by 1 process in ct129: PID 57 (host PID 812345) `sglang::scheduler_TP0`. The container can stop it itself.',
     );
-    expect(d.gpus[5]?.sentence).toMatch(/^GPU 5: 40,211 MiB held by something outside ct129 \(host PID 823001 `python3 train.py --epochs 3` \(40,211 MiB\), another container or the host itself\): left alone\.$/);
+    expect(d.gpus[5]?.sentence).toMatch(
+      /^GPU 5: 40,211 MiB held by something outside ct129 \(host PID 823001 `python3 train.py --epochs 3` \(40,211 MiB\), another container or the host itself\): left alone\.$/,
+    );
     expect(d.gpus[1]?.sentence).toBe('GPU 1 is idle (0 MiB used, no process).');
     expect(d.deviceOnly.map((m) => m.containerPid)).toEqual([90]);
   });
@@ -27,20 +38,33 @@ describe('diagnose', () => {
     expect(d.gpus[5]?.unaccountedMiB).toBe(30_000);
     expect(d.gpus[5]?.outside.map((h) => h.process.hostPid)).toEqual([823_001]);
     // Exactly what the job accounts for (plus the idle allowance) stays "held outside".
-    expect(diagnoseWith({ ...host, gpus: gpus({ 0: 96_413, 2: 96_417, 5: 40_211 + 60 }) }).gpus[5]?.kind).toBe('held_outside');
+    expect(diagnoseWith({ ...host, gpus: gpus({ 0: 96_413, 2: 96_417, 5: 40_211 + 60 }) }).gpus[5]?.kind).toBe(
+      'held_outside',
+    );
   });
 
   it('S3: the container init can only be stopped from the host, and says why', () => {
     const d = s3();
     expect(kinds(d).slice(0, 3)).toEqual(['held_host_only', 'idle', 'held_in_container']);
     expect(d.gpus[0]?.holders[0]).toMatchObject({ reach: 'host', isContainerInit: true });
-    expect(d.gpus[0]?.sentence).toContain('the container’s init (PID 1), and a PID namespace’s init ignores signals sent from inside its namespace');
+    expect(d.gpus[0]?.sentence).toContain(
+      'the container’s init (PID 1), and a PID namespace’s init ignores signals sent from inside its namespace',
+    );
     expect(d.gpus[0]?.sentence).toContain('host PID 811900');
   });
 
   it('S3: another user’s process is host-only when container commands do not run as root', () => {
     const { host, container } = seedS2();
-    const ctUser = { ...container, procs: readings([57, 63], [{ ...TP0, pid: 57, nsPids: [57], uid: 1001 }, { ...TP2, pid: 63, nsPids: [63], uid: 1000 }]) };
+    const ctUser = {
+      ...container,
+      procs: readings(
+        [57, 63],
+        [
+          { ...TP0, pid: 57, nsPids: [57], uid: 1001 },
+          { ...TP2, pid: 63, nsPids: [63], uid: 1000 },
+        ],
+      ),
+    };
     const d = diagnoseWith(host, ctUser, { containerExecUid: 1000 });
     expect(d.gpus[0]?.kind).toBe('held_host_only');
     expect(d.gpus[0]?.holders[0]?.hostOnlyWhy).toBe('it runs as uid 1001 and container commands run as uid 1000');
@@ -51,7 +75,9 @@ describe('diagnose', () => {
     const { host, container } = seedS2();
     const first = s2().gpus[2]?.holders[0]?.process;
     if (!first) throw new Error('fixture');
-    const d = diagnoseWith(host, container, { containerFailed: [{ process: first, reason: 'still running after SIGKILL' }] });
+    const d = diagnoseWith(host, container, {
+      containerFailed: [{ process: first, reason: 'still running after SIGKILL' }],
+    });
     expect(d.gpus[2]?.kind).toBe('held_host_only');
     expect(d.gpus[2]?.sentence).toContain('the container could not stop it (still running after SIGKILL)');
     expect(d.gpus[0]?.kind).toBe('held_in_container');
@@ -67,7 +93,9 @@ describe('diagnose', () => {
 
   it('a GPU named in an nvidia-smi error is in error, and nothing else is concluded for it', () => {
     const g = gpus();
-    const d = diagnoseWith(seedS2().host, seedS2().container, { errors: [{ kind: 'gpu_lost', message: 'GPU 00000000:38:00.0 is lost', busId: g[2]?.busId ?? null }] });
+    const d = diagnoseWith(seedS2().host, seedS2().container, {
+      errors: [{ kind: 'gpu_lost', message: 'GPU 00000000:38:00.0 is lost', busId: g[2]?.busId ?? null }],
+    });
     expect(d.gpus[2]?.kind).toBe('gpu_error');
     expect(d.gpus[2]?.sentence).toContain('is in error: GPU 00000000:38:00.0 is lost');
     expect(d.error).toBeNull();
@@ -89,15 +117,28 @@ describe('diagnose', () => {
       host: 'kpro5',
       containerGpus: ctGpus,
       hostGpus: host,
-      holders: buildHolders({ gpus: host, apps: [app(p, 5, 96_413)], procs: readings([p.pid], [p]), targetPidNs: CT129_NS }, { holders: [], procs: [] }),
+      holders: buildHolders(
+        { gpus: host, apps: [app(p, 5, 96_413)], procs: readings([p.pid], [p]), targetPidNs: CT129_NS },
+        { holders: [], procs: [] },
+      ),
       errors: [],
     });
     expect(d.gpus).toHaveLength(1);
-    expect(d.gpus[0]).toMatchObject({ index: 0, hostIndex: 5, uuid: uuid(5), kind: 'held_in_container', usedMiB: 96_413 });
+    expect(d.gpus[0]).toMatchObject({
+      index: 0,
+      hostIndex: 5,
+      uuid: uuid(5),
+      kind: 'held_in_container',
+      usedMiB: 96_413,
+    });
   });
 
   it('isStuck: what the flow must act on or report', () => {
-    expect(s2().gpus.filter(isStuck).map((g) => g.index)).toEqual([0, 2]);
+    expect(
+      s2()
+        .gpus.filter(isStuck)
+        .map((g) => g.index),
+    ).toEqual([0, 2]);
     expect(allClean().gpus.filter(isStuck)).toEqual([]);
   });
 });

@@ -42,9 +42,25 @@ describe('parseXmlGpuMinors', () => {
   });
 });
 
-const gpu = (index: number, uuid: string, busId: string): Gpu => ({ index, uuid, busId, name: 'NVIDIA RTX A5000', memoryUsedMiB: 0, memoryTotalMiB: 24_564, utilizationPct: 0 });
-const HOST = [gpu(0, 'GPU-12345678-aaaa-bbbb-cccc-0123456789ab', '00000000:81:00.0'), gpu(1, 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd', '00000000:C1:00.0')];
-const passing = (minors: number[] | null, problem: string | null = null): GpuPassing => ({ vmid: 131, minors, problem, hostMinors: parseXmlGpuMinors(A5000) });
+const gpu = (index: number, uuid: string, busId: string): Gpu => ({
+  index,
+  uuid,
+  busId,
+  name: 'NVIDIA RTX A5000',
+  memoryUsedMiB: 0,
+  memoryTotalMiB: 24_564,
+  utilizationPct: 0,
+});
+const HOST = [
+  gpu(0, 'GPU-12345678-aaaa-bbbb-cccc-0123456789ab', '00000000:81:00.0'),
+  gpu(1, 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd', '00000000:C1:00.0'),
+];
+const passing = (minors: number[] | null, problem: string | null = null): GpuPassing => ({
+  vmid: 131,
+  minors,
+  problem,
+  hostMinors: parseXmlGpuMinors(A5000),
+});
 
 describe('matchContainerGpus', () => {
   it('a container given /dev/nvidia0 (minor 0 = host GPU 1) sees it as its GPU 0 and is matched to host GPU 1', () => {
@@ -55,19 +71,30 @@ describe('matchContainerGpus', () => {
     const ct = [gpu(0, 'GPU-12345678-aaaa-bbbb-cccc-0123456789ab', '00000000:81:00.0')];
     const [m] = matchContainerGpus(ct, HOST, passing([0]), 'kpro5');
     expect(m?.host).toBeNull();
-    expect(m?.problem).toMatch(/reports GPU 0 as GPU-12345678-aaaa-bbbb-cccc-0123456789ab, which is not one of the GPUs kpro5 passes to container 131 \(`pct config 131`: host GPU 1\)/);
+    expect(m?.problem).toMatch(
+      /reports GPU 0 as GPU-12345678-aaaa-bbbb-cccc-0123456789ab, which is not one of the GPUs kpro5 passes to container 131 \(`pct config 131`: host GPU 1\)/,
+    );
   });
   it('a bus id that contradicts the host for that UUID is not matched', () => {
     const ct = [gpu(0, 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd', '00000000:81:00.0')];
-    expect(matchContainerGpus(ct, HOST, passing([0]), 'kpro5')[0]?.problem).toMatch(/at bus 00000000:81:00.0, but on kpro5 that GPU is at 00000000:C1:00.0/);
+    expect(matchContainerGpus(ct, HOST, passing([0]), 'kpro5')[0]?.problem).toMatch(
+      /at bus 00000000:81:00.0, but on kpro5 that GPU is at 00000000:C1:00.0/,
+    );
   });
   it('one UUID claimed twice matches neither', () => {
     const u = 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd';
-    const r = matchContainerGpus([gpu(0, u, '00000000:C1:00.0'), gpu(1, u, '00000000:C1:00.0')], HOST, passing([0, 1]), 'kpro5');
+    const r = matchContainerGpus(
+      [gpu(0, u, '00000000:C1:00.0'), gpu(1, u, '00000000:C1:00.0')],
+      HOST,
+      passing([0, 1]),
+      'kpro5',
+    );
     expect(r.map((m) => m.host)).toEqual([null, null]);
   });
   it('when the host could not say what it passed, nothing is matched and the reason is kept', () => {
     const ct = [gpu(0, 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd', '00000000:C1:00.0')];
-    expect(matchContainerGpus(ct, HOST, passing(null, '`pct config 131` failed on kpro5 (exit 2)'), 'kpro5')[0]?.problem).toMatch(/could not be told from kpro5's own view: `pct config 131` failed/);
+    expect(
+      matchContainerGpus(ct, HOST, passing(null, '`pct config 131` failed on kpro5 (exit 2)'), 'kpro5')[0]?.problem,
+    ).toMatch(/could not be told from kpro5's own view: `pct config 131` failed/);
   });
 });

@@ -23,18 +23,34 @@ function manyHostOnly(n: number): Diagnosis {
         gpuIndex: g.hostIndex,
         gpuUuid: g.uuid,
         usedMiB: 9_000,
-        process: { ...proto.process, hostPid: 900_000 + i, containerPid: 2_000 + i, startTimeTicks: 50_000_000 + i, cmdline: `python3 -m sglang.launch_server --model-path /models/deepseek-v3 --tp 8 --rank ${i} --port ${30_000 + i}` },
+        process: {
+          ...proto.process,
+          hostPid: 900_000 + i,
+          containerPid: 2_000 + i,
+          startTimeTicks: 50_000_000 + i,
+          cmdline: `python3 -m sglang.launch_server --model-path /models/deepseek-v3 --tp 8 --rank ${i} --port ${30_000 + i}`,
+        },
         reach: 'host',
         hostOnlyWhy: `it runs as uid ${1000 + i} and container commands run as uid 0`,
       });
-    return { ...g, kind: holders.length > 0 ? ('held_host_only' as const) : g.kind, holders, outside: [], usedMiB: holders.length * 9_000 };
+    return {
+      ...g,
+      kind: holders.length > 0 ? ('held_host_only' as const) : g.kind,
+      holders,
+      outside: [],
+      usedMiB: holders.length * 9_000,
+    };
   });
   return { ...d, gpus };
 }
 
 const fits = (s: Step): boolean => approvalCardFits(s, 'kpro5', 129);
 const hostKills = (d: Diagnosis, withFits: boolean): Step[] =>
-  planUnstick(d, { incidentId: 'inc_20261130_092000_k3x9q2', vmid: 129, ...(withFits ? { fitsCard: fits } : {}) }).steps.filter((s) => s.kind === 'host_kill');
+  planUnstick(d, {
+    incidentId: 'inc_20261130_092000_k3x9q2',
+    vmid: 129,
+    ...(withFits ? { fitsCard: fits } : {}),
+  }).steps.filter((s) => s.kind === 'host_kill');
 
 describe('a host-level kill is planned in card-sized steps', () => {
   it('600 host-only processes: several host_kill steps, each fitting one card, covering every process once', () => {
@@ -48,7 +64,9 @@ describe('a host-level kill is planned in card-sized steps', () => {
     expect(new Set(steps.map((s) => s.id)).size).toBe(steps.length);
     // Each step's kill command names exactly its own targets.
     for (const s of steps) {
-      const kill = s.commands.filter((c) => c.role === 'kill').flatMap((c) => c.argv.filter((a) => /^\d{6}$/.test(a)).map(Number));
+      const kill = s.commands
+        .filter((c) => c.role === 'kill')
+        .flatMap((c) => c.argv.filter((a) => /^\d{6}$/.test(a)).map(Number));
       expect(kill.sort((a, b) => a - b)).toEqual(s.targets.map((t) => t.hostPid).sort((a, b) => a - b));
       expect(s.explanation).toMatch(/part \d+ of \d+/);
     }

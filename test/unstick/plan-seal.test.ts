@@ -10,7 +10,15 @@ import { openSeal, sealStep } from '../../src/playbooks/plan-seal.ts';
 import { stepCommands, type Step } from '../../src/playbooks/unstick-plan.ts';
 import { planKeyFor } from '../../workers/plan-key.ts';
 
-const target = { hostPid: 41234, containerPid: 812, startTimeTicks: 99_000, cmdline: 'sglang::scheduler_TP0', pidNs: 'pid:[4026532845]', gpus: [{ index: 0, hostIndex: 2, uuid: 'GPU-1', usedMiB: 96_413 }], hostOnlyWhy: 'root-owned' };
+const target = {
+  hostPid: 41234,
+  containerPid: 812,
+  startTimeTicks: 99_000,
+  cmdline: 'sglang::scheduler_TP0',
+  pidNs: 'pid:[4026532845]',
+  gpus: [{ index: 0, hostIndex: 2, uuid: 'GPU-1', usedMiB: 96_413 }],
+  hostOnlyWhy: 'root-owned',
+};
 const step: Step = {
   id: 'host_kill-3f9a0c1b2d4e',
   tier: 2,
@@ -45,7 +53,10 @@ describe('plan seal key', () => {
   const log = pino({ level: 'silent' });
   const dir = mkdtempSync(join(tmpdir(), 'plan-key-'));
   const inv = (keyFile: string) => {
-    const v = validateInventory({ defaults: { keyFile }, hosts: [{ id: 'kpro5', address: '10.0.0.6', hostKeys: [`SHA256:${'B'.repeat(43)}`] }] }).inventory;
+    const v = validateInventory({
+      defaults: { keyFile },
+      hosts: [{ id: 'kpro5', address: '10.0.0.6', hostKeys: [`SHA256:${'B'.repeat(43)}`] }],
+    }).inventory;
     if (!v) throw new Error('inventory');
     return v;
   };

@@ -2,7 +2,19 @@
 import { diagnose, type ContainerFailure, type Diagnosis } from '../../src/gpu/diagnose.ts';
 import { buildHolders, type HostReadings } from '../../src/gpu/holders.ts';
 import type { NvidiaError } from '../../src/gpu/types.ts';
-import { CT129_INIT, CT129_SERVER, CT131_JOB, TP0, TP2, app, ctView, gpus, readings, seedS2, type FakeProc } from './seed-fleet.ts';
+import {
+  CT129_INIT,
+  CT129_SERVER,
+  CT131_JOB,
+  TP0,
+  TP2,
+  app,
+  ctView,
+  gpus,
+  readings,
+  seedS2,
+  type FakeProc,
+} from './seed-fleet.ts';
 
 export function diagnoseWith(
   host: HostReadings,
@@ -51,19 +63,33 @@ export const s3 = (): Diagnosis => s3With(CT129_INIT);
  */
 export function s3HostKill(): Diagnosis {
   const p = CT129_SERVER;
-  const identity = { hostPid: p.pid, containerPid: 71, startTimeTicks: p.start, cmdline: p.cmdline.join(' '), pidNs: p.ns };
+  const identity = {
+    hostPid: p.pid,
+    containerPid: 71,
+    startTimeTicks: p.start,
+    cmdline: p.cmdline.join(' '),
+    pidNs: p.ns,
+  };
   return s3With(p, { containerFailed: [{ process: identity, reason: 'EPERM: Operation not permitted' }] });
 }
 
 /** S5: memory on GPUs 0 and 2 with no process anywhere on kpro5. */
 export function s5(): Diagnosis {
-  return diagnoseWith({ gpus: gpus({ 0: 96_413, 2: 96_417 }), apps: [], procs: [], targetPidNs: seedS2().host.targetPidNs }, { holders: [], procs: [] });
+  return diagnoseWith(
+    { gpus: gpus({ 0: 96_413, 2: 96_417 }), apps: [], procs: [], targetPidNs: seedS2().host.targetPidNs },
+    { holders: [], procs: [] },
+  );
 }
 
 /** After a successful run: everything idle except ct131's job, still on GPU 5. */
 export function allClean(): Diagnosis {
   return diagnoseWith(
-    { gpus: gpus({ 0: 0, 2: 0, 5: 40_211 }), apps: [app(CT131_JOB, 5, 40_211)], procs: readings([CT131_JOB.pid], [CT131_JOB]), targetPidNs: seedS2().host.targetPidNs },
+    {
+      gpus: gpus({ 0: 0, 2: 0, 5: 40_211 }),
+      apps: [app(CT131_JOB, 5, 40_211)],
+      procs: readings([CT131_JOB.pid], [CT131_JOB]),
+      targetPidNs: seedS2().host.targetPidNs,
+    },
     { holders: [], procs: [] },
   );
 }

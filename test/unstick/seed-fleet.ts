@@ -73,7 +73,11 @@ export interface FakeProc {
 const hex = (s: string): string => Buffer.from(s, 'utf8').toString('hex');
 
 /** What `readProcs` prints for these processes (absent ones print empty fields, as for an exited PID). */
-export function readProcsOutput(pids: readonly number[], procs: readonly FakeProc[], opts: { done?: boolean } = {}): string {
+export function readProcsOutput(
+  pids: readonly number[],
+  procs: readonly FakeProc[],
+  opts: { done?: boolean } = {},
+): string {
   const byPid = new Map(procs.map((p) => [p.pid, p]));
   const lines: string[] = [];
   for (const pid of pids) {
@@ -96,15 +100,60 @@ export function readings(pids: readonly number[], procs: readonly FakeProc[]): P
 }
 
 /** Host view of the two hung ranks, the other container's job, and (optionally) ct129's init. */
-export const TP0: FakeProc = { pid: 812_345, nsPids: [812_345, 57], uid: 100_000, ns: CT129_NS, comm: 'sglang::schedul', start: 48_113_902, cmdline: ['sglang::scheduler_TP0'] };
-export const TP2: FakeProc = { pid: 812_351, nsPids: [812_351, 63], uid: 100_000, ns: CT129_NS, comm: 'sglang::schedul', start: 48_113_955, cmdline: ['sglang::scheduler_TP2'] };
-export const CT129_INIT: FakeProc = { pid: 811_900, nsPids: [811_900, 1], uid: 100_000, ns: CT129_NS, comm: 'systemd', start: 40_000_001, cmdline: ['/sbin/init'] };
+export const TP0: FakeProc = {
+  pid: 812_345,
+  nsPids: [812_345, 57],
+  uid: 100_000,
+  ns: CT129_NS,
+  comm: 'sglang::schedul',
+  start: 48_113_902,
+  cmdline: ['sglang::scheduler_TP0'],
+};
+export const TP2: FakeProc = {
+  pid: 812_351,
+  nsPids: [812_351, 63],
+  uid: 100_000,
+  ns: CT129_NS,
+  comm: 'sglang::schedul',
+  start: 48_113_955,
+  cmdline: ['sglang::scheduler_TP2'],
+};
+export const CT129_INIT: FakeProc = {
+  pid: 811_900,
+  nsPids: [811_900, 1],
+  uid: 100_000,
+  ns: CT129_NS,
+  comm: 'systemd',
+  start: 40_000_001,
+  cmdline: ['/sbin/init'],
+};
 /** A root process in ct129 that the container login could not stop (`Operation not permitted`): host-only, and not the init. */
-export const CT129_SERVER: FakeProc = { pid: 811_900, nsPids: [811_900, 71], uid: 100_000, ns: CT129_NS, comm: 'python3', start: 40_000_001, cmdline: ['python3', '/opt/serve.py'] };
-export const CT131_JOB: FakeProc = { pid: 823_001, nsPids: [823_001, 44], uid: 100_000, ns: CT131_NS, comm: 'python3', start: 51_002_417, cmdline: ['python3', 'train.py', '--epochs', '3'] };
+export const CT129_SERVER: FakeProc = {
+  pid: 811_900,
+  nsPids: [811_900, 71],
+  uid: 100_000,
+  ns: CT129_NS,
+  comm: 'python3',
+  start: 40_000_001,
+  cmdline: ['python3', '/opt/serve.py'],
+};
+export const CT131_JOB: FakeProc = {
+  pid: 823_001,
+  nsPids: [823_001, 44],
+  uid: 100_000,
+  ns: CT131_NS,
+  comm: 'python3',
+  start: 51_002_417,
+  cmdline: ['python3', 'train.py', '--epochs', '3'],
+};
 
 /** The same ranks as ct129's own /proc shows them (container PIDs, container uid 0). */
-export const ctView = (p: FakeProc): FakeProc => ({ ...p, pid: p.nsPids[p.nsPids.length - 1] ?? 0, nsPids: [p.nsPids[p.nsPids.length - 1] ?? 0], uid: 0 });
+export const ctView = (p: FakeProc): FakeProc => ({
+  ...p,
+  pid: p.nsPids[p.nsPids.length - 1] ?? 0,
+  nsPids: [p.nsPids[p.nsPids.length - 1] ?? 0],
+  uid: 0,
+});
 
 export const MONITOR_CT_PID = 90;
 
@@ -137,7 +186,22 @@ export function seedS2(): { host: HostReadings; container: ContainerReadings } {
         fuserRow(MONITOR_CT_PID, '/dev/nvidiactl', 'python3'),
         fuserRow(MONITOR_CT_PID, '/dev/nvidia0', 'python3'),
       ],
-      procs: readings([57, 63, MONITOR_CT_PID], [ctView(TP0), ctView(TP2), { pid: MONITOR_CT_PID, nsPids: [MONITOR_CT_PID], uid: 0, ns: CT129_NS, comm: 'python3', start: 39_000_000, cmdline: ['python3', '/opt/monitor/gpu_exporter.py'] }]),
+      procs: readings(
+        [57, 63, MONITOR_CT_PID],
+        [
+          ctView(TP0),
+          ctView(TP2),
+          {
+            pid: MONITOR_CT_PID,
+            nsPids: [MONITOR_CT_PID],
+            uid: 0,
+            ns: CT129_NS,
+            comm: 'python3',
+            start: 39_000_000,
+            cmdline: ['python3', '/opt/monitor/gpu_exporter.py'],
+          },
+        ],
+      ),
     },
   };
 }

@@ -8,7 +8,12 @@ import { mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync } from 'no
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseSignalReport, signalCommand, SIGNAL_SCRIPT, type SignalTarget } from '../../src/playbooks/signal/template.ts';
+import {
+  parseSignalReport,
+  signalCommand,
+  SIGNAL_SCRIPT,
+  type SignalTarget,
+} from '../../src/playbooks/signal/template.ts';
 import { CONSTANT_WORDS, assertSafeArgv } from '../../src/playbooks/unstick-commands.ts';
 
 const t = { timeoutMs: 15_000 };
@@ -22,29 +27,64 @@ function startOf(pid: number): number {
 describe('signalCommand argv', () => {
   it('is the fixed script plus constant words and the integers it was given', () => {
     const spec = signalCommand('host', 'KILL', NS, [{ pid: 811_900, startTimeTicks: 48_113_902, containerPid: 57 }], t);
-    expect(spec.argv).toEqual(['sh', '-c', SIGNAL_SCRIPT, 'sh', 'host', 'KILL', '4026531836', '811900', '48113902', '57']);
-    expect(signalCommand('container', 'TERM', null, [{ pid: 57, startTimeTicks: 9, containerPid: null }], t).argv.slice(4)).toEqual(['container', 'TERM', '0', '57', '9', '0']);
+    expect(spec.argv).toEqual([
+      'sh',
+      '-c',
+      SIGNAL_SCRIPT,
+      'sh',
+      'host',
+      'KILL',
+      '4026531836',
+      '811900',
+      '48113902',
+      '57',
+    ]);
+    expect(
+      signalCommand('container', 'TERM', null, [{ pid: 57, startTimeTicks: 9, containerPid: null }], t).argv.slice(4),
+    ).toEqual(['container', 'TERM', '0', '57', '9', '0']);
   });
 
   it('every word is a template constant or a decimal integer, for any PIDs and start times (property)', () => {
-    const target = fc.record({ pid: fc.integer({ min: 1, max: 4_194_304 }), startTimeTicks: fc.integer({ min: 0, max: 2 ** 40 }), containerPid: fc.integer({ min: 1, max: 4_194_304 }) });
+    const target = fc.record({
+      pid: fc.integer({ min: 1, max: 4_194_304 }),
+      startTimeTicks: fc.integer({ min: 0, max: 2 ** 40 }),
+      containerPid: fc.integer({ min: 1, max: 4_194_304 }),
+    });
     fc.assert(
-      fc.property(fc.array(target, { minLength: 1, maxLength: 16 }), fc.constantFrom('TERM' as const, 'KILL' as const), fc.boolean(), (ts, sig, host) => {
-        const spec = signalCommand(host ? 'host' : 'container', sig, NS, ts, t);
-        for (const w of spec.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w)).toBe(true);
-        expect(() => assertSafeArgv(spec.argv)).not.toThrow();
-        expect(spec.argv.slice(7).map(Number)).toEqual(ts.flatMap((x) => [x.pid, x.startTimeTicks, host ? x.containerPid : 0]));
-      }),
+      fc.property(
+        fc.array(target, { minLength: 1, maxLength: 16 }),
+        fc.constantFrom('TERM' as const, 'KILL' as const),
+        fc.boolean(),
+        (ts, sig, host) => {
+          const spec = signalCommand(host ? 'host' : 'container', sig, NS, ts, t);
+          for (const w of spec.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w)).toBe(true);
+          expect(() => assertSafeArgv(spec.argv)).not.toThrow();
+          expect(spec.argv.slice(7).map(Number)).toEqual(
+            ts.flatMap((x) => [x.pid, x.startTimeTicks, host ? x.containerPid : 0]),
+          );
+        },
+      ),
     );
   });
 
   it('refuses what would signal a group or everything, no PIDs, and a host signal without the namespace', () => {
-    for (const bad of [0, -1, 1.5, Number.NaN, 2 ** 60]) expect(() => signalCommand('container', 'KILL', NS, [{ pid: bad, startTimeTicks: 1, containerPid: null }], t)).toThrow(/integer/);
-    expect(() => signalCommand('container', 'KILL', NS, [{ pid: 5, startTimeTicks: -1, containerPid: null }], t)).toThrow(/start time/);
+    for (const bad of [0, -1, 1.5, Number.NaN, 2 ** 60])
+      expect(() =>
+        signalCommand('container', 'KILL', NS, [{ pid: bad, startTimeTicks: 1, containerPid: null }], t),
+      ).toThrow(/integer/);
+    expect(() =>
+      signalCommand('container', 'KILL', NS, [{ pid: 5, startTimeTicks: -1, containerPid: null }], t),
+    ).toThrow(/start time/);
     expect(() => signalCommand('container', 'TERM', NS, [], t)).toThrow(/No PIDs/);
-    expect(() => signalCommand('host', 'KILL', null, [{ pid: 5, startTimeTicks: 1, containerPid: 5 }], t)).toThrow(/PID namespace/);
-    expect(() => signalCommand('host', 'KILL', 'pid:[x]', [{ pid: 5, startTimeTicks: 1, containerPid: 5 }], t)).toThrow(/PID namespace/);
-    expect(() => signalCommand('host', 'KILL', NS, [{ pid: 5, startTimeTicks: 1, containerPid: null }], t)).toThrow(/container PID/);
+    expect(() => signalCommand('host', 'KILL', null, [{ pid: 5, startTimeTicks: 1, containerPid: 5 }], t)).toThrow(
+      /PID namespace/,
+    );
+    expect(() => signalCommand('host', 'KILL', 'pid:[x]', [{ pid: 5, startTimeTicks: 1, containerPid: 5 }], t)).toThrow(
+      /PID namespace/,
+    );
+    expect(() => signalCommand('host', 'KILL', NS, [{ pid: 5, startTimeTicks: 1, containerPid: null }], t)).toThrow(
+      /container PID/,
+    );
   });
 });
 
@@ -70,8 +110,17 @@ describe('the script on this machine (real perl / python3 / sh, real /proc, real
 
   const run = (side: 'host' | 'container', targets: SignalTarget[], path?: string) => {
     const argv = signalCommand(side, 'TERM', readlinkSync(`/proc/${pid}/ns/pid`), targets, t).argv;
-    const r = spawnSync('sh', argv.slice(1), { encoding: 'utf8', env: { ...process.env, ...(path ? { PATH: path } : {}) } });
-    return { ...parseSignalReport(targets.map((x) => x.pid), r.stdout), code: r.status };
+    const r = spawnSync('sh', argv.slice(1), {
+      encoding: 'utf8',
+      env: { ...process.env, ...(path ? { PATH: path } : {}) },
+    });
+    return {
+      ...parseSignalReport(
+        targets.map((x) => x.pid),
+        r.stdout,
+      ),
+      code: r.status,
+    };
   };
 
   it('host side: a changed start time is "PID reused", a gone PID "gone", and nothing is signalled', () => {
@@ -95,7 +144,13 @@ describe('the script on this machine (real perl / python3 / sh, real /proc, real
   });
 
   it('a process in another PID namespace than the one given is "wrong namespace"', () => {
-    const argv = signalCommand('container', 'TERM', 'pid:[1]', [{ pid, startTimeTicks: startOf(pid), containerPid: null }], t).argv;
+    const argv = signalCommand(
+      'container',
+      'TERM',
+      'pid:[1]',
+      [{ pid, startTimeTicks: startOf(pid), containerPid: null }],
+      t,
+    ).argv;
     const out = spawnSync('sh', argv.slice(1), { encoding: 'utf8' }).stdout;
     expect(parseSignalReport([pid], out).outcomes).toEqual([{ pid, result: 'skipped', reason: 'wrong_namespace' }]);
   });
@@ -104,7 +159,9 @@ describe('the script on this machine (real perl / python3 / sh, real /proc, real
     const r = run('container', [{ pid, startTimeTicks: startOf(pid) + 1, containerPid: null }], bin);
     expect(r.method).toBe('shell');
     expect(r.outcomes).toEqual([{ pid, result: 'skipped', reason: 'pid_reused' }]);
-    expect(run('container', [{ pid, startTimeTicks: startOf(pid), containerPid: null }], bin).outcomes).toEqual([{ pid, result: 'skipped', reason: 'not_holding' }]);
+    expect(run('container', [{ pid, startTimeTicks: startOf(pid), containerPid: null }], bin).outcomes).toEqual([
+      { pid, result: 'skipped', reason: 'not_holding' },
+    ]);
   });
 
   it('on a host with neither, nothing is signalled and every PID says why', () => {
@@ -116,7 +173,19 @@ describe('the script on this machine (real perl / python3 / sh, real /proc, real
 
 describe('parseSignalReport', () => {
   it('reads every outcome word and never reports an unanswered PID as sent', () => {
-    const out = ['@method pidfd perl', '@sig 1 sent', '@sig 2 gone', '@sig 3 reused', '@sig 4 not_holding', '@sig 5 wrong_ns', '@sig 6 init', '@sig 7 unreadable', '@sig 8 eperm', '@sig 9 failed EINVAL', '@sig 99 sent'].join('\n');
+    const out = [
+      '@method pidfd perl',
+      '@sig 1 sent',
+      '@sig 2 gone',
+      '@sig 3 reused',
+      '@sig 4 not_holding',
+      '@sig 5 wrong_ns',
+      '@sig 6 init',
+      '@sig 7 unreadable',
+      '@sig 8 eperm',
+      '@sig 9 failed EINVAL',
+      '@sig 99 sent',
+    ].join('\n');
     const r = parseSignalReport([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], out);
     expect(r.method).toBe('pidfd');
     expect(r.complete).toBe(false);
@@ -135,6 +204,8 @@ describe('parseSignalReport', () => {
   });
 
   it('the first answer for a PID counts (a repeated line cannot turn a skip into a send)', () => {
-    expect(parseSignalReport([3], '@sig 3 reused\n@sig 3 sent\n@done\n').outcomes).toEqual([{ pid: 3, result: 'skipped', reason: 'pid_reused' }]);
+    expect(parseSignalReport([3], '@sig 3 reused\n@sig 3 sent\n@done\n').outcomes).toEqual([
+      { pid: 3, result: 'skipped', reason: 'pid_reused' },
+    ]);
   });
 });

@@ -50,7 +50,13 @@ describe('StepGuard on real Redis', () => {
     await guard.claimStep(INC, STEP, 'job-17:1', T0);
     expect(await guard.finishStep(INC, STEP, 'job-17:2', 'done', T0 + 5)).toBe(false);
     expect(await guard.finishStep(INC, STEP, 'job-17:1', 'partial', T0 + 9_000)).toBe(true);
-    expect(await guard.stepState(INC, STEP)).toEqual({ state: 'finished', claimedAt: T0, by: 'job-17:1', finishedAt: T0 + 9_000, outcome: 'partial' });
+    expect(await guard.stepState(INC, STEP)).toEqual({
+      state: 'finished',
+      claimedAt: T0,
+      by: 'job-17:1',
+      finishedAt: T0 + 9_000,
+      outcome: 'partial',
+    });
     expect(await redis.pttl(`${prefix}:step:${INC}:${STEP}`)).toBeGreaterThan(6 * 24 * 3600 * 1000);
     expect(await guard.claimStep(INC, STEP, 'job-17:3', T0 + 10_000)).toBe(false);
     expect(await guard.finishStep('inc_none', STEP, 'job-17:1', 'done', T0)).toBe(false);
@@ -59,7 +65,9 @@ describe('StepGuard on real Redis', () => {
   it('20 parallel claims on 20 connections: exactly one true', async () => {
     const clients = Array.from({ length: 20 }, () => newRedis());
     try {
-      const results = await Promise.all(clients.map((c, i) => new StepGuard(c, prefix).claimStep(INC, STEP, `job-17:${i}`, T0)));
+      const results = await Promise.all(
+        clients.map((c, i) => new StepGuard(c, prefix).claimStep(INC, STEP, `job-17:${i}`, T0)),
+      );
       expect(results.filter(Boolean)).toHaveLength(1);
     } finally {
       await Promise.all(clients.map((c) => c.quit()));

@@ -29,8 +29,12 @@ describe('command templates', () => {
     expect(shellJoin(containerInitPid(129, t).argv)).toBe('lxc-info -n 129 -p');
     // GPUs are named by UUID: an index names whatever GPU holds it at run time.
     const U = 'GPU-0d6e7c1a-2b3f-4a5b-8c9d-0e1f2a3b4c5d';
-    expect(shellJoin(hostGpuApps(U, t).argv)).toBe(`nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i ${U}`);
-    expect(shellJoin(persistenceMode(U, t).argv)).toBe(`nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i ${U}`);
+    expect(shellJoin(hostGpuApps(U, t).argv)).toBe(
+      `nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits' -i ${U}`,
+    );
+    expect(shellJoin(persistenceMode(U, t).argv)).toBe(
+      `nvidia-smi '--query-gpu=index,persistence_mode' '--format=csv,noheader' -i ${U}`,
+    );
     expect(shellJoin(setPersistence(U, false, t).argv)).toBe(`nvidia-smi -pm 0 -i ${U}`);
     expect(shellJoin(gpuReset(U, t).argv)).toBe(`nvidia-smi --gpu-reset -i ${U}`);
     expect(shellJoin(setPersistence(U, true, t).argv)).toBe(`nvidia-smi -pm 1 -i ${U}`);
@@ -42,7 +46,8 @@ describe('command templates', () => {
     for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 60])
       expect(() => readProcs([57, bad], t)).toThrow(/positive integer/);
     expect(() => readProcs([], t)).toThrow(/No PIDs/);
-    for (const bad of ['2', 'GPU-x', '00000000:01:00.0', 'GPU-0d6e7c1a-2b3f-4a5b-8c9d-0e1f2a3b4c5d;id']) expect(() => gpuReset(bad, t)).toThrow(/by its UUID/);
+    for (const bad of ['2', 'GPU-x', '00000000:01:00.0', 'GPU-0d6e7c1a-2b3f-4a5b-8c9d-0e1f2a3b4c5d;id'])
+      expect(() => gpuReset(bad, t)).toThrow(/by its UUID/);
     expect(() => containerInitPid(0, t)).toThrow(/container id/);
   });
 
@@ -138,9 +143,14 @@ describe('readProcs reads the launchers above the holders (real /proc, real sh)'
   const kids: Array<ReturnType<typeof spawn>> = [];
   /** A `sh` whose argv[0] is `title`, with one `sleep` child (the rank); resolves the child's PID. */
   async function launcher(title: string): Promise<{ parent: number; rank: number }> {
-    const p = spawn('sh', ['-c', 'sleep 30 & echo $!; wait', 'sh'], { argv0: title, stdio: ['ignore', 'pipe', 'ignore'] } as Parameters<typeof spawn>[2]);
+    const p = spawn('sh', ['-c', 'sleep 30 & echo $!; wait', 'sh'], {
+      argv0: title,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    } as Parameters<typeof spawn>[2]);
     kids.push(p);
-    const rank = await new Promise<number>((resolve) => p.stdout?.once('data', (d: Buffer) => resolve(Number(d.toString().trim()))));
+    const rank = await new Promise<number>((resolve) =>
+      p.stdout?.once('data', (d: Buffer) => resolve(Number(d.toString().trim()))),
+    );
     return { parent: p.pid ?? 0, rank };
   }
   afterAll(() => {
@@ -161,7 +171,10 @@ describe('readProcs reads the launchers above the holders (real /proc, real sh)'
   });
 
   it('ranks under one launcher: the launcher and everything above it are named once, under the first rank', async () => {
-    const p = spawn('sh', ['-c', 'sleep 30 & echo $!; sleep 30 & echo $!; wait', 'sh'], { argv0: LAUNCH, stdio: ['ignore', 'pipe', 'ignore'] } as Parameters<typeof spawn>[2]);
+    const p = spawn('sh', ['-c', 'sleep 30 & echo $!; sleep 30 & echo $!; wait', 'sh'], {
+      argv0: LAUNCH,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    } as Parameters<typeof spawn>[2]);
     kids.push(p);
     let buf = '';
     const ranks = await new Promise<number[]>((resolve) =>
@@ -171,14 +184,21 @@ describe('readProcs reads the launchers above the holders (real /proc, real sh)'
         if (l.length >= 2) resolve(l.map(Number));
       }),
     );
-    const r = parseProcReadings(spawnSync('sh', readProcs(ranks, t).argv.slice(1), { encoding: 'utf8' }).stdout).readings;
-    expect(r[0]?.parents?.[0]).toEqual({ pid: p.pid, cmdline: `${LAUNCH} -c sleep 30 & echo $!; sleep 30 & echo $!; wait sh` });
+    const r = parseProcReadings(
+      spawnSync('sh', readProcs(ranks, t).argv.slice(1), { encoding: 'utf8' }).stdout,
+    ).readings;
+    expect(r[0]?.parents?.[0]).toEqual({
+      pid: p.pid,
+      cmdline: `${LAUNCH} -c sleep 30 & echo $!; sleep 30 & echo $!; wait sh`,
+    });
     expect(r[1]?.parents).toBeUndefined();
   });
 
   it('a 10 kB command line with newlines, backticks and forged tags stays one bounded field, cut at a whole argument', async () => {
     const { parent, rank } = await launcher(HOSTILE);
-    const r = parseProcReadings(spawnSync('sh', readProcs([rank, parent], t).argv.slice(1), { encoding: 'utf8' }).stdout);
+    const r = parseProcReadings(
+      spawnSync('sh', readProcs([rank, parent], t).argv.slice(1), { encoding: 'utf8' }).stdout,
+    );
     expect(r.complete).toBe(true);
     expect(r.readings.map((x) => x.pid)).toEqual([rank, parent]);
     const own = r.readings[1]?.cmdline ?? '';

@@ -10,7 +10,8 @@ import { s2, s3, s3HostKill, s5 } from './scenarios.ts';
 
 const INC = 'inc_20261130_091447_k3x9q2';
 const opts = { incidentId: INC, vmid: 129 };
-const displays = (p: ReturnType<typeof planUnstick>, i: number): string[] => p.steps[i]?.commands.map((c) => `${c.on}: ${c.display}`) ?? [];
+const displays = (p: ReturnType<typeof planUnstick>, i: number): string[] =>
+  p.steps[i]?.commands.map((c) => `${c.on}: ${c.display}`) ?? [];
 
 describe('planUnstick', () => {
   it('S2: one tier-1 step signalling exactly the two ranks from inside ct129', () => {
@@ -41,7 +42,9 @@ describe('planUnstick', () => {
     expect(words).not.toContain('44');
     expect(p.leftAlone).toEqual([
       expect.stringContaining('GPU 5: 40,211 MiB held by something outside ct129'),
-      expect.stringContaining('PID 90 `python3` in ct129 has /dev/nvidiactl, /dev/nvidia0 open but holds no GPU memory'),
+      expect.stringContaining(
+        'PID 90 `python3` in ct129 has /dev/nvidiactl, /dev/nvidia0 open but holds no GPU memory',
+      ),
     ]);
   });
 
@@ -57,7 +60,11 @@ describe('planUnstick', () => {
       expect.stringMatching(/^host: sh -c '.*' sh host KILL 4026532845 811900 40000001 71$/s),
     ]);
     expect(p.steps[1]?.commands[2]?.when).toBe('still_matching');
-    expect(p.steps[1]?.targets[0]).toMatchObject({ hostPid: 811_900, containerPid: 71, gpus: [{ index: 0, hostIndex: 0, usedMiB: 96_413 }] });
+    expect(p.steps[1]?.targets[0]).toMatchObject({
+      hostPid: 811_900,
+      containerPid: 71,
+      gpus: [{ index: 0, hostIndex: 0, usedMiB: 96_413 }],
+    });
     expect(p.steps[1]?.explanation).toContain('not through `pct exec`');
     expect(p.steps[1]?.explanation).toContain('pidfd');
   });
@@ -67,7 +74,11 @@ describe('planUnstick', () => {
     expect(p.steps.map((s) => [s.kind, s.tier])).toEqual([['container_signal', 1]]);
     expect(p.steps.flatMap((s) => s.targets.map((t) => t.containerPid))).toEqual([63]);
     expect(p.steps.flatMap((s) => s.commands.flatMap((c) => c.argv))).not.toContain('811900');
-    expect(p.leftAlone).toContainEqual(expect.stringMatching(/^GPU 0: held by the init \(PID 1\) of ct129 \(host PID 811900, `\/sbin\/init`, 96,413 MiB\)\. Killing a container's init is not a process kill: every process in ct129 dies with it/));
+    expect(p.leftAlone).toContainEqual(
+      expect.stringMatching(
+        /^GPU 0: held by the init \(PID 1\) of ct129 \(host PID 811900, `\/sbin\/init`, 96,413 MiB\)\. Killing a container's init is not a process kill: every process in ct129 dies with it/,
+      ),
+    );
     expect(p.leftAlone.join(' ')).toContain('run `pct stop 129` on kpro5 yourself');
   });
 
@@ -106,7 +117,9 @@ describe('planUnstick', () => {
     if (!step) throw new Error('fixture');
     const h = stepHash(step);
     expect(stepHash(structuredClone(step))).toBe(h);
-    expect(stepHash({ ...step, targets: step.targets.map((t) => ({ ...t, startTimeTicks: t.startTimeTicks + 1 })) })).not.toBe(h);
+    expect(
+      stepHash({ ...step, targets: step.targets.map((t) => ({ ...t, startTimeTicks: t.startTimeTicks + 1 })) }),
+    ).not.toBe(h);
     expect(stepHash({ ...step, commands: step.commands.slice(0, 2) })).not.toBe(h);
   });
 });
@@ -114,7 +127,10 @@ describe('planUnstick', () => {
 describe('planUnstick property: only constants and integers reach a command, only target holders are signalled', () => {
   const ns = fc.constantFrom(CT129_NS, CT131_NS, HOST_NS);
   // Hostile process titles: the only machine text that could reach a command if anything leaked.
-  const title = fc.oneof(fc.string(), fc.constantFrom('sglang::scheduler_TP0', '$(reboot)', '`id`; rm -rf /', "'; kill -9 1; '", 'a\nb'));
+  const title = fc.oneof(
+    fc.string(),
+    fc.constantFrom('sglang::scheduler_TP0', '$(reboot)', '`id`; rm -rf /', "'; kill -9 1; '", 'a\nb'),
+  );
   const proc = fc.record({
     ctPid: fc.integer({ min: 1, max: 5000 }),
     hostPid: fc.integer({ min: 2, max: 4_000_000 }),
@@ -128,42 +144,61 @@ describe('planUnstick property: only constants and integers reach a command, onl
 
   it('holds for random fleets', () => {
     fc.assert(
-      fc.property(fc.uniqueArray(proc, { selector: (p) => p.hostPid, maxLength: 12 }), fc.integer({ min: 0, max: 97_000 }), fc.constantFrom(0, 1000), (ps, leaked, execUid) => {
-        const fakes: FakeProc[] = ps.map((p) => ({ pid: p.hostPid, nsPids: [p.hostPid, p.ctPid], uid: p.uid, ns: p.ns, comm: 'python3', start: p.start, cmdline: [p.title] }));
-        const used: Record<number, number> = { 3: leaked };
-        const host = {
-          gpus: gpus(used),
-          apps: ps.map((p, i) => app(fakes[i] as FakeProc, p.gpu, p.mib)),
-          procs: readings(
-            fakes.map((f) => f.pid),
-            fakes,
-          ),
-          targetPidNs: CT129_NS,
-        };
-        const ctProcs = fakes.filter((f) => f.ns === CT129_NS).map((f) => ({ ...f, pid: f.nsPids[1] ?? 0, nsPids: [f.nsPids[1] ?? 0] }));
-        const d = diagnose({
-          target: 'ct129',
-          host: 'kpro5',
-          containerGpus: host.gpus,
-          hostGpus: host.gpus,
-          holders: buildHolders(host, { holders: [], procs: readings([...new Set(ctProcs.map((c) => c.pid))], ctProcs) }),
-          errors: [],
-          containerExecUid: execUid,
-        });
-        const plan = planUnstick(d, opts);
-        for (const s of plan.steps) {
-          for (const c of s.commands) for (const w of c.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w) || GPU_UUID.test(w)).toBe(true);
-          for (const t of s.targets) expect(t.pidNs).toBe(CT129_NS);
-          const outsidePids = ps.filter((p) => p.ns !== CT129_NS).map((p) => String(p.hostPid));
-          // The signal template's targets are (pid, start, ctpid) triples from argv[7] on.
-          for (const c of s.commands.filter((c) => c.role === 'kill' || c.role === 'term')) {
-            const pids = c.argv.slice(7).filter((_, i) => i % 3 === 0);
-            if (s.kind === 'host_kill') for (const pid of pids) expect(outsidePids).not.toContain(pid);
+      fc.property(
+        fc.uniqueArray(proc, { selector: (p) => p.hostPid, maxLength: 12 }),
+        fc.integer({ min: 0, max: 97_000 }),
+        fc.constantFrom(0, 1000),
+        (ps, leaked, execUid) => {
+          const fakes: FakeProc[] = ps.map((p) => ({
+            pid: p.hostPid,
+            nsPids: [p.hostPid, p.ctPid],
+            uid: p.uid,
+            ns: p.ns,
+            comm: 'python3',
+            start: p.start,
+            cmdline: [p.title],
+          }));
+          const used: Record<number, number> = { 3: leaked };
+          const host = {
+            gpus: gpus(used),
+            apps: ps.map((p, i) => app(fakes[i] as FakeProc, p.gpu, p.mib)),
+            procs: readings(
+              fakes.map((f) => f.pid),
+              fakes,
+            ),
+            targetPidNs: CT129_NS,
+          };
+          const ctProcs = fakes
+            .filter((f) => f.ns === CT129_NS)
+            .map((f) => ({ ...f, pid: f.nsPids[1] ?? 0, nsPids: [f.nsPids[1] ?? 0] }));
+          const d = diagnose({
+            target: 'ct129',
+            host: 'kpro5',
+            containerGpus: host.gpus,
+            hostGpus: host.gpus,
+            holders: buildHolders(host, {
+              holders: [],
+              procs: readings([...new Set(ctProcs.map((c) => c.pid))], ctProcs),
+            }),
+            errors: [],
+            containerExecUid: execUid,
+          });
+          const plan = planUnstick(d, opts);
+          for (const s of plan.steps) {
+            for (const c of s.commands)
+              for (const w of c.argv) expect(CONSTANT_WORDS.has(w) || /^\d+$/.test(w) || GPU_UUID.test(w)).toBe(true);
+            for (const t of s.targets) expect(t.pidNs).toBe(CT129_NS);
+            const outsidePids = ps.filter((p) => p.ns !== CT129_NS).map((p) => String(p.hostPid));
+            // The signal template's targets are (pid, start, ctpid) triples from argv[7] on.
+            for (const c of s.commands.filter((c) => c.role === 'kill' || c.role === 'term')) {
+              const pids = c.argv.slice(7).filter((_, i) => i % 3 === 0);
+              if (s.kind === 'host_kill') for (const pid of pids) expect(outsidePids).not.toContain(pid);
+            }
+            // A container's init is never a kill target (killing it stops the container).
+            for (const t of s.targets) expect(t.containerPid).not.toBe(1);
           }
-          // A container's init is never a kill target (killing it stops the container).
-          for (const t of s.targets) expect(t.containerPid).not.toBe(1);
-        }
-      }),
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -15,7 +15,8 @@ const GiB = 2 ** 30;
 /** The seed incident's launch (../shared/seeds/000_*.txt), as /proc shows it. */
 const SEED =
   'python3 -m sglang.launch_server --model-path /shared/kimi-k2.5-int4 --tp-size 8 --mem-fraction-static 0.93 --enable-hierarchical-cache --hicache-size 300 --hicache-write-policy write_through --hicache-io-backend kernel';
-const SEED_WHY = '8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.';
+const SEED_WHY =
+  '8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.';
 
 function snapshot(machineId: string, view: 'host' | 'container', ramGiB: number, gpuCount: number): MachineSnapshot {
   return {
@@ -34,10 +35,21 @@ function snapshot(machineId: string, view: 'host' | 'container', ramGiB: number,
 /** seedS2's readings with parents added by PID (host readings and container readings alike). */
 function withParents(parents: Record<number, string[]>, ctGpus = 8, hostRamGiB = 449): TargetReadings {
   const seed = seedS2();
-  const add = (rs: readonly ProcReading[]): ProcReading[] => rs.map((r) => (parents[r.pid] ? { ...r, parents: (parents[r.pid] ?? []).map((cmdline, i) => ({ pid: 500 + i, cmdline })) } : r));
+  const add = (rs: readonly ProcReading[]): ProcReading[] =>
+    rs.map((r) =>
+      parents[r.pid] ? { ...r, parents: (parents[r.pid] ?? []).map((cmdline, i) => ({ pid: 500 + i, cmdline })) } : r,
+    );
   return {
-    container: { snapshot: snapshot('ct129', 'container', 64, ctGpus), readings: { ...seed.container, procs: add(seed.container.procs) }, commands: [] },
-    host: { snapshot: snapshot('kpro5', 'host', hostRamGiB, 8), readings: { ...seed.host, procs: add(seed.host.procs) }, commands: [] },
+    container: {
+      snapshot: snapshot('ct129', 'container', 64, ctGpus),
+      readings: { ...seed.container, procs: add(seed.container.procs) },
+      commands: [],
+    },
+    host: {
+      snapshot: snapshot('kpro5', 'host', hostRamGiB, 8),
+      readings: { ...seed.host, procs: add(seed.host.procs) },
+      commands: [],
+    },
   };
 }
 
@@ -46,7 +58,10 @@ const diagnosed = (r: TargetReadings) => diagnoseReadings('ct129', 'kpro5', r, {
 describe('root causes in the unstick diagnosis', () => {
   it("the seed: ranks titled sglang::scheduler_TP0/TP2 under the launcher → the host-cache sentence against the host's 449 GiB, not the container's own RAM", () => {
     const d = diagnosed(withParents({ [TP0.pid]: [SEED, 'bash'], [TP2.pid]: [SEED, 'bash'] }));
-    expect(d.causes?.map((c) => c.sentence)).toEqual([SEED_WHY, "Each rank reserves 93 % of its GPU's memory (`--mem-fraction-static` 0.93), so little is left for anything else on that GPU."]);
+    expect(d.causes?.map((c) => c.sentence)).toEqual([
+      SEED_WHY,
+      "Each rank reserves 93 % of its GPU's memory (`--mem-fraction-static` 0.93), so little is left for anything else on that GPU.",
+    ]);
   });
 
   it("the container's own view of the launcher counts too (its /proc shows the same parent), against the GPUs the container sees", () => {
@@ -61,13 +76,28 @@ describe('root causes in the unstick diagnosis', () => {
   });
 
   it('unknown programs get no guess: no causes at all', () => {
-    expect(diagnosed(withParents({ [TP0.pid]: ['python3 train.py --tp-size 8 --hicache-size 300 --enable-hierarchical-cache'] })).causes).toBeUndefined();
+    expect(
+      diagnosed(
+        withParents({ [TP0.pid]: ['python3 train.py --tp-size 8 --hicache-size 300 --enable-hierarchical-cache'] }),
+      ).causes,
+    ).toBeUndefined();
   });
 
   it('the diagnosis message has a Why line per cause, its flag names as code, and nothing else of the command line', () => {
     const d = diagnosed(withParents({ [TP0.pid]: [`${SEED} <!channel> \`reboot\``] }));
-    const meta: IncidentMeta = { id: 'inc_20261201_120000_abc123', kind: 'unstick', requester: 'U0ALICE', channel: 'C0GPUOPS', targets: ['ct129'], text: 'ct129', reason: null, createdAt: '2026-12-01T12:00:00.000Z' };
-    const views = renderUnstick(meta, [{ id: '1-0', type: 'diagnosis', at: '2026-12-01T12:00:01.000Z', label: 'before', diagnosis: d }]);
+    const meta: IncidentMeta = {
+      id: 'inc_20261201_120000_abc123',
+      kind: 'unstick',
+      requester: 'U0ALICE',
+      channel: 'C0GPUOPS',
+      targets: ['ct129'],
+      text: 'ct129',
+      reason: null,
+      createdAt: '2026-12-01T12:00:00.000Z',
+    };
+    const views = renderUnstick(meta, [
+      { id: '1-0', type: 'diagnosis', at: '2026-12-01T12:00:01.000Z', label: 'before', diagnosis: d },
+    ]);
     const msg = views.find((v) => v.key === 'ev:1-0');
     expect(msg?.text).toContain(`• Why: ${SEED_WHY}`);
     expect(JSON.stringify(msg)).not.toMatch(/<!channel>|reboot|kimi/);

@@ -33,28 +33,67 @@ const mibArb = fc.integer({ min: 1, max: 60_000 });
 const ownerArb = fc.constantFrom<Owner>('target', 'ct131', 'host');
 const worldArb: fc.Arbitrary<World> = fc.record({
   procs: fc.array(
-    fc.record({ owner: ownerArb, gpu: fc.integer({ min: 0, max: GPUS - 1 }), mibBefore: mibArb, mibAfter: fc.option(mibArb, { freq: 2 }) }),
+    fc.record({
+      owner: ownerArb,
+      gpu: fc.integer({ min: 0, max: GPUS - 1 }),
+      mibBefore: mibArb,
+      mibAfter: fc.option(mibArb, { freq: 2 }),
+    }),
     { maxLength: 8 },
   ),
-  late: fc.array(fc.record({ owner: fc.constantFrom<'ct131' | 'host'>('ct131', 'host'), gpu: fc.integer({ min: 0, max: GPUS - 1 }), mib: mibArb }), { maxLength: 3 }),
-  leakBefore: fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 30_000 })), { minLength: GPUS, maxLength: GPUS }),
-  leakAfter: fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 30_000 })), { minLength: GPUS, maxLength: GPUS }),
+  late: fc.array(
+    fc.record({
+      owner: fc.constantFrom<'ct131' | 'host'>('ct131', 'host'),
+      gpu: fc.integer({ min: 0, max: GPUS - 1 }),
+      mib: mibArb,
+    }),
+    { maxLength: 3 },
+  ),
+  leakBefore: fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 30_000 })), {
+    minLength: GPUS,
+    maxLength: GPUS,
+  }),
+  leakAfter: fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 30_000 })), {
+    minLength: GPUS,
+    maxLength: GPUS,
+  }),
 });
 
 const NS: Record<Owner, string> = { target: CT129_NS, ct131: CT131_NS, host: HOST_NS };
 
 function fake(i: number, owner: Owner): FakeProc {
   const pid = 700_000 + i;
-  return { pid, nsPids: owner === 'host' ? [pid] : [pid, 100 + i], uid: 100_000, ns: NS[owner], comm: 'python3', start: 40_000_000 + i, cmdline: ['python3', `job${i}.py`] };
+  return {
+    pid,
+    nsPids: owner === 'host' ? [pid] : [pid, 100 + i],
+    uid: 100_000,
+    ns: NS[owner],
+    comm: 'python3',
+    start: 40_000_000 + i,
+    cmdline: ['python3', `job${i}.py`],
+  };
 }
 
 function view(rows: Array<{ proc: FakeProc; gpu: number; mib: number }>, leak: readonly number[]) {
   const used: Record<number, number> = {};
-  for (let g = 0; g < GPUS; g++) used[g] = (leak[g] ?? 0) + rows.filter((r) => r.gpu === g).reduce((n, r) => n + r.mib, 0);
-  const apps: GpuProcess[] = rows.map((r) => ({ gpuIndex: r.gpu, gpuUuid: uuid(r.gpu), pid: r.proc.pid, type: 'C', name: 'python3', usedMiB: r.mib }));
+  for (let g = 0; g < GPUS; g++)
+    used[g] = (leak[g] ?? 0) + rows.filter((r) => r.gpu === g).reduce((n, r) => n + r.mib, 0);
+  const apps: GpuProcess[] = rows.map((r) => ({
+    gpuIndex: r.gpu,
+    gpuUuid: uuid(r.gpu),
+    pid: r.proc.pid,
+    type: 'C',
+    name: 'python3',
+    usedMiB: r.mib,
+  }));
   const procs = rows.map((r) => r.proc);
   return diagnoseWith(
-    { gpus: gpus(used).slice(0, GPUS), apps, procs: readings([...new Set(procs.map((p) => p.pid))], procs), targetPidNs: CT129_NS },
+    {
+      gpus: gpus(used).slice(0, GPUS),
+      apps,
+      procs: readings([...new Set(procs.map((p) => p.pid))], procs),
+      targetPidNs: CT129_NS,
+    },
     { holders: [], procs: [] },
   );
 }
@@ -67,7 +106,10 @@ function verdictFor(w: World) {
     w.leakBefore,
   );
   const after = view(
-    [...procs.flatMap((p) => (p.mibAfter === null ? [] : [{ proc: p.proc, gpu: p.gpu, mib: p.mibAfter }])), ...late.map((p) => ({ proc: p.proc, gpu: p.gpu, mib: p.mib }))],
+    [
+      ...procs.flatMap((p) => (p.mibAfter === null ? [] : [{ proc: p.proc, gpu: p.gpu, mib: p.mibAfter }])),
+      ...late.map((p) => ({ proc: p.proc, gpu: p.gpu, mib: p.mib })),
+    ],
     w.leakAfter,
   );
   return { before, after, verdict: verdictOf(before, after) };
@@ -104,7 +146,8 @@ describe('verdict property: freed ≤ held by the target', () => {
       fc.property(worldArb, (w) => {
         const { verdict } = verdictFor(w);
         for (const g of verdict.gpus) {
-          if (g.beforeMiB === null || g.afterMiB === null || g.freedMiB === null || g.othersFreedMiB === null) throw new Error('every number is known here');
+          if (g.beforeMiB === null || g.afterMiB === null || g.freedMiB === null || g.othersFreedMiB === null)
+            throw new Error('every number is known here');
           expect(g.freedMiB + g.othersFreedMiB).toBe(g.beforeMiB - g.afterMiB);
           const said = verdict.outside.some((s) => s.startsWith(`GPU ${g.index}: `));
           expect(said).toBe(Math.abs(g.othersFreedMiB) > IDLE_MIB);

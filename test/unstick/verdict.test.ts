@@ -9,7 +9,11 @@ describe('verdictOf', () => {
     expect(v.kind).toBe('recovered');
     expect(v.title).toBe('Recovered');
     expect(v.totalFreedMiB).toBe(96_413 + 96_417);
-    expect(v.gpus.filter((g) => g.index === 0 || g.index === 2 || g.index === 5).map((g) => [g.index, g.beforeMiB, g.afterMiB, g.freedMiB, g.recovered, g.after])).toEqual([
+    expect(
+      v.gpus
+        .filter((g) => g.index === 0 || g.index === 2 || g.index === 5)
+        .map((g) => [g.index, g.beforeMiB, g.afterMiB, g.freedMiB, g.recovered, g.after]),
+    ).toEqual([
       [0, 96_413, 0, 96_413, true, 'idle'],
       [2, 96_417, 0, 96_417, true, 'idle'],
       [5, 40_211, 40_211, 0, false, 'held_outside'],
@@ -19,7 +23,12 @@ describe('verdictOf', () => {
 
   it('S3 after tier 1 only, the init still holding GPU 0 → Partially recovered, next step is stopping the container by hand (no kill offered)', () => {
     const afterTier1 = diagnoseWith(
-      { ...seedS2().host, gpus: gpus({ 0: 96_413, 5: 40_211 }), apps: [app(CT129_INIT, 0, 96_413), app(CT131_JOB, 5, 40_211)], procs: readings([CT129_INIT.pid, CT131_JOB.pid], [CT129_INIT, CT131_JOB]) },
+      {
+        ...seedS2().host,
+        gpus: gpus({ 0: 96_413, 5: 40_211 }),
+        apps: [app(CT129_INIT, 0, 96_413), app(CT131_JOB, 5, 40_211)],
+        procs: readings([CT129_INIT.pid, CT131_JOB.pid], [CT129_INIT, CT131_JOB]),
+      },
       { holders: [], procs: [] },
     );
     const v = verdictOf(s3(), afterTier1);

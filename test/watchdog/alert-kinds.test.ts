@@ -14,13 +14,30 @@ const COMMAND_TIMEOUT_SEC = 10;
 describe('watchdog alert kinds on the fleet', () => {
   let rig: WatchRig;
   const types = async (m: string, kind: string) => (await rig.eventsOf(m, kind)).map((e) => e.type);
-  const sentences = async (m: string, kind: string) => (await rig.eventsOf(m, kind)).map((e) => ('alert' in e ? `${e.type}: ${e.alert.sentence}` : e.type));
+  const sentences = async (m: string, kind: string) =>
+    (await rig.eventsOf(m, kind)).map((e) => ('alert' in e ? `${e.type}: ${e.alert.sentence}` : e.type));
 
   beforeAll(async () => {
     const h = (id: string, site: string) => ({ id, site, gpus: 2, ramTotalGiB: 449, ramUsedGiB: 40 });
     rig = await startWatchRig(
       {
-        hosts: [h('g1', 'ghost'), h('z1', 'stuck'), h('e1', 'err'), h('u1', 'unreach'), h('x1', 'xid'), h('x2', 'xid2'), h('x3', 'xid3'), h('r1', 'recovery'), h('r2', 'recovery'), h('s1', 'snooze'), h('h1', 'hang'), h('h2', 'hang'), h('h3', 'hang'), h('w1', 'why'), { id: 'm1', site: 'missing', gpus: 4 }],
+        hosts: [
+          h('g1', 'ghost'),
+          h('z1', 'stuck'),
+          h('e1', 'err'),
+          h('u1', 'unreach'),
+          h('x1', 'xid'),
+          h('x2', 'xid2'),
+          h('x3', 'xid3'),
+          h('r1', 'recovery'),
+          h('r2', 'recovery'),
+          h('s1', 'snooze'),
+          h('h1', 'hang'),
+          h('h2', 'hang'),
+          h('h3', 'hang'),
+          h('w1', 'why'),
+          { id: 'm1', site: 'missing', gpus: 4 },
+        ],
         containers: [{ id: 'ct201', vmid: 201, host: 'z1', ownAddress: true }],
       },
       { settings: { ghostMinutes: 0, xidQuietMinutes: 0 }, commandTimeoutSec: COMMAND_TIMEOUT_SEC },
@@ -60,7 +77,12 @@ describe('watchdog alert kinds on the fleet', () => {
     await rig.fleet.releaseStuck(z);
     await rig.fleet.releaseStuck(d);
     await rig.round({ site: 'stuck' });
-    expect((await types('z1', 'holder_stuck')).sort()).toEqual(['alert_cleared', 'alert_cleared', 'alert_raised', 'alert_raised']);
+    expect((await types('z1', 'holder_stuck')).sort()).toEqual([
+      'alert_cleared',
+      'alert_cleared',
+      'alert_raised',
+      'alert_raised',
+    ]);
   });
 
   it('a GPU in error and a broken driver: each raised once and cleared when it answers again', async () => {
@@ -130,7 +152,9 @@ describe('watchdog alert kinds on the fleet', () => {
     await rig.round({ site: 'xid2' });
     const ev = await rig.eventsOf('x2', 'xid');
     expect(ev.map((e) => e.type)).toEqual(['alert_raised']);
-    expect(ev[0] && 'alert' in ev[0] ? ev[0].alert.sentence : '').toMatch(/^Xid 48 on PCI 0000:01:00 \(GPU 0\): Double-bit ECC error; /);
+    expect(ev[0] && 'alert' in ev[0] ? ev[0].alert.sentence : '').toMatch(
+      /^Xid 48 on PCI 0000:01:00 \(GPU 0\): Double-bit ECC error; /,
+    );
     expect(rig.fleet.commandLog('x2').some((c) => c.via === 'tool' && c.cmd === 'dmesg')).toBe(true);
   });
 
@@ -156,8 +180,13 @@ describe('watchdog alert kinds on the fleet', () => {
       'alert_raised: GPU 1: the driver asks for a reboot of the host: a GPU reset will not do.',
       'alert_cleared: GPU 1: the driver asks for a reboot of the host: a GPU reset will not do.',
     ]);
-    expect((await rig.alerts()).filter((a) => a.events.some((e) => 'alert' in e && e.alert.machineId === 'r2'))).toEqual([]);
-    const glance = JSON.parse((await rig.redis.hget(watchKeys(rig.prefix).last, 'r2')) ?? '{}') as { ok?: boolean; gpus?: number };
+    expect(
+      (await rig.alerts()).filter((a) => a.events.some((e) => 'alert' in e && e.alert.machineId === 'r2')),
+    ).toEqual([]);
+    const glance = JSON.parse((await rig.redis.hget(watchKeys(rig.prefix).last, 'r2')) ?? '{}') as {
+      ok?: boolean;
+      gpus?: number;
+    };
     expect(glance).toMatchObject({ ok: true, gpus: 2 });
   });
 
@@ -182,8 +211,12 @@ describe('watchdog alert kinds on the fleet', () => {
     expect(await types('s1', 'ram_high')).toEqual(['alert_raised']);
   });
 
-  it('host RAM high says why when the holders\' launch line does (the seed: per-rank host cache × ranks over the host\'s RAM)', async () => {
-    await rig.fleet.spawnHolder('w1', { gpus: [{ index: 0, mib: 96413 }], title: 'python3 -m sglang.launch_server --model-path /models/x --tp-size 8 --enable-hierarchical-cache --hicache-size 300' });
+  it("host RAM high says why when the holders' launch line does (the seed: per-rank host cache × ranks over the host's RAM)", async () => {
+    await rig.fleet.spawnHolder('w1', {
+      gpus: [{ index: 0, mib: 96413 }],
+      title:
+        'python3 -m sglang.launch_server --model-path /models/x --tp-size 8 --enable-hierarchical-cache --hicache-size 300',
+    });
     await rig.round({ site: 'why' });
     expect(await sentences('w1', 'ram_high')).toEqual([]);
     await rig.fleet.setRam('w1', { totalGiB: 449, usedGiB: 440 });
@@ -194,7 +227,7 @@ describe('watchdog alert kinds on the fleet', () => {
     ]);
   });
 
-  it('a host whose nvidia-smi hangs, and a frozen host, delay only their own alerts: the other host\'s alert is committed while their reads still wait', async () => {
+  it("a host whose nvidia-smi hangs, and a frozen host, delay only their own alerts: the other host's alert is committed while their reads still wait", async () => {
     await rig.round({ site: 'hang' });
     await rig.fleet.setRam('h2', { totalGiB: 449, usedGiB: 440 });
     await rig.fleet.setHang('h1', true);
@@ -213,7 +246,9 @@ describe('watchdog alert kinds on the fleet', () => {
     expect(await types('h1', 'nvidia_smi_failing')).toEqual([]);
     expect(await types('h3', 'nvidia_smi_failing')).toEqual([]);
     await round;
-    expect(await sentences('h1', 'nvidia_smi_failing')).toEqual(['alert_raised: nvidia-smi did not answer within the command timeout (a wedged driver often hangs it).']);
+    expect(await sentences('h1', 'nvidia_smi_failing')).toEqual([
+      'alert_raised: nvidia-smi did not answer within the command timeout (a wedged driver often hangs it).',
+    ]);
     // The frozen host's pooled connection stays open and silent: its read ends at the client deadline.
     expect(await types('h3', 'nvidia_smi_failing')).toEqual(['alert_raised']);
     await rig.fleet.setHang('h1', false);
@@ -227,7 +262,11 @@ describe('watchdog alert kinds on the fleet', () => {
     expect(rig.fleet.signals()).toEqual([]);
     for (const m of rig.inventory.hosts.map((x) => x.id)) {
       const cmds = rig.fleet.commandLog(m).map((c) => c.cmd);
-      expect(cmds.filter((c) => /\bkill\b|pkill|nvidia-smi (-r|--gpu-reset)|-pm |pct (stop|shutdown|reboot)|\breboot\b/.test(c))).toEqual([]);
+      expect(
+        cmds.filter((c) =>
+          /\bkill\b|pkill|nvidia-smi (-r|--gpu-reset)|-pm |pct (stop|shutdown|reboot)|\breboot\b/.test(c),
+        ),
+      ).toEqual([]);
     }
   });
 });

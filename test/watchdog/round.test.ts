@@ -45,14 +45,25 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
       ['alert_updated', 'host RAM 99 % used (445 of 449 GiB).'],
       ['alert_cleared', 'host RAM 99 % used (445 of 449 GiB).'],
     ]);
-    const alerts = (await rig.alerts()).filter((a) => a.events.some((e) => 'alert' in e && e.alert.machineId === 'kpro1'));
+    const alerts = (await rig.alerts()).filter((a) =>
+      a.events.some((e) => 'alert' in e && e.alert.machineId === 'kpro1'),
+    );
     expect(alerts).toHaveLength(1);
     const raised = events[0];
     if (raised === undefined || !('alert' in raised)) throw new Error('no raise');
     const id = alertIncidentId(raised.alert);
     expect(alerts[0]?.incidentId).toBe(id);
     expect(await rig.log.meta(id)).toEqual(
-      IncidentMetaSchema.parse({ id, kind: 'alert', requester: 'watchdog', channel: ALERTS_CHANNEL, targets: ['kpro1'], text: 'kpro1/ram_high', reason: null, createdAt: new Date(raised.alert.raisedAt ?? 0).toISOString() }),
+      IncidentMetaSchema.parse({
+        id,
+        kind: 'alert',
+        requester: 'watchdog',
+        channel: ALERTS_CHANNEL,
+        targets: ['kpro1'],
+        text: 'kpro1/ram_high',
+        reason: null,
+        createdAt: new Date(raised.alert.raisedAt ?? 0).toISOString(),
+      }),
     );
     // Cleared: no longer open; the bot's outbox has it to render.
     expect(await rig.redis.zscore(watchKeys(rig.prefix).open, id)).toBeNull();
@@ -88,7 +99,12 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
     await rig.fleet.setRam('kpro4', { totalGiB: 449, usedGiB: 440 });
     const keys = watchKeys(rig.prefix);
     const stateBefore = await rig.redis.get(keys.state('kpro4'));
-    await expect(rig.round({ site: 'd', deps: { beforeCommit: () => Promise.reject(new Error('killed between judge and commit')) } })).rejects.toThrow(/not judged: kpro4/);
+    await expect(
+      rig.round({
+        site: 'd',
+        deps: { beforeCommit: () => Promise.reject(new Error('killed between judge and commit')) },
+      }),
+    ).rejects.toThrow(/not judged: kpro4/);
     expect(await rig.eventsOf('kpro4', 'ram_high')).toEqual([]);
     expect(await rig.redis.get(keys.state('kpro4'))).toBe(stateBefore);
     await rig.restartWorker();
@@ -111,7 +127,10 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
       if (waiting === 2) release();
       await bothJudged;
     };
-    const [a, b] = await Promise.all([rig.round({ site: 'd', deps: { beforeCommit: gate } }), rig.round({ site: 'd', deps: { beforeCommit: gate } })]);
+    const [a, b] = await Promise.all([
+      rig.round({ site: 'd', deps: { beforeCommit: gate } }),
+      rig.round({ site: 'd', deps: { beforeCommit: gate } }),
+    ]);
     const types = (await rig.eventsOf('kpro4', 'ram_high')).slice(before).map((e) => e.type);
     expect(types).toEqual(['alert_raised']);
     // One of them found the state moved and judged again (or found a newer reading judged).
@@ -120,7 +139,11 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
 
   it('a machine whose unstick lock is held is read and alerted all the same, and the lock is left as it was', async () => {
     const lock = new TargetLock(rig.redis, rig.prefix);
-    const holder = { incidentId: 'inc_20261201_120000_lockheld', requester: 'U0REQUEST1', since: new Date().toISOString() };
+    const holder = {
+      incidentId: 'inc_20261201_120000_lockheld',
+      requester: 'U0REQUEST1',
+      since: new Date().toISOString(),
+    };
     expect(await lock.acquire('kpro7', holder, 600_000)).toEqual({ ok: true });
     const ttl = await rig.redis.pttl(`${rig.prefix}:lock:kpro7`);
     await rig.fleet.setRam('kpro7', { totalGiB: 449, usedGiB: 440 });
@@ -135,7 +158,9 @@ describe('watchdog round: raise once, edit in place, clear, exactly once across 
     for (const m of ['kpro1', 'kpro2', 'kpro3', 'kpro4', 'kpro7']) {
       const cmds = rig.fleet.commandLog(m).map((c) => c.cmd);
       expect(cmds.length).toBeGreaterThan(0);
-      expect(cmds.filter((c) => /\bkill\b|nvidia-smi (-r|--gpu-reset)|-pm |pct (stop|shutdown|reboot)|\breboot\b/.test(c))).toEqual([]);
+      expect(
+        cmds.filter((c) => /\bkill\b|nvidia-smi (-r|--gpu-reset)|-pm |pct (stop|shutdown|reboot)|\breboot\b/.test(c)),
+      ).toEqual([]);
     }
   });
 });

@@ -14,7 +14,7 @@ import { startStack, type Stack } from '../harness/stack.ts';
 
 const ALERTS = 'C0ALERTS01';
 
-describe('watchdog rounds from the site queues\' job schedulers', () => {
+describe("watchdog rounds from the site queues' job schedulers", () => {
   let s: Stack;
   let second: WorkerGroup | null = null;
   beforeAll(async () => {
@@ -49,14 +49,20 @@ describe('watchdog rounds from the site queues\' job schedulers', () => {
 
   it('high RAM on a host is posted once to the alerts channel over several rounds, and the same message says when it cleared', async () => {
     await s.fleet.setRam('kpro9', { totalGiB: 449, usedGiB: 440 });
-    const posted = await s.slack.waitFor(() => s.slack.messages(ALERTS).find((m) => /kpro9/.test(m.text ?? '') && /98 %/.test(m.text ?? '')) ?? null, 60_000);
+    const posted = await s.slack.waitFor(
+      () => s.slack.messages(ALERTS).find((m) => /kpro9/.test(m.text ?? '') && /98 %/.test(m.text ?? '')) ?? null,
+      60_000,
+    );
     // Three more rounds of the east site, by both workers: still the one message.
     const rounds = () => s.fleet.commandLog('kpro9').filter((c) => c.via === 'ssh').length;
     const seen = rounds();
     await s.slack.waitFor(() => (rounds() >= seen + 3 ? true : null), 60_000);
     expect(s.slack.messages(ALERTS).filter((m) => /kpro9/.test(m.text ?? ''))).toHaveLength(1);
     await s.fleet.setRam('kpro9', { totalGiB: 449, usedGiB: 40 });
-    const cleared = await s.slack.waitFor(() => s.slack.messages(ALERTS).find((m) => m.ts === posted.ts && /Cleared/.test(m.text ?? '')) ?? null, 60_000);
+    const cleared = await s.slack.waitFor(
+      () => s.slack.messages(ALERTS).find((m) => m.ts === posted.ts && /Cleared/.test(m.text ?? '')) ?? null,
+      60_000,
+    );
     expect(cleared.text).toContain('kpro9');
     expect(s.slack.messages(ALERTS).filter((m) => /kpro9/.test(m.text ?? ''))).toHaveLength(1);
     expect(s.fleet.signals()).toEqual([]);

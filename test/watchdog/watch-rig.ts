@@ -49,7 +49,10 @@ export interface WatchRig {
   stop(): Promise<void>;
 }
 
-export async function startWatchRig(spec: FleetSpec, o: { settings?: Partial<WatchSettings>; commandTimeoutSec?: number } = {}): Promise<WatchRig> {
+export async function startWatchRig(
+  spec: FleetSpec,
+  o: { settings?: Partial<WatchSettings>; commandTimeoutSec?: number } = {},
+): Promise<WatchRig> {
   const fleet = await startFleet(spec);
   const v = validateInventory(fleet.inventory());
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
@@ -77,7 +80,9 @@ export async function startWatchRig(spec: FleetSpec, o: { settings?: Partial<Wat
     const out: AlertRecord[] = [];
     for (const id of ids) {
       if (!id.startsWith('inc_alert_')) continue;
-      const events = (await log.events(id)).filter((e): e is AnyLoggedEvent & AlertEvent => e.type.startsWith('alert_'));
+      const events = (await log.events(id)).filter((e): e is AnyLoggedEvent & AlertEvent =>
+        e.type.startsWith('alert_'),
+      );
       out.push({ incidentId: id, events });
     }
     return out;
@@ -98,7 +103,9 @@ export async function startWatchRig(spec: FleetSpec, o: { settings?: Partial<Wat
     alerts,
     async eventsOf(machineId, alertKind) {
       const all = await alerts();
-      return all.flatMap((a) => a.events).filter((e) => 'alert' in e && e.alert.machineId === machineId && e.alert.kind === alertKind);
+      return all
+        .flatMap((a) => a.events)
+        .filter((e) => 'alert' in e && e.alert.machineId === machineId && e.alert.kind === alertKind);
     },
     async snooze(scope, untilMs) {
       await new SnoozeStore(redis, prefix).snooze(scope, untilMs);

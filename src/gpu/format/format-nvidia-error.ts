@@ -43,7 +43,11 @@ function out(stdout: string, exitCode: number): CommandOutput {
  * fixtures/nvidia-smi/errors). `inforom_corrupted` is only the trailing warning: the real tool
  * prints the full table first, so callers prepend {@link formatTable}'s output.
  */
-export function formatNvidiaError(kind: NvidiaErrorKind, busId?: string | null, opts: FormatNvidiaErrorOptions = {}): CommandOutput {
+export function formatNvidiaError(
+  kind: NvidiaErrorKind,
+  busId?: string | null,
+  opts: FormatNvidiaErrorOptions = {},
+): CommandOutput {
   const bus = busId ?? DEFAULT_BUS_ID;
   switch (kind) {
     case 'nvml_version_mismatch':
@@ -62,7 +66,10 @@ export function formatNvidiaError(kind: NvidiaErrorKind, busId?: string | null, 
     case 'device_handle_unknown':
       return out(`Unable to determine the device handle for GPU${shortBusId(bus)}: Unknown Error\n`, EXIT.other);
     case 'gpu_lost':
-      return out(`Unable to determine the device handle for GPU${shortBusId(bus)}: GPU is lost.  Reboot the system to recover this GPU\n`, EXIT.gpuLost);
+      return out(
+        `Unable to determine the device handle for GPU${shortBusId(bus)}: GPU is lost.  Reboot the system to recover this GPU\n`,
+        EXIT.gpuLost,
+      );
     case 'inforom_corrupted':
       return out(`WARNING: infoROM is corrupted at gpu ${shortBusId(bus)}\n`, EXIT.infoRomCorrupted);
     case 'insufficient_permissions':
@@ -70,7 +77,10 @@ export function formatNvidiaError(kind: NvidiaErrorKind, busId?: string | null, 
     case 'reset_not_supported':
       return out(`Resetting GPU ${bus} is not supported.\n`, EXIT.notSupported);
     case 'reset_in_use':
-      return out(`The following GPUs could not be reset:\n  GPU ${bus}: In use by another client\n\n1 ${IN_USE_EXPLANATION}`, EXIT.other);
+      return out(
+        `The following GPUs could not be reset:\n  GPU ${bus}: In use by another client\n\n1 ${IN_USE_EXPLANATION}`,
+        EXIT.other,
+      );
     case 'unknown':
       return out('Unknown Error\n', EXIT.other);
   }

@@ -4,7 +4,13 @@ import { InvalidQueryFieldError } from './invalid-query-field-error.ts';
 import { QUERY_GPU_FIELD_UNITS } from './query-gpu-fields.ts';
 import { csvTimestampUtc } from './text-layout.ts';
 
-function valueOf(field: string, gpu: Gpu, position: number, all: readonly Gpu[], opts: CsvFormatOptions): string | number | null {
+function valueOf(
+  field: string,
+  gpu: Gpu,
+  position: number,
+  all: readonly Gpu[],
+  opts: CsvFormatOptions,
+): string | number | null {
   switch (field) {
     case 'index':
       return gpu.index ?? position;
@@ -22,7 +28,9 @@ function valueOf(field: string, gpu: Gpu, position: number, all: readonly Gpu[],
     case 'memory.total':
       return gpu.memoryTotalMiB;
     case 'memory.free':
-      return gpu.memoryUsedMiB === null || gpu.memoryTotalMiB === null ? null : Math.max(0, gpu.memoryTotalMiB - gpu.memoryUsedMiB);
+      return gpu.memoryUsedMiB === null || gpu.memoryTotalMiB === null
+        ? null
+        : Math.max(0, gpu.memoryTotalMiB - gpu.memoryUsedMiB);
     case 'utilization.gpu':
       return gpu.utilizationPct;
     case 'count':

@@ -159,10 +159,7 @@ export interface TableProcessPlacement {
  * The default `nvidia-smi` table in the 590.x 91-column layout, byte for byte as the driver
  * prints it (trailing spaces on the timestamp line, final newline).
  */
-export function formatTable(
-  s: ParsedOutput,
-  opts: FormatTableOptions,
-): string {
+export function formatTable(s: ParsedOutput, opts: FormatTableOptions): string {
   const driver = s.driverVersion ?? 'N/A';
   const lines: string[] = [`${asctimeUtc(opts.timestamp)}       `, BORDER];
   lines.push(

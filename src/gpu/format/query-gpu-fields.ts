@@ -177,7 +177,7 @@ const WITH_UNIT: Record<string, string> = {
   'utilization.decoder': '%',
   'utilization.jpeg': '%',
   'utilization.ofa': '%',
-  'edpp_multiplier': '%',
+  edpp_multiplier: '%',
   'clocks_event_reasons_counters.sw_power_cap': 'us',
   'clocks_event_reasons_counters.sync_boost': 'us',
   'clocks_event_reasons_counters.sw_thermal_slowdown': 'us',
@@ -229,7 +229,9 @@ const WITH_UNIT: Record<string, string> = {
 
 /** Field name -> unit shown in the header (`memory.used [MiB]`) and, unless `nounits`, after each value; '' when none. */
 export const QUERY_GPU_FIELD_UNITS: ReadonlyMap<string, string> = new Map<string, string>([
-  ...PLAIN.split(/\s+/).filter((f) => f !== '').map((f): [string, string] => [f, '']),
+  ...PLAIN.split(/\s+/)
+    .filter((f) => f !== '')
+    .map((f): [string, string] => [f, '']),
   // Aliases nvidia-smi --help-query-gpu documents for the same values.
   ...['gpu_name', 'gpu_uuid', 'gpu_bus_id', 'gpu_serial'].map((f): [string, string] => [f, '']),
   ...Object.entries(WITH_UNIT),

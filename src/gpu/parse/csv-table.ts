@@ -59,7 +59,14 @@ export function readCsv(text: string, fields: readonly string[] | null, known: R
     names = cellsOfFields.map((c) => c?.field ?? '');
     units = cellsOfFields.map((c) => c?.unit ?? null);
     // Tolerate a header line even when told the fields (csv without noheader).
-    if (lines[0] !== undefined && isCsvHeader(lines[0], known) && lines[0].split(',').map((c) => splitHeaderCell(c)?.field).join() === names.join()) {
+    if (
+      lines[0] !== undefined &&
+      isCsvHeader(lines[0], known) &&
+      lines[0]
+        .split(',')
+        .map((c) => splitHeaderCell(c)?.field)
+        .join() === names.join()
+    ) {
       units = lines[0].split(',').map((c) => splitHeaderCell(c)?.unit ?? null);
       start = 1;
     }

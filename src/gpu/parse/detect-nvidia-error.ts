@@ -14,7 +14,10 @@ const RULES: readonly Rule[] = [
   { kind: 'driver_unreachable', pattern: /couldn't communicate with the NVIDIA driver/ },
   { kind: 'gpu_lost', pattern: /GPU is lost/ },
   { kind: 'inforom_corrupted', pattern: new RegExp(`infoROM is corrupted at gpu ${BUS}`) },
-  { kind: 'device_handle_unknown', pattern: new RegExp(`Unable to determine the device handle for GPU\\s?${BUS}: Unknown Error`) },
+  {
+    kind: 'device_handle_unknown',
+    pattern: new RegExp(`Unable to determine the device handle for GPU\\s?${BUS}: Unknown Error`),
+  },
   { kind: 'insufficient_permissions', pattern: /Insufficient Permissions/i },
   { kind: 'reset_not_supported', pattern: new RegExp(`Resetting GPU ${BUS} is not supported`) },
   { kind: 'reset_in_use', pattern: new RegExp(`could not be reset:\\s*GPU ${BUS}: In use by another client`) },
@@ -58,14 +61,20 @@ export function errorFromExitCode(exitCode: number, text: string): NvidiaError {
   const said = firstLines(text);
   return {
     kind: KIND_BY_EXIT_CODE.get(exitCode) ?? 'unknown',
-    message: said === '' ? `nvidia-smi exited with code ${exitCode} and printed nothing` : `nvidia-smi exited with code ${exitCode}: ${said}`,
+    message:
+      said === ''
+        ? `nvidia-smi exited with code ${exitCode} and printed nothing`
+        : `nvidia-smi exited with code ${exitCode}: ${said}`,
     busId: findBusId(said),
   };
 }
 
 /** `GPU 00000000:01:00.0 was successfully reset.` lines: the bus ids reset, or null when the text is not that. */
 export function detectResetSuccess(text: string): string[] | null {
-  const lines = text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+  const lines = text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
   if (lines.length < 1 || lines.at(-1) !== 'All done.') return null;
   const ids: string[] = [];
   for (const line of lines.slice(0, -1)) {

@@ -10,7 +10,9 @@ const ACCESS = /^[.cefFrm]{1,5}$/;
 const NOISE = [/^Cannot stat file /, /^Cannot open \/proc/, /^fuser: /, /: Permission denied$/];
 
 export function looksLikeFuser(text: string): boolean {
-  return text.split('\n', 200).some((l) => HEADER.test(l) || /^Cannot stat file /.test(l) || /^\/dev\/nvidia[\w-]*:/.test(l));
+  return text
+    .split('\n', 200)
+    .some((l) => HEADER.test(l) || /^Cannot stat file /.test(l) || /^\/dev\/nvidia[\w-]*:/.test(l));
 }
 
 /** `fuser -v` output (stdout and stderr interleaved, as `2>&1` or a terminal shows it). */

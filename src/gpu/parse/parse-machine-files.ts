@@ -4,9 +4,15 @@ import { abort, guard, type ParseResult, toInt } from './parse-failure.ts';
 /** `free -b`: the `Mem:` row, columns located by the header (procps 3.3 and 4 layouts). */
 export function parseFreeBytes(text: string): ParseResult<HostMemory> {
   return guard(() => {
-    const lines = text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+    const lines = text
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l !== '');
     const header = lines[0]?.split(/\s+/) ?? [];
-    const mem = lines.find((l) => l.startsWith('Mem:'))?.split(/\s+/).slice(1);
+    const mem = lines
+      .find((l) => l.startsWith('Mem:'))
+      ?.split(/\s+/)
+      .slice(1);
     if (!header.includes('total') || !header.includes('used') || mem === undefined) abort('not `free -b` output');
     const col = (name: string): number | null => {
       const i = header.indexOf(name);
@@ -38,7 +44,10 @@ export function parseProcStat(text: string): ParseResult<ProcStat> {
     const close = text.lastIndexOf(')');
     if (open < 0 || close < open) abort('not a /proc/<pid>/stat line');
     const pid = toInt(text.slice(0, open).trim());
-    const rest = text.slice(close + 1).trim().split(/\s+/);
+    const rest = text
+      .slice(close + 1)
+      .trim()
+      .split(/\s+/);
     // rest[0] is field 3 (state), so field 22 is rest[19].
     const state = rest[0] ?? '';
     const start = toInt(rest[19] ?? '');

@@ -27,13 +27,23 @@ function detectAndParse(text: string, fields: readonly string[] | null): ParseRe
   const reset = detectResetSuccess(text);
   if (reset !== null) {
     const out = emptyOutput('error');
-    out.gpus = reset.map((busId) => ({ index: null, name: null, busId, uuid: null, memoryUsedMiB: null, memoryTotalMiB: null, utilizationPct: null }));
+    out.gpus = reset.map((busId) => ({
+      index: null,
+      name: null,
+      busId,
+      uuid: null,
+      memoryUsedMiB: null,
+      memoryTotalMiB: null,
+      utilizationPct: null,
+    }));
     return ok(out);
   }
   if (looksLikeFuser(text)) return parseFuser(text);
   const first = text.split('\n', 1)[0] ?? '';
-  const isComputeApps = (names: readonly string[]): boolean => names.some((f) => f.replace(/ \[.*$/, '').trim() === 'pid');
-  if (fields !== null) return isComputeApps(fields) ? parseComputeAppsCsv(text, fields) : parseQueryGpuCsv(text, fields);
+  const isComputeApps = (names: readonly string[]): boolean =>
+    names.some((f) => f.replace(/ \[.*$/, '').trim() === 'pid');
+  if (fields !== null)
+    return isComputeApps(fields) ? parseComputeAppsCsv(text, fields) : parseQueryGpuCsv(text, fields);
   if (isCsvHeader(first, QUERY_GPU_FIELDS) || isCsvHeader(first, COMPUTE_APPS_FIELDS)) {
     return isComputeApps(first.split(',')) ? parseComputeAppsCsv(text, null) : parseQueryGpuCsv(text, null);
   }
@@ -45,15 +55,20 @@ function detectAndParse(text: string, fields: readonly string[] | null): ParseRe
  * guesses a number: input that is none of the known formats, or is cut short, is an error.
  */
 export function parseNvidiaOutput(text: string, opts: ParseOptions = {}): ParseResult<ParsedOutput> {
-  if (text.length > MAX_INPUT_CHARS) return fail(`input is larger than ${MAX_INPUT_CHARS / 1024 / 1024} MiB; nvidia-smi output never is`);
-  if (text.includes('\u0000') || text.includes('\uFFFD')) return fail('input is binary (NUL bytes or invalid UTF-8), not command output');
+  if (text.length > MAX_INPUT_CHARS)
+    return fail(`input is larger than ${MAX_INPUT_CHARS / 1024 / 1024} MiB; nvidia-smi output never is`);
+  if (text.includes('\u0000') || text.includes('\uFFFD'))
+    return fail('input is binary (NUL bytes or invalid UTF-8), not command output');
   const exitCode = opts.exitCode ?? null;
   if (text.trim() === '') {
-    return exitCode !== null && exitCode !== 0 ? ok({ ...emptyOutput('error'), error: errorFromExitCode(exitCode, text) }) : fail('empty input');
+    return exitCode !== null && exitCode !== 0
+      ? ok({ ...emptyOutput('error'), error: errorFromExitCode(exitCode, text) })
+      : fail('empty input');
   }
   const parsed = detectAndParse(text, opts.csvFields ?? null);
   if (parsed === null) {
-    if (exitCode !== null && exitCode !== 0) return ok({ ...emptyOutput('error'), error: errorFromExitCode(exitCode, text) });
+    if (exitCode !== null && exitCode !== 0)
+      return ok({ ...emptyOutput('error'), error: errorFromExitCode(exitCode, text) });
     return fail('not nvidia-smi output (table, CSV, XML or a known error) nor fuser -v output');
   }
   if (!parsed.ok || exitCode === null || exitCode === 0 || parsed.value.error !== null) return parsed;

@@ -82,7 +82,8 @@ function parseGpuBlock(block: ReadonlyArray<{ line: string; no: number }>): Gpu 
   const [memoryUsedMiB, memoryTotalMiB] = memory(row2[1] ?? '', `GPU ${index}`);
   const utilToken = (row2[2] ?? '').trim().split(/\s+/)[0] ?? '';
   const util = /^(\d+)%$/.exec(utilToken);
-  if (util === null && utilToken !== 'N/A' && utilToken !== 'ERR!') abort(`unreadable GPU-Util "${utilToken.slice(0, 20)}" for GPU ${index}`);
+  if (util === null && utilToken !== 'N/A' && utilToken !== 'ERR!')
+    abort(`unreadable GPU-Util "${utilToken.slice(0, 20)}" for GPU ${index}`);
   return {
     index,
     name: head[2] ?? null,
@@ -108,7 +109,9 @@ function parseMigBlock(block: ReadonlyArray<{ line: string; no: number }>): MigD
 }
 
 const ID = '(\\d+|N/A)';
-const PROCESS_WITH_MIG = new RegExp(`^\\s*${ID}\\s+${ID}\\s+${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s+(\\d+MiB|N/A)\\s*$`);
+const PROCESS_WITH_MIG = new RegExp(
+  `^\\s*${ID}\\s+${ID}\\s+${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s+(\\d+MiB|N/A)\\s*$`,
+);
 const PROCESS_OLD = new RegExp(`^\\s*${ID}\\s+(\\d+)\\s+([A-Z][A-Z+]*)\\s+(.*?)\\s+(\\d+MiB|N/A)\\s*$`);
 
 function processRow(inner: string, withMig: boolean, lineNo: number): GpuProcess {
@@ -136,7 +139,12 @@ function parseProcesses(lines: readonly string[], at: number): { processes: GpuP
   let noneFound = false;
   for (let i = rule + 1; i < lines.length; i++) {
     const line = lines[i] ?? '';
-    if (BORDER.test(line)) return { processes: noneFound && processes.length > 0 ? abort('process rows beside "No running processes found"') : processes, end: i + 1 };
+    if (BORDER.test(line))
+      return {
+        processes:
+          noneFound && processes.length > 0 ? abort('process rows beside "No running processes found"') : processes,
+        end: i + 1,
+      };
     const inner = cells(line, i).join('|');
     if (/^\s*No running processes found\s*$/.test(inner)) {
       noneFound = true;
@@ -150,7 +158,10 @@ function parseProcesses(lines: readonly string[], at: number): { processes: GpuP
 /** Parse the default `nvidia-smi` table (79/89/91 columns, any driver), by separators and tokens. */
 export function parseTable(text: string): ParseResult<ParsedOutput> {
   return guard(() => {
-    const lines = text.replace(/\r\n/g, '\n').split('\n').map((l) => l.trimEnd());
+    const lines = text
+      .replace(/\r\n/g, '\n')
+      .split('\n')
+      .map((l) => l.trimEnd());
     const banners = lines.flatMap((l, i) => (BANNER.test(l) ? [i] : []));
     const bannerAt = banners[0];
     if (bannerAt === undefined) abort('no NVIDIA-SMI banner line');
@@ -190,7 +201,8 @@ export function parseTable(text: string): ParseResult<ParsedOutput> {
       if (!indexes.has(m.gpuIndex)) abort(`MIG device on GPU ${m.gpuIndex}, which the table does not list`);
     }
     for (const p of out.processes) {
-      if (p.gpuIndex !== null && !indexes.has(p.gpuIndex)) abort(`process ${p.pid} on GPU ${p.gpuIndex}, which the table does not list`);
+      if (p.gpuIndex !== null && !indexes.has(p.gpuIndex))
+        abort(`process ${p.pid} on GPU ${p.gpuIndex}, which the table does not list`);
     }
     out.error = detectNvidiaError(outside.join('\n'));
     return out;

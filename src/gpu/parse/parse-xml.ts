@@ -85,7 +85,14 @@ function readGpu(node: unknown, index: number): { gpu: Gpu; migs: MigDevice[]; p
     const dev = int(child(m, 'index'), 'mig_device index');
     if (gi === null || ci === null || dev === null) abort('a MIG device lacks its ids');
     const mfb = child(m, 'fb_memory_usage');
-    return { gpuIndex: index, gi, ci, migDevice: dev, memoryUsedMiB: mib(child(mfb, 'used'), 'MIG used memory'), memoryTotalMiB: mib(child(mfb, 'total'), 'MIG total memory') };
+    return {
+      gpuIndex: index,
+      gi,
+      ci,
+      migDevice: dev,
+      memoryUsedMiB: mib(child(mfb, 'used'), 'MIG used memory'),
+      memoryTotalMiB: mib(child(mfb, 'total'), 'MIG total memory'),
+    };
   });
   const processes = list(child(child(node, 'processes'), 'process_info')).map((p): GpuProcess => {
     const pid = int(child(p, 'pid'), 'pid');

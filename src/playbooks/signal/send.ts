@@ -1,7 +1,14 @@
 import { CodedError, ErrorCode } from '../../errors.ts';
 import type { ProcessIdentity } from '../../gpu/holders.ts';
 import type { CommandSpec, ExecResult } from '../../ssh/types.ts';
-import { outcomeText, parseSignalReport, signalCommand, type SignalName, type SignalOutcome, type SignalSide } from './template.ts';
+import {
+  outcomeText,
+  parseSignalReport,
+  signalCommand,
+  type SignalName,
+  type SignalOutcome,
+  type SignalSide,
+} from './template.ts';
 
 /**
  * The one place gpu-medic signals processes. It runs the check-and-signal template for a set
@@ -37,7 +44,8 @@ export interface SendRequest {
   targets: readonly ProcessIdentity[];
 }
 
-const NOT_RACE_FREE = 'checked then signalled in one shell (no perl or python3 ≥ 3.9 in the container): the check was not race-free';
+const NOT_RACE_FREE =
+  'checked then signalled in one shell (no perl or python3 ≥ 3.9 in the container): the check was not race-free';
 
 export async function sendSignals(req: SendRequest, deps: SendDeps): Promise<SignalledTarget[]> {
   if (req.targets.length === 0) return [];
@@ -46,14 +54,27 @@ export async function sendSignals(req: SendRequest, deps: SendDeps): Promise<Sig
     req.side,
     req.signal,
     req.pidNs,
-    req.targets.map((t) => ({ pid: pidOf(t), startTimeTicks: t.startTimeTicks, containerPid: req.side === 'host' ? t.containerPid : null })),
+    req.targets.map((t) => ({
+      pid: pidOf(t),
+      startTimeTicks: t.startTimeTicks,
+      containerPid: req.side === 'host' ? t.containerPid : null,
+    })),
     { timeoutMs: deps.commandTimeoutMs },
   );
   const r = await deps.exec(spec);
-  if (r.timedOut) throw new CodedError(ErrorCode.CommandTimeout, `the ${req.signal} signal command did not return in time; what it sent is unknown`);
+  if (r.timedOut)
+    throw new CodedError(
+      ErrorCode.CommandTimeout,
+      `the ${req.signal} signal command did not return in time; what it sent is unknown`,
+    );
   const report = parseSignalReport(req.targets.map(pidOf), r.stdout);
   return req.targets.map((identity, i): SignalledTarget => {
-    const outcome = report.outcomes[i] ?? { pid: pidOf(identity), result: 'failed', reason: 'other', message: 'no answer' };
+    const outcome = report.outcomes[i] ?? {
+      pid: pidOf(identity),
+      result: 'failed',
+      reason: 'other',
+      message: 'no answer',
+    };
     const who = `${req.side === 'host' ? 'host ' : ''}PID ${pidOf(identity)} started at ${identity.startTimeTicks} ticks`;
     const reason =
       outcome.result === 'sent'

@@ -35,7 +35,10 @@ export interface SignalTarget {
 }
 
 /** pidfd_open / pidfd_send_signal share one number on x86_64 and aarch64 (asm-generic table); other arches are refused. */
-export const SYSCALLS = { x86_64: { pidfdOpen: 434, pidfdSendSignal: 424 }, aarch64: { pidfdOpen: 434, pidfdSendSignal: 424 } } as const;
+export const SYSCALLS = {
+  x86_64: { pidfdOpen: 434, pidfdSendSignal: 424 },
+  aarch64: { pidfdOpen: 434, pidfdSendSignal: 424 },
+} as const;
 
 const PERL = String.raw`use strict; use warnings; use POSIX ();
 my ($side, $sig, $ns, @t) = @ARGV;
@@ -169,12 +172,12 @@ export const SIGNAL_SCRIPT = [
   'SIDE=$1 SIG=$2 NS=$3; shift 3',
   'case $SIG in TERM|KILL) ;; *) echo "@refused signal"; exit 2;; esac',
   'if command -v perl >/dev/null 2>&1; then',
-  "perl - \"$SIDE\" \"$SIG\" \"$NS\" \"$@\" <<'GPU_MEDIC_PERL'",
+  'perl - "$SIDE" "$SIG" "$NS" "$@" <<\'GPU_MEDIC_PERL\'',
   PERL + 'GPU_MEDIC_PERL',
   'rc=$?; [ $rc = 3 ] || exit $rc',
   'fi',
   'if command -v python3 >/dev/null 2>&1; then',
-  "python3 - \"$SIDE\" \"$SIG\" \"$NS\" \"$@\" <<'GPU_MEDIC_PY'",
+  'python3 - "$SIDE" "$SIG" "$NS" "$@" <<\'GPU_MEDIC_PY\'',
   PYTHON + 'GPU_MEDIC_PY',
   'rc=$?; [ $rc = 3 ] || exit $rc',
   'fi',
@@ -185,7 +188,11 @@ export const SIGNAL_SCRIPT = [
 export const SIGNAL_SIDES: readonly SignalSide[] = ['host', 'container'];
 
 function int(n: number, what: string, min: number): string {
-  if (!Number.isSafeInteger(n) || n < min) throw new CodedError(ErrorCode.BadCommand, `${what} must be an integer ≥ ${min}, got ${String(n)}; nothing was run.`);
+  if (!Number.isSafeInteger(n) || n < min)
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `${what} must be an integer ≥ ${min}, got ${String(n)}; nothing was run.`,
+    );
   return String(n);
 }
 
@@ -199,15 +206,36 @@ export function pidNsInode(link: string | null): number | null {
  * The signal command for these targets. `pidNs` is the target container's PID namespace as the
  * worker read it (`pid:[N]`); null only inside a container (its own /proc is its namespace).
  */
-export function signalCommand(side: SignalSide, signal: SignalName, pidNs: string | null, targets: readonly SignalTarget[], o: { timeoutMs: number }): CommandSpec {
+export function signalCommand(
+  side: SignalSide,
+  signal: SignalName,
+  pidNs: string | null,
+  targets: readonly SignalTarget[],
+  o: { timeoutMs: number },
+): CommandSpec {
   if (targets.length === 0) throw new CodedError(ErrorCode.BadCommand, 'No PIDs to signal; nothing was run.');
   const inode = pidNsInode(pidNs);
-  if (side === 'host' && inode === null) throw new CodedError(ErrorCode.BadCommand, 'A host-side signal needs the target container’s PID namespace; nothing was run.');
+  if (side === 'host' && inode === null)
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      'A host-side signal needs the target container’s PID namespace; nothing was run.',
+    );
   const words = targets.flatMap((t) => {
-    if (side === 'host' && t.containerPid === null) throw new CodedError(ErrorCode.BadCommand, 'A host-side signal needs the container PID it must still have; nothing was run.');
-    return [int(t.pid, 'A PID', 1), int(t.startTimeTicks, 'A start time', 0), side === 'host' ? int(t.containerPid ?? 0, 'A container PID', 1) : '0'];
+    if (side === 'host' && t.containerPid === null)
+      throw new CodedError(
+        ErrorCode.BadCommand,
+        'A host-side signal needs the container PID it must still have; nothing was run.',
+      );
+    return [
+      int(t.pid, 'A PID', 1),
+      int(t.startTimeTicks, 'A start time', 0),
+      side === 'host' ? int(t.containerPid ?? 0, 'A container PID', 1) : '0',
+    ];
   });
-  return { argv: ['sh', '-c', SIGNAL_SCRIPT, 'sh', side, signal, String(inode ?? 0), ...words], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['sh', '-c', SIGNAL_SCRIPT, 'sh', side, signal, String(inode ?? 0), ...words],
+    timeoutMs: o.timeoutMs,
+  };
 }
 
 /** Whether an argv is the signal template (for tests and audits: the one command that signals). */
@@ -220,7 +248,18 @@ export function isSignalCommand(argv: readonly string[]): boolean {
 export type SignalOutcome =
   | { pid: number; result: 'sent' }
   | { pid: number; result: 'gone' }
-  | { pid: number; result: 'skipped'; reason: 'pid_reused' | 'not_holding' | 'wrong_namespace' | 'container_init' | 'unreadable' | 'no_pidfd' | 'no_report' }
+  | {
+      pid: number;
+      result: 'skipped';
+      reason:
+        | 'pid_reused'
+        | 'not_holding'
+        | 'wrong_namespace'
+        | 'container_init'
+        | 'unreadable'
+        | 'no_pidfd'
+        | 'no_report';
+    }
   | { pid: number; result: 'failed'; reason: 'not_permitted' | 'other'; message: string };
 
 export interface SignalReport {
@@ -253,7 +292,7 @@ export function parseSignalReport(pids: readonly number[], text: string): Signal
   for (const raw of text.split('\n')) {
     const line = raw.replace(/\r$/, '');
     if (line === '@done') complete = true;
-    else if (line === "@method pidfd perl" || line === "@method pidfd python") method = "pidfd";
+    else if (line === '@method pidfd perl' || line === '@method pidfd python') method = 'pidfd';
     else if (line === '@method shell') method = 'shell';
     else if (line.startsWith('@refused')) refused = true;
     const m = /^@sig (\d{1,15}) (\w+)(?: (\w{1,40}))?$/.exec(line);
@@ -288,7 +327,8 @@ export function parseSignalReport(pids: readonly number[], text: string): Signal
 export function outcomeText(o: SignalOutcome): string {
   if (o.result === 'sent') return 'sent';
   if (o.result === 'gone') return 'already exited';
-  if (o.result === 'failed') return o.reason === 'not_permitted' ? 'EPERM: Operation not permitted' : `failed: ${o.message}`;
+  if (o.result === 'failed')
+    return o.reason === 'not_permitted' ? 'EPERM: Operation not permitted' : `failed: ${o.message}`;
   switch (o.reason) {
     case 'pid_reused':
       return 'PID reused: at the moment of the signal its PID belonged to a different process (start time changed)';

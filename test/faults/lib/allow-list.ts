@@ -43,10 +43,28 @@ function templates(): CommandSpec[] {
     machineRead([queryGpus(t), queryComputeApps(t), hostMemory(t), fuserDevices(t)]),
     ...(['TERM', 'KILL'] as const).flatMap((sig) => [
       signalCommand('container', sig, `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: null }], t),
-      signalCommand('container', sig, `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: null }, { pid: PID_B, startTimeTicks: START, containerPid: null }], t),
+      signalCommand(
+        'container',
+        sig,
+        `pid:[${NS}]`,
+        [
+          { pid: PID_A, startTimeTicks: START, containerPid: null },
+          { pid: PID_B, startTimeTicks: START, containerPid: null },
+        ],
+        t,
+      ),
     ]),
     signalCommand('host', 'KILL', `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: CT }], t),
-    signalCommand('host', 'KILL', `pid:[${NS}]`, [{ pid: PID_A, startTimeTicks: START, containerPid: CT }, { pid: PID_B, startTimeTicks: START, containerPid: CT }], t),
+    signalCommand(
+      'host',
+      'KILL',
+      `pid:[${NS}]`,
+      [
+        { pid: PID_A, startTimeTicks: START, containerPid: CT },
+        { pid: PID_B, startTimeTicks: START, containerPid: CT },
+      ],
+      t,
+    ),
     readProcs([PID_A], t),
     readProcs([PID_A, PID_B], t),
     containerInitPid(VMID, t),
@@ -82,7 +100,14 @@ function generalise(literal: string): string {
 }
 
 function buildAllowList(): { ssh: RegExp[]; tools: RegExp[] } {
-  const endpoint: SshEndpoint = { machineId: 'x', host: '127.0.0.1', port: 22, username: 'root', privateKeyPath: '/k', hostKeyFingerprints: [] };
+  const endpoint: SshEndpoint = {
+    machineId: 'x',
+    host: '127.0.0.1',
+    port: 22,
+    username: 'root',
+    privateKeyPath: '/k',
+    hostKeyFingerprints: [],
+  };
   const routes: Route[] = [
     { kind: 'direct', endpoint },
     { kind: 'pct', host: endpoint, vmid: VMID },
@@ -93,7 +118,11 @@ function buildAllowList(): { ssh: RegExp[]; tools: RegExp[] } {
     for (const route of routes) ssh.push(new RegExp(`^${generalise(buildRemoteCommand(route, spec, 1000).command)}$`));
     // A fake tool logs its own argv (after the shell removed the quoting).
     tools.push(new RegExp(`^${generalise(spec.argv.join(' '))}$`));
-    tools.push(new RegExp(`^pct exec ${INT} -- timeout -k \\d+(?:\\.\\d+)? \\d+(?:\\.\\d+)? ${generalise(spec.argv.join(' '))}$`));
+    tools.push(
+      new RegExp(
+        `^pct exec ${INT} -- timeout -k \\d+(?:\\.\\d+)? \\d+(?:\\.\\d+)? ${generalise(spec.argv.join(' '))}$`,
+      ),
+    );
   }
   // `fuser -v /dev/nvidia*` after the remote shell expanded the glob.
   tools.push(/^fuser -v(?: \/dev\/nvidia[a-z0-9-]*)+$/);
@@ -113,8 +142,13 @@ export interface CommandLogLike {
 }
 
 /** Every logged command on these machines that is not a template (empty = proof). */
-export function commandsOutsideTemplates(fleet: CommandLogLike, machineIds: readonly string[]): Array<{ machine: string; via: string; cmd: string }> {
+export function commandsOutsideTemplates(
+  fleet: CommandLogLike,
+  machineIds: readonly string[],
+): Array<{ machine: string; via: string; cmd: string }> {
   const out: Array<{ machine: string; via: string; cmd: string }> = [];
-  for (const m of machineIds) for (const e of fleet.commandLog(m)) if (!isTemplateCommand(e.cmd, e.via)) out.push({ machine: m, via: e.via, cmd: e.cmd });
+  for (const m of machineIds)
+    for (const e of fleet.commandLog(m))
+      if (!isTemplateCommand(e.cmd, e.via)) out.push({ machine: m, via: e.via, cmd: e.cmd });
   return out;
 }

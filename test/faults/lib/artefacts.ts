@@ -59,6 +59,8 @@ export async function secretLeaks(s: Stack, extra: Record<string, string> = {}):
     ...extra,
   };
   const leaks: string[] = [];
-  for (const secret of secretsOf(s)) for (const [name, text] of Object.entries(artefacts)) if (text.includes(secret.value)) leaks.push(`${secret.name} in ${name}`);
+  for (const secret of secretsOf(s))
+    for (const [name, text] of Object.entries(artefacts))
+      if (text.includes(secret.value)) leaks.push(`${secret.name} in ${name}`);
   return leaks;
 }

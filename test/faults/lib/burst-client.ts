@@ -40,7 +40,10 @@ export async function sendBurst(config: BurstConfig, timeoutMs = 60_000): Promis
     return await new Promise<BurstAnswer[]>((resolve, reject) => {
       let out = '';
       let sent = false;
-      const timer = setTimeout(() => reject(new Error(`burst client gave no answer within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`burst client gave no answer within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       child.stdout.setEncoding('utf8');
       child.stdout.on('data', (chunk: string) => {
         out += chunk;
@@ -78,7 +81,12 @@ async function childMain(cfgPath: string): Promise<void> {
     cfg.commands.map((c) =>
       sendSlashCommand(cfg.url, cfg.signingSecret, c).then(
         (r): BurstAnswer => ({ status: r.status, elapsedMs: r.elapsedMs, json: r.json ?? null }),
-        (e: unknown): BurstAnswer => ({ status: 0, elapsedMs: 0, json: null, error: e instanceof Error ? e.name : String(e) }),
+        (e: unknown): BurstAnswer => ({
+          status: 0,
+          elapsedMs: 0,
+          json: null,
+          error: e instanceof Error ? e.name : String(e),
+        }),
       ),
     ),
   );

@@ -25,7 +25,19 @@ export interface Figures {
 }
 
 export function emptyFigures(): Figures {
-  return { runs: 0, faultsInjected: 0, killsExecutedTwice: 0, signalsOutsideBound: 0, eventsLost: 0, messagesLost: 0, badInputsTried: 0, badInputsReachedShell: 0, ackMs: [], recoverMs: [], failures: [] };
+  return {
+    runs: 0,
+    faultsInjected: 0,
+    killsExecutedTwice: 0,
+    signalsOutsideBound: 0,
+    eventsLost: 0,
+    messagesLost: 0,
+    badInputsTried: 0,
+    badInputsReachedShell: 0,
+    ackMs: [],
+    recoverMs: [],
+    failures: [],
+  };
 }
 
 export function mergeFigures(a: Figures, b: Figures): Figures {
@@ -54,7 +66,22 @@ export function percentile(samples: readonly number[], p: number): number {
 
 /** One line per scenario plus a total, as a fixed-width text table. */
 export function figuresTable(rows: Array<{ name: string; f: Figures; seconds: number }>): string {
-  const head = ['scenario', 'runs', 'faults injected', 'kills twice', 'signals outside bound', 'events lost', 'messages lost', 'bad inputs tried', 'bad inputs → shell', 'ack p50 ms', 'ack p99 ms', 'recover max s', 'failures', 'time s'];
+  const head = [
+    'scenario',
+    'runs',
+    'faults injected',
+    'kills twice',
+    'signals outside bound',
+    'events lost',
+    'messages lost',
+    'bad inputs tried',
+    'bad inputs → shell',
+    'ack p50 ms',
+    'ack p99 ms',
+    'recover max s',
+    'failures',
+    'time s',
+  ];
   const fmt = (n: number): string => (Number.isNaN(n) ? '-' : String(Math.round(n)));
   const line = (name: string, f: Figures, seconds: number): string[] => [
     name,
@@ -73,9 +100,17 @@ export function figuresTable(rows: Array<{ name: string; f: Figures; seconds: nu
     seconds.toFixed(1),
   ];
   const total = rows.reduce((acc, r) => mergeFigures(acc, r.f), emptyFigures());
-  const body = [...rows.map((r) => line(r.name, r.f, r.seconds)), line('TOTAL', total, rows.reduce((s, r) => s + r.seconds, 0))];
+  const body = [
+    ...rows.map((r) => line(r.name, r.f, r.seconds)),
+    line(
+      'TOTAL',
+      total,
+      rows.reduce((s, r) => s + r.seconds, 0),
+    ),
+  ];
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => (r[i] ?? '').length)));
-  const row = (cells: string[]): string => `| ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ')} |`;
+  const row = (cells: string[]): string =>
+    `| ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ')} |`;
   const sep = `|${widths.map((w, i) => (i === 0 ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
   return [row(head), sep, ...body.map(row)].join('\n');
 }
@@ -91,7 +126,11 @@ export function checker(f: Figures): (ok: boolean, what: string) => boolean {
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Polls `fn` until it returns a truthy value or `timeoutMs` passes (then null). Bounded. */
-export async function pollUntil<T>(fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs: number, everyMs = 50): Promise<T | null> {
+export async function pollUntil<T>(
+  fn: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs: number,
+  everyMs = 50,
+): Promise<T | null> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();

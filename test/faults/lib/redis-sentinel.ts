@@ -36,23 +36,41 @@ export interface SentinelSet {
 }
 
 async function answers(port: number, timeoutMs = 10_000): Promise<void> {
-  const ok = await pollUntil(async () => {
-    const r = new Redis({ port, host: '127.0.0.1', lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    r.on('error', () => undefined);
-    try {
-      await r.connect();
-      return (await r.ping()) === 'PONG';
-    } catch {
-      return false;
-    } finally {
-      r.disconnect();
-    }
-  }, timeoutMs, 50);
+  const ok = await pollUntil(
+    async () => {
+      const r = new Redis({
+        port,
+        host: '127.0.0.1',
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+      });
+      r.on('error', () => undefined);
+      try {
+        await r.connect();
+        return (await r.ping()) === 'PONG';
+      } catch {
+        return false;
+      } finally {
+        r.disconnect();
+      }
+    },
+    timeoutMs,
+    50,
+  );
   if (!ok) throw new Error(`redis on ${port} did not answer`);
 }
 
 async function ask<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis({ port, host: '127.0.0.1', lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const r = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
   r.on('error', () => undefined);
   try {
     await r.connect();
@@ -79,8 +97,20 @@ export async function startSentinelSet(): Promise<SentinelSet> {
     const d = join(dir, name);
     await mkdir(d, { recursive: true });
     const n = start([
-      '--port', String(port), '--bind', '127.0.0.1', '--dir', d,
-      '--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--save', '',
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      d,
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'everysec',
+      '--maxmemory-policy',
+      'noeviction',
+      '--save',
+      '',
       ...(replicaOf ? ['--replicaof', '127.0.0.1', String(replicaOf)] : []),
     ]);
     n.port = port;
@@ -90,7 +120,11 @@ export async function startSentinelSet(): Promise<SentinelSet> {
   const primary = await dataNode('a');
   const replica = await dataNode('b', primary.port);
   // The replica has synced once before the sentinels start watching.
-  const synced = await pollUntil(() => ask(replica.port, async (r) => /master_link_status:up/.test(await r.info('replication'))), 15_000, 100);
+  const synced = await pollUntil(
+    () => ask(replica.port, async (r) => /master_link_status:up/.test(await r.info('replication'))),
+    15_000,
+    100,
+  );
   if (!synced) throw new Error('replica never synced');
   const sentinelPorts: number[] = [];
   for (let i = 0; i < 3; i++) {
@@ -117,7 +151,10 @@ export async function startSentinelSet(): Promise<SentinelSet> {
   const primaryPort = async (): Promise<number> => {
     for (const p of sentinelPorts) {
       try {
-        const addr = await ask(p, (r) => r.call('SENTINEL', 'get-master-addr-by-name', SENTINEL_NAME) as Promise<[string, string] | null>);
+        const addr = await ask(
+          p,
+          (r) => r.call('SENTINEL', 'get-master-addr-by-name', SENTINEL_NAME) as Promise<[string, string] | null>,
+        );
         if (addr) return Number(addr[1]);
       } catch {
         /* ask the next one */
@@ -126,16 +163,20 @@ export async function startSentinelSet(): Promise<SentinelSet> {
     throw new Error('no sentinel names a primary');
   };
   // Every sentinel knows the replica (and the others) before anything is killed.
-  const ready = await pollUntil(async () => {
-    for (const p of sentinelPorts) {
-      const [replicas, sentinels] = await ask(p, async (r) => [
-        (await r.call('SENTINEL', 'replicas', SENTINEL_NAME)) as unknown[],
-        (await r.call('SENTINEL', 'sentinels', SENTINEL_NAME)) as unknown[],
-      ]);
-      if (replicas.length < 1 || sentinels.length < 2) return false;
-    }
-    return true;
-  }, 20_000, 200);
+  const ready = await pollUntil(
+    async () => {
+      for (const p of sentinelPorts) {
+        const [replicas, sentinels] = await ask(p, async (r) => [
+          (await r.call('SENTINEL', 'replicas', SENTINEL_NAME)) as unknown[],
+          (await r.call('SENTINEL', 'sentinels', SENTINEL_NAME)) as unknown[],
+        ]);
+        if (replicas.length < 1 || sentinels.length < 2) return false;
+      }
+      return true;
+    },
+    20_000,
+    200,
+  );
   if (!ready) throw new Error('sentinels did not discover each other and the replica');
   return {
     sentinels: sentinelPorts.map((p) => `127.0.0.1:${p}`).join(','),
@@ -151,11 +192,15 @@ export async function startSentinelSet(): Promise<SentinelSet> {
     },
     async waitForFailover(oldPort, timeoutMs) {
       const t0 = Date.now();
-      const ok = await pollUntil(async () => {
-        const p = await primaryPort().catch(() => oldPort);
-        if (p === oldPort) return false;
-        return ask(p, async (r) => /role:master/.test(await r.info('replication'))).catch(() => false);
-      }, timeoutMs, 100);
+      const ok = await pollUntil(
+        async () => {
+          const p = await primaryPort().catch(() => oldPort);
+          if (p === oldPort) return false;
+          return ask(p, async (r) => /role:master/.test(await r.info('replication'))).catch(() => false);
+        },
+        timeoutMs,
+        100,
+      );
       if (!ok) throw new Error(`no failover from ${oldPort} within ${timeoutMs} ms`);
       return Date.now() - t0;
     },

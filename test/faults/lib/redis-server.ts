@@ -36,7 +36,24 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     if (child) return;
     const c = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--save', '', '--protected-mode', 'yes'],
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'everysec',
+        '--maxmemory-policy',
+        'noeviction',
+        '--save',
+        '',
+        '--protected-mode',
+        'yes',
+      ],
       { stdio: 'ignore' },
     );
     child = c;
@@ -47,7 +64,12 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     // Ready when it answers PING (bounded: 10 s).
     const until = Date.now() + 10_000;
     for (;;) {
-      const probe = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      const probe = new Redis(url, {
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+      });
       probe.on('error', () => undefined);
       try {
         await probe.connect();

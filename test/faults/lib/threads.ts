@@ -28,7 +28,10 @@ function results(events: readonly AnyLoggedEvent[]): Set<string> {
   return got;
 }
 
-export async function judgeThread(s: Pick<Stack, 'redis' | 'prefix' | 'slack'>, incidentId: string): Promise<ThreadVerdict> {
+export async function judgeThread(
+  s: Pick<Stack, 'redis' | 'prefix' | 'slack'>,
+  incidentId: string,
+): Promise<ThreadVerdict> {
   const log = new IncidentLog(s.redis, s.prefix);
   const meta = await log.meta(incidentId);
   if (!meta) return { eventsComplete: false, threadExact: false, messagesOff: 1, detail: 'no incident meta (lost)' };
@@ -37,7 +40,13 @@ export async function judgeThread(s: Pick<Stack, 'redis' | 'prefix' | 'slack'>, 
   const eventsComplete = meta.targets.every((t) => got.has(t));
   const views = renderThread(meta, events);
   const parent = s.slack.messages(meta.channel).filter((m) => JSON.stringify(m.blocks ?? []).includes(incidentId));
-  if (parent.length !== 1 || !parent[0]) return { eventsComplete, threadExact: false, messagesOff: views.length + Math.max(0, parent.length - 1), detail: `${parent.length} parents in the channel` };
+  if (parent.length !== 1 || !parent[0])
+    return {
+      eventsComplete,
+      threadExact: false,
+      messagesOff: views.length + Math.max(0, parent.length - 1),
+      detail: `${parent.length} parents in the channel`,
+    };
   const thread = s.slack.thread(meta.channel, parent[0].ts);
   const want = views.map((v) => v.text);
   const have = thread.map((m) => m.text);
@@ -46,20 +55,38 @@ export async function judgeThread(s: Pick<Stack, 'redis' | 'prefix' | 'slack'>, 
   const threadExact = JSON.stringify(have) === JSON.stringify(expected);
   let off = Math.abs(have.length - expected.length);
   if (!threadExact && off === 0) off = expected.filter((t, i) => have[i] !== t).length;
-  return { eventsComplete, threadExact, messagesOff: off, detail: threadExact ? 'ok' : `expected ${JSON.stringify(expected.map((t) => t.slice(0, 60)))}, Slack has ${JSON.stringify(have.map((t) => t.slice(0, 60)))}` };
+  return {
+    eventsComplete,
+    threadExact,
+    messagesOff: off,
+    detail: threadExact
+      ? 'ok'
+      : `expected ${JSON.stringify(expected.map((t) => t.slice(0, 60)))}, Slack has ${JSON.stringify(have.map((t) => t.slice(0, 60)))}`,
+  };
 }
 
 /** Waits (bounded) until the incident is complete and rendered, then judges it. */
 export async function settleThread(s: Stack, incidentId: string, timeoutMs: number): Promise<ThreadVerdict> {
-  const ok = await pollUntil(async () => {
-    const v = await judgeThread(s, incidentId);
-    const dirty = (await s.redis.sismember(`${s.prefix}:dirty`, incidentId)) === 1;
-    return v.eventsComplete && v.threadExact && !dirty ? v : null;
-  }, timeoutMs, 100);
+  const ok = await pollUntil(
+    async () => {
+      const v = await judgeThread(s, incidentId);
+      const dirty = (await s.redis.sismember(`${s.prefix}:dirty`, incidentId)) === 1;
+      return v.eventsComplete && v.threadExact && !dirty ? v : null;
+    },
+    timeoutMs,
+    100,
+  );
   return ok ?? judgeThread(s, incidentId);
 }
 
 /** Parent posts per incident among successful chat.postMessage calls (a duplicate parent is a lost message too). */
 export function parentPosts(s: Stack, incidentId: string): number {
-  return s.slack.calls('chat.postMessage').filter((c) => c.status === 200 && (c.response as { ok?: boolean } | null)?.ok === true && JSON.stringify(c.body.blocks ?? '').includes(incidentId)).length;
+  return s.slack
+    .calls('chat.postMessage')
+    .filter(
+      (c) =>
+        c.status === 200 &&
+        (c.response as { ok?: boolean } | null)?.ok === true &&
+        JSON.stringify(c.body.blocks ?? '').includes(incidentId),
+    ).length;
 }

@@ -79,22 +79,42 @@ function startBotProcess(env: Record<string, string>): Promise<BotProc> {
 async function seedIncident(log: IncidentLog): Promise<string> {
   const id = `inc_crash_${randomBytes(5).toString('hex')}`;
   const at = new Date().toISOString();
-  await log.create({ id, kind: 'status', requester: 'U0REQUEST1', channel: CHANNEL, targets: TARGETS, text: `status ${TARGETS.join(' ')}`, reason: null, createdAt: at });
+  await log.create({
+    id,
+    kind: 'status',
+    requester: 'U0REQUEST1',
+    channel: CHANNEL,
+    targets: TARGETS,
+    text: `status ${TARGETS.join(' ')}`,
+    reason: null,
+    createdAt: at,
+  });
   const events: AnyEvent[] = [
     { type: 'requested', at },
     { type: 'started', at, worker: 'w1' },
-    ...TARGETS.map((machineId): AnyEvent => ({ type: 'machine_error', at, machineId, code: 'connect_failed', message: `${machineId}: connection refused`, commands: [] })),
+    ...TARGETS.map(
+      (machineId): AnyEvent => ({
+        type: 'machine_error',
+        at,
+        machineId,
+        code: 'connect_failed',
+        message: `${machineId}: connection refused`,
+        commands: [],
+      }),
+    ),
     { type: 'finished', at, outcome: 'failed', durationMs: 5 },
   ];
   for (const e of events) await log.append(id, e);
   return id;
 }
 
-const parentsOf = (slack: FakeSlack, id: string) => slack.messages(CHANNEL).filter((m) => JSON.stringify(m.blocks ?? []).includes(id));
+const parentsOf = (slack: FakeSlack, id: string) =>
+  slack.messages(CHANNEL).filter((m) => JSON.stringify(m.blocks ?? []).includes(id));
 /** Thread parents of the incident (1 unless doubled). */
 const postsOf = (slack: FakeSlack, id: string): number => parentsOf(slack, id).length;
 /** Every message of the incident in Slack: its parents and all their replies. */
-const storedOf = (slack: FakeSlack, id: string): number => parentsOf(slack, id).reduce((n, p) => n + slack.thread(CHANNEL, p.ts).length, 0);
+const storedOf = (slack: FakeSlack, id: string): number =>
+  parentsOf(slack, id).reduce((n, p) => n + slack.thread(CHANNEL, p.ts).length, 0);
 
 export interface BotCrashOptions {
   /** Which message of the thread's post sequence the crash hits (1: the parent, 2: the first reply, …). */
@@ -134,8 +154,11 @@ export async function botCrash(o: BotCrashOptions): Promise<Figures & { duplicat
           procs.push(bot);
           const id = await seedIncident(log);
           // The parent carries the incident id in its blocks; replies name the parent's ts.
-          const parentTs = (): string | undefined => slack.messages(CHANNEL).find((m) => JSON.stringify(m.blocks ?? []).includes(id))?.ts;
-          const ofIncident = (body: Record<string, unknown>): boolean => JSON.stringify(body.blocks ?? '').includes(id) || (body.thread_ts !== undefined && body.thread_ts === parentTs());
+          const parentTs = (): string | undefined =>
+            slack.messages(CHANNEL).find((m) => JSON.stringify(m.blocks ?? []).includes(id))?.ts;
+          const ofIncident = (body: Record<string, unknown>): boolean =>
+            JSON.stringify(body.blocks ?? '').includes(id) ||
+            (body.thread_ts !== undefined && body.thread_ts === parentTs());
           // Which post is the nth of this incident: counted as they arrive; for after-record, the call after it.
           let seen = 0;
           let nextCall = false;
@@ -162,7 +185,10 @@ export async function botCrash(o: BotCrashOptions): Promise<Figures & { duplicat
               },
             });
           });
-          const hit = await Promise.race([killed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 20_000))]);
+          const hit = await Promise.race([
+            killed.then(() => true),
+            new Promise<boolean>((r) => setTimeout(() => r(false), 20_000)),
+          ]);
           bot.kill();
           await bot.gone;
           f.faultsInjected++;
@@ -172,16 +198,30 @@ export async function botCrash(o: BotCrashOptions): Promise<Figures & { duplicat
           const s = state as { inSlack: number } | null;
           // The state at the kill proves which point was hit.
           const wantInSlack = point === 'before-post' ? nth - 1 : nth;
-          check(s !== null && s.inSlack === wantInSlack, `${what}: ${s?.inSlack} messages in Slack at the kill, expected ${wantInSlack}`);
-          check(refs.size === (point === 'after-record' ? nth : nth - 1), `${what}: ${refs.size} refs recorded at the kill, expected ${point === 'after-record' ? nth : nth - 1}`);
+          check(
+            s !== null && s.inSlack === wantInSlack,
+            `${what}: ${s?.inSlack} messages in Slack at the kill, expected ${wantInSlack}`,
+          );
+          check(
+            refs.size === (point === 'after-record' ? nth : nth - 1),
+            `${what}: ${refs.size} refs recorded at the kill, expected ${point === 'after-record' ? nth : nth - 1}`,
+          );
 
           const again = await startBotProcess(env);
           procs.push(again);
           const meta = await log.meta(id);
           const views = meta ? renderThread(meta, await log.events(id)) : [];
-          const threadLength = (): number => slack.thread(CHANNEL, slack.messages(CHANNEL).find((m) => JSON.stringify(m.blocks ?? []).includes(id))?.ts ?? '').length;
+          const threadLength = (): number =>
+            slack.thread(
+              CHANNEL,
+              slack.messages(CHANNEL).find((m) => JSON.stringify(m.blocks ?? []).includes(id))?.ts ?? '',
+            ).length;
           // Settled when the log is rendered (out of the dirty set) and the thread is at least complete.
-          await pollUntil(async () => (await redis.sismember(`${prefix}:dirty`, id)) === 0 && threadLength() >= views.length, 30_000, 100);
+          await pollUntil(
+            async () => (await redis.sismember(`${prefix}:dirty`, id)) === 0 && threadLength() >= views.length,
+            30_000,
+            100,
+          );
           const verdict = await judgeThread({ redis, prefix, slack }, id);
           const posted = threadLength();
           if (process.env.GPU_MEDIC_CRASH_DEBUG === '1') process.stderr.write(`${what}: ${verdict.detail}\n`);

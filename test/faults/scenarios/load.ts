@@ -41,10 +41,14 @@ async function crossTalk(s: Stack, id: string): Promise<string | null> {
     if (e.type === 'machine_error') seen.push(e.machineId);
   }
   const want = [...meta.targets].sort();
-  return JSON.stringify(seen.sort()) === JSON.stringify(want) ? null : `results for ${JSON.stringify(seen)} in an incident about ${JSON.stringify(want)}`;
+  return JSON.stringify(seen.sort()) === JSON.stringify(want)
+    ? null
+    : `results for ${JSON.stringify(seen)} in an incident about ${JSON.stringify(want)}`;
 }
 
-export async function load(o: LoadOptions): Promise<Figures & { logins: number[]; peakChannels: number; peakConnections: number }> {
+export async function load(
+  o: LoadOptions,
+): Promise<Figures & { logins: number[]; peakChannels: number; peakConnections: number }> {
   let f = emptyFigures();
   const check = checker(f);
   f.runs++;
@@ -65,7 +69,12 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
     const burst = await sendBurst({
       url: s.eventsUrl,
       signingSecret: s.signingSecret,
-      commands: Array.from({ length: o.burst }, (_, i) => ({ text: `status ${ids[i % ids.length]}`, user_id: 'U0REQUEST1', channel_id: 'C0ONCALL01', response_url: s.slack.newResponseUrl() })),
+      commands: Array.from({ length: o.burst }, (_, i) => ({
+        text: `status ${ids[i % ids.length]}`,
+        user_id: 'U0REQUEST1',
+        channel_id: 'C0ONCALL01',
+        response_url: s.slack.newResponseUrl(),
+      })),
     });
     const acked: string[] = [];
     for (const r of burst) {
@@ -75,20 +84,33 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
         continue;
       }
       f.ackMs.push(r.elapsedMs);
-      check(r.status === 200 && (r.elapsedMs < 3000 || !hold), `burst: ack ${r.status} after ${Math.round(r.elapsedMs)} ms`);
-      const ackText = typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
+      check(
+        r.status === 200 && (r.elapsedMs < 3000 || !hold),
+        `burst: ack ${r.status} after ${Math.round(r.elapsedMs)} ms`,
+      );
+      const ackText =
+        typeof r.json === 'object' && r.json !== null && 'text' in r.json
+          ? String((r.json as { text: unknown }).text)
+          : '';
       const incidentId = /incident `(inc_[a-z0-9_]+)`/.exec(ackText)?.[1] ?? null;
-      if (check(incidentId !== null, `burst: not queued: ${ackText.slice(0, 120)}`) && incidentId) acked.push(incidentId);
+      if (check(incidentId !== null, `burst: not queued: ${ackText.slice(0, 120)}`) && incidentId)
+        acked.push(incidentId);
     }
     // status all, several at once, across every machine.
     const alls = await Promise.all(Array.from({ length: o.statusAll }, () => s.slash('status all')));
     for (const r of alls) {
       f.ackMs.push(r.elapsedMs);
-      if (check(r.incidentId !== null, `status all: not queued: ${r.ackText.slice(0, 120)}`) && r.incidentId) acked.push(r.incidentId);
+      if (check(r.incidentId !== null, `status all: not queued: ${r.ackText.slice(0, 120)}`) && r.incidentId)
+        acked.push(r.incidentId);
     }
     watch = watchSessions(dirs);
     if (hold) await queue.resume();
-    const drained = await pollUntil(async () => Object.values(await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized')).every((n) => n === 0), o.drainMs, 200);
+    const drained = await pollUntil(
+      async () =>
+        Object.values(await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized')).every((n) => n === 0),
+      o.drainMs,
+      200,
+    );
     await queue.close();
     check(drained !== null, `the queue did not drain within ${o.drainMs} ms`);
     const t0 = Date.now();
@@ -105,7 +127,10 @@ export async function load(o: LoadOptions): Promise<Figures & { logins: number[]
     logins = dirs.map(loginsOf);
     peakChannels = Math.max(0, ...peaks.channels.values());
     peakConnections = Math.max(0, ...peaks.connections.values());
-    check(logins.every((n) => n === 1), `SSH logins per host (one worker pool): ${JSON.stringify(logins)}`);
+    check(
+      logins.every((n) => n === 1),
+      `SSH logins per host (one worker pool): ${JSON.stringify(logins)}`,
+    );
     check(peakChannels <= 8, `a host had ${peakChannels} commands running at once (pool limit 8, sshd MaxSessions 10)`);
     check(peakConnections <= 1, `a host had ${peakConnections} SSH connections at once`);
     check(peaks.samples > 5 && peakChannels > 0, `the session watcher saw nothing (${peaks.samples} samples)`);

@@ -31,7 +31,13 @@ export async function redisRestart(o: RedisRestartOptions): Promise<Figures> {
   try {
     s = await startStack({
       redisUrl: redis.url,
-      fleet: { hosts: [{ id: 'kpro5', gpus: 2 }, { id: 'kpro7', gpus: 1 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5' }] },
+      fleet: {
+        hosts: [
+          { id: 'kpro5', gpus: 2 },
+          { id: 'kpro7', gpus: 1 },
+        ],
+        containers: [{ id: 'ct129', vmid: 129, host: 'kpro5' }],
+      },
       tweakInventory: (inv) => {
         inv.defaults.commandTimeoutSec = 5;
       },
@@ -41,10 +47,16 @@ export async function redisRestart(o: RedisRestartOptions): Promise<Figures> {
     for (let cycle = 0; cycle < o.outages; cycle++) {
       f.runs++;
       // Incidents acknowledged just before Redis goes away (their jobs are queued or running).
-      const sent = await Promise.all(Array.from({ length: o.inFlight }, (_, i) => stack.slash(`status ${MACHINES[i % MACHINES.length]}`)));
+      const sent = await Promise.all(
+        Array.from({ length: o.inFlight }, (_, i) => stack.slash(`status ${MACHINES[i % MACHINES.length]}`)),
+      );
       for (const r of sent) {
         f.ackMs.push(r.elapsedMs);
-        if (check(r.incidentId !== null, `cycle ${cycle}: a command before the outage was not queued: ${r.ackText}`) && r.incidentId) acked.push(r.incidentId);
+        if (
+          check(r.incidentId !== null, `cycle ${cycle}: a command before the outage was not queued: ${r.ackText}`) &&
+          r.incidentId
+        )
+          acked.push(r.incidentId);
       }
       await redis.stop('term');
       f.faultsInjected++;
@@ -58,18 +70,28 @@ export async function redisRestart(o: RedisRestartOptions): Promise<Figures> {
         f.ackMs.push(r.elapsedMs);
         check(r.status === 200, `cycle ${cycle}: "${text}" during the outage answered HTTP ${r.status}`);
         check(r.elapsedMs < 3000, `cycle ${cycle}: "${text}" during the outage acked in ${Math.round(r.elapsedMs)} ms`);
-        check((r.json as { response_type?: string } | undefined)?.response_type === 'ephemeral', `cycle ${cycle}: answer during the outage is not ephemeral`);
-        check(/queue \(Redis\) is not answering/.test(r.ackText) && /nothing was (done|queued)/i.test(r.ackText), `cycle ${cycle}: "${text}" during the outage got: ${r.ackText.slice(0, 160)}`);
+        check(
+          (r.json as { response_type?: string } | undefined)?.response_type === 'ephemeral',
+          `cycle ${cycle}: answer during the outage is not ephemeral`,
+        );
+        check(
+          /queue \(Redis\) is not answering/.test(r.ackText) && /nothing was (done|queued)/i.test(r.ackText),
+          `cycle ${cycle}: "${text}" during the outage got: ${r.ackText.slice(0, 160)}`,
+        );
         k++;
         if (k >= o.duringOutage) await sleep(Math.min(500, Math.max(0, o.outageMs - (Date.now() - downAt))));
       }
       await redis.start();
       const upAt = Date.now();
       // Work resumes without restarting anything: a fresh command is queued and completes.
-      const resumed = await pollUntil(async () => {
-        const r = await stack.slash('status kpro7');
-        return r.incidentId ? r : null;
-      }, 20_000, 250);
+      const resumed = await pollUntil(
+        async () => {
+          const r = await stack.slash('status kpro7');
+          return r.incidentId ? r : null;
+        },
+        20_000,
+        250,
+      );
       check(resumed !== null, `cycle ${cycle}: commands still refused 20 s after Redis came back`);
       if (resumed?.incidentId) acked.push(resumed.incidentId);
       f.ackMs.push(resumed?.elapsedMs ?? 20_000);

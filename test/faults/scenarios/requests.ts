@@ -14,7 +14,13 @@ import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../../../src/render/unstick.t
 import { createLogger } from '../../../src/logger.ts';
 import { queueName } from '../../../src/queue/jobs.ts';
 import { REPLAYED_TEXT } from '../../../src/slack/replay-guard.ts';
-import { blockActionPayload, postSigned, sendInteraction, sendSlashCommand, slackSignature } from '../../harness/slack/signed-request.ts';
+import {
+  blockActionPayload,
+  postSigned,
+  sendInteraction,
+  sendSlashCommand,
+  slackSignature,
+} from '../../harness/slack/signed-request.ts';
 import { keysOf, startStack, type Stack } from '../../harness/stack.ts';
 import { commandsOutsideTemplates } from '../lib/allow-list.ts';
 import { secretLeaks } from '../lib/artefacts.ts';
@@ -61,12 +67,16 @@ function form(text: string, responseUrl: string, user = REQUESTER, channel = OPS
 
 /** Incident metas and job hashes only (rendering bookkeeping of earlier incidents may still change). */
 export async function openedKeys(s: Stack): Promise<string[]> {
-  return (await keysOf(s.redis, s.prefix)).filter((k) => k.endsWith(':meta') || /:site-[^:]+:inc_[a-z0-9_]+-[a-z0-9_-]+$/.test(k));
+  return (await keysOf(s.redis, s.prefix)).filter(
+    (k) => k.endsWith(':meta') || /:site-[^:]+:inc_[a-z0-9_]+-[a-z0-9_-]+$/.test(k),
+  );
 }
 
 const incidents = (s: Stack): Promise<number> => s.redis.zcard(`${s.prefix}:incidents`);
-const ackText = (json: unknown): string => (typeof json === 'object' && json !== null && 'text' in json ? String((json as { text: unknown }).text) : '');
-const isEphemeral = (json: unknown): boolean => typeof json === 'object' && json !== null && (json as { response_type?: unknown }).response_type === 'ephemeral';
+const ackText = (json: unknown): string =>
+  typeof json === 'object' && json !== null && 'text' in json ? String((json as { text: unknown }).text) : '';
+const isEphemeral = (json: unknown): boolean =>
+  typeof json === 'object' && json !== null && (json as { response_type?: unknown }).response_type === 'ephemeral';
 
 /** Forged, stale, altered, replayed slash commands; a replay after a bot restart. */
 export async function signedRequestFaults(s: Stack, o: RequestsOptions): Promise<Figures> {
@@ -74,12 +84,23 @@ export async function signedRequestFaults(s: Stack, o: RequestsOptions): Promise
   const check = checker(f);
   f.runs++;
   for (let i = 0; i < o.rounds; i++) {
-    const fields = { text: 'status kpro5', user_id: REQUESTER, channel_id: OPS, response_url: s.slack.newResponseUrl() };
+    const fields = {
+      text: 'status kpro5',
+      user_id: REQUESTER,
+      channel_id: OPS,
+      response_url: s.slack.newResponseUrl(),
+    };
     const before = await incidents(s);
     const forged = await sendSlashCommand(s.eventsUrl, 'not-the-signing-secret', fields);
-    const stale = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, { timestampSec: Math.floor(Date.now() / 1000) - 6 * 60 });
-    const altered = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, { mutateBodyAfterSigning: (b) => b.replace('kpro5', 'ct129') });
-    const noSig = await postSigned(s.eventsUrl, s.signingSecret, form('status kpro5', fields.response_url), { signature: '' });
+    const stale = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, {
+      timestampSec: Math.floor(Date.now() / 1000) - 6 * 60,
+    });
+    const altered = await sendSlashCommand(s.eventsUrl, s.signingSecret, fields, {
+      mutateBodyAfterSigning: (b) => b.replace('kpro5', 'ct129'),
+    });
+    const noSig = await postSigned(s.eventsUrl, s.signingSecret, form('status kpro5', fields.response_url), {
+      signature: '',
+    });
     f.faultsInjected += 4;
     f.badInputsTried += 4;
     check(forged.status === 401, `round ${i}: forged signature answered ${forged.status}, not 401`);
@@ -96,9 +117,13 @@ export async function signedRequestFaults(s: Stack, o: RequestsOptions): Promise
     f.faultsInjected++;
     f.badInputsTried++;
     f.ackMs.push(first.elapsedMs, replay.elapsedMs);
-    check(first.status === 200 && /incident `inc_/.test(ackText(first.json)), `round ${i}: the original request was not served: ${first.status} ${first.body.slice(0, 200)}`);
     check(
-      replay.status === 401 || (replay.status === 200 && isEphemeral(replay.json) && ackText(replay.json) === REPLAYED_TEXT),
+      first.status === 200 && /incident `inc_/.test(ackText(first.json)),
+      `round ${i}: the original request was not served: ${first.status} ${first.body.slice(0, 200)}`,
+    );
+    check(
+      replay.status === 401 ||
+        (replay.status === 200 && isEphemeral(replay.json) && ackText(replay.json) === REPLAYED_TEXT),
       `round ${i}: a replayed request was not refused: ${replay.status} ${replay.body.slice(0, 200)}`,
     );
     check((await incidents(s)) === before + 1, `round ${i}: the replay opened a second incident`);
@@ -113,7 +138,9 @@ export async function signedRequestFaults(s: Stack, o: RequestsOptions): Promise
   const sink = new Writable({ write: (_c, _e, cb) => cb() });
   const bot2 = await startBot(s.env, s.inventory, createLogger({ name: 'bot2', level: 'silent', destination: sink }));
   try {
-    const replay = await postSigned(`http://127.0.0.1:${bot2.port}/slack/events`, s.signingSecret, body, { timestampSec: ts });
+    const replay = await postSigned(`http://127.0.0.1:${bot2.port}/slack/events`, s.signingSecret, body, {
+      timestampSec: ts,
+    });
     f.faultsInjected++;
     f.badInputsTried++;
     check(
@@ -144,12 +171,18 @@ export async function policyFaults(s: Stack): Promise<Figures> {
       const r = await s.slash(text, { user: c.user, channel: c.channel });
       f.badInputsTried++;
       f.ackMs.push(r.elapsedMs);
-      check(r.status === 200 && isEphemeral(r.json) && /Refused/.test(r.ackText) && /Nothing was queued/.test(r.ackText), `policy (${c.why}) "${text}": not refused: ${r.ackText}`);
+      check(
+        r.status === 200 && isEphemeral(r.json) && /Refused/.test(r.ackText) && /Nothing was queued/.test(r.ackText),
+        `policy (${c.why}) "${text}": not refused: ${r.ackText}`,
+      );
       check(r.incidentId === null, `policy (${c.why}) "${text}": an incident was opened`);
     }
   }
   await sleep(200);
-  check(JSON.stringify(await openedKeys(s)) === JSON.stringify(before), 'policy: a refused command opened an incident or queued a job');
+  check(
+    JSON.stringify(await openedKeys(s)) === JSON.stringify(before),
+    'policy: a refused command opened an incident or queued a job',
+  );
   const logged = s.logText().split('request refused by policy').length - logBefore;
   check(logged === 9, `policy: ${logged} refusals logged, expected 9`);
   return f;
@@ -167,7 +200,16 @@ async function seedCard(s: Stack, o: { expired?: boolean } = {}): Promise<Card> 
   const store = new ApprovalStore(s.redis, s.prefix);
   const now = Date.now();
   const incidentId = `inc_fault_${Math.random().toString(36).slice(2, 10)}`;
-  await log.create({ id: incidentId, kind: 'unstick', requester: REQUESTER, channel: OPS, targets: ['ct129'], text: 'unstick ct129', reason: null, createdAt: new Date(now).toISOString() });
+  await log.create({
+    id: incidentId,
+    kind: 'unstick',
+    requester: REQUESTER,
+    channel: OPS,
+    targets: ['ct129'],
+    text: 'unstick ct129',
+    reason: null,
+    createdAt: new Date(now).toISOString(),
+  });
   const a = await store.create({
     incidentId,
     stepId: 'host_kill-fault',
@@ -193,46 +235,137 @@ export async function interactionFaults(s: Stack): Promise<Figures> {
   // Status jobs queued by earlier steps may still be running; only what starts after this point counts.
   await s.quiet();
   const commandsBefore = MACHINES.map((m) => s.fleet.commandLog(m).length);
-  const click = async (card: Card, o: { user: string; value?: string; action?: string; secret?: string; ts?: number; noAnswer?: boolean }) => {
+  const click = async (
+    card: Card,
+    o: { user: string; value?: string; action?: string; secret?: string; ts?: number; noAnswer?: boolean },
+  ) => {
     const responseUrl = s.slack.newResponseUrl();
-    const payload = blockActionPayload({ user: o.user, channel: OPS, messageTs: card.ts, actionId: o.action ?? APPROVE_ACTION_ID, value: o.value ?? card.approval, responseUrl });
-    const r = await sendInteraction(s.eventsUrl, o.secret ?? s.signingSecret, payload, o.ts !== undefined ? { timestampSec: o.ts } : {});
+    const payload = blockActionPayload({
+      user: o.user,
+      channel: OPS,
+      messageTs: card.ts,
+      actionId: o.action ?? APPROVE_ACTION_ID,
+      value: o.value ?? card.approval,
+      responseUrl,
+    });
+    const r = await sendInteraction(
+      s.eventsUrl,
+      o.secret ?? s.signingSecret,
+      payload,
+      o.ts !== undefined ? { timestampSec: o.ts } : {},
+    );
     f.badInputsTried++;
     f.faultsInjected++;
-    const answer = o.noAnswer ? null : await pollUntil(() => s.slack.responses().find((x) => x.url === responseUrl), 5000);
+    const answer = o.noAnswer
+      ? null
+      : await pollUntil(() => s.slack.responses().find((x) => x.url === responseUrl), 5000);
     return { r, answer, responseUrl };
   };
-  const cases: Array<{ name: string; card: Card; user: string; value?: string; action?: string; expect: RegExp; reason: string; logs: Card }> = [
-    { name: 'approval id of another incident', card: a, user: APPROVER, value: b.approval, expect: /does not belong/, reason: 'approval_not_found', logs: b },
-    { name: 'user not in the approvers list', card: a, user: STRANGER, expect: /not on the approvers list/, reason: 'not_approver', logs: a },
-    { name: 'the requester approving', card: a, user: REQUESTER, expect: /second person must/, reason: 'self_approval', logs: a },
-    { name: 'the requester denying via the Deny button', card: a, user: REQUESTER, action: DENY_ACTION_ID, expect: /second person must/, reason: 'self_approval', logs: a },
-    { name: 'a click after expiry', card: old, user: APPROVER, expect: /expired/, reason: 'approval_expired', logs: old },
+  const cases: Array<{
+    name: string;
+    card: Card;
+    user: string;
+    value?: string;
+    action?: string;
+    expect: RegExp;
+    reason: string;
+    logs: Card;
+  }> = [
+    {
+      name: 'approval id of another incident',
+      card: a,
+      user: APPROVER,
+      value: b.approval,
+      expect: /does not belong/,
+      reason: 'approval_not_found',
+      logs: b,
+    },
+    {
+      name: 'user not in the approvers list',
+      card: a,
+      user: STRANGER,
+      expect: /not on the approvers list/,
+      reason: 'not_approver',
+      logs: a,
+    },
+    {
+      name: 'the requester approving',
+      card: a,
+      user: REQUESTER,
+      expect: /second person must/,
+      reason: 'self_approval',
+      logs: a,
+    },
+    {
+      name: 'the requester denying via the Deny button',
+      card: a,
+      user: REQUESTER,
+      action: DENY_ACTION_ID,
+      expect: /second person must/,
+      reason: 'self_approval',
+      logs: a,
+    },
+    {
+      name: 'a click after expiry',
+      card: old,
+      user: APPROVER,
+      expect: /expired/,
+      reason: 'approval_expired',
+      logs: old,
+    },
   ];
   for (const c of cases) {
     const before = (await new IncidentLog(s.redis, s.prefix).events(c.logs.incidentId)).length;
-    const { r, answer } = await click(c.card, { user: c.user, ...(c.value ? { value: c.value } : {}), ...(c.action ? { action: c.action } : {}) });
+    const { r, answer } = await click(c.card, {
+      user: c.user,
+      ...(c.value ? { value: c.value } : {}),
+      ...(c.action ? { action: c.action } : {}),
+    });
     check(r.status === 200, `${c.name}: receiver answered ${r.status}`);
-    check(answer !== null && answer.body.response_type === 'ephemeral' && c.expect.test(String(answer.body.text)) && /Nothing was run/.test(String(answer.body.text)), `${c.name}: answer was ${JSON.stringify(answer?.body.text)}`);
+    check(
+      answer !== null &&
+        answer.body.response_type === 'ephemeral' &&
+        c.expect.test(String(answer.body.text)) &&
+        /Nothing was run/.test(String(answer.body.text)),
+      `${c.name}: answer was ${JSON.stringify(answer?.body.text)}`,
+    );
     const events: AnyLoggedEvent[] = await new IncidentLog(s.redis, s.prefix).events(c.logs.incidentId);
     const refused = events.slice(before).filter((e) => e.type === 'approval_refused');
-    check(refused.length === 1 && JSON.stringify(refused[0]).includes(c.reason) && JSON.stringify(refused[0]).includes(c.user), `${c.name}: incident log recorded ${JSON.stringify(events.slice(before))}`);
+    check(
+      refused.length === 1 &&
+        JSON.stringify(refused[0]).includes(c.reason) &&
+        JSON.stringify(refused[0]).includes(c.user),
+      `${c.name}: incident log recorded ${JSON.stringify(events.slice(before))}`,
+    );
   }
   // Forged and replayed clicks never reach the handler: nothing recorded for them, nothing decided.
   const evBefore = (await new IncidentLog(s.redis, s.prefix).events(a.incidentId)).length;
   const forged = await click(a, { user: APPROVER, secret: 'forged-secret-000', noAnswer: true });
   check(forged.r.status === 401, `forged click answered ${forged.r.status}`);
-  const payload = blockActionPayload({ user: STRANGER, channel: OPS, messageTs: a.ts, actionId: APPROVE_ACTION_ID, value: a.approval, responseUrl: s.slack.newResponseUrl() });
+  const payload = blockActionPayload({
+    user: STRANGER,
+    channel: OPS,
+    messageTs: a.ts,
+    actionId: APPROVE_ACTION_ID,
+    value: a.approval,
+    responseUrl: s.slack.newResponseUrl(),
+  });
   const body = new URLSearchParams({ payload: JSON.stringify(payload) }).toString();
   const ts = Math.floor(Date.now() / 1000);
-  const one = await postSigned(s.eventsUrl, s.signingSecret, body, { timestampSec: ts, signature: slackSignature(s.signingSecret, ts, body) });
+  const one = await postSigned(s.eventsUrl, s.signingSecret, body, {
+    timestampSec: ts,
+    signature: slackSignature(s.signingSecret, ts, body),
+  });
   const two = await postSigned(s.eventsUrl, s.signingSecret, body, { timestampSec: ts });
   f.badInputsTried += 2;
   f.faultsInjected += 2;
   check(one.status === 200 && two.status === 200, `replayed click: ${one.status}/${two.status}`);
   await sleep(300);
   const replayEvents = (await new IncidentLog(s.redis, s.prefix).events(a.incidentId)).slice(evBefore);
-  check(replayEvents.length === 1, `replayed click: ${replayEvents.length} events recorded for one click and its replay (expected 1)`);
+  check(
+    replayEvents.length === 1,
+    `replayed click: ${replayEvents.length} events recorded for one click and its replay (expected 1)`,
+  );
   const replayAnswers = s.slack.responses().filter((x) => x.body.text === REPLAYED_TEXT);
   check(replayAnswers.length >= 1, 'replayed click: no "already received" answer');
 
@@ -240,19 +373,34 @@ export async function interactionFaults(s: Stack): Promise<Figures> {
   const store = new ApprovalStore(s.redis, s.prefix);
   for (const c of [a, b, old]) {
     const got = await store.get(c.approval);
-    check(got !== null && got.state !== 'approved' && got.state !== 'denied', `approval ${c.approval} is ${got?.state}`);
+    check(
+      got !== null && got.state !== 'approved' && got.state !== 'denied',
+      `approval ${c.approval} is ${got?.state}`,
+    );
   }
   const queue = new Queue(queueName('default'), { connection: s.redis, prefix: s.prefix });
   const jobs = await queue.getJobs(['waiting', 'active', 'delayed', 'completed', 'failed']);
   await queue.close();
   check(!jobs.some((j) => j.data && (j.data as { kind?: string }).kind === 'decision'), 'a decision job was queued');
-  const ranAfter = MACHINES.flatMap((m, i) => s.fleet.commandLog(m).slice(commandsBefore[i]).map((e) => `${m}: ${e.cmd}`));
-  check(ranAfter.length === 0, `a command ran on the fleet after a tampered click: ${JSON.stringify(ranAfter.slice(0, 5))}`);
+  const ranAfter = MACHINES.flatMap((m, i) =>
+    s.fleet
+      .commandLog(m)
+      .slice(commandsBefore[i])
+      .map((e) => `${m}: ${e.cmd}`),
+  );
+  check(
+    ranAfter.length === 0,
+    `a command ran on the fleet after a tampered click: ${JSON.stringify(ranAfter.slice(0, 5))}`,
+  );
   return f;
 }
 
 /** Secrets and templates over the whole run of this stack. */
-export async function finalChecks(s: Stack, machines: readonly string[], extra: Record<string, string> = {}): Promise<Figures> {
+export async function finalChecks(
+  s: Stack,
+  machines: readonly string[],
+  extra: Record<string, string> = {},
+): Promise<Figures> {
   const f = emptyFigures();
   const check = checker(f);
   const leaks = await secretLeaks(s, extra);
@@ -281,7 +429,16 @@ export async function clockSkewFaults(s: Stack): Promise<Figures & { skewedRefus
   const a = await seedCard(s);
   const clickBody = (): string =>
     new URLSearchParams({
-      payload: JSON.stringify(blockActionPayload({ user: APPROVER, channel: OPS, messageTs: a.ts, actionId: APPROVE_ACTION_ID, value: a.approval, responseUrl: s.slack.newResponseUrl() })),
+      payload: JSON.stringify(
+        blockActionPayload({
+          user: APPROVER,
+          channel: OPS,
+          messageTs: a.ts,
+          actionId: APPROVE_ACTION_ID,
+          value: a.approval,
+          responseUrl: s.slack.newResponseUrl(),
+        }),
+      ),
     }).toString();
   const nowSec = (): number => Math.floor(Date.now() / 1000);
   const refusedLikeStale = async (what: string, url: string, body: string, tsSec: number): Promise<void> => {
@@ -291,10 +448,16 @@ export async function clockSkewFaults(s: Stack): Promise<Figures & { skewedRefus
     f.skewedSent++;
     f.faultsInjected++;
     f.badInputsTried++;
-    const ok = check(r.status === 401 && r.body === '', `${what}: answered ${r.status} ${r.body.slice(0, 200)} (a stale request gets 401 with no body)`);
+    const ok = check(
+      r.status === 401 && r.body === '',
+      `${what}: answered ${r.status} ${r.body.slice(0, 200)} (a stale request gets 401 with no body)`,
+    );
     if (ok) f.skewedRefused++;
     check((await incidents(s)) === incBefore, `${what}: opened an incident`);
-    check((await new IncidentLog(s.redis, s.prefix).events(a.incidentId)).length === evBefore, `${what}: the click reached the approval handler`);
+    check(
+      (await new IncidentLog(s.redis, s.prefix).events(a.incidentId)).length === evBefore,
+      `${what}: the click reached the approval handler`,
+    );
   };
 
   // The bot's clock is right; the request says it was sent an hour, a day ahead, or an hour ago.
@@ -304,7 +467,12 @@ export async function clockSkewFaults(s: Stack): Promise<Figures & { skewedRefus
     ['301 s ahead', 301],
     ['one hour ago', -3600],
   ] as const) {
-    await refusedLikeStale(`slash command dated ${label}`, s.eventsUrl, form('status kpro5', s.slack.newResponseUrl()), nowSec() + skew);
+    await refusedLikeStale(
+      `slash command dated ${label}`,
+      s.eventsUrl,
+      form('status kpro5', s.slack.newResponseUrl()),
+      nowSec() + skew,
+    );
     await refusedLikeStale(`Approve click dated ${label}`, s.eventsUrl, clickBody(), nowSec() + skew);
   }
 
@@ -314,10 +482,20 @@ export async function clockSkewFaults(s: Stack): Promise<Figures & { skewedRefus
     ['an hour behind', -3_600_000],
     ['an hour ahead', 3_600_000],
   ] as const) {
-    const bot = await startBot(s.env, s.inventory, createLogger({ name: 'skewed-bot', level: 'silent', destination: sink }), { now: () => Date.now() + skewMs });
+    const bot = await startBot(
+      s.env,
+      s.inventory,
+      createLogger({ name: 'skewed-bot', level: 'silent', destination: sink }),
+      { now: () => Date.now() + skewMs },
+    );
     try {
       const url = `http://127.0.0.1:${bot.port}/slack/events`;
-      await refusedLikeStale(`fresh slash command to a bot whose clock runs ${label}`, url, form('status kpro5', s.slack.newResponseUrl()), nowSec());
+      await refusedLikeStale(
+        `fresh slash command to a bot whose clock runs ${label}`,
+        url,
+        form('status kpro5', s.slack.newResponseUrl()),
+        nowSec(),
+      );
       await refusedLikeStale(`fresh Approve click to a bot whose clock runs ${label}`, url, clickBody(), nowSec());
     } finally {
       await bot.stop();
@@ -329,15 +507,27 @@ export async function clockSkewFaults(s: Stack): Promise<Figures & { skewedRefus
   const body = form('status kpro5', s.slack.newResponseUrl());
   const before = await incidents(s);
   const first = await postSigned(s.eventsUrl, s.signingSecret, body, { timestampSec: ts });
-  check(first.status === 200 && /incident `inc_/.test(ackText(first.json)), `a request dated 290 s ahead (inside the window) was not served: ${first.status} ${first.body.slice(0, 200)}`);
+  check(
+    first.status === 200 && /incident `inc_/.test(ackText(first.json)),
+    `a request dated 290 s ahead (inside the window) was not served: ${first.status} ${first.body.slice(0, 200)}`,
+  );
   const key = `${s.prefix}:replay:${ts}:${slackSignature(s.signingSecret, ts, body)}`;
   const pttl = await s.redis.pttl(key);
   const mustLiveMs = (ts + 300) * 1000 - Date.now();
-  check(pttl >= mustLiveMs, `the replay record of a request dated 290 s ahead expires in ${pttl} ms, but the request stays acceptable for ${mustLiveMs} ms more`);
+  check(
+    pttl >= mustLiveMs,
+    `the replay record of a request dated 290 s ahead expires in ${pttl} ms, but the request stays acceptable for ${mustLiveMs} ms more`,
+  );
   const replay = await postSigned(s.eventsUrl, s.signingSecret, body, { timestampSec: ts });
   f.faultsInjected++;
   f.badInputsTried++;
-  check(replay.status === 200 && ackText(replay.json) === REPLAYED_TEXT, `replay of a request dated 290 s ahead: ${replay.status} ${replay.body.slice(0, 200)}`);
-  check((await incidents(s)) === before + 1, 'the request dated 290 s ahead and its replay opened other than one incident');
+  check(
+    replay.status === 200 && ackText(replay.json) === REPLAYED_TEXT,
+    `replay of a request dated 290 s ahead: ${replay.status} ${replay.body.slice(0, 200)}`,
+  );
+  check(
+    (await incidents(s)) === before + 1,
+    'the request dated 290 s ahead and its replay opened other than one incident',
+  );
   return f;
 }

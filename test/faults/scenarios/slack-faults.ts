@@ -26,7 +26,13 @@ export async function slackFaults(o: SlackFaultOptions): Promise<Figures> {
   let f = emptyFigures();
   const check = checker(f);
   const s = await startStack({
-    fleet: { hosts: [{ id: 'kpro5', gpus: 2 }, { id: 'kpro7', gpus: 1 }], containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }] },
+    fleet: {
+      hosts: [
+        { id: 'kpro5', gpus: 2 },
+        { id: 'kpro7', gpus: 1 },
+      ],
+      containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
+    },
   });
   try {
     const ids: string[] = [];
@@ -62,7 +68,10 @@ export async function slackFaults(o: SlackFaultOptions): Promise<Figures> {
       if (!v.eventsComplete) f.eventsLost++;
       const dupParents = Math.max(0, parentPosts(s, id) - 1);
       f.messagesLost += v.messagesOff + dupParents;
-      check(v.eventsComplete && v.threadExact && dupParents === 0, `incident ${id}: ${v.detail}; parent posted ${parentPosts(s, id)} times`);
+      check(
+        v.eventsComplete && v.threadExact && dupParents === 0,
+        `incident ${id}: ${v.detail}; parent posted ${parentPosts(s, id)} times`,
+      );
     }
     f.recoverMs.push(Date.now() - upAt);
     // Re-rendering everything (as a restarted bot would) posts nothing new.
@@ -71,7 +80,10 @@ export async function slackFaults(o: SlackFaultOptions): Promise<Figures> {
     const again = s.slack.calls('chat.postMessage').filter((c) => c.status === 200).length;
     f.messagesLost += again - posts;
     check(again === posts, `re-rendering posted ${again - posts} messages again`);
-    check(s.slack.calls().some((c) => c.status === 429) && s.slack.calls().some((c) => c.status >= 500), 'the faults were not actually served');
+    check(
+      s.slack.calls().some((c) => c.status === 429) && s.slack.calls().some((c) => c.status >= 500),
+      'the faults were not actually served',
+    );
     f = mergeFigures(f, await finalChecks(s, MACHINES));
   } finally {
     await s.stop();

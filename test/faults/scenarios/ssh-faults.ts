@@ -75,7 +75,11 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
       if (r.incidentId) asked.set(m, r.incidentId);
     }
     // The connection to `drop` dies while its nvidia-smi runs.
-    await pollUntil(() => s.fleet.commandLog('drop').some((e) => e.via === 'tool' && e.cmd.startsWith('nvidia-smi')), 5000, 20);
+    await pollUntil(
+      () => s.fleet.commandLog('drop').some((e) => e.via === 'tool' && e.cmd.startsWith('nvidia-smi')),
+      5000,
+      20,
+    );
     await sleep(200);
     await s.fleet.stopMachine('drop');
     // Meanwhile a healthy machine is served at once.
@@ -84,7 +88,10 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
     f.ackMs.push(ok.elapsedMs);
     const okV = ok.incidentId ? await settleThread(s, ok.incidentId, 10_000) : null;
     const okMs = Date.now() - okStart;
-    check(okV?.threadExact === true && (await errorCodeOf(s, ok.incidentId ?? '', 'ok1')) === 'ok', `round ${round}: healthy ok1 not served during the faults: ${okV?.detail}`);
+    check(
+      okV?.threadExact === true && (await errorCodeOf(s, ok.incidentId ?? '', 'ok1')) === 'ok',
+      `round ${round}: healthy ok1 not served during the faults: ${okV?.detail}`,
+    );
     check(okMs < 5000, `round ${round}: healthy ok1 took ${okMs} ms while other machines were failing`);
     for (const [m, want] of Object.entries(FAULTS)) {
       const id = asked.get(m);
@@ -99,7 +106,10 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
       check(took < bound, `round ${round}: ${m} took ${took} ms (bound ${bound})`);
       const parent = s.slack.messages('C0ONCALL01').find((x) => JSON.stringify(x.blocks ?? []).includes(id));
       const reply = parent ? s.slack.thread('C0ONCALL01', parent.ts)[1] : undefined;
-      check(reply !== undefined && reply.text.includes(m) && reply.text.length > 30, `round ${round}: ${m}: the thread does not say why: ${reply?.text.slice(0, 200)}`);
+      check(
+        reply !== undefined && reply.text.includes(m) && reply.text.length > 30,
+        `round ${round}: ${m}: the thread does not say why: ${reply?.text.slice(0, 200)}`,
+      );
     }
     // status all with every fault at once: one row per machine, bounded, healthy ones read.
     const all = await s.slash('status all');
@@ -108,13 +118,20 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
     const v = all.incidentId ? await settleThread(s, all.incidentId, bound + 5000) : null;
     check(v?.threadExact === true && v.eventsComplete, `round ${round}: status all: ${v?.detail}`);
     check(Date.now() - allStart < bound, `round ${round}: status all took ${Date.now() - allStart} ms`);
-    for (const m of HEALTHY) check((await errorCodeOf(s, all.incidentId ?? '', m)) === 'ok', `round ${round}: status all: ${m} not read`);
+    for (const m of HEALTHY)
+      check((await errorCodeOf(s, all.incidentId ?? '', m)) === 'ok', `round ${round}: status all: ${m} not read`);
     for (const [m, want] of Object.entries(FAULTS))
-      check((await errorCodeOf(s, all.incidentId ?? '', m)) === (m === 'drop' ? 'connect_failed' : want), `round ${round}: status all: ${m} ended with ${await errorCodeOf(s, all.incidentId ?? '', m)}`);
+      check(
+        (await errorCodeOf(s, all.incidentId ?? '', m)) === (m === 'drop' ? 'connect_failed' : want),
+        `round ${round}: status all: ${m} ended with ${await errorCodeOf(s, all.incidentId ?? '', m)}`,
+      );
     // And the worker still serves afterwards.
     const after = await s.slash('status ok2');
     const av = after.incidentId ? await settleThread(s, after.incidentId, 10_000) : null;
-    check(av?.threadExact === true && (await errorCodeOf(s, after.incidentId ?? '', 'ok2')) === 'ok', `round ${round}: ok2 not served after the faults`);
+    check(
+      av?.threadExact === true && (await errorCodeOf(s, after.incidentId ?? '', 'ok2')) === 'ok',
+      `round ${round}: ok2 not served after the faults`,
+    );
     await s.fleet.setHang('hang', false);
     f = mergeFigures(f, await finalChecks(s, ids, {}));
     // The refused key's private half is a secret too.

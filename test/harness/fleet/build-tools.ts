@@ -91,7 +91,14 @@ async function doBuild(): Promise<FleetTools> {
   await mkdir(tmp, { recursive: true });
   await Promise.all([
     execFileP('gcc', ['-O2', '-Wall', '-Wextra', '-o', join(tmp, 'fleet-holder'), join(HERE, 'holder.c')]),
-    execFileP('gcc', ['-O2', '-Wall', '-Wextra', '-o', join(tmp, 'fleet-tool-client'), join(HERE, 'tools/tool-client.c')]),
+    execFileP('gcc', [
+      '-O2',
+      '-Wall',
+      '-Wextra',
+      '-o',
+      join(tmp, 'fleet-tool-client'),
+      join(HERE, 'tools/tool-client.c'),
+    ]),
     build({
       entryPoints: Object.fromEntries(Object.entries(ENTRIES).map(([k, v]) => [k, join(HERE, v)])),
       outdir: tmp,

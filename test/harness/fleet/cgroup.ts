@@ -13,7 +13,12 @@ const ROOTS = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'];
 function v2Root(): string | null {
   for (const r of ROOTS) {
     // A v2 root has cgroup.procs but no per-controller v1 files like 'tasks'.
-    if (existsSync(join(r, 'cgroup.procs')) && !existsSync(join(r, 'tasks')) && existsSync(join(r, 'cgroup.subtree_control'))) return r;
+    if (
+      existsSync(join(r, 'cgroup.procs')) &&
+      !existsSync(join(r, 'tasks')) &&
+      existsSync(join(r, 'cgroup.subtree_control'))
+    )
+      return r;
   }
   return null;
 }

@@ -30,7 +30,17 @@ export interface RunningContainer {
 /** Environment of the container's PID 1 beyond FLEET_MODE (a GPU-holding init: FLEET_DEVS, FLEET_ARGV, ...). */
 export type InitEnv = Record<string, string>;
 
-function setupScript(o: { ctDir: string; hostDir: string; hostname: string; holder: string; cgroup: string | null; hideProc: boolean; systemPath: boolean; gpus: number[] | null; initEnv?: InitEnv }): string {
+function setupScript(o: {
+  ctDir: string;
+  hostDir: string;
+  hostname: string;
+  holder: string;
+  cgroup: string | null;
+  hideProc: boolean;
+  systemPath: boolean;
+  gpus: number[] | null;
+  initEnv?: InitEnv;
+}): string {
   const q = shellQuote;
   const initEnv = { FLEET_ARGV: '/sbin/init', ...(o.initEnv ?? {}) };
   const envWords = Object.entries(initEnv)
@@ -83,14 +93,25 @@ export async function startContainer(o: {
   initEnv?: InitEnv;
 }): Promise<RunningContainer> {
   const script = join(o.ctDir, 'setup.sh');
-  await writeFile(script, setupScript({ ...o, holder: o.tools.holder, hideProc: o.hideProc === true, systemPath: o.systemPath === true, gpus: o.gpus ?? null }), { mode: 0o755 });
+  await writeFile(
+    script,
+    setupScript({
+      ...o,
+      holder: o.tools.holder,
+      hideProc: o.hideProc === true,
+      systemPath: o.systemPath === true,
+      gpus: o.gpus ?? null,
+    }),
+    { mode: 0o755 },
+  );
   const r = await spawnReady(
     'unshare',
     ['--pid', '--fork', '--mount', '--uts', '--propagation', 'private', '--', '/bin/bash', script],
     { env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' }, stderrPath: join(o.ctDir, 'init.log') },
   );
   const m = /^READY (\d+) (\d+)$/.exec(r.line);
-  if (m === null || r.child.pid === undefined) throw new Error(`container ${o.hostname}: bad ready line ${JSON.stringify(r.line)}`);
+  if (m === null || r.child.pid === undefined)
+    throw new Error(`container ${o.hostname}: bad ready line ${JSON.stringify(r.line)}`);
   return { unsharePid: r.child.pid, initHostPid: Number(m[1]), initStartTime: Number(m[2]), exited: r.exited };
 }
 

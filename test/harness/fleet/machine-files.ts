@@ -33,7 +33,10 @@ export function defaultHostState(spec: HostSpec): HostState {
     cudaVersion: '13.1',
     gpus,
     error: null,
-    ram: { totalBytes: Math.round((spec.ramTotalGiB ?? 449) * GiB), usedBytes: Math.round((spec.ramUsedGiB ?? 12) * GiB) },
+    ram: {
+      totalBytes: Math.round((spec.ramTotalGiB ?? 449) * GiB),
+      usedBytes: Math.round((spec.ramUsedGiB ?? 12) * GiB),
+    },
   };
 }
 
@@ -43,7 +46,13 @@ export function deviceNames(gpuCount: number): string[] {
 }
 
 /** A served tool: the small C client asks the fleet's tool server (no Node start per call). */
-async function writeClientWrapper(binDir: string, name: string, machineDir: string, tools: FleetTools, socket: string): Promise<void> {
+async function writeClientWrapper(
+  binDir: string,
+  name: string,
+  machineDir: string,
+  tools: FleetTools,
+  socket: string,
+): Promise<void> {
   const text = [
     '#!/bin/sh',
     `FLEET_MACHINE_DIR=${shellQuote(machineDir)}; export FLEET_MACHINE_DIR`,

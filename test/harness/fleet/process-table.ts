@@ -88,7 +88,10 @@ export async function ensureUser(user: string): Promise<{ uid: number; gid: numb
 
 function readCmdline(pid: number): string {
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s !== '').join(' ');
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+      .split('\0')
+      .filter((s) => s !== '')
+      .join(' ');
   } catch {
     return '';
   }
@@ -128,12 +131,18 @@ export class ProcessTable {
   }
 
   /** Environment of a fleet process (holder.c): title, devices, signal log, id, user. */
-  private async envFor(target: ProcessTarget, id: string, kind: 'holder' | 'bystander', o: SpawnOptions & Partial<HolderOptions>): Promise<NodeJS.ProcessEnv> {
+  private async envFor(
+    target: ProcessTarget,
+    id: string,
+    kind: 'holder' | 'bystander',
+    o: SpawnOptions & Partial<HolderOptions>,
+  ): Promise<NodeJS.ProcessEnv> {
     const title = o.title ?? (kind === 'holder' ? DEFAULT_HOLDER_TITLE : 'python3');
     const argv = title.split(' ').filter((s) => s !== '');
     const gpus = kind === 'holder' ? (o.gpus ?? []) : [];
     // As CUDA does: the GPUs it uses plus the control and UVM devices.
-    const devNames: string[] = gpus.length === 0 ? [] : [...gpus.map((g) => `nvidia${g.index}`), 'nvidiactl', 'nvidia-uvm'];
+    const devNames: string[] =
+      gpus.length === 0 ? [] : [...gpus.map((g) => `nvidia${g.index}`), 'nvidiactl', 'nvidia-uvm'];
     const devDir = target.kind === 'host' ? join(target.hostDir, 'dev') : '/dev';
     const env: NodeJS.ProcessEnv = {
       PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
@@ -145,7 +154,11 @@ export class ProcessTable {
       FLEET_MACHINE: target.machineId,
     };
     if (target.cgroup !== null) env['FLEET_CGROUP'] = target.cgroup;
-    if (o.parentTitle !== undefined) env['FLEET_PARENT_ARGV'] = o.parentTitle.split(' ').filter((w) => w !== '').join('\x1f');
+    if (o.parentTitle !== undefined)
+      env['FLEET_PARENT_ARGV'] = o.parentTitle
+        .split(' ')
+        .filter((w) => w !== '')
+        .join('\x1f');
     if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
     if (kind === 'holder' && o.stuck !== undefined) {
       env['FLEET_STUCK'] = o.stuck;
@@ -168,7 +181,10 @@ export class ProcessTable {
    * The environment for a container's PID 1 that holds GPUs (the container's setup script execs
    * holder.c in init mode with it), and the id it will be registered under by `adoptInit`.
    */
-  async initEnv(target: Omit<ProcessTarget, 'initHostPid'>, o: HolderOptions): Promise<{ id: string; env: Record<string, string> }> {
+  async initEnv(
+    target: Omit<ProcessTarget, 'initHostPid'>,
+    o: HolderOptions,
+  ): Promise<{ id: string; env: Record<string, string> }> {
     const id = this.nextId('holder');
     const env = await this.envFor({ ...target, initHostPid: null }, id, 'holder', o);
     const out: Record<string, string> = {};
@@ -180,8 +196,21 @@ export class ProcessTable {
   }
 
   /** Registers a container's init started with `initEnv` as a GPU holder (memory, signals, exit). */
-  adoptInit(target: ProcessTarget, id: string, o: HolderOptions, init: { hostPid: number; startTime: number; exited: FleetProcess['exited'] }): FleetProcess {
-    const proc: FleetProcess = { id, machine: target.machineId, hostPid: init.hostPid, containerPid: 1, startTime: init.startTime, cmdline: readCmdline(init.hostPid), exited: init.exited };
+  adoptInit(
+    target: ProcessTarget,
+    id: string,
+    o: HolderOptions,
+    init: { hostPid: number; startTime: number; exited: FleetProcess['exited'] },
+  ): FleetProcess {
+    const proc: FleetProcess = {
+      id,
+      machine: target.machineId,
+      hostPid: init.hostPid,
+      containerPid: 1,
+      startTime: init.startTime,
+      cmdline: readCmdline(init.hostPid),
+      exited: init.exited,
+    };
     const recordPath = join(target.hostDir, 'holders', `${id}.json`);
     const rec: HolderRecord = {
       id,
@@ -203,11 +232,16 @@ export class ProcessTable {
     return proc;
   }
 
-  async spawn(target: ProcessTarget, kind: 'holder' | 'bystander', o: SpawnOptions & Partial<HolderOptions> & { atPid?: AtPid }): Promise<FleetProcess> {
+  async spawn(
+    target: ProcessTarget,
+    kind: 'holder' | 'bystander',
+    o: SpawnOptions & Partial<HolderOptions> & { atPid?: AtPid },
+  ): Promise<FleetProcess> {
     const id = this.nextId(kind);
     const gpus = kind === 'holder' ? (o.gpus ?? []) : [];
     const user = o.user ?? 'root';
-    if (o.atPid !== undefined && o.parentTitle !== undefined) throw new Error(`${id}: parentTitle cannot be combined with atPid`);
+    if (o.atPid !== undefined && o.parentTitle !== undefined)
+      throw new Error(`${id}: parentTitle cannot be combined with atPid`);
     const env = await this.envFor(target, id, kind, o);
     let file: string;
     let args: string[];
@@ -236,7 +270,8 @@ export class ProcessTable {
     const startTime = procStartTime('/proc', hostPid);
     if (startTime === null) throw new Error(`${id}: process ${hostPid} vanished right after start`);
     recordPid(this.fleetDir, hostPid, `${kind} ${id}`);
-    if (r.child.pid !== undefined && r.child.pid !== hostPid) recordPid(this.fleetDir, r.child.pid, `launcher for ${id}`);
+    if (r.child.pid !== undefined && r.child.pid !== hostPid)
+      recordPid(this.fleetDir, r.child.pid, `launcher for ${id}`);
 
     const proc: FleetProcess = {
       id,
@@ -266,7 +301,12 @@ export class ProcessTable {
       };
       writeJsonAtomic(recordPath, rec);
     }
-    const entry: Entry = { proc, kind, recordPath, ...(kind === 'holder' && o.stuck !== undefined ? { stuck: o.stuck } : {}) };
+    const entry: Entry = {
+      proc,
+      kind,
+      recordPath,
+      ...(kind === 'holder' && o.stuck !== undefined ? { stuck: o.stuck } : {}),
+    };
     this.entries.set(id, entry);
     void r.exited.then(({ signal }) => this.onExit(entry, signal));
     if (entry.stuck !== undefined) {
@@ -289,7 +329,11 @@ export class ProcessTable {
       e.released = true;
       const keeper = parentOf(p.hostPid);
       if (keeper !== null) killPid(keeper);
-      await waitUntil(() => procStat('/proc', p.hostPid)?.startTime !== p.startTime, 10_000, `zombie ${p.id} still there`);
+      await waitUntil(
+        () => procStat('/proc', p.hostPid)?.startTime !== p.startTime,
+        10_000,
+        `zombie ${p.id} still there`,
+      );
     } else {
       for (const c of childrenOf(p.hostPid)) killPid(c);
       // Out of D it is briefly runnable (R) before it sleeps again as a plain holder does (S):
@@ -309,7 +353,17 @@ export class ProcessTable {
     }
     if (signal !== 'SIGKILL' || this.stopping || e.released === true || this.quiet.has(e.proc.machine)) return;
     const p = e.proc;
-    this.kills.push({ ts: Date.now(), id: p.id, machine: p.machine, hostPid: p.hostPid, containerPid: p.containerPid, cmdline: p.cmdline, signal, by: null, kind: e.kind });
+    this.kills.push({
+      ts: Date.now(),
+      id: p.id,
+      machine: p.machine,
+      hostPid: p.hostPid,
+      containerPid: p.containerPid,
+      cmdline: p.cmdline,
+      signal,
+      by: null,
+      kind: e.kind,
+    });
   }
 
   signals(): SignalRecord[] {
@@ -352,7 +406,11 @@ function parentOf(pid: number): number | null {
 
 function childrenOf(pid: number): number[] {
   try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter((x) => x !== '').map(Number);
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter((x) => x !== '')
+      .map(Number);
   } catch {
     return [];
   }
@@ -375,5 +433,9 @@ async function waitUntil(ok: () => boolean, timeoutMs: number, what: string): Pr
 }
 
 function waitForState(pid: number, state: 'Z' | 'D', timeoutMs: number): Promise<void> {
-  return waitUntil(() => procStat('/proc', pid)?.state === state, timeoutMs, `process ${pid} never reached state ${state}`);
+  return waitUntil(
+    () => procStat('/proc', pid)?.state === state,
+    timeoutMs,
+    `process ${pid} never reached state ${state}`,
+  );
 }

@@ -42,7 +42,11 @@ export async function spawnReady(
     stdout.on('data', onData);
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
-      rej(new Error(`${file} ${args.join(' ')} exited (code ${code}, signal ${signal}) before it was ready (see ${o.stderrPath})`));
+      rej(
+        new Error(
+          `${file} ${args.join(' ')} exited (code ${code}, signal ${signal}) before it was ready (see ${o.stderrPath})`,
+        ),
+      );
     });
   });
   // Nothing more is read: let the pipe go so the test process is not held open by it.

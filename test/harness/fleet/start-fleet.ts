@@ -41,7 +41,17 @@ import {
   visibleGpus,
   writeJsonAtomic,
 } from './state.ts';
-import type { CommandLogEntry, ContainerSpec, Fleet, FleetOptions, FleetProcess, FleetSpec, HolderOptions, HostSpec, MachineView } from './types.ts';
+import type {
+  CommandLogEntry,
+  ContainerSpec,
+  Fleet,
+  FleetOptions,
+  FleetProcess,
+  FleetSpec,
+  HolderOptions,
+  HostSpec,
+  MachineView,
+} from './types.ts';
 
 const GiB = 1024 ** 3;
 /** What the driver prints after an Xid's number, for the ones tests use most (NVIDIA's catalogue). */
@@ -125,7 +135,13 @@ export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Prom
   }
 }
 
-async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: FleetTools, onExit: () => void): Promise<Fleet> {
+async function build(
+  spec: FleetSpec,
+  opts: FleetOptions,
+  dir: string,
+  tools: FleetTools,
+  onExit: () => void,
+): Promise<Fleet> {
   // Every machine offers the non-root login; it must exist before any sshd or container starts,
   // not only once some test has spawned a process as it (a fresh CI machine has no such user).
   await ensureUser(FLEET_USER);
@@ -142,8 +158,10 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   // A host whose machines lack some programs gets its own system PATH (sys/), and so does every
   // container on it: `pct exec` keeps the host's PATH, and each container binds its own sys/ there.
   const ownPath = (hostId: string): boolean =>
-    spec.hosts.some((h) => h.id === hostId && (h.omitTools?.length ?? 0) > 0) || (spec.containers ?? []).some((c) => c.host === hostId && (c.omitTools?.length ?? 0) > 0);
-  const basePath = (mdir: string, own: boolean): Pick<SshdOptions, 'basePath'> => (own ? { basePath: join(mdir, 'sys') } : {});
+    spec.hosts.some((h) => h.id === hostId && (h.omitTools?.length ?? 0) > 0) ||
+    (spec.containers ?? []).some((c) => c.host === hostId && (c.omitTools?.length ?? 0) > 0);
+  const basePath = (mdir: string, own: boolean): Pick<SshdOptions, 'basePath'> =>
+    own ? { basePath: join(mdir, 'sys') } : {};
 
   const hostSshdOptions = (h: { dir: string; spec: HostSpec }, port?: number, keepKey = false): SshdOptions => ({
     dir: join(h.dir, 'sshd'),
@@ -177,7 +195,14 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         omit: ownPath(hs.id) ? (hs.omitTools ?? []) : null,
       });
       const sshd = await startHostSshd({ dir: mdir, spec: hs });
-      hosts.set(hs.id, { spec: hs, dir: mdir, sshd, port: sshd.port, pinned: sshd.hostKeyFingerprint, current: sshd.hostKeyFingerprint });
+      hosts.set(hs.id, {
+        spec: hs,
+        dir: mdir,
+        sshd,
+        port: sshd.port,
+        pinned: sshd.hostKeyFingerprint,
+        current: sshd.hostKeyFingerprint,
+      });
     }),
   );
   const hostOf = (id: string): HostRt => {
@@ -199,10 +224,14 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
     };
-    const r = await spawnReady('nsenter', [...nsenterArgs(c.running.initHostPid), process.execPath, tools.containerSshd, JSON.stringify(o)], {
-      env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
-      stderrPath: join(c.dir, 'sshd-start.log'),
-    });
+    const r = await spawnReady(
+      'nsenter',
+      [...nsenterArgs(c.running.initHostPid), process.execPath, tools.containerSshd, JSON.stringify(o)],
+      {
+        env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
+        stderrPath: join(c.dir, 'sshd-start.log'),
+      },
+    );
     const info = JSON.parse(r.line) as { port: number; pid: number; hostKeyFingerprint: string };
     c.port = info.port;
     c.current = info.hostKeyFingerprint;
@@ -212,7 +241,11 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   };
 
   /** A container names its GPUs as it numbers them; a holder registers (and opens) the host's. */
-  const hostGpusOf = (machineId: string, t: { hostDir: string; machineDir: string }, gpus: HolderOptions['gpus']): HolderOptions['gpus'] => {
+  const hostGpusOf = (
+    machineId: string,
+    t: { hostDir: string; machineDir: string },
+    gpus: HolderOptions['gpus'],
+  ): HolderOptions['gpus'] => {
     const s = readJson<HostState>(join(t.hostDir, 'state.json'));
     const shown = visibleGpus(s, readJson<MachineInfo>(join(t.machineDir, 'machine.json')));
     return gpus.map((g) => {
@@ -227,8 +260,18 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   const bootContainer = async (c: CtRt): Promise<void> => {
     const cs = c.spec;
     c.cgroup ??= createContainerCgroup(dir, cs.vmid);
-    const baseTarget = { machineId: cs.id, hostDir: c.host.dir, kind: 'container' as const, hostProc: join(c.dir, 'hostproc'), machineDir: c.dir, cgroup: c.cgroup };
-    const initHolds = cs.initHolds === undefined ? null : { ...cs.initHolds, gpus: hostGpusOf(cs.id, { hostDir: c.host.dir, machineDir: c.dir }, cs.initHolds.gpus) };
+    const baseTarget = {
+      machineId: cs.id,
+      hostDir: c.host.dir,
+      kind: 'container' as const,
+      hostProc: join(c.dir, 'hostproc'),
+      machineDir: c.dir,
+      cgroup: c.cgroup,
+    };
+    const initHolds =
+      cs.initHolds === undefined
+        ? null
+        : { ...cs.initHolds, gpus: hostGpusOf(cs.id, { hostDir: c.host.dir, machineDir: c.dir }, cs.initHolds.gpus) };
     const initHolder = initHolds === null ? null : await procs.initEnv(baseTarget, initHolds);
     const running = await startContainer({
       ctDir: c.dir,
@@ -277,7 +320,18 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
         },
         omit: ownPath(cs.host) ? (cs.omitTools ?? []) : null,
       });
-      const c: CtRt = { spec: cs, dir: cdir, host, running: null, cgroup, port: null, pinned: null, current: null, sshdHostPid: null, initHolder: null };
+      const c: CtRt = {
+        spec: cs,
+        dir: cdir,
+        host,
+        running: null,
+        cgroup,
+        port: null,
+        pinned: null,
+        current: null,
+        sshdHostPid: null,
+        initHolder: null,
+      };
       cts.set(cs.id, c);
       await bootContainer(c);
     }),
@@ -285,10 +339,15 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
 
   const knownHostsPath = join(dir, 'known_hosts');
   const knownLines: string[] = [];
-  for (const h of hosts.values()) knownLines.push(`[127.0.0.1]:${h.port} ${(await readFile(join(h.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`);
+  for (const h of hosts.values())
+    knownLines.push(
+      `[127.0.0.1]:${h.port} ${(await readFile(join(h.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`,
+    );
   for (const c of cts.values()) {
     if (c.port === null) continue;
-    knownLines.push(`[127.0.0.1]:${c.port} ${(await readFile(join(c.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`);
+    knownLines.push(
+      `[127.0.0.1]:${c.port} ${(await readFile(join(c.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`,
+    );
   }
   await writeFile(knownHostsPath, knownLines.join('\n') + '\n');
 
@@ -324,7 +383,15 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
   const target = (machineId: string) => {
     if (isHost(machineId)) {
       const h = hostOf(machineId);
-      return { machineId, hostDir: h.dir, kind: 'host' as const, initHostPid: null, hostProc: '/proc', machineDir: h.dir, cgroup: null };
+      return {
+        machineId,
+        hostDir: h.dir,
+        kind: 'host' as const,
+        initHostPid: null,
+        hostProc: '/proc',
+        machineDir: h.dir,
+        cgroup: null,
+      };
     }
     const c = ctOf(machineId);
     if (c.running === null) throw new Error(`fleet: container ${machineId} is stopped`);
@@ -347,20 +414,33 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     inventory(): InventoryInput {
       return {
         defaults: { user: 'root', keyFile: client.privateKeyPath },
-        hosts: spec.hosts.map((hs) => hostOf(hs.id)).map((h) => ({
-          id: h.spec.id,
-          ...(h.spec.site === undefined ? {} : { site: h.spec.site }),
-          address: '127.0.0.1',
-          port: h.port,
-          user: 'root',
-          keyFile: client.privateKeyPath,
-          hostKeys: [h.pinned],
-        })),
-        containers: (spec.containers ?? []).map((cs) => ctOf(cs.id)).map((c) =>
-          c.spec.ownAddress === true && c.pinned !== null
-            ? { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host, address: '127.0.0.1', port: c.port ?? 22, user: 'root', keyFile: client.privateKeyPath, hostKeys: [c.pinned] }
-            : { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host },
-        ),
+        hosts: spec.hosts
+          .map((hs) => hostOf(hs.id))
+          .map((h) => ({
+            id: h.spec.id,
+            ...(h.spec.site === undefined ? {} : { site: h.spec.site }),
+            address: '127.0.0.1',
+            port: h.port,
+            user: 'root',
+            keyFile: client.privateKeyPath,
+            hostKeys: [h.pinned],
+          })),
+        containers: (spec.containers ?? [])
+          .map((cs) => ctOf(cs.id))
+          .map((c) =>
+            c.spec.ownAddress === true && c.pinned !== null
+              ? {
+                  id: c.spec.id,
+                  vmid: c.spec.vmid,
+                  host: c.spec.host,
+                  address: '127.0.0.1',
+                  port: c.port ?? 22,
+                  user: 'root',
+                  keyFile: client.privateKeyPath,
+                  hostKeys: [c.pinned],
+                }
+              : { id: c.spec.id, vmid: c.spec.vmid, host: c.spec.host },
+          ),
       };
     },
 
@@ -408,7 +488,9 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       const gpus = holding ? hostGpusOf(machineId, t, o.gpus ?? []) : [];
       const p = await procs.spawn(t, holding ? 'holder' : 'bystander', { ...o, gpus, atPid: at });
       if (p.hostPid !== at.hostPid || (at.containerPid !== undefined && p.containerPid !== at.containerPid))
-        throw new Error(`fleet: ${p.id} got PID ${p.hostPid}/${p.containerPid}, not ${at.hostPid}/${at.containerPid ?? '-'}`);
+        throw new Error(
+          `fleet: ${p.id} got PID ${p.hostPid}/${p.containerPid}, not ${at.hostPid}/${at.containerPid ?? '-'}`,
+        );
       return p;
     },
 
@@ -424,7 +506,12 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       const c = ctOf(containerId);
       await stopContainer(c);
       // Its processes died with it: seen gone (and not reported as signals) before new ones count.
-      await Promise.all(procs.list().filter((p) => p.machine === containerId).map((p) => p.exited));
+      await Promise.all(
+        procs
+          .list()
+          .filter((p) => p.machine === containerId)
+          .map((p) => p.exited),
+      );
       procs.unquietMachine(containerId);
       await bootContainer(c);
     },
@@ -441,7 +528,12 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       }
       const c = ctOf(machineId);
       if (c.running !== null) return;
-      await Promise.all(procs.list().filter((p) => p.machine === machineId).map((p) => p.exited));
+      await Promise.all(
+        procs
+          .list()
+          .filter((p) => p.machine === machineId)
+          .map((p) => p.exited),
+      );
       procs.unquietMachine(machineId);
       await bootContainer(c);
     },
@@ -525,7 +617,13 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
 
     async renumberHostGpus(hostId, order) {
       await updateState(hostId, (s) => {
-        if ([...order].sort((a, b) => a - b).join() !== s.gpus.map((g) => g.index).sort((a, b) => a - b).join())
+        if (
+          [...order].sort((a, b) => a - b).join() !==
+          s.gpus
+            .map((g) => g.index)
+            .sort((a, b) => a - b)
+            .join()
+        )
           throw new Error(`fleet: ${JSON.stringify(order)} is not an order of ${hostId}'s GPUs`);
         const next = order.map((from, i) => ({ ...gpuOf(s, hostId, from), index: i }));
         s.gpus = next;
@@ -536,18 +634,25 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
       const path = join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool);
       await rm(path, { force: true });
       // This machine's real journalctl and dmesg would answer next on PATH: shadow them as missing.
-      if (tool === 'journalctl' || tool === 'dmesg') await writeFile(path, `#!/bin/sh\necho "sh: 1: ${tool}: not found" >&2\nexit 127\n`, { mode: 0o755 });
+      if (tool === 'journalctl' || tool === 'dmesg')
+        await writeFile(path, `#!/bin/sh\necho "sh: 1: ${tool}: not found" >&2\nexit 127\n`, { mode: 0o755 });
     },
 
     async kernelLog(hostId, text) {
       if (/[\n\r]/.test(text)) throw new Error('fleet: one kernel log line at a time');
-      await appendFile(join(hostOf(hostId).dir, 'kmsg.jsonl'), JSON.stringify({ ts: Date.now(), text } satisfies KernelLogLine) + '\n');
+      await appendFile(
+        join(hostOf(hostId).dir, 'kmsg.jsonl'),
+        JSON.stringify({ ts: Date.now(), text } satisfies KernelLogLine) + '\n',
+      );
     },
 
     async logXid(hostId, gpuIndex, xid, detail) {
       const g = gpuOf(readJson<HostState>(hostStatePath(hostId)), hostId, gpuIndex);
       // `00000000:01:00.0` as the driver prints it in an Xid: `0000:01:00`.
-      const pci = g.busId.toLowerCase().replace(/^0000(?=[0-9a-f]{4}:)/, '').replace(/\.[0-7]$/, '');
+      const pci = g.busId
+        .toLowerCase()
+        .replace(/^0000(?=[0-9a-f]{4}:)/, '')
+        .replace(/\.[0-7]$/, '');
       const words = detail ?? XID_TEXT[xid] ?? '...';
       await fleet.kernelLog(hostId, `NVRM: Xid (PCI:${pci}): ${xid}, ${words}`);
     },
@@ -589,7 +694,12 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     commandLog(machineId) {
       const mdir = isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir;
       const out: CommandLogEntry[] = [];
-      const lines = (p: string) => (existsSync(p) ? readFileSync(p, 'utf8').split('\n').filter((l) => l !== '') : []);
+      const lines = (p: string) =>
+        existsSync(p)
+          ? readFileSync(p, 'utf8')
+              .split('\n')
+              .filter((l) => l !== '')
+          : [];
       for (const l of lines(join(mdir, 'commands.jsonl'))) {
         const e = JSON.parse(l) as { ts: string; cmd: string };
         out.push({ ts: Date.parse(e.ts), cmd: e.cmd, via: 'ssh' });
@@ -606,7 +716,11 @@ async function build(spec: FleetSpec, opts: FleetOptions, dir: string, tools: Fl
     gpuMemory(hostId) {
       const h = hostOf(hostId);
       const s = readJson<HostState>(join(h.dir, 'state.json'));
-      return gpuUsage(s, readHolders(h.dir), '/proc', Date.now()).map((u) => ({ index: u.gpu.index, usedMiB: u.usedMiB, totalMiB: u.gpu.memoryTotalMiB }));
+      return gpuUsage(s, readHolders(h.dir), '/proc', Date.now()).map((u) => ({
+        index: u.gpu.index,
+        usedMiB: u.usedMiB,
+        totalMiB: u.gpu.memoryTotalMiB,
+      }));
     },
 
     processes: () => procs.list(),

@@ -13,7 +13,17 @@
  *   m/<host>/containers/<vmid>.json  ContainerRecord (for the fake pct)
  *   m/<host>/kmsg.jsonl       JSON lines: the host's kernel log (KernelLogLine), for the fake journalctl and dmesg
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  writeSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 
 export interface GpuState {
@@ -96,10 +106,14 @@ export type GpuSpoof = Record<string, { uuid: string; busId: string }>;
  * The GPUs a machine's nvidia-smi shows, with the index it shows them under: a host all of its
  * own; a container the ones passed to it, in bus-id order, renumbered from 0 (NVML's order).
  */
-export function visibleGpus(state: HostState, info: Pick<MachineInfo, 'kind' | 'gpus'>): Array<{ gpu: GpuState; index: number }> {
+export function visibleGpus(
+  state: HostState,
+  info: Pick<MachineInfo, 'kind' | 'gpus'>,
+): Array<{ gpu: GpuState; index: number }> {
   const present = state.gpus.filter((g) => g.gone !== true);
   // A GPU that left the bus is not enumerated: NVML numbers the rest without it.
-  if (info.kind === 'host' || info.gpus === undefined) return present.map((gpu, i) => ({ gpu, index: present.length === state.gpus.length ? gpu.index : i }));
+  if (info.kind === 'host' || info.gpus === undefined)
+    return present.map((gpu, i) => ({ gpu, index: present.length === state.gpus.length ? gpu.index : i }));
   const passed = new Set(info.gpus);
   return present
     .filter((g) => passed.has(g.index))

@@ -178,7 +178,11 @@ export interface Fleet {
    * e.g. one the test just ended: a holder when `gpus` is given and non-empty, else a bystander.
    * Retries while something else on the machine takes the PID first; throws if it never gets it.
    */
-  takePid(machineId: string, at: AtPid, o: SpawnOptions & { gpus?: HolderOptions['gpus']; dieDelayMs?: number }): Promise<FleetProcess>;
+  takePid(
+    machineId: string,
+    at: AtPid,
+    o: SpawnOptions & { gpus?: HolderOptions['gpus']; dieDelayMs?: number },
+  ): Promise<FleetProcess>;
   /** SIGKILLs one fleet process from outside (as if it died on its own) and waits until its PID is free. */
   endProcess(p: FleetProcess): Promise<void>;
   /** Stops a container and starts it again: a new init, a new PID namespace; its processes are gone. */
@@ -217,7 +221,10 @@ export interface Fleet {
    * Removes one fake tool (`lxc-info`, `pct`, `nvidia-smi`, `free`, a host's `journalctl` or `dmesg`)
    * from the machine's PATH: running it then exits 127 (without journalctl the watchdog reads dmesg).
    */
-  removeTool(machineId: string, tool: 'lxc-info' | 'pct' | 'nvidia-smi' | 'free' | 'journalctl' | 'dmesg'): Promise<void>;
+  removeTool(
+    machineId: string,
+    tool: 'lxc-info' | 'pct' | 'nvidia-smi' | 'free' | 'journalctl' | 'dmesg',
+  ): Promise<void>;
   /** Appends a line (now) to the host's kernel log, as `journalctl -k` and `dmesg` then print it. */
   kernelLog(hostId: string, text: string): Promise<void>;
   /**

@@ -205,7 +205,10 @@ export interface RateLimitConfig {
 }
 
 /** Slack tiers: Tier 2 20+/min, Tier 3 50+/min, Tier 4 100+/min, "sporadic bursts" tolerated. */
-const tier = (perMinute: number): BucketSpec => ({ perSecond: perMinute / 60, burst: Math.max(3, Math.ceil(perMinute / 10)) });
+const tier = (perMinute: number): BucketSpec => ({
+  perSecond: perMinute / 60,
+  burst: Math.max(3, Math.ceil(perMinute / 10)),
+});
 const DEFAULT_METHOD_LIMITS: Record<string, BucketSpec> = {
   'auth.test': tier(100), // special tier, generous
   'chat.update': tier(50), // Tier 3
@@ -302,7 +305,8 @@ class SlackApiError extends Error {
 }
 
 const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : undefined);
+const str = (v: unknown): string | undefined =>
+  typeof v === 'string' ? v : typeof v === 'number' ? String(v) : undefined;
 const bool = (v: unknown): boolean | undefined =>
   typeof v === 'boolean' ? v : v === 'true' || v === '1' ? true : v === 'false' || v === '0' ? false : undefined;
 
@@ -322,7 +326,9 @@ function parseBody(raw: string, contentType: string): Json {
         out[key] = JSON.parse(value);
       } catch {
         // Slack answers a blocks field that is not JSON with invalid_blocks_format.
-        throw new SlackApiError(key === 'blocks' ? 'invalid_blocks_format' : key === 'view' ? 'invalid_arguments' : `invalid_${key}`);
+        throw new SlackApiError(
+          key === 'blocks' ? 'invalid_blocks_format' : key === 'view' ? 'invalid_arguments' : `invalid_${key}`,
+        );
       }
     } else {
       out[key] = value;
@@ -380,7 +386,19 @@ const MESSAGE_BLOCK_TYPES = new Set([
 ]);
 
 /** Blocks a Home tab view may hold: no table (messages only) and no markdown block. */
-const HOME_BLOCK_TYPES = new Set(['section', 'header', 'divider', 'context', 'actions', 'image', 'rich_text', 'input', 'file', 'video', 'context_actions']);
+const HOME_BLOCK_TYPES = new Set([
+  'section',
+  'header',
+  'divider',
+  'context',
+  'actions',
+  'image',
+  'rich_text',
+  'input',
+  'file',
+  'video',
+  'context_actions',
+]);
 
 function checkTextObject(v: unknown, pointer: string, max: number, allowed: readonly string[], out: BlockCheck): void {
   if (!isRecord(v)) {
@@ -419,14 +437,17 @@ function checkElement(el: unknown, pointer: string, out: BlockCheck): void {
     }
   }
   if (el.type === 'static_select') {
-    if (el.placeholder !== undefined) checkTextObject(el.placeholder, `${pointer}/placeholder`, SLACK_LIMITS.placeholderChars, ['plain_text'], out);
+    if (el.placeholder !== undefined)
+      checkTextObject(el.placeholder, `${pointer}/placeholder`, SLACK_LIMITS.placeholderChars, ['plain_text'], out);
     // Exactly one of options / option_groups; this fake checks the options form (the one gpu-medic sends).
-    if (el.options === undefined && el.option_groups === undefined) out.errors.push(err('must provide either options or option_groups', pointer));
+    if (el.options === undefined && el.option_groups === undefined)
+      out.errors.push(err('must provide either options or option_groups', pointer));
     if (el.options !== undefined) {
       if (!Array.isArray(el.options) || el.options.length === 0) {
         out.errors.push(err('must provide at least 1 item', `${pointer}/options`));
       } else {
-        if (el.options.length > SLACK_LIMITS.selectOptions) out.errors.push(err(`no more than ${SLACK_LIMITS.selectOptions} items allowed`, `${pointer}/options`));
+        if (el.options.length > SLACK_LIMITS.selectOptions)
+          out.errors.push(err(`no more than ${SLACK_LIMITS.selectOptions} items allowed`, `${pointer}/options`));
         el.options.forEach((o: unknown, k) => {
           const op = `${pointer}/options/${k}`;
           if (!isRecord(o)) {
@@ -435,8 +456,10 @@ function checkElement(el: unknown, pointer: string, out: BlockCheck): void {
           }
           checkTextObject(o.text, `${op}/text`, SLACK_LIMITS.optionTextChars, ['plain_text'], out);
           const value = str(o.value);
-          if (value === undefined || value.length === 0) out.errors.push(err('must be more than 0 characters', `${op}/value`));
-          else if (value.length > SLACK_LIMITS.optionValueChars) out.errors.push(err(`must be less than ${SLACK_LIMITS.optionValueChars + 1} characters`, `${op}/value`));
+          if (value === undefined || value.length === 0)
+            out.errors.push(err('must be more than 0 characters', `${op}/value`));
+          else if (value.length > SLACK_LIMITS.optionValueChars)
+            out.errors.push(err(`must be less than ${SLACK_LIMITS.optionValueChars + 1} characters`, `${op}/value`));
         });
       }
     }
@@ -470,7 +493,8 @@ function checkTable(block: Json, pointer: string, out: BlockCheck): void {
       }
       if (cell.type === 'raw_text') {
         const text = str(cell.text);
-        if (text === undefined || text.length === 0) out.errors.push(err('must be more than 0 characters', `${cp}/text`));
+        if (text === undefined || text.length === 0)
+          out.errors.push(err('must be more than 0 characters', `${cp}/text`));
       } else if (cell.type === 'raw_number') {
         if (typeof cell.number !== 'number' && typeof cell.text !== 'string') {
           out.errors.push(err('missing required field: number', cp));
@@ -490,7 +514,9 @@ function checkTable(block: Json, pointer: string, out: BlockCheck): void {
       out.errors.push(err('must provide an array', `${pointer}/column_settings`));
     } else {
       if (settings.length > SLACK_LIMITS.tableColumnSettings) {
-        out.errors.push(err(`no more than ${SLACK_LIMITS.tableColumnSettings} items allowed`, `${pointer}/column_settings`));
+        out.errors.push(
+          err(`no more than ${SLACK_LIMITS.tableColumnSettings} items allowed`, `${pointer}/column_settings`),
+        );
       }
       settings.forEach((s: unknown, i) => {
         if (s === null) return; // Slack's own examples skip a column with null
@@ -510,7 +536,13 @@ function checkTable(block: Json, pointer: string, out: BlockCheck): void {
   }
 }
 
-function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck, maxBlocks: number = SLACK_LIMITS.blocksPerMessage, allowedTypes: ReadonlySet<string> = MESSAGE_BLOCK_TYPES): void {
+function checkBlocks(
+  blocks: unknown,
+  pointer: string,
+  out: BlockCheck,
+  maxBlocks: number = SLACK_LIMITS.blocksPerMessage,
+  allowedTypes: ReadonlySet<string> = MESSAGE_BLOCK_TYPES,
+): void {
   if (!Array.isArray(blocks)) {
     out.errors.push(err('must provide an array', pointer));
     return;
@@ -566,7 +598,8 @@ function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck, maxBlock
         break;
       case 'context': {
         const els = block.elements;
-        if (!Array.isArray(els) || els.length === 0) out.errors.push(err('must provide at least 1 item', `${p}/elements`));
+        if (!Array.isArray(els) || els.length === 0)
+          out.errors.push(err('must provide at least 1 item', `${p}/elements`));
         else if (els.length > SLACK_LIMITS.contextElements) {
           out.errors.push(err(`no more than ${SLACK_LIMITS.contextElements} items allowed`, `${p}/elements`));
         }
@@ -608,7 +641,10 @@ function checkBlocks(blocks: unknown, pointer: string, out: BlockCheck, maxBlock
 }
 
 /** Why Slack would refuse this message (`invalid_blocks` with its messages), or null: for renderer tests. */
-export function slackRefusal(message: { text?: string; blocks?: unknown[] }): { error: string; messages: string[] } | null {
+export function slackRefusal(message: {
+  text?: string;
+  blocks?: unknown[];
+}): { error: string; messages: string[] } | null {
   try {
     checkMessagePayload(message as Json, true);
     return null;
@@ -630,12 +666,15 @@ function checkMessagePayload(body: Json, requireContent: boolean): void {
   const check: BlockCheck = { errors: [], tables: 0, markdownChars: 0 };
   if (body.blocks !== undefined) checkBlocks(body.blocks, '/blocks', check);
   if (check.markdownChars > SLACK_LIMITS.markdownBlockTotalChars) {
-    check.errors.push(err(`markdown blocks may hold at most ${SLACK_LIMITS.markdownBlockTotalChars} characters in total`, '/blocks'));
+    check.errors.push(
+      err(`markdown blocks may hold at most ${SLACK_LIMITS.markdownBlockTotalChars} characters in total`, '/blocks'),
+    );
   }
   if (check.errors.length > 0) throw new SlackApiError('invalid_blocks', check.errors);
   const attachmentCheck: BlockCheck = { errors: [], tables: 0, markdownChars: 0 };
   if (body.attachments !== undefined) {
-    if (!Array.isArray(body.attachments)) throw new SlackApiError('invalid_attachments', [err('must provide an array', '/attachments')]);
+    if (!Array.isArray(body.attachments))
+      throw new SlackApiError('invalid_attachments', [err('must provide an array', '/attachments')]);
     if (body.attachments.length > SLACK_LIMITS.attachmentsPerMessage) throw new SlackApiError('too_many_attachments');
     body.attachments.forEach((a: unknown, i) => {
       if (isRecord(a) && a.blocks !== undefined) checkBlocks(a.blocks, `/attachments/${i}/blocks`, attachmentCheck);
@@ -741,7 +780,10 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       const retryAfter = fault.retryAfterSec ?? 1;
       return { status: 429, body: { ok: false, error: 'ratelimited' }, headers: { 'retry-after': String(retryAfter) } };
     }
-    return { status: fault.status, body: { ok: false, error: 'fatal_error', fake_body: fault.body ?? 'upstream failure' } };
+    return {
+      status: fault.status,
+      body: { ok: false, error: 'fatal_error', fake_body: fault.body ?? 'upstream failure' },
+    };
   };
 
   const toMessageView = (m: StoredMessage, withMetadata = false): Json => ({
@@ -762,16 +804,29 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
   /** `{event_type, event_payload}` or undefined when absent; Slack's error for anything else. */
   const parseMetadata = (v: unknown): StoredMessage['metadata'] => {
     if (v === undefined || v === '') return undefined;
-    if (!isRecord(v) || typeof v.event_type !== 'string' || !/^[A-Za-z0-9_]{1,255}$/.test(v.event_type) || !isRecord(v.event_payload)) {
+    if (
+      !isRecord(v) ||
+      typeof v.event_type !== 'string' ||
+      !/^[A-Za-z0-9_]{1,255}$/.test(v.event_type) ||
+      !isRecord(v.event_payload)
+    ) {
       throw new SlackApiError('invalid_metadata_format');
     }
     return { event_type: v.event_type, event_payload: { ...v.event_payload } };
   };
 
   /** One page of `list` (already in answer order) after `cursor`, Slack-style. */
-  const page = (list: StoredMessage[], body: Json, defaultLimit: number, maxLimit: number): { items: StoredMessage[]; next: string | undefined } => {
+  const page = (
+    list: StoredMessage[],
+    body: Json,
+    defaultLimit: number,
+    maxLimit: number,
+  ): { items: StoredMessage[]; next: string | undefined } => {
     const rawLimit = str(body.limit);
-    const limit = rawLimit === undefined ? defaultLimit : Math.min(maxLimit, Math.max(1, Math.floor(Number(rawLimit)) || defaultLimit));
+    const limit =
+      rawLimit === undefined
+        ? defaultLimit
+        : Math.min(maxLimit, Math.max(1, Math.floor(Number(rawLimit)) || defaultLimit));
     let start = 0;
     const cursor = str(body.cursor);
     if (cursor !== undefined && cursor !== '') {
@@ -903,21 +958,30 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     },
     'views.publish': (body) => {
       const user = str(body.user_id);
-      if (user === undefined || !/^[UW][A-Z0-9]{2,}$/.test(user)) throw new SlackApiError('invalid_arguments', ['invalid `user_id`']);
+      if (user === undefined || !/^[UW][A-Z0-9]{2,}$/.test(user))
+        throw new SlackApiError('invalid_arguments', ['invalid `user_id`']);
       const view = body.view;
       if (!isRecord(view)) throw new SlackApiError('invalid_arguments', [err('must provide an object', '/view')]);
-      if (Buffer.byteLength(JSON.stringify(view), 'utf8') > SLACK_LIMITS.viewBytes) throw new SlackApiError('view_too_large');
+      if (Buffer.byteLength(JSON.stringify(view), 'utf8') > SLACK_LIMITS.viewBytes)
+        throw new SlackApiError('view_too_large');
       if (view.type === 'home' && !homeTabEnabled) throw new SlackApiError('not_enabled');
       const check: BlockCheck = { errors: [], tables: 0, markdownChars: 0 };
       if (view.type !== 'home') check.errors.push(err('must be one of: home', '/view/type'));
       checkBlocks(view.blocks, '/view/blocks', check, SLACK_LIMITS.viewBlocks, HOME_BLOCK_TYPES);
       const meta = view.private_metadata;
       if (meta !== undefined && (typeof meta !== 'string' || meta.length > SLACK_LIMITS.viewPrivateMetadataChars)) {
-        check.errors.push(err(`must be less than ${SLACK_LIMITS.viewPrivateMetadataChars + 1} characters`, '/view/private_metadata'));
+        check.errors.push(
+          err(`must be less than ${SLACK_LIMITS.viewPrivateMetadataChars + 1} characters`, '/view/private_metadata'),
+        );
       }
       const callbackId = view.callback_id;
-      if (callbackId !== undefined && (typeof callbackId !== 'string' || callbackId.length > SLACK_LIMITS.viewCallbackIdChars)) {
-        check.errors.push(err(`must be less than ${SLACK_LIMITS.viewCallbackIdChars + 1} characters`, '/view/callback_id'));
+      if (
+        callbackId !== undefined &&
+        (typeof callbackId !== 'string' || callbackId.length > SLACK_LIMITS.viewCallbackIdChars)
+      ) {
+        check.errors.push(
+          err(`must be less than ${SLACK_LIMITS.viewCallbackIdChars + 1} characters`, '/view/callback_id'),
+        );
       }
       if (check.errors.length > 0) throw new SlackApiError('invalid_arguments', check.errors);
       const prev = homeViews.get(user);
@@ -1016,7 +1080,8 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     if (method === 'apps.connections.open') {
       // The one method that takes the app-level token, and only that (Slack: not_allowed_token_type).
       if (token === undefined || token === '') return { status: 200, body: { ok: false, error: 'not_authed' } };
-      if (!opts.appConnections || !token.startsWith('xapp-')) return { status: 200, body: { ok: false, error: 'not_allowed_token_type' } };
+      if (!opts.appConnections || !token.startsWith('xapp-'))
+        return { status: 200, body: { ok: false, error: 'not_allowed_token_type' } };
       if (token !== opts.appConnections.appToken) return { status: 200, body: { ok: false, error: 'invalid_auth' } };
       return { status: 200, body: opts.appConnections.open() };
     }
@@ -1034,7 +1099,11 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       if (e instanceof SlackApiError) {
         return {
           status: 200,
-          body: { ok: false, error: e.error, ...(e.messages.length > 0 ? { response_metadata: { messages: e.messages } } : {}) },
+          body: {
+            ok: false,
+            error: e.error,
+            ...(e.messages.length > 0 ? { response_metadata: { messages: e.messages } } : {}),
+          },
         };
       }
       throw e;
@@ -1059,7 +1128,13 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       throw e;
     }
     entry.uses += 1;
-    const post: ResponseUrlPost = { id, url: `${baseUrl}/response/${id}`, body: { ...body }, at: now(), use: entry.uses };
+    const post: ResponseUrlPost = {
+      id,
+      url: `${baseUrl}/response/${id}`,
+      body: { ...body },
+      at: now(),
+      use: entry.uses,
+    };
     for (const k of ['replace_original', 'delete_original'] as const) {
       const b = bool(body[k]);
       if (b !== undefined) post.body[k] = b;
@@ -1096,12 +1171,23 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
           try {
             body = parseBody(raw, contentType);
             if (req.method === 'GET') for (const [k, v] of url.searchParams) body[k] = v;
-            const hit = intercepts.find((i) => (i.method === method || i.method === '*') && (i.match?.(body, method) ?? true));
+            const hit = intercepts.find(
+              (i) => (i.method === method || i.method === '*') && (i.match?.(body, method) ?? true),
+            );
             if (hit) {
               intercepts = intercepts.filter((i) => i !== hit);
-              const performed = hit.perform ? handleApi(method, body, req.headers.authorization) : { status: 0, body: { ok: false, error: 'intercepted' } };
+              const performed = hit.perform
+                ? handleApi(method, body, req.headers.authorization)
+                : { status: 0, body: { ok: false, error: 'intercepted' } };
               const { token: _t, ...rest } = body;
-              calls.push({ method, body: rest, at, status: 0, response: { intercepted: true, performed: hit.perform, result: performed.body }, headers });
+              calls.push({
+                method,
+                body: rest,
+                at,
+                status: 0,
+                response: { intercepted: true, performed: hit.perform, result: performed.body },
+                headers,
+              });
               hit.then();
               req.socket.destroy();
               return;
@@ -1166,7 +1252,9 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     appId,
     calls: (method) => (method === undefined ? [...calls] : calls.filter((c) => c.method === method)),
     messages: (channel) =>
-      (channels.get(channel) ?? []).filter((m) => m.thread_ts === undefined || m.reply_broadcast === true).sort((a, b) => compareTs(a.ts, b.ts)),
+      (channels.get(channel) ?? [])
+        .filter((m) => m.thread_ts === undefined || m.reply_broadcast === true)
+        .sort((a, b) => compareTs(a.ts, b.ts)),
     thread: (channel, ts) => threadOf(channel, ts),
     ephemerals: () => [...ephemerals],
     responses: () => [...responses],
@@ -1188,7 +1276,15 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
       const parent = thread_ts === undefined ? undefined : findMessage(channel, thread_ts);
       if (thread_ts !== undefined && !parent) throw new Error(`seedUserMessage: no parent ${thread_ts} in ${channel}`);
       if (parent) parent.reply_count += 1;
-      channelMessages(channel).push({ channel, ts, text, user, reply_count: 0, history: [], ...(parent ? { thread_ts: parent.ts } : {}) });
+      channelMessages(channel).push({
+        channel,
+        ts,
+        text,
+        user,
+        reply_count: 0,
+        history: [],
+        ...(parent ? { thread_ts: parent.ts } : {}),
+      });
       return ts;
     },
     waitFor: async <T>(predicate: () => T | undefined | null | false, timeoutMs = 3000): Promise<T> => {

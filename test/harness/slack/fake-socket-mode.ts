@@ -33,13 +33,21 @@ export interface FakeSocketMode {
   opens(): number;
   waitForConnection(timeoutMs?: number): Promise<void>;
   /** Sends one envelope to a connected client; resolves with its ack, rejects if none within `timeoutMs`. */
-  deliver(type: 'slash_commands' | 'interactive' | 'events_api', payload: object, o?: { acceptsResponsePayload?: boolean; timeoutMs?: number }): Promise<SocketAck>;
+  deliver(
+    type: 'slash_commands' | 'interactive' | 'events_api',
+    payload: object,
+    o?: { acceptsResponsePayload?: boolean; timeoutMs?: number },
+  ): Promise<SocketAck>;
   /** As Slack's connection refresh: a `disconnect` message, then the socket closes. */
   refreshAll(): void;
   close(): Promise<void>;
 }
 
-export async function startFakeSocketMode(o: { appId: string; appToken?: string; pingIntervalMs?: number }): Promise<FakeSocketMode> {
+export async function startFakeSocketMode(o: {
+  appId: string;
+  appToken?: string;
+  pingIntervalMs?: number;
+}): Promise<FakeSocketMode> {
   const appToken = o.appToken ?? `xapp-1-${o.appId}-${randomBytes(6).toString('hex')}`;
   const tickets = new Set<string>();
   const live = new Set<WebSocket>();
@@ -74,9 +82,20 @@ export async function startFakeSocketMode(o: { appId: string; appToken?: string;
       const p = pending.get(id);
       if (!p) return;
       pending.delete(id);
-      p.resolve({ envelopeId: id, payload: (msg as { payload?: unknown }).payload, elapsedMs: performance.now() - p.sentAt });
+      p.resolve({
+        envelopeId: id,
+        payload: (msg as { payload?: unknown }).payload,
+        elapsedMs: performance.now() - p.sentAt,
+      });
     });
-    ws.send(JSON.stringify({ type: 'hello', num_connections: live.size, debug_info: { host: 'applink-fake', build_number: 1, approximate_connection_time: 18060 }, connection_info: { app_id: o.appId } }));
+    ws.send(
+      JSON.stringify({
+        type: 'hello',
+        num_connections: live.size,
+        debug_info: { host: 'applink-fake', build_number: 1, approximate_connection_time: 18060 },
+        connection_info: { app_id: o.appId },
+      }),
+    );
   });
 
   const connected = (): WebSocket[] => [...live].filter((w) => w.readyState === w.OPEN);
@@ -94,7 +113,8 @@ export async function startFakeSocketMode(o: { appId: string; appToken?: string;
     async waitForConnection(timeoutMs = 10_000) {
       const until = Date.now() + timeoutMs;
       while (connected().length === 0) {
-        if (Date.now() > until) throw new Error(`fake Socket Mode: no client connected within ${timeoutMs} ms (opens: ${opened})`);
+        if (Date.now() > until)
+          throw new Error(`fake Socket Mode: no client connected within ${timeoutMs} ms (opens: ${opened})`);
         await new Promise((r) => setTimeout(r, 20));
       }
     },
@@ -115,12 +135,21 @@ export async function startFakeSocketMode(o: { appId: string; appToken?: string;
             resolve(a);
           },
         });
-        ws.send(JSON.stringify({ envelope_id: envelopeId, payload, type, accepts_response_payload: d.acceptsResponsePayload ?? type === 'slash_commands' }));
+        ws.send(
+          JSON.stringify({
+            envelope_id: envelopeId,
+            payload,
+            type,
+            accepts_response_payload: d.acceptsResponsePayload ?? type === 'slash_commands',
+          }),
+        );
       });
     },
     refreshAll() {
       for (const ws of connected()) {
-        ws.send(JSON.stringify({ type: 'disconnect', reason: 'refresh_requested', debug_info: { host: 'applink-fake' } }));
+        ws.send(
+          JSON.stringify({ type: 'disconnect', reason: 'refresh_requested', debug_info: { host: 'applink-fake' } }),
+        );
         setTimeout(() => ws.close(1000), 50);
       }
     },
@@ -132,9 +161,13 @@ export async function startFakeSocketMode(o: { appId: string; appToken?: string;
 }
 
 /** Our fake Slack Web API with Socket Mode behind `apps.connections.open`: what a Socket Mode bot talks to. */
-export async function startSlackWithSocketMode(appId = 'A0FAKEAPP1'): Promise<{ slack: FakeSlack; socket: FakeSocketMode; close(): Promise<void> }> {
+export async function startSlackWithSocketMode(
+  appId = 'A0FAKEAPP1',
+): Promise<{ slack: FakeSlack; socket: FakeSocketMode; close(): Promise<void> }> {
   const socket = await startFakeSocketMode({ appId });
-  const slack = await startFakeSlack({ appConnections: { appToken: socket.appToken, open: () => socket.openConnection() } });
+  const slack = await startFakeSlack({
+    appConnections: { appToken: socket.appToken, open: () => socket.openConnection() },
+  });
   return {
     slack,
     socket,

@@ -77,7 +77,12 @@ export function slackTsNow(): string {
   return `${Math.floor(ms / 1000)}.${String((ms % 1000) * 1000).padStart(6, '0')}`;
 }
 
-export async function postSigned(url: string, signingSecret: string, body: string, opts: SignOptions = {}): Promise<SignedResponse> {
+export async function postSigned(
+  url: string,
+  signingSecret: string,
+  body: string,
+  opts: SignOptions = {},
+): Promise<SignedResponse> {
   const timestampSec = opts.timestampSec ?? Math.floor(Date.now() / 1000);
   const signature = opts.signature ?? slackSignature(signingSecret, timestampSec, body);
   const sent = opts.mutateBodyAfterSigning ? opts.mutateBodyAfterSigning(body) : body;
@@ -142,7 +147,12 @@ export function sendSlashCommand(
 }
 
 /** POSTs an interaction (`payload=<json>`), as Slack does for buttons, menus and modals. */
-export function sendInteraction(url: string, signingSecret: string, payload: object, opts: SignOptions = {}): Promise<SignedResponse> {
+export function sendInteraction(
+  url: string,
+  signingSecret: string,
+  payload: object,
+  opts: SignOptions = {},
+): Promise<SignedResponse> {
   const form = new URLSearchParams();
   form.set('payload', JSON.stringify(payload));
   return postSigned(url, signingSecret, form.toString(), opts);
@@ -183,7 +193,12 @@ export function blockActionPayload(a: BlockActionArgs): Record<string, unknown> 
   const buttonText = a.buttonText ?? a.actionId;
   return {
     type: 'block_actions',
-    user: { id: a.user, username: a.userName ?? a.user.toLowerCase(), name: a.userName ?? a.user.toLowerCase(), team_id: teamId },
+    user: {
+      id: a.user,
+      username: a.userName ?? a.user.toLowerCase(),
+      name: a.userName ?? a.user.toLowerCase(),
+      team_id: teamId,
+    },
     api_app_id: a.apiAppId ?? 'A0FAKEAPP1',
     token: 'deprecated-verification-token',
     container: {
@@ -271,15 +286,30 @@ export function appHomeOpenedPayload(a: AppHomeOpenedArgs): Record<string, unkno
       ...(a.view ? { view: a.view } : {}),
     },
     type: 'event_callback',
-    event_id: a.eventId ?? `Ev${Array.from({ length: 9 }, () => 'ABCDEFGHJKLMNPQRSTUVWXYZ0123456789'[Math.floor(Math.random() * 34)]).join('')}`,
+    event_id:
+      a.eventId ??
+      `Ev${Array.from({ length: 9 }, () => 'ABCDEFGHJKLMNPQRSTUVWXYZ0123456789'[Math.floor(Math.random() * 34)]).join('')}`,
     event_time: nowSec,
-    authorizations: [{ enterprise_id: null, team_id: teamId, user_id: a.botUserId ?? 'U0FAKEBOT1', is_bot: true, is_enterprise_install: false }],
+    authorizations: [
+      {
+        enterprise_id: null,
+        team_id: teamId,
+        user_id: a.botUserId ?? 'U0FAKEBOT1',
+        is_bot: true,
+        is_enterprise_install: false,
+      },
+    ],
     is_ext_shared_channel: false,
   };
 }
 
 /** POSTs an Events API delivery (JSON body), as Slack does; `opts.headers` can add X-Slack-Retry-Num. */
-export function sendEvent(url: string, signingSecret: string, payload: object, opts: SignOptions = {}): Promise<SignedResponse> {
+export function sendEvent(
+  url: string,
+  signingSecret: string,
+  payload: object,
+  opts: SignOptions = {},
+): Promise<SignedResponse> {
   return postSigned(url, signingSecret, JSON.stringify(payload), { contentType: 'application/json', ...opts });
 }
 
@@ -304,9 +334,24 @@ export function staticSelectPayload(a: StaticSelectArgs): Record<string, unknown
     ...base,
     message: {
       ...message,
-      blocks: a.messageBlocks ?? [{ type: 'actions', block_id: blockId, elements: [{ type: 'static_select', action_id: a.actionId, placeholder, options: [selected] }] }],
+      blocks: a.messageBlocks ?? [
+        {
+          type: 'actions',
+          block_id: blockId,
+          elements: [{ type: 'static_select', action_id: a.actionId, placeholder, options: [selected] }],
+        },
+      ],
     },
     state: { values: { [blockId]: { [a.actionId]: { type: 'static_select', selected_option: selected } } } },
-    actions: [{ type: 'static_select', action_id: a.actionId, block_id: blockId, selected_option: selected, placeholder, action_ts: a.actionTs ?? slackTsNow() }],
+    actions: [
+      {
+        type: 'static_select',
+        action_id: a.actionId,
+        block_id: blockId,
+        selected_option: selected,
+        placeholder,
+        action_ts: a.actionTs ?? slackTsNow(),
+      },
+    ],
   };
 }

@@ -17,7 +17,12 @@ const sshd = await startSshd(opts);
 chmodSync(join(opts.dir, 'authorized_keys'), 0o644);
 if (opts.commandLog !== undefined) chmodSync(opts.commandLog, 0o666); // ...and have their commands logged
 process.stdout.write(
-  JSON.stringify({ port: sshd.port, pid: sshd.pid, hostKeyPath: sshd.hostKeyPath, hostKeyFingerprint: sshd.hostKeyFingerprint }) + '\n',
+  JSON.stringify({
+    port: sshd.port,
+    pid: sshd.pid,
+    hostKeyPath: sshd.hostKeyPath,
+    hostKeyFingerprint: sshd.hostKeyFingerprint,
+  }) + '\n',
   () => {
     // SIGKILL, not exit(): sshd.ts kills the sshds it started from an 'exit' hook.
     process.kill(process.pid, 'SIGKILL');

@@ -26,13 +26,19 @@ export function runJournalctl(argv: string[], ctx: MachineContext): ToolResult {
   }
   if (!kernel) return { stdout: '', stderr: 'fake journalctl: only the kernel log (-k) is simulated\n', exitCode: 1 };
   const lines = readKernelLog(ctx.info.hostDir).filter((l) => l.ts >= since * 1000);
-  const stdout = lines.map((l) => `${Math.floor(l.ts / 1000)}.${String((l.ts % 1000) * 1000).padStart(6, '0')} ${ctx.info.hostId} kernel: ${l.text}\n`).join('');
+  const stdout = lines
+    .map(
+      (l) =>
+        `${Math.floor(l.ts / 1000)}.${String((l.ts % 1000) * 1000).padStart(6, '0')} ${ctx.info.hostId} kernel: ${l.text}\n`,
+    )
+    .join('');
   return { stdout, stderr: '', exitCode: 0 };
 }
 
 export function runDmesg(argv: string[], ctx: MachineContext): ToolResult {
   appendToolLog(ctx.dir, 'dmesg', argv);
-  if (argv.length > 0) return { stdout: '', stderr: `fake dmesg: unsupported argument ${argv.join(' ')}\n`, exitCode: 1 };
+  if (argv.length > 0)
+    return { stdout: '', stderr: `fake dmesg: unsupported argument ${argv.join(' ')}\n`, exitCode: 1 };
   const uptimeSec = Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]);
   const bootMs = Date.now() - uptimeSec * 1000;
   const stdout = readKernelLog(ctx.info.hostDir)

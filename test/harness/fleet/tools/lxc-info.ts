@@ -38,7 +38,9 @@ const running = init !== null && procStartTime('/proc', init.hostPid) === init.s
 if (want.length === 0) want.push('state', 'pid');
 let out = '';
 for (const w of want) {
-  if (w === 'state') out += raw ? `${running ? 'RUNNING' : 'STOPPED'}\n` : `${'State:'.padEnd(15)} ${running ? 'RUNNING' : 'STOPPED'}\n`;
-  if (w === 'pid' && running && init !== null) out += raw ? `${init.hostPid}\n` : `${'PID:'.padEnd(15)} ${init.hostPid}\n`;
+  if (w === 'state')
+    out += raw ? `${running ? 'RUNNING' : 'STOPPED'}\n` : `${'State:'.padEnd(15)} ${running ? 'RUNNING' : 'STOPPED'}\n`;
+  if (w === 'pid' && running && init !== null)
+    out += raw ? `${init.hostPid}\n` : `${'PID:'.padEnd(15)} ${init.hostPid}\n`;
 }
 process.stdout.write(out);

@@ -22,7 +22,17 @@ import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
 import type { Gpu, GpuProcess, ParsedOutput } from '../../../../src/gpu/types.ts';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { appendToolLog, gpuUsage, type GpuSpoof, type GpuState, type GpuUsage, type HostState, readHolders, readJson, visibleGpus } from '../state.ts';
+import {
+  appendToolLog,
+  gpuUsage,
+  type GpuSpoof,
+  type GpuState,
+  type GpuUsage,
+  type HostState,
+  readHolders,
+  readJson,
+  visibleGpus,
+} from '../state.ts';
 import type { MachineContext, ToolResult } from './machine-context.ts';
 
 interface Args {
@@ -46,8 +56,21 @@ class Exit {
 const INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n";
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { queryGpu: null, queryApps: null, format: null, ids: null, query: false, xml: false, reset: false, persistence: null };
-  const list = (v: string) => v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const a: Args = {
+    queryGpu: null,
+    queryApps: null,
+    format: null,
+    ids: null,
+    query: false,
+    xml: false,
+    reset: false,
+    persistence: null,
+  };
+  const list = (v: string) =>
+    v
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '');
   for (let i = 0; i < argv.length; i++) {
     const tok = argv[i] ?? '';
     const eq = tok.indexOf('=');
@@ -88,7 +111,8 @@ function parseArgs(argv: string[]): Args {
       case '-pm':
       case '--persistence-mode': {
         const v = value();
-        if (v !== '0' && v !== '1' && v !== 'ENABLED' && v !== 'DISABLED') throw new UsageError(`bad persistence mode ${v}`);
+        if (v !== '0' && v !== '1' && v !== 'ENABLED' && v !== 'DISABLED')
+          throw new UsageError(`bad persistence mode ${v}`);
         a.persistence = v === '1' || v === 'ENABLED' ? '1' : '0';
         break;
       }
@@ -125,11 +149,18 @@ function targets(shown: Shown[], ids: string[] | null): Shown[] {
   });
 }
 
-function snapshot(ctx: MachineContext, state: HostState, chosen: Shown[], now: number): { parsed: ParsedOutput; usage: GpuUsage[] } {
+function snapshot(
+  ctx: MachineContext,
+  state: HostState,
+  chosen: Shown[],
+  now: number,
+): { parsed: ParsedOutput; usage: GpuUsage[] } {
   const spoofPath = join(ctx.dir, 'spoof.json');
   const spoof: GpuSpoof = ctx.info.kind === 'container' && existsSync(spoofPath) ? readJson<GpuSpoof>(spoofPath) : {};
   const all = gpuUsage(state, readHolders(ctx.info.hostDir), ctx.info.hostProc, now);
-  const usage = chosen.map((c) => all.find((u) => u.gpu === c.gpu) ?? { gpu: c.gpu, usedMiB: c.gpu.leakMiB, processes: [] });
+  const usage = chosen.map(
+    (c) => all.find((u) => u.gpu === c.gpu) ?? { gpu: c.gpu, usedMiB: c.gpu.leakMiB, processes: [] },
+  );
   const gpus: Gpu[] = usage.map((u, i) => {
     const index = chosen[i]?.index ?? u.gpu.index;
     const lie = spoof[String(index)];
@@ -204,7 +235,11 @@ function persistence(ctx: MachineContext, state: HostState, chosen: Shown[], on:
   for (const g of targets) g.persistence = on;
   ctx.writeHostState(state);
   const verb = on ? 'Enabled' : 'Disabled';
-  emit({ stdout: `${targets.map((g) => `${verb} persistence mode for GPU ${g.busId}.\n`).join('')}All done.\n`, stderr: '', exitCode: 0 });
+  emit({
+    stdout: `${targets.map((g) => `${verb} persistence mode for GPU ${g.busId}.\n`).join('')}All done.\n`,
+    stderr: '',
+    exitCode: 0,
+  });
 }
 
 /** One call of the fake tool: its output and exit code, or 'hang' (a wedged driver never answers). */
@@ -250,7 +285,11 @@ function body(argv: string[], ctx: MachineContext, notes: string[]): void {
   const timestamp = new Date(now);
   if (args.queryGpu !== null || args.queryApps !== null) {
     if (args.format === null || !args.format.includes('csv')) {
-      emit({ stdout: '"--format=" switch is missing. Please run \'nvidia-smi -h\' for help.\n', stderr: '', exitCode: 2 });
+      emit({
+        stdout: '"--format=" switch is missing. Please run \'nvidia-smi -h\' for help.\n',
+        stderr: '',
+        exitCode: 2,
+      });
     }
     const opts = {
       header: !args.format.includes('noheader'),

@@ -50,7 +50,8 @@ function find(vmidText: string | undefined): ContainerRecord {
   return c;
 }
 
-const row = (a: string, b: string, c: string, d: string) => `${a.padEnd(10)} ${b.padEnd(10)} ${c.padEnd(12)} ${d.padEnd(20)}\n`;
+const row = (a: string, b: string, c: string, d: string) =>
+  `${a.padEnd(10)} ${b.padEnd(10)} ${c.padEnd(12)} ${d.padEnd(20)}\n`;
 
 const [sub, ...rest] = argv;
 switch (sub) {
@@ -108,7 +109,9 @@ switch (sub) {
     }
     // As lxc-attach does, what runs in the container joins its cgroup (our children follow us).
     joinCgroup(readJson<MachineInfo>(join(c.dir, 'machine.json')).cgroup);
-    const r = spawnSync('nsenter', ['--target', String(init.hostPid), '--pid', '--mount', '--uts', '--', ...cmd], { stdio: 'inherit' });
+    const r = spawnSync('nsenter', ['--target', String(init.hostPid), '--pid', '--mount', '--uts', '--', ...cmd], {
+      stdio: 'inherit',
+    });
     if (r.error !== undefined) {
       process.stderr.write(`pct: ${r.error.message}\n`);
       process.exit(1);

@@ -52,7 +52,12 @@ function serve(sock: Socket): void {
       }
       answer(sock, r.exitCode, r.stdout, r.stderr);
     } catch (e) {
-      answer(sock, 255, '', `fleet tool server: ${tool} failed: ${e instanceof Error ? e.stack ?? e.message : String(e)}\n`);
+      answer(
+        sock,
+        255,
+        '',
+        `fleet tool server: ${tool} failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`,
+      );
     }
   });
 }
