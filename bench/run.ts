@@ -657,7 +657,7 @@ async function main(): Promise<void> {
     const ackPair = pair('ack');
     const idle = { bot: big.bot.rssKiB(), worker: big.worker?.rssKiB() ?? 0, ackBot: ackPair.bot.rssKiB() };
 
-    out['machine'] = {
+    out.machine = {
       cpus: cpus().length,
       cpuModel: cpus()[0]?.model ?? 'unknown',
       node: process.version,
@@ -667,8 +667,8 @@ async function main(): Promise<void> {
         note: "bash -c true as sshd starts it for root (SSH_CLIENT set: ~/.bashrc is sourced) vs without; every SSH command, ours and the baseline's, pays the difference",
       },
     };
-    out['mode'] = QUICK ? 'quick' : 'full';
-    out['setup'] = {
+    out.mode = QUICK ? 'quick' : 'full';
+    out.setup = {
       fleetHosts: CFG.hosts,
       fleetStartMs: round(fleetStartMs),
       processesStartMs: round(processesStartMs),
@@ -700,7 +700,7 @@ async function main(): Promise<void> {
     const workerAfterFanout = big.worker?.peakKiB() ?? 0;
     await attempt('ack', () => benchAck(fakeSlack, ackPair), ackPair);
     await attempt('unstickS2', () => benchUnstick(fakeSlack, fleet as Fleet, pair('unstick')), pair('unstick'));
-    out['memory'] = {
+    out.memory = {
       bot: {
         peakMiB: MiB(ackPair.bot.peakKiB()),
         idleMiB: MiB(idle.ackBot),
@@ -731,8 +731,8 @@ async function main(): Promise<void> {
     if (failed) progress(`a figure failed: logs kept in ${work}`);
     else await rm(work, { recursive: true, force: true });
   }
-  out['loadavg1AtEnd'] = round(loadavg()[0] ?? 0, 2);
-  out['durationS'] = round((performance.now() - started) / 1000, 1);
+  out.loadavg1AtEnd = round(loadavg()[0] ?? 0, 2);
+  out.durationS = round((performance.now() - started) / 1000, 1);
   process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
 }
 

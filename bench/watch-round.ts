@@ -194,7 +194,10 @@ export async function watchBench(): Promise<void> {
         machines: results.length,
         raised: results
           .flatMap((x) => x.changes.filter((c) => c.type === 'raise').map((c) => c.alert.kind))
-          .reduce<Record<string, number>>((a, k) => ({ ...a, [k]: (a[k] ?? 0) + 1 }), {}),
+          .reduce<Record<string, number>>((a, k) => {
+            a[k] = (a[k] ?? 0) + 1;
+            return a;
+          }, {}),
       };
       if (record) figures.push(f);
       const firstRaise = results.flatMap((x) => x.changes).find((c) => c.type === 'raise');

@@ -79,7 +79,7 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
   const picked = click.button === 'unstick_pick' && sep > 0 ? click.value.slice(sep + 1) : null;
   if (!ALERT_ID.test(id)) return UNKNOWN;
   const meta = await deps.log.meta(id);
-  if (!meta || meta.kind !== 'alert') return UNKNOWN;
+  if (meta?.kind !== 'alert') return UNKNOWN;
   // The id is not secret: a tampered payload could carry another alert's id on this message.
   const parent = (await deps.log.slackRefs(id)).get('parent');
   if (click.channel !== meta.channel || !parent || click.messageTs !== parent.ts) return NOT_THIS_MESSAGE;
@@ -96,7 +96,7 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
     const m = findMachine(deps.inventory, machineId);
     if (click.button === 'unstick_pick') {
       const c = picked === null ? null : findMachine(deps.inventory, picked);
-      if (!m || m.kind !== 'host' || !c || c.kind !== 'container' || c.hostId !== m.id)
+      if (m?.kind !== 'host' || !c || c.kind !== 'container' || c.hostId !== m.id)
         return ":no_entry: That choice is not a container of this alert's host. Nothing was done.";
       target = c.id;
     } else if (m && m.kind !== 'container')

@@ -789,8 +789,7 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
   // The escalation group: frozen into the approval, still on this worker's live list, and decided no earlier than its time.
   const esc = approval.escalation;
   const byEscalation =
-    esc !== undefined &&
-    esc.approvers.includes(by) &&
+    esc?.approvers.includes(by) &&
     (deps.escalation?.approvers ?? []).includes(by) &&
     (approval.decidedAt ?? 0) >= esc.at;
   const byApprover = live.includes(by) && approval.approvers.includes(by);

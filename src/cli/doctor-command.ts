@@ -24,7 +24,7 @@ export async function runDoctorCommand(args: string[], io: DoctorIo): Promise<nu
     io.err.write(USAGE);
     return 2;
   }
-  const path = io.env['GPU_MEDIC_INVENTORY'] || './inventory.yaml';
+  const path = io.env.GPU_MEDIC_INVENTORY || './inventory.yaml';
   const inv = await loadInventoryFile(path);
   if (!inv.inventory) {
     io.err.write(

@@ -85,7 +85,7 @@ export async function runIncidentsCommand(
       return 2;
     }
     // The inventory says which containers run on a host (their incidents touched it).
-    const path = io.env['GPU_MEDIC_INVENTORY'] || './inventory.yaml';
+    const path = io.env.GPU_MEDIC_INVENTORY || './inventory.yaml';
     const inv = await loadInventoryFile(path);
     if (!inv.inventory) {
       io.err.write(

@@ -98,7 +98,7 @@ export async function runParseCommand(args: string[], io: ParseCommandIo): Promi
     io.stderr.write(`parse: ${reason}\n`);
     return 1;
   }
-  let result;
+  let result: ReturnType<typeof parseNvidiaOutput>;
   try {
     result = parseNvidiaOutput(text, { exitCode: parsed.exitCode, csvFields: parsed.fields });
   } catch (e) {

@@ -27,7 +27,7 @@ export function readEnvFile(
       let end = buf.indexOf(0x0a, start);
       if (end < 0) end = buf.length;
       const key = keyOf(buf, start, end);
-      if (key !== null && keep(key.name)) values[key.name] = valueOf(buf.toString('utf8', key.valueAt, end));
+      if (key !== null && keep(key.name)) values[key.name] = fieldValue(buf.toString('utf8', key.valueAt, end));
       else if (key === null && !blankOrComment(buf, start, end)) badLines.push(line);
       start = end + 1;
     }
@@ -61,7 +61,7 @@ function keyOf(buf: Buffer, start: number, end: number): { name: string; valueAt
   return { name, valueAt: i + 1 };
 }
 
-function valueOf(raw: string): string {
+function fieldValue(raw: string): string {
   const v = raw.trim();
   const q = v[0];
   if ((q === '"' || q === "'") && v.length >= 2 && v.endsWith(q)) return v.slice(1, -1);

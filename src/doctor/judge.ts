@@ -98,10 +98,9 @@ function exitText(r: Ran): string {
   return `exit ${r.code ?? '?'}`;
 }
 
-const okRun = (r: ProbeRun | undefined | null): r is Ran =>
-  r !== undefined && r !== null && r.ran && r.code === 0 && !r.timedOut;
+const okRun = (r: ProbeRun | undefined | null): r is Ran => r?.ran === true && r.code === 0 && !r.timedOut;
 /** 127: the shell, `timeout`, nsenter or lxc-attach found no such program. */
-const notFound = (r: ProbeRun | undefined | null): boolean => r !== undefined && r !== null && r.ran && r.code === 127;
+const notFound = (r: ProbeRun | undefined | null): boolean => r?.ran === true && r.code === 127;
 
 /** `timeout` itself is missing: the shell or the container attach could not run it (not `timeout` failing to run its command). */
 function timeoutMissing(r: Ran): boolean {
@@ -253,7 +252,7 @@ function judgeLogin(m: MachineReading, f: Findings): boolean {
 function judgeNvidia(m: MachineReading, f: Findings): NvidiaRow[] | null {
   const r = m.probes.nvidia;
   const rows = gpusOf(m.probes);
-  const error = r !== undefined && r.ran ? detectNvidiaError(`${r.stdout}\n${r.stderr}`) : null;
+  const error = r?.ran ? detectNvidiaError(`${r.stdout}\n${r.stderr}`) : null;
   const where = m.kind === 'host' ? 'host' : 'container';
   if (rows !== null) {
     const drivers = [...new Set(rows.map((x) => x.driver))].join(', ');

@@ -72,7 +72,7 @@ export async function readHistory(
       const metas = await log.metas(old.map((x) => x.id));
       old.forEach((x, i) => {
         const m = metas[i];
-        if (m && m.targets.some((t) => wanted.has(t)) && !found.has(x.id)) found.set(x.id, { at: x.at, meta: m });
+        if (m?.targets.some((t) => wanted.has(t)) && !found.has(x.id)) found.set(x.id, { at: x.at, meta: m });
       });
       fallback = {
         scanned: old.length,

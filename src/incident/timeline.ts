@@ -163,7 +163,7 @@ export function renderTimeline(meta: IncidentMeta, events: readonly AnyLoggedEve
     `opened ${meta.createdAt} by ${meta.requester} in ${meta.channel} · ${events.length} event${events.length === 1 ? '' : 's'}`,
     '',
   ];
-  return [...head, ...events.map((e) => `${clock(e.at)}  ${describeEvent(meta, e)}`)].join('\n') + '\n';
+  return `${[...head, ...events.map((e) => `${clock(e.at)}  ${describeEvent(meta, e)}`)].join('\n')}\n`;
 }
 
 /** One line for a list of incidents. */

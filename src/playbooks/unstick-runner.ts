@@ -315,7 +315,7 @@ class Run {
     );
     const live: StepTarget[] = [];
     for (const t of step.targets) {
-      const stale = pre && pre.complete ? this.recheckInContainer(t, pre.readings) : 'unreadable';
+      const stale = pre?.complete ? this.recheckInContainer(t, pre.readings) : 'unreadable';
       if (stale === null) live.push(t);
       else {
         await this.signalled(t, 'TERM', stale === 'gone' ? 'gone' : 'skipped', staleText(stale));
@@ -350,7 +350,7 @@ class Run {
         'container',
         waiting.map((t) => t.containerPid),
       );
-      if (!r || !r.complete) continue;
+      if (!r?.complete) continue;
       waiting = waiting.filter((t) => this.recheckInContainer(t, r.readings) === null);
     }
 
@@ -363,7 +363,7 @@ class Run {
       );
       const survivors: StepTarget[] = [];
       for (const t of waiting) {
-        const stale = r && r.complete ? this.recheckInContainer(t, r.readings) : 'unreadable';
+        const stale = r?.complete ? this.recheckInContainer(t, r.readings) : 'unreadable';
         if (stale === null) survivors.push(t);
         else if (stale !== 'gone') await this.signalled(t, 'KILL', 'skipped', staleText(stale));
       }
@@ -436,8 +436,7 @@ class Run {
     const appsR = await this.exec('check_apps', 'host', queryComputeApps(t0));
     const readings = readR.timedOut ? null : parseProcReadings(readR.stdout);
     const apps = appsR.code === 0 && !appsR.timedOut ? parseComputeAppsCsv(appsR.stdout, [...APP_FIELDS]) : null;
-    const gpuPids =
-      apps && apps.ok && apps.value.error === null ? new Set(apps.value.processes.map((p) => p.pid)) : null;
+    const gpuPids = apps?.ok && apps.value.error === null ? new Set(apps.value.processes.map((p) => p.pid)) : null;
 
     const matching: StepTarget[] = [];
     for (const t of step.targets) {
@@ -528,8 +527,7 @@ class Run {
       }
       const p = await this.exec('read_gpus', 'host', { argv: present.argv, timeoutMs: present.timeoutMs });
       const seen = p.code === 0 && !p.timedOut ? parseQueryGpuCsv(p.stdout, [...GPU_FIELDS]) : null;
-      const now =
-        seen && seen.ok && seen.value.error === null ? seen.value.gpus.find((x) => x.uuid === g.uuid) : undefined;
+      const now = seen?.ok && seen.value.error === null ? seen.value.gpus.find((x) => x.uuid === g.uuid) : undefined;
       if (now === undefined) {
         const said = `${p.stdout}\n${p.stderr}`.trim().split('\n')[0] ?? '';
         notes.push(
@@ -539,7 +537,7 @@ class Run {
       }
       const c = await this.exec('check_apps', 'host', { argv: check.argv, timeoutMs: check.timeoutMs });
       const apps = c.code === 0 && !c.timedOut ? parseComputeAppsCsv(c.stdout, [...APP_FIELDS]) : null;
-      if (!apps || !apps.ok || apps.value.error !== null) {
+      if (!apps?.ok || apps.value.error !== null) {
         notes.push(`${label}: skipped, could not confirm that no process holds it`);
         continue;
       }
@@ -611,7 +609,7 @@ class Run {
       const ar = await this.exec('check_apps', 'host', queryComputeApps(t));
       const g = gr.code === 0 && !gr.timedOut ? parseQueryGpuCsv(gr.stdout, [...GPU_FIELDS]) : null;
       const a = ar.code === 0 && !ar.timedOut ? parseComputeAppsCsv(ar.stdout, [...APP_FIELDS]) : null;
-      if (g && g.ok && a && a.ok && g.value.error === null && a.value.error === null) {
+      if (g?.ok && a?.ok && g.value.error === null && a.value.error === null) {
         const apps = a.value.processes;
         const stillListed = apps.some((p) => targetPids.has(p.pid));
         const free = gpus.every((tg) => {

@@ -227,7 +227,7 @@ export function monospaceTable(
         .trimEnd();
     const lines = [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...visible.map(line)];
     if (shown < body.length) lines.push(moreRowsLabel(body.length - shown));
-    return '```\n' + entities(lines.join('\n')) + '\n```';
+    return `\`\`\`\n${entities(lines.join('\n'))}\n\`\`\``;
   };
 
   const full = render(body.length);

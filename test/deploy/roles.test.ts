@@ -27,7 +27,7 @@ import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.
 
 import { buildDist, MAIN_JS } from './build.ts';
 
-const FP = 'SHA256:' + 'A'.repeat(43);
+const FP = `SHA256:${'A'.repeat(43)}`;
 
 interface Proc {
   child: ChildProcess;

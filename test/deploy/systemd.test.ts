@@ -14,7 +14,7 @@ import { REDIS_URL, newRedis, randomPrefix, removePrefix } from '../harness/redi
 import { buildDist, ROOT } from './build.ts';
 
 const run = promisify(execFile);
-const FP = 'SHA256:' + 'A'.repeat(43);
+const FP = `SHA256:${'A'.repeat(43)}`;
 
 /** `Key=value` lines of a unit's [Service] section (a key may repeat). */
 function service(file: string): Array<[string, string]> {

@@ -278,7 +278,7 @@ describe("doctor judgement (pure, from the probes' outputs)", () => {
   });
 
   it('machine text stays one bounded line in the table (no newlines or control characters from stderr)', () => {
-    const r = judge([host(), container({ fuser: exit(1, 'line one\n\u001b[31mred\u001b[0m\n' + 'x'.repeat(500)) })]);
+    const r = judge([host(), container({ fuser: exit(1, `line one\n\u001b[31mred\u001b[0m\n${'x'.repeat(500)}`) })]);
     const f = find(r.findings, 'ct129', 'fuser');
     expect(f.detail).not.toMatch(/[\n\u001b]/);
     expect(f.detail.length).toBeLessThanOrEqual(DETAIL_MAX);

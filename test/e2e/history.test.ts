@@ -223,7 +223,7 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
       expect(r).toMatchObject({ code: 0, err: '' });
       const out = r.out.trimEnd().split('\n');
       expect(out.map((l) => l.split(' ')[0])).toEqual([statusId, containerId, hostKillId]);
-      expect(out[1]).toMatch(/unstick +ct130 .*Recovered \(finished ok\)  \(container ct130 on kpro5\)$/);
+      expect(out[1]).toMatch(/unstick +ct130 .*Recovered \(finished ok\) {2}\(container ct130 on kpro5\)$/);
       const unknown = await cli(['history', 'kpro55'], { GPU_MEDIC_INVENTORY: inv });
       expect(unknown.code).toBe(1);
       expect(unknown.err).toContain('has no machine kpro55; did you mean kpro5?');

@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
-import { ALICE, BOB, DAVE, buttonsOf, ofType, startCrashRig, type CrashRig, type WorkerProc } from './unstick-rig.ts';
+import { BOB, DAVE, buttonsOf, ofType, startCrashRig, type CrashRig, type WorkerProc } from './unstick-rig.ts';
 
 const RUNS = Math.max(1, Math.min(200, Number(process.env.SOAK_RUNS ?? process.env.CRASH_RUNS ?? 1) || 1));
 
@@ -323,9 +323,7 @@ describe('worker SIGKILLed at each step of an unstick, then restarted (separate 
 const responseTexts = (): string[] => rig.slack.responses().map((r) => String(r.body.text ?? ''));
 
 /** S3 up to its card: a root job in ct129 the container login cannot stop. */
-async function cardFor(
-  title: string,
-): Promise<{
+async function cardFor(title: string): Promise<{
   id: string;
   h: FleetProcess;
   card: StoredMessage;

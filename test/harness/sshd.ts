@@ -318,7 +318,7 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
   const { stdout: hostPub } = await execFileP('ssh-keygen', ['-y', '-f', hostKeyPath]);
   const hostKeyFingerprint = publicKeyLineFingerprint(hostPub);
 
-  await writeFile(join(dir, 'authorized_keys'), o.authorizedKeys.map((k) => k.trim()).join('\n') + '\n', {
+  await writeFile(join(dir, 'authorized_keys'), `${o.authorizedKeys.map((k) => k.trim()).join('\n')}\n`, {
     mode: 0o600,
   });
   const commandLog = resolve(o.commandLog ?? join(dir, 'commands.jsonl'));

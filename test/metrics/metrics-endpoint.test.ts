@@ -120,7 +120,7 @@ describe('Prometheus metrics over HTTP, moved by real incidents', () => {
       okCalls('chat.update') - upd0,
     );
     expect(sum(after, 'gpu_medic_queue_jobs', { site: 'default', state: 'active' })).toBe(0);
-    expect(after.some((x) => x.name === 'gpu_medic_queue_jobs' && x.labels['state'] === 'waiting')).toBe(true);
+    expect(after.some((x) => x.name === 'gpu_medic_queue_jobs' && x.labels.state === 'waiting')).toBe(true);
   });
 
   it('a changed host key: SSH errors by code and machine, nothing ran there, the incident failed', async () => {

@@ -234,7 +234,7 @@ describe('alert message (src/render/alert.ts)', () => {
     });
     const raised = logged({ type: 'alert_raised', at: at(T0), alert });
     const v = renderAlert(metaOf(alert), [raised], CTX)[0];
-    const lines = String((v?.blocks[0] as { text: { text: string } }).text.text).split('\n');
+    const lines = String((v!.blocks[0] as { text: { text: string } }).text.text).split('\n');
     expect(lines.slice(1)).toEqual([
       'Host RAM 98 % used (440 of 449 GiB).',
       ':bulb: Why: 8 ranks × 300 GB host cache (ˋ--hicache-sizeˋ is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.',

@@ -717,7 +717,7 @@ export class ScenarioRuntime {
       const meta = await this.log.meta(id);
       if (meta?.kind !== 'alert') continue;
       const events = await this.events(id);
-      const alert = events.map((e) => e['alert']).find(isRecord) ?? {};
+      const alert = events.map((e) => e.alert).find(isRecord) ?? {};
       const count = (type: string) => events.filter((e) => e.type === type).length;
       const refs = new Set([...(await this.log.slackRefs(id)).values()].map((r) => r.ts));
       const channel = meta.channel;
@@ -734,9 +734,9 @@ export class ScenarioRuntime {
       out.push({
         id,
         key: meta.text,
-        kind: strOrNull(alert['kind']),
-        machine: strOrNull(alert['machineId']) ?? meta.targets[0] ?? null,
-        gpu: typeof alert['gpu'] === 'number' ? alert['gpu'] : null,
+        kind: strOrNull(alert.kind),
+        machine: strOrNull(alert.machineId) ?? meta.targets[0] ?? null,
+        gpu: typeof alert.gpu === 'number' ? alert.gpu : null,
         createdAt: meta.createdAt,
         raised: count('alert_raised'),
         updated: count('alert_updated'),
@@ -839,15 +839,15 @@ export class ScenarioRuntime {
     for (;;) {
       const mine = (await this.events(ep.id))
         .slice(seen)
-        .find((e) => (e.type === 'alert_action' || e.type === 'alert_snoozed') && e['by'] === me);
+        .find((e) => (e.type === 'alert_action' || e.type === 'alert_snoozed') && e.by === me);
       if (mine?.type === 'alert_snoozed') {
-        result.snoozed = { scope: mine['scope'], until: mine['until'] };
+        result.snoozed = { scope: mine.scope, until: mine.until };
         return { sent: true, reason: null, result };
       }
       if (mine) {
-        const opened = strOrNull(mine['incidentId']);
+        const opened = strOrNull(mine.incidentId);
         result.opened = opened;
-        result.refused = strOrNull(mine['refused']);
+        result.refused = strOrNull(mine.refused);
         if (opened !== null) {
           const meta = await this.log.meta(opened);
           this.incidents.push({
@@ -978,14 +978,12 @@ export class ScenarioRuntime {
     const nameOf = new Map(Object.entries(this.users).map(([n, id]) => [id, n]));
     const answers: Report['answers'] = [
       ...this.acks.map((a) => ({ t: rel(a.at), user: a.user, via: 'ack' as const, text: a.text })),
-      ...slack
-        .responses()
-        .map((p) => ({
-          t: rel(p.at),
-          user: this.urlUser.get(p.url) ?? '?',
-          via: 'response_url' as const,
-          text: p.body.text ?? '',
-        })),
+      ...slack.responses().map((p) => ({
+        t: rel(p.at),
+        user: this.urlUser.get(p.url) ?? '?',
+        via: 'response_url' as const,
+        text: p.body.text ?? '',
+      })),
       ...slack
         .ephemerals()
         .map((e) => ({ t: rel(e.at), user: nameOf.get(e.user) ?? e.user, via: 'ephemeral' as const, text: e.text })),
@@ -1271,13 +1269,8 @@ export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>):
     for (const inc of r.incidents) {
       let approved = false;
       for (const ev of inc.events) {
-        if (ev.type === 'approval_decided' && ev['decision'] === 'approved') approved = true;
-        if (
-          ev.type === 'command' &&
-          ev['on'] === 'host' &&
-          (ev['role'] === 'kill' || ev['role'] === 'term') &&
-          !approved
-        )
+        if (ev.type === 'approval_decided' && ev.decision === 'approved') approved = true;
+        if (ev.type === 'command' && ev.on === 'host' && (ev.role === 'kill' || ev.role === 'term') && !approved)
           early.push(`${inc.id} at ${ev.at}`);
       }
     }
@@ -1426,15 +1419,15 @@ function signalSide(x: SignalReport, incidents: readonly IncidentReport[]): 'con
   if (x.byPid !== null) return x.byPid === 0 ? 'host' : 'container';
   const hostKill = incidents.some((i) => {
     const hostSteps = new Set(
-      i.events.filter((ev) => ev.type === 'step_started' && ev['kind'] === 'host_kill').map((ev) => ev['stepId']),
+      i.events.filter((ev) => ev.type === 'step_started' && ev.kind === 'host_kill').map((ev) => ev.stepId),
     );
     return i.events.some(
       (ev) =>
         ev.type === 'signalled' &&
-        ev['hostPid'] === x.hostPid &&
-        ev['signal'] === 'KILL' &&
-        ev['result'] === 'sent' &&
-        hostSteps.has(ev['stepId']),
+        ev.hostPid === x.hostPid &&
+        ev.signal === 'KILL' &&
+        ev.result === 'sent' &&
+        hostSteps.has(ev.stepId),
     );
   });
   return hostKill ? 'host' : 'container';

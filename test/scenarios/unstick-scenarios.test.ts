@@ -119,7 +119,7 @@ scenario('s9-', (get) => {
     const r = await get();
     const req = approvalEvents(r).find((e) => e.type === 'approval_requested');
     // The report's events are loose JSON; this one is an approval_requested event with its planned step.
-    const step = req?.['step'] as Step | undefined;
+    const step = req?.step as Step | undefined;
     expect(step?.kind).toBe('host_reset');
     expect(step?.gpus.map((g) => [g.index, g.hostIndex])).toEqual([[0, 2]]);
     const uuid = step?.gpus[0]?.uuid ?? '?';
@@ -140,11 +140,11 @@ scenario('s10-', (get) => {
     expect(fresh?.startTime).not.toBe(old?.startTime);
     expect(fresh?.alive).toBe(true);
     expect(signalsOf(r, 'newcomer')).toEqual([]);
-    const kill = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e['signal'] === 'KILL');
-    expect(kill.map((e) => [e['hostPid'], e['startTimeTicks'], e['result']])).toEqual([
+    const kill = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e.signal === 'KILL');
+    expect(kill.map((e) => [e.hostPid, e.startTimeTicks, e.result])).toEqual([
       [old?.hostPid, old?.startTime, 'skipped'],
     ]);
-    expect(String(kill[0]?.['reason'])).toMatch(/^PID reused/);
+    expect(String(kill[0]?.reason)).toMatch(/^PID reused/);
   }, 120_000);
 });
 
@@ -159,7 +159,7 @@ scenario('s11-', (get) => {
     expect(
       r.incidents
         .flatMap((i) => i.events)
-        .filter((e) => e.type === 'command' && (e['role'] === 'kill' || e['role'] === 'term')),
+        .filter((e) => e.type === 'command' && (e.role === 'kill' || e.role === 'term')),
     ).toEqual([]);
   }, 120_000);
 });
@@ -170,7 +170,7 @@ scenario('s12-', (get) => {
     expect(r.processes.tp3?.alive).toBe(false);
     expect(r.processes.fresh?.alive).toBe(true);
     expect(r.signals).toEqual([]);
-    const sent = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e['result'] === 'sent');
+    const sent = r.incidents.flatMap((i) => i.events).filter((e) => e.type === 'signalled' && e.result === 'sent');
     expect(sent).toEqual([]);
   }, 120_000);
 });

@@ -12,7 +12,7 @@ import { byLabel, expectRunClean, FILES, file, HERE } from './report-helpers.ts'
 import { runScenario, type Report } from './run-scenario.ts';
 import { parseScenario } from './schema.ts';
 
-export const WATCH_FILES = FILES.filter(
+const WATCH_FILES = FILES.filter(
   (f) => parseScenario(readFileSync(join(HERE, f), 'utf8'), f).settings.watch !== undefined,
 );
 
@@ -117,7 +117,7 @@ describe('S17 Unstick from an alert: the clicker is the requester, a second pers
     expect([look.kind, look.requester, look.channel]).toEqual(['status', r.users.alice, 'C0ALERTS01']);
     expect([fix.kind, fix.requester, fix.channel]).toEqual(['unstick', r.users.alice, 'C0ALERTS01']);
     const [a] = alertsOf(r, 'ram_high', 'kpro5');
-    const actions = a?.events.filter((e) => e.type === 'alert_action').map((e) => [e['action'], e['incidentId']]);
+    const actions = a?.events.filter((e) => e.type === 'alert_action').map((e) => [e.action, e.incidentId]);
     expect(actions).toEqual([
       ['status', look.id],
       ['unstick', fix.id],
@@ -126,8 +126,8 @@ describe('S17 Unstick from an alert: the clicker is the requester, a second pers
 
   it('every signal came from the approved host kill, after bob approved', () => {
     const fix = byLabel(r, 'fix');
-    const approved = fix.events.find((e) => e.type === 'approval_decided' && e['decision'] === 'approved');
-    expect(approved?.['by']).toBe(r.users.bob);
+    const approved = fix.events.find((e) => e.type === 'approval_decided' && e.decision === 'approved');
+    expect(approved?.by).toBe(r.users.bob);
     expect(r.signals.map((s) => s.process).sort()).toEqual(['tp0', 'tp1']);
   });
 });

@@ -13,7 +13,7 @@ import { readEnvFile } from '../../src/config/dotenv.ts';
 import { parseEnv } from '../../src/config/env.ts';
 import { loadInventoryFile, validateInventory } from '../../src/config/load-inventory.ts';
 
-const FP = 'SHA256:' + 'A'.repeat(43);
+const FP = `SHA256:${'A'.repeat(43)}`;
 const lines = (r: { problems: Array<{ at: string; message: string }> }): string[] =>
   r.problems.map((p) => `${p.at}: ${p.message}`);
 /** Words of zod's own messages, which must never reach an operator. */

@@ -3,7 +3,7 @@ import { parseEnv } from '../../src/config/env.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import { findMachine, routeFor } from '../../src/config/machines.ts';
 
-const FP = 'SHA256:' + 'A'.repeat(43);
+const FP = `SHA256:${'A'.repeat(43)}`;
 
 describe('inventory', () => {
   const good = {

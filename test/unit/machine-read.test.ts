@@ -71,7 +71,7 @@ describe('machine read script', () => {
     ];
     const line = (i: number) => `gpu-medic-part ${i} 0 0 0  \n`;
     expect(parseMachineRead(parts, line(0) + line(1)).ok).toBe(true);
-    expect(parseMachineRead(parts, line(0) + 'hello\n' + line(1)).ok).toBe(false);
+    expect(parseMachineRead(parts, `${line(0)}hello\n${line(1)}`).ok).toBe(false);
     expect(parseMachineRead(parts, line(0)).ok).toBe(false);
     expect(parseMachineRead(parts, line(0) + line(0) + line(1)).ok).toBe(false);
     expect(parseMachineRead(parts, line(0) + line(2)).ok).toBe(false);

@@ -49,7 +49,7 @@ async function card(target: string, gpu: number): Promise<{ id: string; holder: 
   const id = await rig.newIncident(target);
   await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: target }, deps());
   const req = ofType(await rig.events(id), 'approval_requested')[0];
-  if (!req || req.step.kind !== 'host_kill') throw new Error('no host_kill card');
+  if (req?.step.kind !== 'host_kill') throw new Error('no host_kill card');
   return { id, holder, approvalId: req.approvalId };
 }
 

@@ -99,7 +99,7 @@ async function s3Card(gpu: number): Promise<{ id: string; holder: FleetProcess; 
     rig.deps({ inventory: asFleetuser(), executor: ex }),
   );
   const req = ofType(await rig.events(id), 'approval_requested')[0];
-  if (!req || req.step.kind !== 'host_kill') throw new Error('no host_kill card');
+  if (req?.step.kind !== 'host_kill') throw new Error('no host_kill card');
   return { id, holder, approvalId: req.approvalId, step: req.step };
 }
 

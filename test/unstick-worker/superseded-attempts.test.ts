@@ -48,7 +48,7 @@ async function approvedCard(
     rig.deps({ inventory: asFleetuser(), executor: ex }),
   );
   const req = ofType(await rig.events(id), 'approval_requested')[0];
-  if (!req || req.step.kind !== 'host_kill') throw new Error('no host_kill card');
+  if (req?.step.kind !== 'host_kill') throw new Error('no host_kill card');
   expect(
     await rig.approvals.decide(req.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
   ).toMatchObject({ ok: true });

@@ -20,7 +20,7 @@ function reading(o: { pid: number; nspid?: string | null; ns?: string; stat?: bo
     `@cmdline ${o.pid} ${hex('/sbin/init\0')}`,
   );
   if (o.done !== false) lines.push('@done');
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }
 function result(over: Partial<ExecResult>): ExecResult {
   return {

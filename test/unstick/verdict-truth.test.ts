@@ -10,7 +10,6 @@ import type { Gpu, NvidiaError } from '../../src/gpu/types.ts';
 import { isGreen, verdictOf, type VerdictContext } from '../../src/gpu/verdict.ts';
 import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
 import {
-  CT129_INIT,
   CT129_NS,
   CT129_SERVER,
   CT131_JOB,

@@ -25,7 +25,12 @@ function gpuOf(p: GpuProcess, gpus: readonly Gpu[]): Gpu | undefined {
   return p.gpuIndex === null ? undefined : gpus.find((g, i) => (g.index ?? i) === p.gpuIndex);
 }
 
-function valueOf(field: string, p: GpuProcess, gpu: Gpu | undefined, opts: CsvFormatOptions): string | number | null {
+function fieldValue(
+  field: string,
+  p: GpuProcess,
+  gpu: Gpu | undefined,
+  opts: CsvFormatOptions,
+): string | number | null {
   switch (field) {
     case 'timestamp':
       return opts.timestamp === undefined ? null : csvTimestampUtc(opts.timestamp);
@@ -69,7 +74,7 @@ export function formatComputeAppsCsv(
   for (const p of processes) {
     if (p.type === 'G') continue;
     const gpu = gpuOf(p, gpus);
-    rows.push(fields.map((f, i) => csvValue(valueOf(f, p, gpu, opts), units[i] ?? '', opts.units)));
+    rows.push(fields.map((f, i) => csvValue(fieldValue(f, p, gpu, opts), units[i] ?? '', opts.units)));
   }
   return csvLines(rows);
 }

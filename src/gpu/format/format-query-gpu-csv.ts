@@ -4,7 +4,7 @@ import { InvalidQueryFieldError } from './invalid-query-field-error.ts';
 import { QUERY_GPU_FIELD_UNITS } from './query-gpu-fields.ts';
 import { csvTimestampUtc } from './text-layout.ts';
 
-function valueOf(
+function fieldValue(
   field: string,
   gpu: Gpu,
   position: number,
@@ -66,7 +66,7 @@ export function formatQueryGpuCsv(gpus: readonly Gpu[], fields: readonly string[
   gpus.forEach((gpu, position) => {
     rows.push(
       fields.map((f, i) => {
-        const v = valueOf(f, gpu, position, gpus, opts);
+        const v = fieldValue(f, gpu, position, gpus, opts);
         return v === null ? CSV_NA : csvValue(v, units[i] ?? '', opts.units);
       }),
     );

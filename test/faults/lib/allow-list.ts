@@ -79,12 +79,12 @@ function templates(): CommandSpec[] {
   ];
 }
 
-const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const escapeRegex = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const INT = '[1-9]\\d{0,14}';
 
 /** A command line (or argv joined by spaces) with the sentinels turned into integer patterns. */
 function generalise(literal: string): string {
-  let re = escape(literal);
+  let re = escapeRegex(literal);
   // Signal template: (pid start ctpid) triples after the namespace inode.
   re = re.replaceAll(`${PID_A} ${START} ${CT} ${PID_B} ${START} ${CT}`, `${INT} \\d+ ${INT}(?: ${INT} \\d+ ${INT})*`);
   re = re.replaceAll(`${PID_A} ${START} 0 ${PID_B} ${START} 0`, `${INT} \\d+ 0(?: ${INT} \\d+ 0)*`);

@@ -61,7 +61,7 @@ export function watchSessions(hostDirs: readonly string[], everyMs = 40): { stop
     for (const p of procs.values()) {
       if (p.comm.startsWith('sshd')) continue;
       const parent = procs.get(p.ppid);
-      if (!parent || !parent.comm.startsWith('sshd')) continue;
+      if (!parent?.comm.startsWith('sshd')) continue;
       // Walk up to the listener (bounded): the ancestor right below it is the connection.
       let conn = parent;
       let host: string | undefined;

@@ -107,7 +107,7 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
       const parent = s.slack.messages('C0ONCALL01').find((x) => JSON.stringify(x.blocks ?? []).includes(id));
       const reply = parent ? s.slack.thread('C0ONCALL01', parent.ts)[1] : undefined;
       check(
-        reply !== undefined && reply.text.includes(m) && reply.text.length > 30,
+        reply?.text.includes(m) === true && reply.text.length > 30,
         `round ${round}: ${m}: the thread does not say why: ${reply?.text.slice(0, 200)}`,
       );
     }

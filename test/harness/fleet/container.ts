@@ -107,7 +107,7 @@ export async function startContainer(o: {
   const r = await spawnReady(
     'unshare',
     ['--pid', '--fork', '--mount', '--uts', '--propagation', 'private', '--', '/bin/bash', script],
-    { env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' }, stderrPath: join(o.ctDir, 'init.log') },
+    { env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' }, stderrPath: join(o.ctDir, 'init.log') },
   );
   const m = /^READY (\d+) (\d+)$/.exec(r.line);
   if (m === null || r.child.pid === undefined)

@@ -153,22 +153,22 @@ export class ProcessTable {
       FLEET_HOSTPROC: target.hostProc,
       FLEET_MACHINE: target.machineId,
     };
-    if (target.cgroup !== null) env['FLEET_CGROUP'] = target.cgroup;
+    if (target.cgroup !== null) env.FLEET_CGROUP = target.cgroup;
     if (o.parentTitle !== undefined)
-      env['FLEET_PARENT_ARGV'] = o.parentTitle
+      env.FLEET_PARENT_ARGV = o.parentTitle
         .split(' ')
         .filter((w) => w !== '')
         .join('\x1f');
-    if (o.ignoreTerm === true) env['FLEET_IGNORE_TERM'] = '1';
+    if (o.ignoreTerm === true) env.FLEET_IGNORE_TERM = '1';
     if (kind === 'holder' && o.stuck !== undefined) {
-      env['FLEET_STUCK'] = o.stuck;
-      env['FLEET_STUCK_GO'] = join(target.machineDir, `stuck-go-${id}`);
+      env.FLEET_STUCK = o.stuck;
+      env.FLEET_STUCK_GO = join(target.machineDir, `stuck-go-${id}`);
     }
     const user = o.user ?? 'root';
     if (user !== 'root') {
       const ids = await ensureUser(user);
-      env['FLEET_UID'] = String(ids.uid);
-      env['FLEET_GID'] = String(ids.gid);
+      env.FLEET_UID = String(ids.uid);
+      env.FLEET_GID = String(ids.gid);
     }
     return env;
   }
@@ -249,11 +249,11 @@ export class ProcessTable {
       // holder.c's launch mode forks it on the chosen PID(s) through ns_last_pid, in the container's namespaces.
       file = this.tools.holder;
       args = [];
-      env['FLEET_MODE'] = 'launch';
-      env['FLEET_AT_HOST'] = String(o.atPid.hostPid);
+      env.FLEET_MODE = 'launch';
+      env.FLEET_AT_HOST = String(o.atPid.hostPid);
       if (target.kind === 'container' && target.initHostPid !== null) {
-        env['FLEET_NS_PID'] = String(target.initHostPid);
-        if (o.atPid.containerPid !== undefined) env['FLEET_AT_CT'] = String(o.atPid.containerPid);
+        env.FLEET_NS_PID = String(target.initHostPid);
+        if (o.atPid.containerPid !== undefined) env.FLEET_AT_CT = String(o.atPid.containerPid);
       }
     } else if (target.kind === 'host' || target.initHostPid === null) {
       file = this.tools.holder;

@@ -25,14 +25,14 @@ export function selfIdentity(): PidRecord {
 }
 
 export async function writeOwner(dir: string): Promise<void> {
-  await writeFile(join(dir, 'owner.json'), JSON.stringify(selfIdentity()) + '\n');
+  await writeFile(join(dir, 'owner.json'), `${JSON.stringify(selfIdentity())}\n`);
 }
 
 /** Records a started process; returns false if it is already gone. */
 export function recordPid(dir: string, pid: number, role: string): boolean {
   const startTime = procStartTime('/proc', pid);
   if (startTime === null) return false;
-  writeFileSync(join(dir, 'pids', `${pid}.json`), JSON.stringify({ pid, startTime, role } satisfies PidRecord) + '\n');
+  writeFileSync(join(dir, 'pids', `${pid}.json`), `${JSON.stringify({ pid, startTime, role } satisfies PidRecord)}\n`);
   return true;
 }
 

@@ -349,7 +349,7 @@ async function build(
       `[127.0.0.1]:${c.port} ${(await readFile(join(c.dir, 'sshd', 'ssh_host_ed25519_key.pub'), 'utf8')).trim()}`,
     );
   }
-  await writeFile(knownHostsPath, knownLines.join('\n') + '\n');
+  await writeFile(knownHostsPath, `${knownLines.join('\n')}\n`);
 
   const ctOf = (id: string): CtRt => {
     const c = cts.get(id);
@@ -642,7 +642,7 @@ async function build(
       if (/[\n\r]/.test(text)) throw new Error('fleet: one kernel log line at a time');
       await appendFile(
         join(hostOf(hostId).dir, 'kmsg.jsonl'),
-        JSON.stringify({ ts: Date.now(), text } satisfies KernelLogLine) + '\n',
+        `${JSON.stringify({ ts: Date.now(), text } satisfies KernelLogLine)}\n`,
       );
     },
 

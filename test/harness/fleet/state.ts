@@ -141,7 +141,7 @@ export function writeJsonAtomic(path: string, value: unknown): void {
   const tmp = `${path}.${process.pid}.${Date.now()}.tmp`;
   const fd = openSync(tmp, 'w', 0o644);
   try {
-    writeSync(fd, JSON.stringify(value, null, 2) + '\n');
+    writeSync(fd, `${JSON.stringify(value, null, 2)}\n`);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
@@ -243,7 +243,7 @@ export function gpuUsage(state: HostState, holders: HolderRecord[], procRoot: st
 export function appendToolLog(machineDirPath: string, tool: string, argv: string[]): void {
   const fd = openSync(join(machineDirPath, 'tools.log'), 'a', 0o666);
   try {
-    writeSync(fd, JSON.stringify({ ts: Date.now(), tool, argv } satisfies ToolLogEntry) + '\n');
+    writeSync(fd, `${JSON.stringify({ ts: Date.now(), tool, argv } satisfies ToolLogEntry)}\n`);
   } finally {
     closeSync(fd);
   }

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { startSshd, type SshdOptions } from '../../sshd.ts';
 import { joinCgroup } from '../cgroup.ts';
 
-joinCgroup(process.env['FLEET_CGROUP'] ?? null);
+joinCgroup(process.env.FLEET_CGROUP ?? null);
 
 const opts = JSON.parse(process.argv[2] ?? '{}') as SshdOptions;
 const sshd = await startSshd(opts);
@@ -17,12 +17,12 @@ const sshd = await startSshd(opts);
 chmodSync(join(opts.dir, 'authorized_keys'), 0o644);
 if (opts.commandLog !== undefined) chmodSync(opts.commandLog, 0o666); // ...and have their commands logged
 process.stdout.write(
-  JSON.stringify({
+  `${JSON.stringify({
     port: sshd.port,
     pid: sshd.pid,
     hostKeyPath: sshd.hostKeyPath,
     hostKeyFingerprint: sshd.hostKeyFingerprint,
-  }) + '\n',
+  })}\n`,
   () => {
     // SIGKILL, not exit(): sshd.ts kills the sshds it started from an 'exit' hook.
     process.kill(process.pid, 'SIGKILL');

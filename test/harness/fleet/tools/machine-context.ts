@@ -18,7 +18,7 @@ export interface MachineContext {
 }
 
 export function machineContext(): MachineContext {
-  const dir = process.env['FLEET_MACHINE_DIR'];
+  const dir = process.env.FLEET_MACHINE_DIR;
   if (dir === undefined || dir === '') {
     process.stderr.write('fleet tool: FLEET_MACHINE_DIR is not set (run through the machine bin/ wrapper)\n');
     process.exit(255);
