@@ -15,7 +15,7 @@ export function percentile(xs: readonly number[], p: number): number {
   return s[Math.min(s.length, rank) - 1] as number;
 }
 
-export function median(xs: readonly number[]): number {
+function median(xs: readonly number[]): number {
   if (xs.length === 0) throw new Error('median of an empty sample');
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);

@@ -73,7 +73,7 @@ function stateOf(events: readonly { type: string }[]): { alert: Alert | null; cl
  * or cleared alert changes nothing; every other click is recorded on the alert (alert_action, or
  * alert_snoozed) and runs with every rule of the slash command, the clicker as requester.
  */
-export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Promise<string> {
+async function handleAlertClick(click: AlertClick, deps: CommandDeps): Promise<string> {
   const sep = click.value.lastIndexOf('|');
   const id = click.button === 'unstick_pick' && sep > 0 ? click.value.slice(0, sep) : click.value;
   const picked = click.button === 'unstick_pick' && sep > 0 ? click.value.slice(sep + 1) : null;

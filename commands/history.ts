@@ -8,7 +8,7 @@ import { renderHistory } from '../src/render/history.ts';
 import type { CommandDeps, SlashInput } from './deps.ts';
 import { HISTORY_MAX } from './parse-text.ts';
 
-export const LOG_DOWN =
+const LOG_DOWN =
   ':warning: The incident log (Redis) is not answering, so no history could be read. Nothing was done. Try again in a minute; if it persists, check the Redis behind gpu-medic.';
 
 /**

@@ -10,10 +10,10 @@ export type ParsedCommand =
   | { kind: 'history'; target: string; limit: number; cappedFrom: number | null }
   | { kind: 'invalid'; message: string };
 
-export const SUBCOMMANDS = ['status', 'unstick', 'doctor', 'history', 'help'] as const;
-export const HISTORY_DEFAULT = 5;
+const SUBCOMMANDS = ['status', 'unstick', 'doctor', 'history', 'help'] as const;
+const HISTORY_DEFAULT = 5;
 export const HISTORY_MAX = 25;
-export const MAX_TEXT = 500;
+const MAX_TEXT = 500;
 const TARGET = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /** Turns the slash-command text into a command. Pure; never touches the inventory or a shell. */

@@ -33,12 +33,12 @@ function waitReady(r: Redis, ms: number): Promise<void> {
 }
 
 /** The URL without its password, for a log line. */
-export function redactRedisUrl(url: string): string {
+function redactRedisUrl(url: string): string {
   return url.replace(/^(rediss?:\/\/)[^@/]*@/, '$1***@');
 }
 
 /** Why the first connection failed, in words an operator can act on. */
-export function redisReason(err: Error | null): string {
+function redisReason(err: Error | null): string {
   if (!err) return 'no answer within 5 s';
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')

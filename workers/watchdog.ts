@@ -60,7 +60,7 @@ export interface MachineRoundResult {
 }
 
 const MAX_ATTEMPTS = 10;
-export const DEFAULT_CONCURRENT_READS = 32;
+const DEFAULT_CONCURRENT_READS = 32;
 
 /** `Promise.allSettled` over `items`, with at most `limit` running at once, results in input order. */
 async function settleAtMost<T, R>(
@@ -106,7 +106,7 @@ export async function runWatchJob(job: WatchJob, deps: WatchdogDeps): Promise<Ma
 }
 
 /** One machine: read, then judge and commit (again, if another round committed first). */
-export async function watchMachine(machine: Machine, deps: WatchdogDeps): Promise<MachineRoundResult> {
+async function watchMachine(machine: Machine, deps: WatchdogDeps): Promise<MachineRoundResult> {
   const route = routeFor(deps.inventory, machine.id);
   const first = await deps.store.load(machine.id);
   if (first.damaged)

@@ -170,7 +170,7 @@ export type Role = 'bot' | 'worker' | 'start';
  * worker, which holds the SSH keys, never has a Slack token. A new setting must be placed here
  * (the compiler insists), and docker-compose.yml's worker `environment:` follows this table.
  */
-export const SETTING_READERS = {
+const SETTING_READERS = {
   GPU_MEDIC_MODE: 'bot',
   SLACK_BOT_TOKEN: 'bot',
   SLACK_APP_TOKEN: 'bot',
@@ -219,9 +219,9 @@ export function settingsFor(role: Role): Setting[] {
 }
 
 /** Settings that hold secrets only the bot may have. */
-export const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
+const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
 /** Settings that hold secrets only the worker may have. */
-export const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET'];
+const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET'];
 
 /** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
 const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([

@@ -78,5 +78,3 @@ export const InventorySchema = z
 
 export type InventoryInput = z.input<typeof InventorySchema>;
 export type Inventory = z.output<typeof InventorySchema>;
-export type HostEntry = z.output<typeof HostSchema>;
-export type ContainerEntry = z.output<typeof ContainerSchema>;

@@ -63,7 +63,7 @@ export function routeFor(inv: Inventory, id: string): Route | null {
 }
 
 /** The host-level route into a container: always `pct exec` on its Proxmox host. */
-export function hostRouteForContainer(inv: Inventory, id: string): Route | null {
+function hostRouteForContainer(inv: Inventory, id: string): Route | null {
   const c = inv.containers.find((x) => x.id === id);
   const h = c && inv.hosts.find((x) => x.id === c.host);
   if (!c || !h) return null;

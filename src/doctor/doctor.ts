@@ -4,8 +4,6 @@ import { closest } from '../config/suggest.ts';
 import { judge, type DoctorReport } from './judge.ts';
 import { readMachines, type ReadDeps } from './read-machines.ts';
 
-export type DoctorRun = { ok: true; report: DoctorReport; machines: string[] } | { ok: false; message: string };
-
 /** Which machines `target` names: one id, or `all`. Unknown ids get a plain answer, and nothing runs. */
 export function resolveDoctorTarget(
   inv: Inventory,

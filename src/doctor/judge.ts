@@ -77,7 +77,7 @@ export interface DoctorReport {
 export const DETAIL_MAX = 240;
 
 /** Machine text as one bounded line: control characters out, whitespace folded. */
-export function oneLine(text: string, max = 160): string {
+function oneLine(text: string, max = 160): string {
   const clean = text
     .replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, '')
     .split('\n')

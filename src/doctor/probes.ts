@@ -8,22 +8,22 @@ import type { CommandSpec } from '../ssh/types.ts';
  */
 export type ProbeName = 'uname' | 'nvidia' | 'fuser' | 'perl' | 'python3' | 'proc' | 'pct' | 'ns';
 
-export const NVIDIA_FIELDS = ['index', 'uuid', 'driver_version', 'persistence_mode'] as const;
+const NVIDIA_FIELDS = ['index', 'uuid', 'driver_version', 'persistence_mode'] as const;
 
 /**
  * Opens a pidfd on itself (Linux >= 5.3; x86_64 and arm64 both number pidfd_open 434) and closes
  * it: proves the interpreter and the kernel can do the race-free kill, signals nothing.
  */
-export const PERL_PIDFD =
+const PERL_PIDFD =
   'my $fd = syscall(434, $$, 0); if ($fd < 0) { print "pidfd_open failed: $!\\n"; exit 1 } print "pidfd ok\\n";';
-export const PYTHON_PIDFD =
+const PYTHON_PIDFD =
   'import os, signal\nfd = os.pidfd_open(os.getpid())\nos.close(fd)\nassert hasattr(signal, "pidfd_send_signal"), "no signal.pidfd_send_signal"\nprint("pidfd ok")';
 
 /**
  * Who we are and whether /proc of another user (PID 1 is root's everywhere) can be read, plus the
  * /proc mount options (hidepid). One line per fact, `key value`.
  */
-export const PROC_SCRIPT = [
+const PROC_SCRIPT = [
   'echo "uid $(id -u)"',
   'if cat /proc/1/stat >/dev/null 2>&1; then echo "pid1 readable"; else echo "pid1 hidden"; fi',
   // The last mount on /proc is the one in effect (a container's own /proc is stacked on its host's).

@@ -103,7 +103,7 @@ async function readContainer(
  * What the doctor needs to judge `ids`: those machines, plus the host of every container among
  * them (a container's namespace and GPUs are checked against its host's view).
  */
-export function machinesToRead(inv: Inventory, ids: readonly string[]): Machine[] {
+function machinesToRead(inv: Inventory, ids: readonly string[]): Machine[] {
   const want = new Set(ids);
   for (const id of ids) {
     const m = findMachine(inv, id);

@@ -27,7 +27,7 @@ export function summaryLine(r: DoctorReport, machines: number): string {
 }
 
 /** A plain fixed-width table for a terminal (no markup: this text is never sent to Slack). */
-export function textTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+function textTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => (r[c] ?? '').length)));
   const line = (r: readonly string[]): string =>
     header

@@ -37,7 +37,7 @@ function busKey(b: string | null): string | null {
 }
 
 /** The host GPUs the container was given, by the host's own records; null when unknown. */
-export function passedHostGpus(hostGpus: readonly Gpu[], passing: GpuPassing): Gpu[] | null {
+function passedHostGpus(hostGpus: readonly Gpu[], passing: GpuPassing): Gpu[] | null {
   if (passing.minors === null) return null;
   const out: Gpu[] = [];
   for (const m of passing.minors) {

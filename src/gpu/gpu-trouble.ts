@@ -25,10 +25,6 @@ const LABELS: Record<NvidiaErrorKind, string> = {
   unknown: 'nvidia-smi failed',
 };
 
-export function errorLabel(kind: NvidiaErrorKind): string {
-  return LABELS[kind];
-}
-
 /** What is wrong with a snapshot's GPUs, or null when every GPU was read. */
 export function gpuTroubleOf(s: Pick<MachineSnapshot, 'gpus' | 'gpuError'>): GpuTrouble | null {
   if (s.gpuError) return { kind: s.gpuError.kind, label: LABELS[s.gpuError.kind] };

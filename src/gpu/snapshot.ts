@@ -40,7 +40,7 @@ export type Flag =
 
 /** Memory at or below this is what an idle GPU reports with no context (driver bookkeeping). */
 export const IDLE_MIB = 64;
-export const RAM_PRESSURE_PCT = 90;
+const RAM_PRESSURE_PCT = 90;
 
 export const GIB = 1024 ** 3;
 

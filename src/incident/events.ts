@@ -45,8 +45,6 @@ export type IncidentEvent =
   | { type: 'doctor_report'; at: string; machines: string[]; findings: Finding[]; failed: number; warned: number }
   | { type: 'error'; at: string; code: string; message: string };
 
-export type EventType = IncidentEvent['type'];
-
 /** An event as read back from the log, with its stream id (ordered, unique). */
 export type LoggedEvent = IncidentEvent & { id: string };
 

@@ -47,7 +47,7 @@ export interface HistoryQuery {
   limit: number;
 }
 
-export const HISTORY_SCAN_BOUND = 500;
+const HISTORY_SCAN_BOUND = 500;
 
 type LogReader = Pick<IncidentLog, 'recentFor' | 'targetIndexSince' | 'recentBefore' | 'metas' | 'events'>;
 

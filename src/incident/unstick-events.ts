@@ -99,10 +99,5 @@ export type UnstickEvent =
     }
   | { type: 'verdict'; at: string; verdict: Verdict };
 
-/** The run's end, as events.ts already defines it (merged union stays one shape per `type`). */
-export type UnstickFinished = Extract<IncidentEvent, { type: 'finished' }>;
-
-export type UnstickEventType = UnstickEvent['type'];
-
 /** What an unstick thread is rendered from, before the unions are merged in events.ts. */
 export type UnstickLoggedEvent = (IncidentEvent | UnstickEvent) & { id: string };

@@ -22,7 +22,7 @@ function seconds(ms: number): string {
 }
 
 /** The shell line a query runs as inside the read script (also its literal command in the incident log). */
-export function partLine(spec: CommandSpec): string {
+function partLine(spec: CommandSpec): string {
   return shellJoin(['timeout', '-k', String(PART_KILL_AFTER_S), seconds(spec.timeoutMs), ...spec.argv]);
 }
 

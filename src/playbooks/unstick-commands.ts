@@ -33,9 +33,9 @@ function pidWords(pids: readonly number[]): string[] {
 }
 
 /** Bytes of a command line the reading template prints: one more than this marks it cut. */
-export const CMDLINE_CAP_BYTES = 8192;
+const CMDLINE_CAP_BYTES = 8192;
 /** How many parents above each PID the reading template names (launcher, its shell, …). */
-export const PARENT_LEVELS = 4;
+const PARENT_LEVELS = 4;
 
 /**
  * The one reading template, for a list of PIDs in the namespace it runs in (host or container).

@@ -121,10 +121,10 @@ export interface PlanOptions {
   fitsCard?: (step: Step) => boolean;
 }
 
-export const DEFAULT_GRACE_MS = 10_000;
+const DEFAULT_GRACE_MS = 10_000;
 export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
 export const DEFAULT_POLL_INTERVAL_MS = 3_000;
-export const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
+const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
 
 function planned(
   role: CommandRole,

@@ -151,7 +151,7 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
  * and host `nvidia-smi -q -x` (each GPU's device minor, by UUID). A failed read leaves
  * `minors` null with the reason: its GPUs are then matched to none.
  */
-export async function readGpuPassing(
+async function readGpuPassing(
   hostRoute: Route,
   vmid: number,
   deps: ReadingDeps,
@@ -191,7 +191,7 @@ export async function readGpuPassing(
 }
 
 /** Container view: its status snapshot (GPUs, `fuser -v /dev/nvidia*`) and /proc of every fuser holder. */
-export async function readContainer(
+async function readContainer(
   machine: Machine,
   route: Route,
   deps: ReadingDeps,
@@ -230,7 +230,7 @@ export async function readContainer(
  * Host view: its status snapshot (GPUs, compute apps by host PID), the target container's PID
  * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app.
  */
-export async function readHost(
+async function readHost(
   host: Machine,
   hostRoute: Route,
   vmid: number,

@@ -23,7 +23,7 @@ const STEP_WORDS: Record<Step['kind'], string> = {
 };
 
 /** `2026-11-30T09:35:00.000Z` → `09:35 UTC`. */
-export function hhmm(iso: string): string {
+function hhmm(iso: string): string {
   const m = /T(\d\d:\d\d)/.exec(iso);
   return `${m?.[1] ?? '??:??'} UTC`;
 }

@@ -11,7 +11,7 @@ import type { types } from '@slack/bolt';
 
 type KnownBlock = types.KnownBlock;
 
-export const SECTION_TEXT_MAX = 3_000;
+const SECTION_TEXT_MAX = 3_000;
 export const BLOCKS_PER_MESSAGE = 50;
 /** Slack truncates a message's `text` past 40,000; the fallback stays well under it, and says when it is cut. */
 export const FALLBACK_TEXT_MAX = 4_000;
@@ -50,7 +50,7 @@ function splitLine(line: string, max: number, isCode: boolean): string[] {
 }
 
 /** Groups lines into texts of at most `max` characters each (joined with '\n'), splitting only over-long lines. */
-export function packLines(lines: readonly string[], max: number, isCode = false): string[] {
+function packLines(lines: readonly string[], max: number, isCode = false): string[] {
   const out: string[] = [];
   let cur: string[] = [];
   let len = 0;

@@ -40,7 +40,7 @@ export interface HistoryView {
   scan: HistoryScan | null;
 }
 
-export const HISTORY_TEXT_MAX = 3_000;
+const HISTORY_TEXT_MAX = 3_000;
 
 const fmt = (n: number): string => n.toLocaleString('en-US');
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12 UTC`. */
@@ -49,7 +49,7 @@ const when = (iso: string): string =>
 const plural = (n: number, one: string, many = `${one}s`): string => `${fmt(n)} ${n === 1 ? one : many}`;
 
 /** The CLI that lists a machine's whole history (the escape hatch for what does not fit). */
-export function historyCliCommand(target: string, limit: number): string {
+function historyCliCommand(target: string, limit: number): string {
   return `npm run -s cli -- history ${codeLine(target)} --limit ${limit}`;
 }
 
@@ -68,7 +68,7 @@ const STEP_NAME: Record<StepSummary['kind'], string> = {
  * Markdown post-mortem alike: "SIGTERM 2, SIGKILL 1 (container)", "SIGKILL 1 (host, approved by @bob)",
  * "host kill denied by @bob".
  */
-export function stepWords(s: StepSummary): Rich {
+function stepWords(s: StepSummary): Rich {
   const a = s.approval;
   const by = (id: string | null): Part[] => (id ? [user(id)] : ['an approver']);
   if (a && a.state === 'denied') return [`${STEP_NAME[s.kind]} denied by `, ...by(a.by)];
@@ -154,7 +154,7 @@ function ending(s: IncidentSummary): string {
 }
 
 /** One incident as one line. */
-export function historyLine(e: HistoryEntry, hostId: string): string {
+function historyLine(e: HistoryEntry, hostId: string): string {
   const s = e.summary;
   if (s === null)
     return `• ${when(e.at)} · ${code(e.id)}: its record is gone from the incident log (only its index entry is left)`;

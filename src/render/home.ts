@@ -23,7 +23,7 @@ export const HOME_BLOCKS_MAX = 100;
 /** The context line that says when the view was read (the only part that changes with the clock alone). */
 export const HOME_SUMMARY_BLOCK_ID = 'home_summary';
 /** Bytes of the view's JSON; Slack refuses more than 250 kB, this leaves room for Slack's own fields. */
-export const HOME_BYTES_MAX = 200_000;
+const HOME_BYTES_MAX = 200_000;
 
 export interface HomeMachine {
   id: string;
@@ -94,7 +94,7 @@ const fmt = (n: number): string => Math.round(n).toLocaleString('en-US');
 const plural = (n: number, one: string, many: string): string => `${fmt(n)} ${n === 1 ? one : many}`;
 
 /** `12:03 UTC` on the day of `now`, else `2026-11-30 12:03 UTC`. */
-export function clockOf(ms: number, now: number): string {
+function clockOf(ms: number, now: number): string {
   if (!Number.isFinite(ms)) return 'an unknown time';
   const iso = new Date(ms).toISOString();
   const day = iso.slice(0, 10);
@@ -172,7 +172,7 @@ const bytesOf = (blocks: readonly KnownBlock[]): number => Buffer.byteLength(JSO
  * Sections holding as many of `lines` as fit in `maxBlocks` blocks and `maxBytes` bytes, and when
  * some do not, a last line `more(n)` saying how many were left out. Never a line cut in half.
  */
-export function fitLines(
+function fitLines(
   lines: readonly string[],
   maxBlocks: number,
   maxBytes: number,

@@ -43,7 +43,7 @@ function stamp(iso: string): string {
   return `${iso.slice(0, 19).replace('T', ' ')} UTC`;
 }
 
-export function ramLine(s: MachineSnapshot): string {
+function ramLine(s: MachineSnapshot): string {
   if (!s.ram) return 'RAM: not read';
   const pct = s.ram.totalBytes > 0 ? Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100) : 0;
   return `RAM: ${fmt(Math.round(s.ram.usedBytes / GIB))} / ${fmt(Math.round(s.ram.totalBytes / GIB))} GiB (${pct}%)`;
@@ -61,7 +61,7 @@ export function whyLines(s: Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote
   ];
 }
 
-export function flagText(f: Flag, s: MachineSnapshot): string {
+function flagText(f: Flag, s: MachineSnapshot): string {
   switch (f.kind) {
     case 'memory_without_process':
       return s.view === 'container'
@@ -86,11 +86,7 @@ export function flagText(f: Flag, s: MachineSnapshot): string {
  * As many items as fit in `max` characters, then "+N more" for the rest; when not even one fits
  * beside the count, only the count ("12 processes"). Never an item cut in half, never a silent cut.
  */
-export function listCell(
-  items: readonly string[],
-  max: number,
-  noun: [string, string] = ['process', 'processes'],
-): string {
+function listCell(items: readonly string[], max: number, noun: [string, string] = ['process', 'processes']): string {
   if (items.length === 0) return '-';
   const all = items.join(', ');
   if (all.length <= max) return all;

@@ -17,7 +17,7 @@ export const TABLE_MAX_COLUMNS = 20;
 /** Not a documented limit; integrators report rejections past ~10k characters of cell text. */
 export const TABLE_SAFE_TOTAL_CHARS = 10_000;
 /** A section block's text limit; the default budget for `monospaceTable` so it fits one section. */
-export const SECTION_TEXT_MAX = 3_000;
+const SECTION_TEXT_MAX = 3_000;
 
 export type ColumnAlign = 'left' | 'center' | 'right';
 

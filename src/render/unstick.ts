@@ -33,7 +33,7 @@ const READ_SCRIPT_WORD = shellQuote(READ_PROCS_SCRIPT);
 const SIGNAL_SCRIPT_WORD = shellQuote(SIGNAL_SCRIPT);
 
 /** The fixed scripts are long; the thread names them, the incident log keeps them verbatim. */
-export function shortCommand(command: string): string {
+function shortCommand(command: string): string {
   return command
     .split(READ_SCRIPT_WORD)
     .join('<read-procs script: stat, NSpid, ns/pid, cmdline>')

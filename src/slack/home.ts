@@ -35,7 +35,7 @@ import { watchKeys } from '../watch-store/watch-keys.ts';
 import type { AlertEvent } from '../watchdog/alert-events.ts';
 import { MachineGlanceSchema } from '../watchdog/watch-glance.ts';
 
-export const homeKeys = (prefix: string) => ({
+const homeKeys = (prefix: string) => ({
   /** Sorted set: Slack user id → when they last opened the Home tab (ms). */
   users: `${prefix}:home:users`,
   /** Hash: Slack user id → hash of the view last published to them. */
@@ -60,7 +60,7 @@ const isState = (e: { type: string }): boolean =>
   e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
 
 /** The model Home renders, read from Redis. `machineIds`: the inventory's, in order. */
-export async function readHomeModel(
+async function readHomeModel(
   redis: Redis,
   prefix: string,
   machineIds: readonly string[],

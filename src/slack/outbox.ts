@@ -16,7 +16,7 @@ export interface ViewTag {
 }
 
 /** Slack metadata event_type of gpu-medic's thread messages. */
-export const VIEW_EVENT_TYPE = 'gpu_medic_view';
+const VIEW_EVENT_TYPE = 'gpu_medic_view';
 
 /** The Slack calls the outbox needs; a thin adapter over WebClient in production. */
 export interface SlackPoster {

@@ -16,11 +16,11 @@ import type { Logger } from '../logger.ts';
  */
 
 /** Context keys set by `signatureProperties` (must not clash with Bolt's built-in context keys). */
-export const SIG_TS_KEY = 'gpuMedicSlackTimestamp';
-export const SIG_KEY = 'gpuMedicSlackSignature';
+const SIG_TS_KEY = 'gpuMedicSlackTimestamp';
+const SIG_KEY = 'gpuMedicSlackSignature';
 
 /** Slack's window: a request is acceptable while |now − X-Slack-Request-Timestamp| ≤ 5 minutes. */
-export const REQUEST_WINDOW_SEC = 300;
+const REQUEST_WINDOW_SEC = 300;
 /** Kept past the end of the window, so a record never expires while its request is still acceptable. */
 export const REPLAY_MARGIN_MS = 60 * 1000;
 
@@ -42,7 +42,7 @@ export function replayTtlMs(tsSec: number, nowMs: number): number {
 }
 
 export const REPLAYED_TEXT = ':no_entry: This request was already received; nothing was done.';
-export const OUT_OF_WINDOW_TEXT = ':no_entry: This request is dated more than 5 minutes from now; nothing was done.';
+const OUT_OF_WINDOW_TEXT = ':no_entry: This request is dated more than 5 minutes from now; nothing was done.';
 
 /** For HTTPReceiver's `customPropertiesExtractor`: the verified request's signature headers. */
 export function signatureProperties(req: IncomingMessage): Record<string, string> {

@@ -1,5 +1,3 @@
-import type { ErrorCode } from '../errors.ts';
-
 /** One SSH endpoint. The host key is pinned: unknown or changed keys are refused. */
 export interface SshEndpoint {
   /** Inventory id of the machine this endpoint belongs to (for logs and errors). */
@@ -47,8 +45,3 @@ export interface Executor {
   /** Closes every pooled connection. */
   close(): Promise<void>;
 }
-
-export type SshErrorCode = Extract<
-  ErrorCode,
-  'host_key_mismatch' | 'host_key_unpinned' | 'connect_timeout' | 'connect_failed' | 'auth_failed' | 'connection_lost'
->;

@@ -52,7 +52,7 @@ const CursorSchema = z.discriminatedUnion('source', [
   z.object({ source: z.literal('dmesg'), bootId: z.string().regex(/^[0-9a-f-]{1,64}$/), lastSec: z.number().min(0) }),
 ]);
 
-export const WatchStateSchema = z.object({
+const WatchStateSchema = z.object({
   alerts: z.record(z.string(), AlertSchema),
   gpuCount: z.record(z.string(), z.number().int().min(0)),
   lastReadingAt: z.number().optional(),

@@ -43,8 +43,6 @@ export type AlertActionRefusal =
   | 'not_a_container'
   | 'unknown_machine';
 
-export type AlertEventType = AlertEvent['type'];
-
 /** Who opens alert incidents (IncidentMeta.requester). */
 export const WATCHDOG_REQUESTER = 'watchdog';
 

@@ -3,7 +3,6 @@ import { IncidentLog } from '../../src/incident/log.ts';
 import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 
 /** `/gpu doctor` end to end: signed slash command → queued job → worker with the SSH key → table in a thread. */
-const _OPS = 'C0ONCALL01';
 const ALICE = 'U0ALICE001'; // requests, not an admin
 const BOB = 'U0BOB00001'; // approver = admin
 

@@ -37,14 +37,14 @@ import {
 } from '../harness/slack/signed-request.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-export const CHANNEL = 'C0ONCALL01';
-export const ALICE = 'U0ALICE001'; // on call: requests
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const CHANNEL = 'C0ONCALL01';
+const ALICE = 'U0ALICE001'; // on call: requests
 export const BOB = 'U0BOB00001'; // approver
 export const DAVE = 'U0DAVE0001'; // second approver
 
 /** Timings short enough for a test, long enough that the SIGTERM → SIGKILL gap can be hit. */
-export const WORKER_ENV: Record<string, string> = {
+const WORKER_ENV: Record<string, string> = {
   GPU_MEDIC_APPROVERS: `${BOB},${DAVE}`,
   GPU_MEDIC_TERM_GRACE_SEC: '1',
   GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',

@@ -4,7 +4,7 @@ import type { Gpu, GpuProcess, MigDevice, ParsedOutput } from '../../src/gpu/typ
 const WORD = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._\-/]{0,11}$/);
 
 /** Names as drivers print them: words separated by one space (or `, `), no edge spaces. */
-export const nameArb = (maxWords: number, sep: fc.Arbitrary<string> = fc.constant(' ')): fc.Arbitrary<string> =>
+const nameArb = (maxWords: number, sep: fc.Arbitrary<string> = fc.constant(' ')): fc.Arbitrary<string> =>
   fc
     .tuple(WORD, fc.array(fc.tuple(sep, WORD), { maxLength: maxWords - 1 }))
     .map(([w, rest]) => w + rest.map(([s, x]) => s + x).join(''));

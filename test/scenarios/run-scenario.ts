@@ -213,7 +213,7 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 const strOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null);
 
 /** What a person reads in a message: its text plus every text in its blocks (sections, context, table cells). */
-export function visibleText(m: { text: string; blocks?: unknown[] | null }): string {
+function visibleText(m: { text: string; blocks?: unknown[] | null }): string {
   const out = [m.text];
   const walk = (v: unknown): void => {
     if (Array.isArray(v)) v.forEach(walk);
@@ -249,10 +249,7 @@ export function cardButtons(blocks: unknown): Card['buttons'] {
  * are over (as the renderer says "done") once every target has a snapshot or a machine_error.
  * Returns the time of the event that completed it, or null while it is open.
  */
-export function completedAt(
-  meta: { kind: string; targets: string[] } | null,
-  events: readonly LooseEvent[],
-): string | null {
+function completedAt(meta: { kind: string; targets: string[] } | null, events: readonly LooseEvent[]): string | null {
   const fin = events.find((e) => e.type === 'finished' || e.type === 'error');
   if (fin) return fin.at;
   if (!meta || (meta.kind !== 'status' && meta.kind !== 'status_all')) return null;
@@ -281,7 +278,7 @@ export interface Control {
 }
 
 /** Buttons and selects of a message: in actions blocks and as section accessories. */
-export function alertControls(blocks: unknown): Control[] {
+function alertControls(blocks: unknown): Control[] {
   const out: Control[] = [];
   if (!Array.isArray(blocks)) return out;
   const add = (el: unknown, blockId: string) => {
@@ -1165,7 +1162,7 @@ async function settle(rt: ScenarioRuntime, timeoutMs: number): Promise<string[]>
   }
 }
 
-export function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>): ExpectationResult[] {
+function checkExpectations(s: Scenario, r: Omit<Report, 'expectations'>): ExpectationResult[] {
   const e = s.expect;
   const out: ExpectationResult[] = [];
   if (!e) return out;

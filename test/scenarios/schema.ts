@@ -34,7 +34,7 @@ const regex = z
   );
 
 /** `500ms`, `2s`, `1.5s`, `1m`, or a plain number of milliseconds. Parsed to milliseconds. */
-export const Duration = z.union([
+const Duration = z.union([
   z.number().nonnegative(),
   z
     .string()
@@ -218,7 +218,7 @@ export const ProcessChange = z.union([
 export type ProcessChange = z.output<typeof ProcessChange>;
 
 /** The watchdog's alert kinds (src/watchdog/judge.ts `ConditionKind`; the compiler keeps the two equal). */
-export const ALERT_KINDS = [
+const ALERT_KINDS = [
   'ghost_memory',
   'holder_stuck',
   'ram_high',
@@ -639,9 +639,7 @@ export const ScenarioSchema = z
   });
 
 export type Scenario = z.output<typeof ScenarioSchema>;
-export type ScenarioInput = z.input<typeof ScenarioSchema>;
 export type MachineChange = z.output<typeof MachineChange>;
-export type GpuAllocation = z.output<typeof GpuAlloc>;
 
 /** Slack user ids by name (list form: `alice` → `U0ALICE`). */
 export function userIds(s: Scenario): Record<string, string> {

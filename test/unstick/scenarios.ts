@@ -6,7 +6,6 @@ import {
   CT129_INIT,
   CT129_SERVER,
   CT131_JOB,
-  TP0,
   TP2,
   app,
   ctView,
@@ -93,5 +92,3 @@ export function allClean(): Diagnosis {
     { holders: [], procs: [] },
   );
 }
-
-export { TP0, TP2 };

@@ -11,7 +11,7 @@ import { parseProcReadings } from '../../src/playbooks/unstick-commands.ts';
 export const CT129_NS = 'pid:[4026532845]';
 export const CT131_NS = 'pid:[4026533001]';
 export const HOST_NS = 'pid:[4026531836]';
-export const TOTAL = 97_871;
+const TOTAL = 97_871;
 
 export const uuid = (i: number): string => `GPU-5c1f0a2e-7d3b-4e8f-9a1c-0000000000${String(i).padStart(2, '0')}`;
 
@@ -28,7 +28,7 @@ export function gpus(used: Record<number, number> = { 0: 96_413, 2: 96_417 }): G
 }
 
 /** A `/proc/<pid>/stat` line with all 52 fields, as Linux 6.x prints it. */
-export function statLine(pid: number, comm: string, state: string, startTimeTicks: number): string {
+function statLine(pid: number, comm: string, state: string, startTimeTicks: number): string {
   const f = [
     `${pid}`,
     `(${comm})`,
@@ -161,7 +161,7 @@ export function app(p: FakeProc, gpu: number, usedMiB: number): GpuProcess {
   return { gpuIndex: gpu, gpuUuid: uuid(gpu), pid: p.pid, type: 'C', name: p.cmdline[0] ?? null, usedMiB };
 }
 
-export function fuserRow(pid: number, device: string, command: string): Holder {
+function fuserRow(pid: number, device: string, command: string): Holder {
   return { device, pid, user: 'root', access: 'F...m', command };
 }
 

@@ -81,7 +81,7 @@ export function readCsv(text: string, fields: readonly string[] | null, known: R
 }
 
 /** nvidia-smi's spellings of "no value". */
-export function isMissing(value: string): boolean {
+function isMissing(value: string): boolean {
   return value === '' || value === 'N/A' || /^\[.*\]$/.test(value);
 }
 

@@ -16,7 +16,7 @@ export function fail<T>(reason: string): ParseResult<T> {
 }
 
 /** Thrown inside a parser to abort with a reason; caught at the module's entry point. */
-export class ParseAbort extends Error {
+class ParseAbort extends Error {
   constructor(readonly reason: string) {
     super(reason);
     this.name = 'ParseAbort';

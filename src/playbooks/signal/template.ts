@@ -35,7 +35,7 @@ export interface SignalTarget {
 }
 
 /** pidfd_open / pidfd_send_signal share one number on x86_64 and aarch64 (asm-generic table); other arches are refused. */
-export const SYSCALLS = {
+const SYSCALLS = {
   x86_64: { pidfdOpen: 434, pidfdSendSignal: 424 },
   aarch64: { pidfdOpen: 434, pidfdSendSignal: 424 },
 } as const;
@@ -197,7 +197,7 @@ function int(n: number, what: string, min: number): string {
 }
 
 /** `pid:[4026532845]` → 4026532845; null for anything else. */
-export function pidNsInode(link: string | null): number | null {
+function pidNsInode(link: string | null): number | null {
   const m = link === null ? null : /^pid:\[(\d{1,15})\]$/.exec(link);
   return m?.[1] !== undefined ? Number(m[1]) : null;
 }

@@ -133,7 +133,7 @@ function buildAllowList(): { ssh: RegExp[]; tools: RegExp[] } {
 const ALLOW = buildAllowList();
 
 /** True when `line` (as a machine logged it) is one of the fixed templates. */
-export function isTemplateCommand(line: string, via: 'ssh' | 'tool'): boolean {
+function isTemplateCommand(line: string, via: 'ssh' | 'tool'): boolean {
   return (via === 'ssh' ? ALLOW.ssh : ALLOW.tools).some((re) => re.test(line));
 }
 

@@ -12,7 +12,7 @@ export interface Secret {
 }
 
 /** The Slack bot token, the signing secret, and each line of the worker's SSH private key body. */
-export function secretsOf(s: Stack): Secret[] {
+function secretsOf(s: Stack): Secret[] {
   const out: Secret[] = [
     { name: 'Slack bot token', value: s.slack.botToken },
     { name: 'Slack signing secret', value: s.signingSecret },
@@ -28,7 +28,7 @@ export function secretsOf(s: Stack): Secret[] {
 }
 
 /** Every value under `${prefix}:*`, whatever its type, as text. */
-export async function dumpRedis(redis: Redis, prefix: string): Promise<string> {
+async function dumpRedis(redis: Redis, prefix: string): Promise<string> {
   const parts: string[] = [];
   let cursor = '0';
   let rounds = 0;

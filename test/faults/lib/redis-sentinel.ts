@@ -13,7 +13,7 @@ import { Redis } from 'ioredis';
 import { freePort } from '../../harness/sshd.ts';
 import { pollUntil } from './figures.ts';
 
-export const SENTINEL_NAME = 'gpumedic-test';
+const SENTINEL_NAME = 'gpumedic-test';
 
 interface Node {
   port: number;

@@ -26,7 +26,7 @@ import { checker, emptyFigures, pollUntil, type Figures } from '../lib/figures.t
 import { judgeThread } from '../lib/threads.ts';
 
 export type CrashPoint = 'before-post' | 'after-post' | 'after-record';
-export const CRASH_POINTS: readonly CrashPoint[] = ['before-post', 'after-post', 'after-record'];
+const CRASH_POINTS: readonly CrashPoint[] = ['before-post', 'after-post', 'after-record'];
 
 const CHANNEL = 'C0ONCALL01';
 const TARGETS = ['kpro5', 'kpro6', 'ct129'];

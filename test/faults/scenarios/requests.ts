@@ -26,10 +26,10 @@ import { commandsOutsideTemplates } from '../lib/allow-list.ts';
 import { secretLeaks } from '../lib/artefacts.ts';
 import { checker, emptyFigures, pollUntil, sleep, type Figures } from '../lib/figures.ts';
 
-export const OPS = 'C0ONCALL01';
-export const REQUESTER = 'U0REQUEST1';
-export const APPROVER = 'U0APPROVE1';
-export const STRANGER = 'U0STRANGER';
+const OPS = 'C0ONCALL01';
+const REQUESTER = 'U0REQUEST1';
+const APPROVER = 'U0APPROVE1';
+const STRANGER = 'U0STRANGER';
 const MACHINES = ['kpro5', 'ct129'];
 
 export interface RequestsOptions {
@@ -66,7 +66,7 @@ function form(text: string, responseUrl: string, user = REQUESTER, channel = OPS
 }
 
 /** Incident metas and job hashes only (rendering bookkeeping of earlier incidents may still change). */
-export async function openedKeys(s: Stack): Promise<string[]> {
+async function openedKeys(s: Stack): Promise<string[]> {
   return (await keysOf(s.redis, s.prefix)).filter(
     (k) => k.endsWith(':meta') || /:site-[^:]+:inc_[a-z0-9_]+-[a-z0-9_-]+$/.test(k),
   );

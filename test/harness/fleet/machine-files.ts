@@ -41,7 +41,7 @@ export function defaultHostState(spec: HostSpec): HostState {
 }
 
 /** Device files a host's GPUs are reached through (plain files: holders open and mmap them; containers bind-mount them). */
-export function deviceNames(gpuCount: number): string[] {
+function deviceNames(gpuCount: number): string[] {
   return [...Array.from({ length: gpuCount }, (_, i) => `nvidia${i}`), 'nvidiactl', 'nvidia-uvm', 'nvidia-uvm-tools'];
 }
 
@@ -73,7 +73,7 @@ async function writeWrapper(binDir: string, name: string, machineDir: string, sc
 }
 
 /** The system dirs a machine's PATH holds after its bin/ (what sshd.ts uses by default). */
-export const SYSTEM_PATH = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];
+const SYSTEM_PATH = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];
 
 /**
  * A machine's own copy of the system PATH: `<dir>/sys/` with a symlink to every program in the

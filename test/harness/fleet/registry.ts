@@ -20,7 +20,7 @@ export interface PidRecord {
   role: string;
 }
 
-export function selfIdentity(): PidRecord {
+function selfIdentity(): PidRecord {
   return { pid: process.pid, startTime: procStartTime('/proc', process.pid) ?? 0, role: 'owner' };
 }
 

@@ -197,7 +197,7 @@ export function procStat(procRoot: string, pid: number): { state: string; startT
 }
 
 /** Still holding: the same process (PID + start time), alive, or a zombie holder made to hold (`stuck: 'Z'`). */
-export function holderAlive(procRoot: string, h: HolderRecord): boolean {
+function holderAlive(procRoot: string, h: HolderRecord): boolean {
   if (h.stuck === 'Z') {
     const st = procStat(procRoot, h.hostPid);
     return st !== null && st.startTime === h.startTime && st.state !== 'X';
@@ -206,7 +206,7 @@ export function holderAlive(procRoot: string, h: HolderRecord): boolean {
 }
 
 /** Memory a holder still pins: while alive, and for dieDelayMs after it died. */
-export function holderPinsMemory(procRoot: string, h: HolderRecord, now: number): boolean {
+function holderPinsMemory(procRoot: string, h: HolderRecord, now: number): boolean {
   if (holderAlive(procRoot, h)) return true;
   if (h.dieDelayMs <= 0) return false;
   // Died but the fleet has not noticed yet: still releasing.

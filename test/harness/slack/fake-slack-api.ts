@@ -64,7 +64,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 
-export const SLACK_LIMITS = {
+const SLACK_LIMITS = {
   messageTextChars: 40_000,
   blocksPerMessage: 50,
   attachmentsPerMessage: 100,

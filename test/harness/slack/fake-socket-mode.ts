@@ -43,7 +43,7 @@ export interface FakeSocketMode {
   close(): Promise<void>;
 }
 
-export async function startFakeSocketMode(o: {
+async function startFakeSocketMode(o: {
   appId: string;
   appToken?: string;
   pingIntervalMs?: number;

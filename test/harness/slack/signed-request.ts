@@ -66,13 +66,13 @@ export function slackSignature(signingSecret: string, timestampSec: number, body
 }
 
 /** A trigger_id shaped like Slack's (`<digits>.<digits>.<hex>`); valid 3 s in real Slack, here just a string. */
-export function fakeTriggerId(): string {
+function fakeTriggerId(): string {
   const hex = Array.from({ length: 32 }, () => Math.floor(Math.random() * 16).toString(16)).join('');
   return `${Date.now()}.${Math.floor(Math.random() * 1e9)}.${hex}`;
 }
 
 /** `seconds.micros` like Slack's action_ts. */
-export function slackTsNow(): string {
+function slackTsNow(): string {
   const ms = Date.now();
   return `${Math.floor(ms / 1000)}.${String((ms % 1000) * 1000).padStart(6, '0')}`;
 }
