@@ -84,11 +84,6 @@ export const EnvSchema = z.object({
     z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
   ),
   /**
-   * Worker only (never give it to the bot): the key approved plans are sealed with, so that whoever
-   * writes Redis cannot change what a worker runs. Every worker of a site needs the same value.
-   * Empty: derived from the SSH key files the inventory names.
-   */
-  /**
    * Admins (Slack user IDs): the only ones who may approve a host-level step past the blast-radius
    * budget. Empty: nobody can lift it.
    */
@@ -97,6 +92,11 @@ export const EnvSchema = z.object({
   ),
   /** Blast-radius budget: host-level destructive steps (kills, resets, container stops) allowed per host per hour. */
   GPU_MEDIC_HOST_BUDGET_PER_HOUR: wholeNumber(1, 1000, 3),
+  /**
+   * Worker only (never give it to the bot): the key approved plans are sealed with, so that whoever
+   * writes Redis cannot change what a worker runs. Every worker of a site needs the same value.
+   * Empty: derived from the SSH key files the inventory names.
+   */
   GPU_MEDIC_WORKER_SECRET: z
     .string()
     .min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)')
@@ -116,7 +116,6 @@ export const EnvSchema = z.object({
   GPU_MEDIC_JOB_LOCK_MS: wholeNumber(1000, 600_000, 30_000),
   /** How often workers look for jobs whose lock lapsed (stalled). BullMQ's default, 30 s. */
   GPU_MEDIC_STALLED_MS: wholeNumber(500, 600_000, 30_000),
-  /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
   /**
    * The watchdog (issue 13): the channel (ID) its alerts are posted to. Empty: no watchdog runs.
    * Not a secret; the worker needs it too, to open each alert's record for that channel.
@@ -140,6 +139,7 @@ export const EnvSchema = z.object({
   ),
   /** Seconds a pending card waits before the escalation group is pinged and may approve. 0: never. */
   GPU_MEDIC_ESCALATE_AFTER_SEC: wholeNumber(0, 86_400, 0),
+  /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
   GPU_MEDIC_HEALTH_FILE: z.string().default(''),
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
   GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
