@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
-import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
+import type { FakeSlack } from './fake-slack-api.ts';
+import { startSlackWithSocketMode, type FakeSocketMode } from './fake-socket-mode.ts';
 
 /** The local Socket Mode server holds to Slack's rules, so the bot's Socket Mode test means something. */
 describe('fake Socket Mode', () => {

@@ -6,8 +6,8 @@ import type { AddressInfo } from 'node:net';
 import { App, LogLevel } from '@slack/bolt';
 import type { BlockAction, Logger, StaticSelectAction } from '@slack/bolt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
-import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
+import { startFakeSlack } from './fake-slack-api.ts';
+import type { FakeSlack } from './fake-slack-api.ts';
 import {
   appHomeOpenedPayload,
   blockActionPayload,
@@ -15,7 +15,7 @@ import {
   sendInteraction,
   sendSlashCommand,
   staticSelectPayload,
-} from '../harness/slack/signed-request.ts';
+} from './signed-request.ts';
 
 const SIGNING_SECRET = 'test-signing-secret-8f2c';
 const CHANNEL = 'C0GPUOPS01';

@@ -2,12 +2,12 @@
  * The fake Slack API on its own, driven by the real @slack/web-api WebClient: the behaviours bot
  * tests rely on (ts, threads, updates, limits, faults, rate limits, outage) must hold here first.
  */
-import { silentSlackLogger } from '../harness/slack/silent-logger.ts';
+import { silentSlackLogger } from './silent-logger.ts';
 import { WebClient } from '@slack/web-api';
 import type { WebClientOptions } from '@slack/web-api';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
-import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
+import { startFakeSlack } from './fake-slack-api.ts';
+import type { FakeSlack } from './fake-slack-api.ts';
 
 const C = 'C0GPUOPS01';
 const quick = { retries: 0 };
