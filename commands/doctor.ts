@@ -6,13 +6,13 @@ import { readOnlyIncident } from './read-only-incident.ts';
 import { QUEUE_DOWN } from './status.ts';
 
 /**
- * `/gpu doctor [machine|all]`, for admins (the approvers: the people trusted with host-level
- * steps): validate, open an incident, enqueue one read-only doctor job per site. The worker,
- * which holds the SSH key, runs the checks; the table arrives in the thread.
+ * `/gpu doctor [machine|all]`, for admins (GPU_MEDIC_ADMINS, as `/gpu help` and .env.example say):
+ * validate, open an incident, enqueue one read-only doctor job per site. The worker, which holds
+ * the SSH key, runs the checks; the table arrives in the thread.
  */
 export async function doctorCommand(target: string, input: SlashInput, deps: CommandDeps): Promise<string> {
-  if (!deps.policy.approvers.includes(input.userId))
-    return ':no_entry: `/gpu doctor` is for gpu-medic admins only (the approvers of host-level steps, by Slack user ID). Nothing was queued. An admin can run it, or run `gpu-medic doctor` where the worker runs.';
+  if (!(deps.policy.admins ?? []).includes(input.userId))
+    return ":no_entry: `/gpu doctor` is for gpu-medic admins only (GPU_MEDIC_ADMINS, by Slack user ID). Nothing was queued. An admin can run it, or run `gpu-medic doctor` as the worker's user where the worker runs.";
   let machines: Machine[];
   if (target === 'all') {
     machines = listMachines(deps.inventory);

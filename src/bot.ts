@@ -59,7 +59,7 @@ export interface Bot {
 const outboxStaleMs = (env: Env): number => Math.max(5000, env.GPU_MEDIC_HEALTH_INTERVAL_SEC * 1500);
 
 /** The Slack-facing process: Bolt, commands, the outbox. Holds Slack tokens and no SSH key. */
-/** What tests inject. `now`: the bot's clock (ms) for Slack's request window; default Date.now. */
+/** What tests inject. `now`: the bot's clock (ms) for Slack's request window and the commands (a click's time); default Date.now. */
 export interface BotDeps {
   now?: () => number;
   /** Where Slack calls, retries and the bot's incident events (approval clicks) are counted. Default: not counted. */
@@ -126,7 +126,8 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       admins: env.GPU_MEDIC_ADMINS,
       escalationApprovers: env.GPU_MEDIC_ESCALATION_APPROVERS,
     },
-    now: () => new Date(),
+    // The same clock as Slack's request window: a click is timed where it is checked.
+    now: () => new Date(deps.now ? deps.now() : Date.now()),
     newIncidentId: () => newIncidentId(new Date()),
     logger: logger.child({ component: 'commands' }),
     lock: new TargetLock(fast, env.GPU_MEDIC_PREFIX),

@@ -4,7 +4,8 @@ import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 
 /** `/gpu doctor` end to end: signed slash command → queued job → worker with the SSH key → table in a thread. */
 const ALICE = 'U0ALICE001'; // requests, not an admin
-const BOB = 'U0BOB00001'; // approver = admin
+const BOB = 'U0BOB00001'; // approver, not an admin
+const CAROL = 'U0CAROL001'; // admin (GPU_MEDIC_ADMINS), not an approver
 
 function tableRows(blocks: unknown): string[][] {
   const table = (blocks as Array<{ type: string; rows?: Array<Array<{ text: string }>> }>).find(
@@ -24,7 +25,7 @@ describe('/gpu doctor through Slack (real Redis, sshd fleet, Bolt; fake Slack)',
           { id: 'ct130', vmid: 130, host: 'kpro5', omitTools: ['fuser'] },
         ],
       },
-      env: { GPU_MEDIC_APPROVERS: BOB },
+      env: { GPU_MEDIC_APPROVERS: BOB, GPU_MEDIC_ADMINS: CAROL },
     });
   }, 120_000);
   afterAll(async () => {
@@ -39,8 +40,15 @@ describe('/gpu doctor through Slack (real Redis, sshd fleet, Bolt; fake Slack)',
     expect((await keysOf(s.redis, s.prefix)).filter((k) => k.includes('inc_'))).toEqual([]);
   });
 
-  it('an admin gets the same table as the CLI in a thread: every machine and check, the missing fuser failed with its fix', async () => {
+  it('an approver who is not in GPU_MEDIC_ADMINS is refused, named by that setting, and nothing is queued', async () => {
     const r = await s.slash('doctor all', { user: BOB });
+    expect(r.ackText).toMatch(/is for gpu-medic admins only \(GPU_MEDIC_ADMINS/);
+    expect(r.ackText).toContain('gpu-medic doctor');
+    expect((await keysOf(s.redis, s.prefix)).filter((k) => k.includes('inc_'))).toEqual([]);
+  });
+
+  it('an admin gets the same table as the CLI in a thread: every machine and check, the missing fuser failed with its fix', async () => {
+    const r = await s.slash('doctor all', { user: CAROL });
     expect(r.ackText).toMatch(/Checking all 3 machines/);
     const id = String(r.incidentId);
     const thread = await s.threadOf(id, {
@@ -64,7 +72,7 @@ describe('/gpu doctor through Slack (real Redis, sshd fleet, Bolt; fake Slack)',
 
   it('an unknown machine: a suggestion, nothing queued', async () => {
     const before = await keysOf(s.redis, s.prefix);
-    const r = await s.slash('doctor ct13', { user: BOB });
+    const r = await s.slash('doctor ct13', { user: CAROL });
     expect(r.ackText).toMatch(/No machine called "ct13"; did you mean `ct1[23]\d`\?/);
     expect(await keysOf(s.redis, s.prefix)).toEqual(before);
   });

@@ -40,8 +40,12 @@ const all = (m: StoredMessage): string => `${m.text} ${JSON.stringify(m.blocks ?
 // expiry): they run side by side on the one stack.
 describe.concurrent('a card nobody decides in time reminds, escalates and expires with advice', () => {
   let s: Stack;
+  /** The bot's clock runs this far from the wall clock: a click "before the escalation" is timed, not raced. */
+  let botOffsetMs = 0;
+  const botNow = (): number => Date.now() + botOffsetMs;
   beforeAll(async () => {
     s = await startStack({
+      botNow,
       fleet: {
         hosts: [{ id: 'kpro5', gpus: 2 }],
         containers: [
@@ -88,6 +92,7 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
         value,
         responseUrl,
       }),
+      { timestampSec: Math.floor(botNow() / 1000) },
     );
     const answer = await s.slack.waitFor(
       () => s.slack.responses().find((x) => x.url === responseUrl)?.body.text ?? null,
@@ -110,7 +115,13 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
     expect(approval?.escalation?.approvers).toEqual([ERIN]);
     expect(all(card)).toContain('escalates to <@U0ERIN0001> at');
 
-    const { status, answer: early } = await click(ERIN, card, value);
+    // Her click reaches the bot one second after the card was posted (on the bot's clock), however
+    // long this machine took to get here: before the 12 s escalation.
+    if (!approval) throw new Error('no approval');
+    botOffsetMs = approval.createdAt + 1000 - Date.now();
+    const { status, answer: early } = await click(ERIN, card, value).finally(() => {
+      botOffsetMs = 0;
+    });
     expect(status).toBe(200);
     expect(early).toMatch(/escalation group.*may decide it from \d\d:\d\d UTC on/);
     expect(early).toMatch(/Nothing was run/);

@@ -417,27 +417,33 @@ describe('a kill never runs twice from clicks', () => {
 describe('a holder whose memory outlives the release timeout (uninterruptible teardown)', () => {
   it('bounded time, "still in use after N s" in the thread, a reset card; the worker serves another target meanwhile; deny → lock released', async () => {
     const started = Date.now();
-    // Dies on SIGTERM, but its 50 GiB stay in use for 15 s: longer than the 5 s release timeout.
+    // Dies on SIGTERM, but its 50 GiB stay in use until the test ends the teardown: however slow this
+    // machine is, the only way the step ends is the 5 s release timeout (not the teardown's end).
     const h = await rig.fleet.spawnHolder('ct130', {
       gpus: [{ index: 4, mib: 50_000 }],
       title: 'python3 train.py',
-      dieDelayMs: 15_000,
+      dieDelayMs: 24 * 3600_000,
     });
     const r = await rig.slash('unstick ct130');
     const id = String(r.incidentId);
     await rig.waitEvent(id, 'signalled', (e) => e.result === 'sent', 30_000);
-    // While that worker waits for the memory, another command is served.
+    // While that worker waits for the memory, another command is served: the worker picks its job
+    // up before the waiting step ends (the log's order, not the test's polling, says so).
     const st = await rig.slash('status ct129');
     expect(st.incidentId).not.toBeNull();
-    await rig.waitEvent(String(st.incidentId), 'snapshot', (e) => e.label === 'status', 10_000);
-    expect(ofType(await rig.events(id), 'step_finished')).toEqual([]);
+    const stId = String(st.incidentId);
+    const picked = await rig.waitEvent(stId, 'started', undefined, 30_000);
+    await rig.waitEvent(stId, 'snapshot', (e) => e.label === 'status', 30_000);
 
     const step = await rig.waitEvent(id, 'step_finished', undefined, 30_000);
-    expect(step.message).toMatch(/GPU memory was still in use after 5\.\d s/);
+    expect(Date.parse(picked.at)).toBeLessThan(Date.parse(step.at));
+    // The wait ends at the first poll at or past 5 s (a loaded machine may poll later than that).
+    const waited = /GPU memory was still in use after (\d+\.\d) s/.exec(step.message ?? '');
+    expect(Number(waited?.[1])).toBeGreaterThanOrEqual(5);
     const req = await rig.waitEvent(id, 'approval_requested', undefined, 30_000);
     expect(req.step.kind).toBe('host_reset');
-    // Bounded: grace (1 s) + release timeout (5 s) + snapshots, nowhere near the 15 s teardown.
-    expect(Date.now() - started).toBeLessThan(14_000);
+    // Bounded: the teardown never ended, yet the step finished and asked for the reset.
+    expect(rig.fleet.gpuMemory('kpro5')[4]?.usedMiB).toBeGreaterThan(0);
     // In the step's blocks (its plain-text fallback is clipped at 4000 characters, and ~30 memory polls may fill it).
     // The parent is updated after the replies: wait for all three (the parent names what it waits for).
     const t = await rig.thread(
@@ -445,7 +451,7 @@ describe('a holder whose memory outlives the release timeout (uninterruptible te
       (th) =>
         /waiting for a second person/.test(th[0]?.text ?? '') &&
         th.some((m) => buttonsOf(m).length === 2) &&
-        th.some((m) => /still in use after 5\.\d s/.test(JSON.stringify(m.blocks ?? []))),
+        th.some((m) => /still in use after \d+\.\d s/.test(JSON.stringify(m.blocks ?? []))),
       20_000,
     );
     expect((await rig.lock.holder('ct130'))?.incidentId).toBe(id);
@@ -456,6 +462,7 @@ describe('a holder whose memory outlives the release timeout (uninterruptible te
     await rig.waitEvent(id, 'finished', undefined, 30_000);
     await checkRun({ point: null, incidentId: id, target: 'ct130', holders: [h], started });
     expect(rig.signalsOf([h.hostPid]).map((s) => s.signal)).toEqual(['SIGTERM']);
+    rig.fleet.endTeardown(h);
     await expect.poll(() => rig.fleet.gpuMemory('kpro5')[4]?.usedMiB, { timeout: 20_000 }).toBe(0);
   }, 120_000);
 });

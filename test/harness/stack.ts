@@ -104,6 +104,8 @@ export interface StackOptions {
    * inventory file like a deployed worker), so restartWorkers is a real SIGKILL. Its log lines join logText.
    */
   workerProcess?: boolean;
+  /** The bot's clock (ms): Slack's request window and the time of a click. Default Date.now. */
+  botNow?: () => number;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
@@ -149,7 +151,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   let generation = 1;
   let botUp = true;
   let workersUp = true;
-  const botDeps = metrics ? { metrics } : {};
+  const botDeps = { ...(metrics ? { metrics } : {}), ...(o.botNow ? { now: o.botNow } : {}) };
   let bot = await startBot(botEnv, inventory, logger.child({ role: 'bot' }), botDeps);
   const noWorkers: WorkerGroup = { health: () => ({}), close: async () => undefined };
   const inProcess = !o.noWorkers && !o.workerProcess;

@@ -318,6 +318,17 @@ export class ProcessTable {
   }
 
   /**
+   * Ends a dead holder's driver teardown now (`dieDelayMs`): its memory is free from this moment,
+   * whatever delay it was spawned with. For a test that must not race a fixed teardown length.
+   */
+  endTeardown(p: FleetProcess): void {
+    const e = this.entries.get(p.id);
+    if (!e?.recordPath) throw new Error(`fleet: ${p.id} is not a holder`);
+    const rec = readJson<HolderRecord>(e.recordPath);
+    writeJsonAtomic(e.recordPath, { ...rec, dieDelayMs: 0 });
+  }
+
+  /**
    * Ends a stuck holder's stuck state as the kernel would let it go: a zombie's keeper dies (the
    * zombie is reaped; its memory is free); a D holder's vfork child dies (the holder runs on, S).
    * SIGKILL to the helper only, never to the holder; nothing is reported as a signal.

@@ -680,6 +680,7 @@ async function build(
     },
 
     releaseStuck: (p) => procs.releaseStuck(p),
+    endTeardown: (p) => procs.endTeardown(p),
 
     async stopMachine(machineId) {
       if (isHost(machineId)) {

@@ -248,6 +248,11 @@ export interface Fleet {
    * child dies (it runs on, state S). Not reported by signals().
    */
   releaseStuck(p: FleetProcess): Promise<void>;
+  /**
+   * A holder spawned with `dieDelayMs`: its memory is free from now on (the teardown ends), dead or
+   * not yet noticed as dead; a live holder still pins it while it lives.
+   */
+  endTeardown(p: FleetProcess): void;
   /** Host: its sshd stops (unreachable). Container: the container stops (pct says stopped). */
   stopMachine(machineId: string): Promise<void>;
   /** SSH command lines the machine received plus fake-tool invocations on it, oldest first. */
