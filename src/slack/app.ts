@@ -1,9 +1,10 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Server } from 'node:http';
 import { App, HTTPReceiver, LogLevel, SocketModeReceiver, webApi } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import { viewMetadata, viewTagOf, type SlackPoster } from './outbox.ts';
-import { requestTimeProblem, signatureProperties } from './replay-guard.ts';
+import { signatureProperties } from './replay-guard.ts';
+import { withRequestWindow } from './request-time.ts';
 
 export interface SlackAppOptions {
   mode: 'socket' | 'http';
@@ -200,29 +201,4 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       await app.stop();
     },
   };
-}
-
-/**
- * Bolt refuses a stale timestamp but not one in the future. Every POST carrying Slack's timestamp
- * header is checked on the absolute difference by the bot's clock and refused exactly as Bolt
- * refuses a stale one (401, no body), so a future-dated request is neither served nor replayable
- * once the bot's clock catches up. Requests without the header are left to Bolt, which refuses
- * them (401), except `ssl_check`, which runs nothing.
- */
-function withRequestWindow(receiver: HTTPReceiver, now: () => number, logger: Logger): HTTPReceiver {
-  const inner = receiver.requestListener;
-  receiver.requestListener = (req: IncomingMessage, res: ServerResponse) => {
-    const header = req.headers['x-slack-request-timestamp'];
-    const problem = req.method === 'POST' && header !== undefined ? requestTimeProblem(header, now()) : null;
-    if (problem !== null) {
-      logger.warn({ requestTimestamp: header, problem }, 'Slack request outside the 5-minute window refused');
-      // Drain the body so the client reads the answer rather than a reset connection.
-      req.resume();
-      res.writeHead(401);
-      res.end();
-      return;
-    }
-    inner(req, res);
-  };
-  return receiver;
 }

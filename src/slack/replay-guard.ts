@@ -2,44 +2,20 @@ import type { IncomingMessage } from 'node:http';
 import type { AllMiddlewareArgs, AnyMiddlewareArgs, Middleware } from '@slack/bolt';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
+import { replayTtlMs, requestTimeProblem } from './request-time.ts';
 
 /**
- * Time and replay protection for Slack's signed HTTP requests. Bolt verifies the v0 signature and
- * refuses timestamps older than 5 minutes, but accepts a timestamp in the FUTURE (any distance)
- * and the SAME signed request again inside the window. So:
- * - `requestTimeProblem` enforces Slack's rule on the absolute difference, |now − ts| ≤ 300 s,
- *   by the bot's clock, in front of Bolt (app.ts), answering like a stale request: 401, no body;
- * - the receiver lifts the two signature headers into the context (they are only read after Bolt
- *   verified the signature), and a global middleware records `(timestamp, signature)` with
- *   SET NX in Redis until the request could no longer be accepted (`replayTtlMs`), so a second
- *   delivery is refused, also after a bot restart.
+ * Replay protection for Slack's signed HTTP requests. Bolt verifies the v0 signature but accepts
+ * the SAME signed request again inside the window (the window itself: request-time.ts). So the
+ * receiver lifts the two signature headers into the context (they are only read after Bolt
+ * verified the signature), and a global middleware records `(timestamp, signature)` with SET NX
+ * in Redis until the request could no longer be accepted (`replayTtlMs`), so a second delivery
+ * is refused, also after a bot restart.
  */
 
 /** Context keys set by `signatureProperties` (must not clash with Bolt's built-in context keys). */
 const SIG_TS_KEY = 'gpuMedicSlackTimestamp';
 const SIG_KEY = 'gpuMedicSlackSignature';
-
-/** Slack's window: a request is acceptable while |now − X-Slack-Request-Timestamp| ≤ 5 minutes. */
-const REQUEST_WINDOW_SEC = 300;
-/** Kept past the end of the window, so a record never expires while its request is still acceptable. */
-export const REPLAY_MARGIN_MS = 60 * 1000;
-
-/** Why a request's timestamp header is outside the window by the bot's clock (`nowMs`), or null. Pure. */
-export function requestTimeProblem(header: string | string[] | undefined, nowMs: number): string | null {
-  if (typeof header !== 'string' || !/^\d{1,12}$/.test(header)) return 'no usable X-Slack-Request-Timestamp';
-  const skewSec = Number(header) - nowMs / 1000;
-  if (skewSec > REQUEST_WINDOW_SEC) return `request dated ${Math.round(skewSec)} s in the future`;
-  if (skewSec < -REQUEST_WINDOW_SEC) return `request dated ${Math.round(-skewSec)} s in the past`;
-  return null;
-}
-
-/**
- * How long the replay record of a request dated `tsSec` must live, from `nowMs` (the bot's clock):
- * until the request leaves the window (ts + 300 s), plus a margin. Never less than the margin.
- */
-export function replayTtlMs(tsSec: number, nowMs: number): number {
-  return Math.max(REPLAY_MARGIN_MS, Math.ceil((tsSec + REQUEST_WINDOW_SEC) * 1000 - nowMs) + REPLAY_MARGIN_MS);
-}
 
 export const REPLAYED_TEXT = ':no_entry: This request was already received; nothing was done.';
 const OUT_OF_WINDOW_TEXT = ':no_entry: This request is dated more than 5 minutes from now; nothing was done.';
@@ -90,7 +66,7 @@ export function replayGuard(o: ReplayGuardOptions): Middleware<AnyMiddlewareArgs
     }
     // The receiver refused requests outside the window before Bolt saw them (app.ts); a timestamp
     // that is still not a number here is refused rather than recorded for a guessed time.
-    if (!/^\d{1,12}$/.test(ts) || requestTimeProblem(ts, now()) !== null) {
+    if (requestTimeProblem(ts, now()) !== null) {
       o.logger.warn({ requestTimestamp: ts }, 'Slack request outside the 5-minute window refused');
       await refuse(args, OUT_OF_WINDOW_TEXT);
       return;

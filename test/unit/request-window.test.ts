@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REPLAY_MARGIN_MS, replayTtlMs, requestTimeProblem } from '../../src/slack/replay-guard.ts';
+import { REPLAY_MARGIN_MS, replayTtlMs, requestTimeProblem } from '../../src/slack/request-time.ts';
 
 const NOW_MS = 1_764_550_000_000;
 const NOW_SEC = NOW_MS / 1000;
