@@ -11,6 +11,13 @@ export interface SshEndpoint {
   hostKeyFingerprints: string[];
 }
 
+/** pino-compatible subset; a pino Logger fits. */
+export interface SshLogger {
+  debug(obj: object, msg: string): void;
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
 /** How to reach the machine a command is for. */
 export type Route =
   | { kind: 'direct'; endpoint: SshEndpoint }
