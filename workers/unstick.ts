@@ -15,6 +15,7 @@ import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
 import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
 import {
+  longestAttemptMs,
   planUnstick,
   restrictStep,
   stepCommands,
@@ -571,8 +572,6 @@ class IncidentRun {
 }
 
 const DEFAULT_ALIVE_MS = 5000;
-/** Longest wait for a live earlier attempt of the same job (its steps are bounded far below this). */
-const MAX_WAIT_FOR_EARLIER_MS = 30 * 60 * 1000;
 
 /**
  * Every job attempt runs inside this: a heartbeat while it runs, and the fence of its job. An
@@ -592,13 +591,18 @@ async function asAttempt(run: IncidentRun, body: () => Promise<void>): Promise<v
   );
   try {
     const since = run.deps.now().getTime();
+    // A live earlier attempt is waited for at least as long as the longest attempt these settings allow.
+    const maxWaitMs = longestAttemptMs({
+      ...run.deps.timing,
+      connectTimeoutMs: run.deps.inventory.defaults.connectTimeoutSec * 1000,
+    });
     for (;;) {
       const holder = await steps.fenceHolder(run.incidentId, run.job);
       const gone =
         holder === null ||
         holder === workerId ||
         !(await steps.isAlive(holder)) ||
-        run.deps.now().getTime() - since > MAX_WAIT_FOR_EARLIER_MS;
+        run.deps.now().getTime() - since > maxWaitMs;
       if (gone && (await steps.takeFence(run.incidentId, run.job, workerId, holder))) {
         if (holder !== null && holder !== workerId)
           run.deps.logger.warn(
