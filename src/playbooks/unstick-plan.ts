@@ -89,6 +89,22 @@ export interface Step {
   /** Longest wait for GPU memory to come back after the signals (a dying rank can take tens of seconds). */
   releaseTimeoutMs: number;
   pollIntervalMs: number;
+  /**
+   * host_reset: each GPU's persistence mode as the worker read it when it asked for approval
+   * (null: unreadable, handled as on), sealed with the step. The step switches it off for the reset
+   * and restores this original, and so does whoever finishes a step an earlier attempt left
+   * inside its reset: the original is never read back from a GPU that attempt may have switched off.
+   */
+  persistence?: Array<{ uuid: string; on: boolean | null }>;
+}
+
+/** The sealed original persistence mode of one GPU of a reset: true (on, or unreadable: restored to be safe), false, or null (not sealed). */
+export function sealedPersistence(step: Pick<Step, 'persistence'>, uuid: string): boolean | null {
+  const list: unknown = step.persistence;
+  if (!Array.isArray(list)) return null;
+  const p: unknown = list.find((x: unknown) => typeof x === 'object' && x !== null && 'uuid' in x && x.uuid === uuid);
+  if (typeof p !== 'object' || p === null || !('on' in p)) return null;
+  return p.on === false ? false : p.on === true || p.on === null ? true : null;
 }
 
 export interface Plan {

@@ -18,7 +18,8 @@ let rig: Rig;
 
 beforeAll(async () => {
   rig = await startRig({
-    hosts: [{ id: 'kpro5', gpus: 4 }],
+    // Host GPU 3 has persistence mode on (a reset must switch it off and back on).
+    hosts: [{ id: 'kpro5', gpus: Array.from({ length: 4 }, (_, i) => ({ persistence: i === 3 })) }],
     containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
   });
 }, 120_000);
@@ -173,4 +174,95 @@ describe('a resumed job matches the container PID too (finding 7)', () => {
     expect(signalsOf(bystander)).toEqual([]);
     expect(signalsOf(holder)).toEqual(['SIGTERM']);
   }, 60_000);
+});
+
+/** A reset card for host GPU 3 (persistence on), approved; and the host's persistence mode of that GPU. */
+async function approvedReset() {
+  const id = await freshIncident();
+  await rig.fleet.setLeak('kpro5', 3, 20_000);
+  await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct129' }, rig.deps());
+  const req = ofType(await rig.events(id), 'approval_requested')[0];
+  if (req?.step.kind !== 'host_reset') throw new Error('no host_reset card');
+  const uuid = req.step.gpus[0]?.uuid ?? '?';
+  expect(req.step.persistence).toEqual([{ uuid, on: true }]);
+  expect(
+    await rig.approvals.decide(req.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() }),
+  ).toMatchObject({ ok: true });
+  const host = hostRouteFor(rig.inventory, 'kpro5');
+  if (!host) throw new Error('no kpro5');
+  const mode = async () =>
+    (
+      await rig.executor.exec(host, {
+        argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', uuid],
+        timeoutMs: 10_000,
+      })
+    ).stdout.trim();
+  return { id, req, mode };
+}
+
+/**
+ * Attempt 1 runs the approved reset until the command whose argv contains `at` has run, then
+ * stalls there (its heartbeat stops) before it can log it; attempt 2 takes over and finishes.
+ */
+async function supersededAt(at: string) {
+  const { id, req, mode } = await approvedReset();
+  const jobId = `${id}-decision-${req.approvalId}`;
+  class Stalling extends StepGuard {
+    stalled = false;
+    override async beat(attempt: string, ttlMs: number): Promise<void> {
+      if (!this.stalled) await super.beat(attempt, ttlMs);
+    }
+  }
+  const guard = new Stalling(rig.redis, rig.prefix);
+  let wake: () => void = () => undefined;
+  const woken = new Promise<void>((r) => {
+    wake = r;
+  });
+  const stall: Executor = {
+    async exec(route, spec) {
+      const r = await rig.executor.exec(route, spec);
+      if (!guard.stalled && spec.argv.join(' ').includes(at)) {
+        guard.stalled = true;
+        await woken;
+      }
+      return r;
+    },
+    close: async () => undefined,
+  };
+  const job = { kind: 'decision' as const, incidentId: id, approvalId: req.approvalId };
+  const first = runDecisionJob(
+    job,
+    rig.deps({ executor: stall, steps: guard, workerId: `h:1:${jobId}:1`, jobId, aliveMs: 600 }),
+  );
+  await expect.poll(() => guard.stalled, { timeout: 20_000 }).toBe(true);
+  const modeWhileStalled = await mode();
+  await runDecisionJob(job, rig.deps({ workerId: `h:2:${jobId}:2`, jobId, aliveMs: 600 }));
+  wake();
+  await first;
+  return { id, modeWhileStalled, modeAfter: await mode(), events: await rig.events(id) };
+}
+
+describe('a superseded reset restores the sealed persistence mode (finding 8)', () => {
+  it('the first attempt switched persistence off and stalled before logging it; the second runs the reset and switches persistence back on, as the seal says it was', async () => {
+    const r = await supersededAt('-pm 0');
+    expect(r.modeWhileStalled).toBe('3, Disabled');
+    expect(r.modeAfter).toBe('3, Enabled');
+    expect(rig.fleet.gpuMemory('kpro5')[3]?.usedMiB).toBe(0);
+    expect(ofType(r.events, 'command').filter((c) => c.role === 'persistence_on' && c.record.code === 0)).toHaveLength(
+      1,
+    );
+    expect(ofType(r.events, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
+    expect(ofType(r.events, 'finished')).toHaveLength(1);
+  }, 90_000);
+
+  it('the first stalled right after its reset (persistence off logged): the second does not reset again and restores persistence', async () => {
+    const r = await supersededAt('--gpu-reset');
+    expect(r.modeWhileStalled).toBe('3, Disabled');
+    expect(r.modeAfter).toBe('3, Enabled');
+    expect(ofType(r.events, 'command').filter((c) => c.role === 'reset')).toEqual([]);
+    expect(ofType(r.events, 'command').filter((c) => c.role === 'persistence_on' && c.record.code === 0)).toHaveLength(
+      1,
+    );
+    expect(ofType(r.events, 'finished')).toHaveLength(1);
+  }, 90_000);
 });
