@@ -14,7 +14,9 @@ import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
 import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
+import { parsePersistenceMode } from '../src/playbooks/unstick-commands.ts';
 import {
+  longestAttemptMs,
   planUnstick,
   restrictStep,
   stepCommands,
@@ -25,7 +27,13 @@ import {
 import { approvalCardFits } from '../src/render/unstick.ts';
 import { EXPIRED_NOTE } from '../src/render/approval-nudges.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../src/playbooks/unstick-readings.ts';
-import { runStep, type StepResult } from '../src/playbooks/unstick-runner.ts';
+import {
+  restorePersistence,
+  runStep,
+  type StepContext,
+  type StepResult,
+  type StepRunnerDeps,
+} from '../src/playbooks/unstick-runner.ts';
 import type { Dispatcher } from '../src/queue/dispatcher.ts';
 import type { DecisionJob, EscalateJob, ExpireJob, RemindJob, UnstickJob } from '../src/queue/jobs.ts';
 import { escalationOf } from '../src/approval/approval-policy.ts';
@@ -256,6 +264,9 @@ class IncidentRun {
           e.type === 'command' &&
           (e.role === 'reset' || e.role === 'persistence_off' || e.role === 'persistence_on'),
       );
+      // Left inside its reset: not run again, but the sealed original persistence mode is restored.
+      if (step.kind === 'host_reset' && destructive)
+        await restorePersistence(step, this.stepContext(t, hostNow), this.stepDeps());
       if (!(step.kind === 'host_reset' && destructive) && (await steps.dropClaim(this.incidentId, step.id, st.by))) {
         const sent = new Set(
           events
@@ -290,37 +301,43 @@ class IncidentRun {
           step = restrictStep(step, left, { timeoutMs: this.deps.timing.commandTimeoutMs });
       }
     }
-    return runStep(
-      step,
-      {
-        incidentId: this.incidentId,
-        containerRoute: t.routes.container,
-        hostRoute: t.routes.host,
-        vmid: t.container.vmid,
-        hostGpus: hostNow.gpus,
-        hostApps: hostNow.apps,
+    return runStep(step, this.stepContext(t, hostNow), this.stepDeps());
+  }
+
+  private stepContext(t: Target, hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] }): StepContext {
+    return {
+      incidentId: this.incidentId,
+      containerRoute: t.routes.container,
+      hostRoute: t.routes.host,
+      vmid: t.container.vmid,
+      hostGpus: hostNow.gpus,
+      hostApps: hostNow.apps,
+    };
+  }
+
+  /** The runner's deps, fenced: every command first checks that this attempt still holds its job's fence. */
+  private stepDeps(): StepRunnerDeps {
+    const { steps, workerId } = this.deps;
+    return {
+      exec: async (route, spec) => {
+        if (!(await this.current()))
+          throw new CodedError(
+            ErrorCode.Internal,
+            'a later attempt of this job took over; this attempt stopped before its next command',
+          );
+        return this.deps.executor.exec(route, spec);
       },
-      {
-        exec: async (route, spec) => {
-          if (!(await this.current()))
-            throw new CodedError(
-              ErrorCode.Internal,
-              'a later attempt of this job took over; this attempt stopped before its next command',
-            );
-          return this.deps.executor.exec(route, spec);
-        },
-        append: (e) => this.append(e),
-        steps: {
-          claimStep: async (incidentId, stepId, by, now) =>
-            (await steps.claimStepFenced(incidentId, stepId, by, now, this.job)) === 'claimed',
-          finishStep: (incidentId, stepId, by, outcome, now) => steps.finishStep(incidentId, stepId, by, outcome, now),
-        },
-        now: this.deps.now,
-        sleep: this.deps.sleep,
-        workerId,
-        commandTimeoutMs: this.deps.timing.commandTimeoutMs,
+      append: (e) => this.append(e),
+      steps: {
+        claimStep: async (incidentId, stepId, by, now) =>
+          (await steps.claimStepFenced(incidentId, stepId, by, now, this.job)) === 'claimed',
+        finishStep: (incidentId, stepId, by, outcome, now) => steps.finishStep(incidentId, stepId, by, outcome, now),
       },
-    );
+      now: this.deps.now,
+      sleep: this.deps.sleep,
+      workerId,
+      commandTimeoutMs: this.deps.timing.commandTimeoutMs,
+    };
   }
 
   /** The verdict, with what the log says happened to the steps: the advice names what is really left and who can do it. */
@@ -433,12 +450,15 @@ class IncidentRun {
       );
       return 'over_budget';
     }
-    const step: Step = over
-      ? {
-          ...planned,
-          explanation: `${planned.explanation} Blast-radius budget: ${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}), so only an admin (GPU_MEDIC_ADMINS) can approve this one.`,
-        }
-      : planned;
+    const step: Step = {
+      ...(over
+        ? {
+            ...planned,
+            explanation: `${planned.explanation} Blast-radius budget: ${t.host.id} already had ${used} host-level destructive step(s) in the last hour (limit ${budget.limit}), so only an admin (GPU_MEDIC_ADMINS) can approve this one.`,
+          }
+        : planned),
+      ...(planned.kind === 'host_reset' ? { persistence: await this.persistenceOf(t, planned) } : {}),
+    };
     if (
       !(await this.claimOnce(
         `${APPROVAL_KEY}${step.id}`,
@@ -493,6 +513,19 @@ class IncidentRun {
     // Counted from the card's creation, as its expiry is.
     await this.scheduleTimers(t, approval, approval.createdAt);
     return 'requested';
+  }
+
+  /** Each reset GPU's persistence mode now (null: unreadable), sealed with the step as the original to restore. */
+  private async persistenceOf(t: Target, step: Step): Promise<NonNullable<Step['persistence']>> {
+    const out: NonNullable<Step['persistence']> = [];
+    for (const c of step.commands.filter((x) => x.role === 'read_persistence' && x.gpuUuid !== undefined)) {
+      const r = await this.deps.executor
+        .exec(t.routes.host, { argv: c.argv, timeoutMs: c.timeoutMs })
+        .catch(() => null);
+      const on = r !== null && r.code === 0 && !r.timedOut ? parsePersistenceMode(r.stdout) : null;
+      out.push({ uuid: c.gpuUuid ?? '', on });
+    }
+    return out;
   }
 
   /**
@@ -571,8 +604,6 @@ class IncidentRun {
 }
 
 const DEFAULT_ALIVE_MS = 5000;
-/** Longest wait for a live earlier attempt of the same job (its steps are bounded far below this). */
-const MAX_WAIT_FOR_EARLIER_MS = 30 * 60 * 1000;
 
 /**
  * Every job attempt runs inside this: a heartbeat while it runs, and the fence of its job. An
@@ -592,13 +623,18 @@ async function asAttempt(run: IncidentRun, body: () => Promise<void>): Promise<v
   );
   try {
     const since = run.deps.now().getTime();
+    // A live earlier attempt is waited for at least as long as the longest attempt these settings allow.
+    const maxWaitMs = longestAttemptMs({
+      ...run.deps.timing,
+      connectTimeoutMs: run.deps.inventory.defaults.connectTimeoutSec * 1000,
+    });
     for (;;) {
       const holder = await steps.fenceHolder(run.incidentId, run.job);
       const gone =
         holder === null ||
         holder === workerId ||
         !(await steps.isAlive(holder)) ||
-        run.deps.now().getTime() - since > MAX_WAIT_FOR_EARLIER_MS;
+        run.deps.now().getTime() - since > maxWaitMs;
       if (gone && (await steps.takeFence(run.incidentId, run.job, workerId, holder))) {
         if (holder !== null && holder !== workerId)
           run.deps.logger.warn(

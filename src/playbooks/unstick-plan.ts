@@ -89,6 +89,22 @@ export interface Step {
   /** Longest wait for GPU memory to come back after the signals (a dying rank can take tens of seconds). */
   releaseTimeoutMs: number;
   pollIntervalMs: number;
+  /**
+   * host_reset: each GPU's persistence mode as the worker read it when it asked for approval
+   * (null: unreadable, handled as on), sealed with the step. The step switches it off for the reset
+   * and restores this original, and so does whoever finishes a step an earlier attempt left
+   * inside its reset: the original is never read back from a GPU that attempt may have switched off.
+   */
+  persistence?: Array<{ uuid: string; on: boolean | null }>;
+}
+
+/** The sealed original persistence mode of one GPU of a reset: true (on, or unreadable: restored to be safe), false, or null (not sealed). */
+export function sealedPersistence(step: Pick<Step, 'persistence'>, uuid: string): boolean | null {
+  const list: unknown = step.persistence;
+  if (!Array.isArray(list)) return null;
+  const p: unknown = list.find((x: unknown) => typeof x === 'object' && x !== null && 'uuid' in x && x.uuid === uuid);
+  if (typeof p !== 'object' || p === null || !('on' in p)) return null;
+  return p.on === false ? false : p.on === true || p.on === null ? true : null;
 }
 
 export interface Plan {
@@ -125,6 +141,40 @@ const DEFAULT_GRACE_MS = 10_000;
 export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
 export const DEFAULT_POLL_INTERVAL_MS = 3_000;
 const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
+
+/** The most GPUs one host-level reset step names: the most a Proxmox host carries (8 is common, 16 on the largest boards). */
+const MAX_RESET_GPUS = 16;
+
+/** Sequential commands one read of both views runs at most (status batch, holders' command lines, lxc-info, init, /proc, pct config). */
+const READ_COMMANDS = 6;
+
+/** What the longest step is made of: the worker's settings (GPU_MEDIC_TERM_GRACE_SEC, …) and its SSH timeouts. */
+export interface StepTiming {
+  graceMs: number;
+  releaseTimeoutMs: number;
+  pollIntervalMs: number;
+  commandTimeoutMs: number;
+  /** SSH connect timeout: a command may need a new connection first. */
+  connectTimeoutMs: number;
+}
+
+/**
+ * The longest one job attempt can run with these settings: its reads before and after, and its
+ * one step with every command at its timeout (plus a connect and 5 s for `timeout -k`), the grace
+ * and the release wait each overrunning by a poll and that poll's commands; a reset counts
+ * MAX_RESET_GPUS GPUs of six commands. A later attempt of the same job waits at least this long
+ * for a live earlier one before taking over (workers/unstick.ts), so it never takes over one that
+ * is still inside a step.
+ */
+export function longestAttemptMs(t: StepTiming): number {
+  const cmd = t.commandTimeoutMs + t.connectTimeoutMs + 5_000;
+  const wait = (ms: number, commandsPerPoll: number): number => ms + t.pollIntervalMs + commandsPerPoll * cmd;
+  const release = wait(t.releaseTimeoutMs, 2);
+  const containerSignal = 4 * cmd + wait(t.graceMs, 1) + release;
+  const hostKill = 5 * cmd + release;
+  const hostReset = MAX_RESET_GPUS * 6 * cmd + release;
+  return 2 * READ_COMMANDS * cmd + Math.max(containerSignal, hostKill, hostReset);
+}
 
 function planned(
   role: CommandRole,
@@ -198,9 +248,15 @@ export function stepCommands(
   }
 }
 
-/** A step with only the given targets (same id: the step guard key), its commands rebuilt from the templates. */
+/**
+ * A step with only the given targets (same id: the step guard key), its commands rebuilt from the
+ * templates. A target is kept only when every identity field a command uses matches: host PID,
+ * start time, PID namespace, and the container PID the container-side command signals by.
+ */
 export function restrictStep(step: Step, keep: readonly ProcessIdentity[], t: { timeoutMs: number }): Step {
-  const targets = step.targets.filter((x) => keep.some((k) => sameProcess(k, x) && k.pidNs === x.pidNs));
+  const targets = step.targets.filter((x) =>
+    keep.some((k) => sameProcess(k, x) && k.pidNs === x.pidNs && k.containerPid === x.containerPid),
+  );
   return {
     ...step,
     targets,

@@ -18,7 +18,14 @@ import type { StepOutcome } from './step-guard.ts';
 import { sendSignals, type SignalledTarget } from './signal/send.ts';
 import { outcomeText } from './signal/template.ts';
 import { assertSafeArgv, parsePersistenceMode, parseProcReadings, readProcs, type Signal } from './unstick-commands.ts';
-import type { CommandRole, PlannedCommand, Step, StepTarget, TargetGpu } from './unstick-plan.ts';
+import {
+  sealedPersistence,
+  type CommandRole,
+  type PlannedCommand,
+  type Step,
+  type StepTarget,
+  type TargetGpu,
+} from './unstick-plan.ts';
 import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
 
 /**
@@ -145,6 +152,27 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
   return result;
 }
 
+/**
+ * An earlier attempt of this job stopped inside this reset (a destructive command is logged) and
+ * the step is not run again: its GPUs whose sealed original persistence mode is on get it back
+ * (`nvidia-smi -pm 1`, the plan's own command), whatever the earlier attempt got to. Each command
+ * is logged; returns what was restored, in plain words.
+ */
+export async function restorePersistence(step: Step, ctx: StepContext, deps: StepRunnerDeps): Promise<string[]> {
+  if (step.kind !== 'host_reset') return [];
+  const run = new Run(step, ctx, deps);
+  const said: string[] = [];
+  for (const g of step.gpus) {
+    const on = step.commands.find((c) => c.role === 'persistence_on' && c.gpuUuid === g.uuid);
+    if (g.uuid === null || !on || sealedPersistence(step, g.uuid) !== true) continue;
+    const r = await run.command('persistence_on', on);
+    said.push(
+      `GPU ${g.index ?? '?'} (${g.uuid}): persistence mode ${r.code === 0 && !r.timedOut ? 'restored to on' : `could not be restored (exit ${r.code ?? r.signal ?? '?'})`}`,
+    );
+  }
+  return said;
+}
+
 /** The memory of one GPU no listed process accounts for (a leak, or a context still being torn down). */
 function unaccounted(gpu: Gpu, apps: readonly GpuProcess[]): number | null {
   if (gpu.memoryUsedMiB === null) return null;
@@ -210,6 +238,11 @@ class Run {
     const r = await this.deps.exec(this.routeOf(on), spec);
     await this.deps.append({ type: 'command', at: this.at(), stepId: this.step.id, role, on, record: recordOf(r) });
     return r;
+  }
+
+  /** One planned host command as planned. */
+  async command(role: CommandRole, c: PlannedCommand): Promise<ExecResult> {
+    return this.exec(role, c.on, { argv: c.argv, timeoutMs: c.timeoutMs });
   }
 
   private async readProcs(on: PlannedCommand['on'], pids: readonly number[]): Promise<ProcsRead | null> {
@@ -546,8 +579,11 @@ class Run {
         continue;
       }
       const pm = await this.exec('read_persistence', 'host', { argv: readPm.argv, timeoutMs: readPm.timeoutMs });
-      // Unknown counts as on: switched off for the reset and restored after, to be safe.
-      const wasOn = pm.code === 0 && !pm.timedOut ? (parsePersistenceMode(pm.stdout) ?? true) : true;
+      // The original is the sealed one (an earlier attempt may have switched it off and died); a
+      // plan without it reads it now. Unknown counts as on: switched off and restored, to be safe.
+      const wasOn =
+        sealedPersistence(step, g.uuid) ??
+        (pm.code === 0 && !pm.timedOut ? (parsePersistenceMode(pm.stdout) ?? true) : true);
       const off = get('persistence_off');
       const on = get('persistence_on');
       if (wasOn && off) await this.exec('persistence_off', 'host', { argv: off.argv, timeoutMs: off.timeoutMs });

@@ -9,9 +9,11 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  outcomeText,
   parseSignalReport,
   signalCommand,
   SIGNAL_SCRIPT,
+  SIGNAL_WORDS,
   type SignalTarget,
 } from '../../src/playbooks/signal/template.ts';
 import { CONSTANT_WORDS, assertSafeArgv } from '../../src/playbooks/unstick-commands.ts';
@@ -201,6 +203,20 @@ describe('parseSignalReport', () => {
       { pid: 9, result: 'failed', reason: 'other', message: 'failed EINVAL' },
       { pid: 10, result: 'failed', reason: 'other', message: 'no answer for this PID (output cut short?)' },
     ]);
+  });
+
+  it('the words the three script bodies answer with are exactly the keys of SIGNAL_WORDS', () => {
+    // Perl `return "w"` / `$r = "w"` / `? "w"`, Python `return "w"` / `"w" if` / `else "w"`, shell `echo w;`.
+    const printed = new Set<string>();
+    for (const m of SIGNAL_SCRIPT.matchAll(
+      /(?:return |\$r = |why = |\? |: |else )"([a-z_]+)[" ]|"([a-z_]+)" if |echo ([a-z_]+)[;}]/g,
+    ))
+      printed.add(m[1] ?? m[2] ?? m[3] ?? '');
+    expect([...printed].sort()).toEqual(Object.keys(SIGNAL_WORDS).sort());
+    for (const w of Object.keys(SIGNAL_WORDS)) {
+      const o = parseSignalReport([5], `@sig 5 ${w}\n@done\n`).outcomes[0];
+      expect(o && outcomeText(o).startsWith(SIGNAL_WORDS[w as keyof typeof SIGNAL_WORDS].text)).toBe(true);
+    }
   });
 
   it('the first answer for a PID counts (a repeated line cannot turn a skip into a send)', () => {

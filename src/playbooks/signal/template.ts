@@ -19,8 +19,95 @@ import type { CommandSpec } from '../../ssh/types.ts';
  * `/proc/<pid>/fd` → still the pidfd's process (signal 0) → signal.
  *
  * argv: `sh -c SCRIPT sh <host|container> <TERM|KILL> <ns inode|0> (<pid> <start> <ctpid|0>)...`;
- * every word is a constant of this file or a decimal integer the worker read itself.
+ * every word is a constant of this file or a decimal integer the worker read itself. What it
+ * prints is its grammar, SIGNAL_GRAMMAR below, with the per-PID words in SIGNAL_WORDS.
+ *
+ * `/proc/<pid>/stat` is read as bytes and its fields start after the LAST `) `: comm (field 2) is
+ * whatever the process named itself, `trainer) v2` or bytes that are not UTF-8.
  */
+
+// ---- what the command prints ----
+
+/**
+ * The output, one line each, in this order:
+ *
+ *   @method pidfd perl | @method pidfd python   check and signal are one race-free act (pidfd)
+ *   @method shell                               checked, then `kill` in one shell: containers only, not race-free
+ *   @method none …                              this path cannot (no pidfd, unknown arch): the next one is tried
+ *   @refused <why>                              nothing at all is signalled (bad signal; a host with no pidfd path)
+ *   @sig <pid> <word> [<errno name>]            one per PID asked for, in order; <word> is a key of SIGNAL_WORDS
+ *   @done                                       every PID was answered
+ *
+ * A PID with no `@sig` line was not answered: after `@refused` it is `no_pidfd`, otherwise the
+ * output was cut short after a signal may have gone out, so it is `failed` (not known), never `sent`.
+ */
+const SIGNAL_GRAMMAR = {
+  methods: { 'pidfd perl': 'pidfd', 'pidfd python': 'pidfd', shell: 'shell' },
+  sig: /^@sig (\d{1,15}) (\w+)(?: (\w{1,40}))?$/,
+} as const;
+
+/** What the checks refuse a PID for; `no_pidfd` is no word of the script: its PIDs were never tried. */
+export type SkipReason =
+  | 'pid_reused'
+  | 'not_holding'
+  | 'wrong_namespace'
+  | 'container_init'
+  | 'unreadable'
+  | 'no_pidfd';
+
+type Word =
+  | { result: 'sent' | 'gone'; text: string }
+  | { result: 'skipped'; reason: Exclude<SkipReason, 'no_pidfd'>; text: string }
+  | { result: 'failed'; reason: 'not_permitted' | 'other'; text: string };
+
+/**
+ * The words of `@sig <pid> <word>`, the one table the three script bodies print from and the
+ * parser reads: what each means, and its plain words for the log.
+ */
+export const SIGNAL_WORDS = {
+  /** The signal was delivered to the checked process. */
+  sent: { result: 'sent', text: 'sent' },
+  /** No such process (ESRCH) at any point: it exited; nothing was signalled. */
+  gone: { result: 'gone', text: 'already exited' },
+  /** Its start time (stat field 22) is not the planned one: another process has the PID. */
+  reused: {
+    result: 'skipped',
+    reason: 'pid_reused',
+    text: 'PID reused: at the moment of the signal its PID belonged to a different process (start time changed)',
+  },
+  /** No `/dev/nvidia<N>` among its open files (`/proc/<pid>/fd`). */
+  not_holding: {
+    result: 'skipped',
+    reason: 'not_holding',
+    text: 'not holding: it no longer has a /dev/nvidia* GPU device open',
+  },
+  /** Not in the given PID namespace, or (host side) its innermost NSpid is not the planned container PID. */
+  wrong_ns: {
+    result: 'skipped',
+    reason: 'wrong_namespace',
+    text: 'wrong namespace: it is no longer in the container’s PID namespace',
+  },
+  /** Host side: PID 1 of its namespace (a container's init). */
+  init: {
+    result: 'skipped',
+    reason: 'container_init',
+    text: 'container init: it is PID 1 of the container; killing it would stop the whole container',
+  },
+  /** Its /proc entry (stat, status, ns/pid, fd) could not be read, so it could not be checked. */
+  unreadable: {
+    result: 'skipped',
+    reason: 'unreadable',
+    text: 'unreadable: its /proc entry could not be read, so it could not be checked',
+  },
+  /** The kernel refused the signal (EPERM). */
+  eperm: { result: 'failed', reason: 'not_permitted', text: 'EPERM: Operation not permitted' },
+  /** Any other error; the errno name (or the failing step) follows. */
+  failed: { result: 'failed', reason: 'other', text: 'failed' },
+} as const satisfies Record<string, Word>;
+
+type SignalWord = keyof typeof SIGNAL_WORDS;
+
+const NO_PIDFD_TEXT = 'no pidfd: the machine has neither perl nor python3 ≥ 3.9, so no race-free check was possible';
 
 export type SignalSide = 'host' | 'container';
 export type SignalName = 'TERM' | 'KILL';
@@ -40,11 +127,16 @@ const SYSCALLS = {
   aarch64: { pidfdOpen: 434, pidfdSendSignal: 424 },
 } as const;
 
+/** SYSCALLS as the Perl hash it reads: `x86_64 => [434, 424], …`. */
+const PERL_SYSCALLS = Object.entries(SYSCALLS)
+  .map(([arch, n]) => `${arch} => [${n.pidfdOpen}, ${n.pidfdSendSignal}]`)
+  .join(', ');
+
 const PERL = String.raw`use strict; use warnings; use POSIX ();
 my ($side, $sig, $ns, @t) = @ARGV;
 my %NO = (TERM => 15, KILL => 9); my $signo = $NO{$sig};
 my $arch = (POSIX::uname())[4];
-my %SYS = (x86_64 => [434, 424], aarch64 => [434, 424]);
+my %SYS = (${PERL_SYSCALLS});
 die "bad signal\n" unless defined $signo;
 my $sys = $SYS{$arch};
 if (!$sys) { print "\@method none arch $arch\n"; exit 3; }
@@ -55,8 +147,8 @@ sub check {
   my ($fd, $pid, $start, $ct) = @_;
   my $st = slurp("/proc/$pid/stat");
   return "unreadable" unless defined $st;
-  my ($rest) = $st =~ /\) (.*)$/s; return "unreadable" unless defined $rest;
-  my @f = split / /, $rest;
+  my $i = rindex($st, ") "); return "unreadable" if $i < 0;
+  my @f = split / /, substr($st, $i + 2);
   return "reused" unless defined $f[19] && $f[19] eq $start;
   if ($ns ne "0") {
     my $l = readlink("/proc/$pid/ns/pid");
@@ -104,8 +196,9 @@ if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
     print("@method none python"); sys.exit(3)
 print("@method pidfd python", flush=True)
 def slurp(p):
+    # Bytes, one character each (latin-1 cannot fail): comm and cmdline may be any bytes.
     try:
-        with open(p) as f: return f.read()
+        with open(p, "rb") as f: return f.read().decode("latin-1")
     except OSError: return None
 def check(pid, start, ct):
     st = slurp("/proc/%s/stat" % pid)
@@ -137,7 +230,9 @@ def one(pid, start, ct):
     try:
         try: signal.pidfd_send_signal(fd, 0)
         except OSError as e: return "eperm" if e.errno == errno.EPERM else "gone"
-        why = check(pid, start, ct)
+        # Whatever one PID's check raises, it is this PID's answer: the later PIDs still get theirs.
+        try: why = check(pid, start, ct)
+        except Exception: why = "failed check"
         try: signal.pidfd_send_signal(fd, 0)
         except OSError: return "gone"
         if why: return why
@@ -243,23 +338,12 @@ export function isSignalCommand(argv: readonly string[]): boolean {
   return argv.length >= 7 && argv[0] === 'sh' && argv[1] === '-c' && argv[2] === SIGNAL_SCRIPT;
 }
 
-// ---- what the command prints ----
+// ---- reading what it printed (SIGNAL_GRAMMAR, SIGNAL_WORDS) ----
 
 export type SignalOutcome =
   | { pid: number; result: 'sent' }
   | { pid: number; result: 'gone' }
-  | {
-      pid: number;
-      result: 'skipped';
-      reason:
-        | 'pid_reused'
-        | 'not_holding'
-        | 'wrong_namespace'
-        | 'container_init'
-        | 'unreadable'
-        | 'no_pidfd'
-        | 'no_report';
-    }
+  | { pid: number; result: 'skipped'; reason: SkipReason }
   | { pid: number; result: 'failed'; reason: 'not_permitted' | 'other'; message: string };
 
 export interface SignalReport {
@@ -270,49 +354,44 @@ export interface SignalReport {
   outcomes: SignalOutcome[];
 }
 
-const SKIP: Record<string, Extract<SignalOutcome, { result: 'skipped' }>['reason']> = {
-  reused: 'pid_reused',
-  not_holding: 'not_holding',
-  wrong_ns: 'wrong_namespace',
-  init: 'container_init',
-  unreadable: 'unreadable',
-};
+const isWord = (w: string): w is SignalWord => Object.hasOwn(SIGNAL_WORDS, w);
 
-/**
- * One outcome per PID asked for, in order. A PID the output does not answer is `skipped:
- * no_report` unless the output is cut short after a `sent` could have happened: then it is
- * `failed` (not known), never `sent`.
- */
+/** One `@sig` line's outcome, from SIGNAL_WORDS; a word the table lacks is a failure, never a send. */
+function outcomeOf(pid: number, word: string, detail: string | undefined): SignalOutcome {
+  if (!isWord(word)) return { pid, result: 'failed', reason: 'other', message: `${word}${detail ? ` ${detail}` : ''}` };
+  const w: Word = SIGNAL_WORDS[word];
+  switch (w.result) {
+    case 'sent':
+    case 'gone':
+      return { pid, result: w.result };
+    case 'skipped':
+      return { pid, result: 'skipped', reason: w.reason };
+    case 'failed':
+      return w.reason === 'not_permitted'
+        ? { pid, result: 'failed', reason: 'not_permitted', message: 'Operation not permitted' }
+        : { pid, result: 'failed', reason: 'other', message: `${word}${detail ? ` ${detail}` : ''}` };
+  }
+}
+
+/** One outcome per PID asked for, in order (SIGNAL_GRAMMAR says what an unanswered PID is). */
 export function parseSignalReport(pids: readonly number[], text: string): SignalReport {
   const asked = new Set(pids);
   const got = new Map<number, SignalOutcome>();
+  const methods: Record<string, SignalReport['method']> = SIGNAL_GRAMMAR.methods;
   let method: SignalReport['method'] = null;
   let complete = false;
   let refused = false;
   for (const raw of text.split('\n')) {
     const line = raw.replace(/\r$/, '');
     if (line === '@done') complete = true;
-    else if (line === '@method pidfd perl' || line === '@method pidfd python') method = 'pidfd';
-    else if (line === '@method shell') method = 'shell';
+    else if (line.startsWith('@method ') && Object.hasOwn(methods, line.slice(8)))
+      method = methods[line.slice(8)] ?? null;
     else if (line.startsWith('@refused')) refused = true;
-    const m = /^@sig (\d{1,15}) (\w+)(?: (\w{1,40}))?$/.exec(line);
+    const m = SIGNAL_GRAMMAR.sig.exec(line);
     if (!m) continue;
     const pid = Number(m[1]);
-    const word = m[2] ?? '';
     if (!asked.has(pid) || got.has(pid)) continue;
-    const skip = SKIP[word];
-    got.set(
-      pid,
-      word === 'sent'
-        ? { pid, result: 'sent' }
-        : word === 'gone'
-          ? { pid, result: 'gone' }
-          : skip !== undefined
-            ? { pid, result: 'skipped', reason: skip }
-            : word === 'eperm'
-              ? { pid, result: 'failed', reason: 'not_permitted', message: 'Operation not permitted' }
-              : { pid, result: 'failed', reason: 'other', message: `${word}${m[3] ? ` ${m[3]}` : ''}` },
-    );
+    got.set(pid, outcomeOf(pid, m[2] ?? '', m[3]));
   }
   const outcomes = pids.map((pid): SignalOutcome => {
     const o = got.get(pid);
@@ -323,26 +402,12 @@ export function parseSignalReport(pids: readonly number[], text: string): Signal
   return { method, complete, outcomes };
 }
 
-/** Plain words for a skipped or failed outcome, as the log says it. */
+/** Plain words for an outcome, as the log says it (SIGNAL_WORDS' `text`). */
 export function outcomeText(o: SignalOutcome): string {
-  if (o.result === 'sent') return 'sent';
-  if (o.result === 'gone') return 'already exited';
-  if (o.result === 'failed')
-    return o.reason === 'not_permitted' ? 'EPERM: Operation not permitted' : `failed: ${o.message}`;
-  switch (o.reason) {
-    case 'pid_reused':
-      return 'PID reused: at the moment of the signal its PID belonged to a different process (start time changed)';
-    case 'not_holding':
-      return 'not holding: it no longer has a /dev/nvidia* GPU device open';
-    case 'wrong_namespace':
-      return 'wrong namespace: it is no longer in the container’s PID namespace';
-    case 'container_init':
-      return 'container init: it is PID 1 of the container; killing it would stop the whole container';
-    case 'unreadable':
-      return 'unreadable: its /proc entry could not be read, so it could not be checked';
-    case 'no_pidfd':
-      return 'no pidfd: the machine has neither perl nor python3 ≥ 3.9, so no race-free check was possible';
-    case 'no_report':
-      return 'no report for it';
-  }
+  if (o.result === 'sent' || o.result === 'gone') return SIGNAL_WORDS[o.result].text;
+  if (o.result === 'failed') return o.reason === 'not_permitted' ? SIGNAL_WORDS.eperm.text : `failed: ${o.message}`;
+  if (o.reason === 'no_pidfd') return NO_PIDFD_TEXT;
+  const reason = o.reason;
+  const w = Object.values(SIGNAL_WORDS).find((x: Word) => x.result === 'skipped' && x.reason === reason);
+  return w?.text ?? reason;
 }

@@ -20,6 +20,7 @@
  *
  * The process title is FLEET_ARGV (e.g. "sglang::scheduler_TP0"): the program re-execs itself with it,
  * and comm is set to basename(argv[0]) so `ps -o comm` and `fuser -v` show it too.
+ * FLEET_COMM_HEX (hex bytes) sets another comm instead (names with spaces, ") " or bytes that are not UTF-8).
  * Other env: FLEET_HOLDER_ID (tag for the signal log), FLEET_IGNORE_TERM=1, FLEET_UID/FLEET_GID
  * (drop privileges after opening the signal log, before opening the devices), FLEET_HOSTPROC (the
  * host's /proc, to print our host PID).
@@ -91,6 +92,19 @@ static void on_signal(int sig, siginfo_t *info, void *ctx) {
 static void set_comm(const char *argv0) {
   const char *base = strrchr(argv0, '/');
   base = base != NULL ? base + 1 : argv0;
+  /* FLEET_COMM_HEX: a comm of any bytes (spaces, ") ", not UTF-8), hex-encoded to pass the environment. */
+  const char *hex = getenv("FLEET_COMM_HEX");
+  char comm[16];
+  size_t n = 0;
+  if (hex != NULL) {
+    for (; n < 15 && hex[2 * n] != '\0' && hex[2 * n + 1] != '\0'; n++) {
+      unsigned v = 0;
+      if (sscanf(hex + 2 * n, "%2x", &v) != 1) break;
+      comm[n] = (char)v;
+    }
+    comm[n] = '\0';
+    if (n > 0) base = comm;
+  }
   prctl(PR_SET_NAME, base, 0, 0, 0);
 }
 

@@ -160,6 +160,11 @@ export class ProcessTable {
         .filter((w) => w !== '')
         .join('\x1f');
     if (o.ignoreTerm === true) env.FLEET_IGNORE_TERM = '1';
+    if (o.comm !== undefined) {
+      if (o.comm.length === 0 || o.comm.length > 15 || o.comm.includes(0))
+        throw new Error(`${id}: comm must be 1 to 15 bytes without NUL`);
+      env.FLEET_COMM_HEX = o.comm.toString('hex');
+    }
     if (kind === 'holder' && o.stuck !== undefined) {
       env.FLEET_STUCK = o.stuck;
       env.FLEET_STUCK_GO = join(target.machineDir, `stuck-go-${id}`);

@@ -92,6 +92,11 @@ export interface SpawnOptions {
    * PID), and dies as the process died. Not with `atPid`.
    */
   parentTitle?: string;
+  /**
+   * Its comm (`/proc/<pid>/comm`, stat field 2) instead of basename(argv[0]): bytes as given, at
+   * most 15 (the kernel's limit), so a name may hold spaces, `) ` or bytes that are not UTF-8.
+   */
+  comm?: Buffer;
   /** Ignore SIGTERM (still logged). */
   ignoreTerm?: boolean;
   /** Run as this user (created with useradd when missing). Default root. */
