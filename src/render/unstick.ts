@@ -456,6 +456,8 @@ export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEven
               `ev:${e.id}`,
               e.snapshot,
               `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`,
+              // The diagnosis below names the holders; fuser's rows stay with their table.
+              { details: 'inline' },
             ),
           );
         break;
