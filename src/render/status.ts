@@ -154,7 +154,11 @@ export function snapshotViews(
   if (rows.length > 0) blocks.push(buildTableBlock(header, rows).block);
   else blocks.push({ type: 'section', text: { type: 'mrkdwn', text: noGpus } });
   blocks.push(...contextsOf(extra));
-  const text = fallbackText([heading, rows.length > 0 ? monospaceTable(header, textRows) : noGpus, ...extra]);
+  const text = fallbackText([
+    heading,
+    rows.length > 0 ? monospaceTable(header, textRows, { maxCellChars: TEXT_CELL_MAX }) : noGpus,
+    ...extra,
+  ]);
   const views: MessageView[] = [{ key, placement: 'reply', text, blocks: limitBlocks(blocks) }];
   if (cut) views.push(...processListViews(key, s, title));
   if (details.length > 0 && opts.details === 'message') {

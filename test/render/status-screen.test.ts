@@ -147,6 +147,8 @@ describe('the status reply fits one phone screen (issue 23)', () => {
     // GPU 5's memory has no holder in ct129; the monitor with /dev/nvidia0 open holds no memory.
     expect(cells[6]).toBe('-');
     expect(cells[1]).not.toContain('python3');
+    // The plain-text fallback shows the same holder in full (no cell cut to "…").
+    expect(reply(seedCase).first.text).toContain('57 (host 812345) sglang::scheduler_TP0 96,413 MiB');
   });
 
   it('only the flags that need action, each once: one line for memory no holder explains, the hicache cause said once', () => {
