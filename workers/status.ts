@@ -1,9 +1,10 @@
 import type { Inventory } from '../src/config/inventory.ts';
-import { findMachine, routeFor } from '../src/config/machines.ts';
+import { findMachine, type Machine, routeFor } from '../src/config/machines.ts';
 import { gpuTroubleOf } from '../src/gpu/gpu-trouble.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
 import type { Logger } from '../src/logger.ts';
-import { takeSnapshot } from '../src/playbooks/snapshot.ts';
+import { type SnapshotOptions, takeSnapshot } from '../src/playbooks/snapshot.ts';
+import { readHost } from '../src/playbooks/unstick-readings.ts';
 import type { StatusJob } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 
@@ -18,6 +19,37 @@ export interface StatusWorkerDeps {
   workerId: string;
 }
 
+/** Up to this many machines in one status job, each container's holders are placed by its host's GPU map. */
+export const ATTRIBUTE_MAX_MACHINES = 8;
+
+/** The host's side of a container (GPU map, compute apps in its PID namespace), read on the host. */
+function hostSideOf(machine: Machine, deps: StatusWorkerDeps): SnapshotOptions['hostSide'] {
+  if (machine.kind !== 'container') return undefined;
+  return async () => {
+    const host = findMachine(deps.inventory, machine.hostId);
+    const route = routeFor(deps.inventory, machine.hostId);
+    if (!host || !route) return { host: null, problem: `the inventory has no host "${machine.hostId}"`, commands: [] };
+    const r = await readHost(host, route, machine.vmid, {
+      exec: (rt, s) => deps.executor.exec(rt, s),
+      now: deps.now,
+      commandTimeoutMs: deps.commandTimeoutMs,
+    });
+    if (!r.ok || !r.readings.passing)
+      return {
+        host: null,
+        problem: r.ok
+          ? `${host.id}'s GPU map was not read`
+          : `${host.id} could not be read (${r.message.slice(0, 160)})`,
+        commands: r.commands,
+      };
+    return {
+      host: { hostId: host.id, gpus: r.readings.gpus, passing: r.readings.passing, readings: r.readings },
+      problem: null,
+      commands: r.commands,
+    };
+  };
+}
+
 /**
  * Reads every machine of the job in parallel; each result becomes one event, framed by `started`
  * and `finished` so the durable log alone tells who read, when, and how it ended: `ok` only when
@@ -28,6 +60,9 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
   const logger = deps.logger.child({ incident: job.incidentId });
   const t0 = deps.now().getTime();
   await deps.log.append(job.incidentId, { type: 'started', at: deps.now().toISOString(), worker: deps.workerId });
+  // A few machines (`/gpu status ct129`): a container's holders are placed on its GPUs by its
+  // host's map, at the cost of a second read on the host. Not for the status of every machine.
+  const attribute = job.machines.length <= ATTRIBUTE_MAX_MACHINES;
   const read = await Promise.all(
     job.machines.map(async (id) => {
       const machine = findMachine(deps.inventory, id);
@@ -51,7 +86,7 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
           now: deps.now,
           commandTimeoutMs: deps.commandTimeoutMs,
         },
-        { commandLines: true },
+        { commandLines: true, ...(attribute ? { hostSide: hostSideOf(machine, deps) } : {}) },
       );
       const at = deps.now().toISOString();
       if (outcome.ok) {

@@ -104,7 +104,10 @@ export interface DiagnoseInput {
   holders: HolderReport;
   /** nvidia-smi errors from either view; matched to a GPU by bus id, else machine-wide. */
   errors: ReadonlyArray<NvidiaError | null>;
-  /** Uid the container-side commands run as (0 for `pct exec`); null = root assumed. */
+  /**
+   * Uid the container-side commands run as (0 for `pct exec`); null = a login that is not root,
+   * uid unknown: the container still tries first, but is not said to be able to stop a holder.
+   */
   containerExecUid?: number | null;
   /** Holders a container-side step already failed to stop: only the host can now. */
   containerFailed?: readonly ContainerFailure[];
@@ -134,6 +137,19 @@ function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'rea
       hostOnlyWhy: `it runs as uid ${h.process.uid} and container commands run as uid ${execUid}`,
     };
   return { reach: 'container', hostOnlyWhy: null };
+}
+
+/**
+ * "The container can stop it" only when its login may signal it: root in the container, or the
+ * process's own user. A login that is not root, whose uid is not known to match, only tries.
+ */
+function containerCan(hs: readonly DiagnosedHolder[], input: DiagnoseInput): string {
+  const execUid = input.containerExecUid === undefined ? 0 : input.containerExecUid;
+  const them = hs.length === 1 ? 'it' : 'them';
+  const may = execUid === 0 || hs.every((h) => h.process.uid !== undefined && h.process.uid === execUid);
+  return may
+    ? `The container can stop ${them} itself.`
+    : `The container tries first, but its login is not root: if it may not signal ${them}, only the host can.`;
 }
 
 function who(p: ProcessIdentity): Part[] {
@@ -188,7 +204,7 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
       return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(
         hs.map((h) => who(h.process)),
         ', ',
-      )}. The container can stop ${hs.length === 1 ? 'it' : 'them'} itself.${dNote}${leakNote}${outsideNote}`;
+      )}. ${containerCan(hs, input)}${dNote}${leakNote}${outsideNote}`;
     }
     case 'held_host_only': {
       const hs = distinct(d.holders);
@@ -202,10 +218,10 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
       );
       const ctPart =
         ct.length > 0
-          ? say` The container can stop ${joinRich(
+          ? say` ${joinRich(
               ct.map((h) => who(h.process)),
               ', ',
-            )} itself.`
+            )}: ${containerCan(ct, input)}`
           : '';
       return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${leakNote}${outsideNote}`;
     }

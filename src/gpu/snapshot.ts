@@ -1,3 +1,4 @@
+import type { GpuHolderRow } from './gpu-holder-rows.ts';
 import type { RootCause } from './root-cause.ts';
 import type { Gpu, GpuProcess, Holder, HostMemory, NvidiaError } from './types.ts';
 
@@ -30,6 +31,13 @@ export interface MachineSnapshot {
   rootCauses?: RootCause[];
   /** The holders' command lines could not be read: why (then `rootCauses` is absent, not "none"). */
   rootCausesNote?: string;
+  /**
+   * Who holds each GPU, in this snapshot's GPU numbering (./gpu-holder-rows.ts): the status
+   * table's Processes column. Absent: not read (then the table falls back to `processes`).
+   */
+  holderRows?: GpuHolderRow[];
+  /** Why some holders could not be placed on a GPU (the host's GPU map was not read, …). */
+  holderRowsNote?: string;
 }
 
 export type Flag =

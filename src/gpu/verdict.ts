@@ -268,7 +268,14 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
   });
   const stuckBefore = gpus.filter((g) => isStuck({ kind: g.before }));
   const recovered = stuckBefore.filter((g) => g.recovered);
-  const stillStuck = after.gpus.filter(isStuck);
+  // A GPU the target held nothing on before (idle, or only others' processes) whose holders
+  // changed while the after-view was read: a neighbour's change (another incident, a job ending),
+  // never the target's unfinished work. It is said apart, as the neighbour's.
+  const neighbours = after.gpus.filter((a) => {
+    const b = match(a, before.gpus);
+    return a.kind === 'unidentified' && b !== undefined && (b.kind === 'idle' || b.kind === 'held_outside');
+  });
+  const stillStuck = after.gpus.filter((a) => isStuck(a) && !neighbours.includes(a));
   const missing = gpus.filter((g) => g.afterState === 'missing');
   const inError =
     after.error !== null ||
@@ -313,7 +320,13 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
     title: TITLES[kind],
     gpus,
     totalFreedMiB: gpus.reduce((n, g) => n + (g.freedMiB ?? 0), 0),
-    outside: gpus.map(othersNote).filter((s): s is string => s !== null),
+    outside: [
+      ...gpus.map(othersNote).filter((s): s is string => s !== null),
+      ...neighbours.map(
+        (g) =>
+          `GPU ${g.index ?? g.hostIndex ?? '?'}: processes outside this incident changed while it was read (this incident held nothing there).`,
+      ),
+    ],
     ...adviceOf(next.length > 0 ? joinRich(next, ' ') : null),
   };
 }

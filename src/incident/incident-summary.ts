@@ -10,6 +10,7 @@ import type { AlertEvent } from '../watchdog/alert-events.ts';
 import type { Alert } from '../watchdog/judge.ts';
 import type { AnyLoggedEvent } from './all-events.ts';
 import type { IncidentMeta } from './events.ts';
+import { signalOutcome } from './signal-outcome.ts';
 import { incidentState } from './timeline.ts';
 
 export interface StepSummary {
@@ -24,6 +25,9 @@ export interface StepSummary {
   gone: number;
   /** Targets the re-check refused (not signalled). */
   skipped: number;
+  /** Targets the kernel refused the signal to (EPERM), or whose signal failed otherwise. */
+  notPermitted: number;
+  failed: number;
   /** The approval of a tier-2 step: `pending` while nobody decided; null for tier 1. */
   approval: { state: 'approved' | 'denied' | 'expired' | 'pending'; by: string | null } | null;
   /** How it ended (`step_finished`), null while it has not. */
@@ -75,6 +79,8 @@ export function summarizeIncident(meta: IncidentMeta, events: readonly AnyLogged
       sent: { TERM: 0, KILL: 0 },
       gone: 0,
       skipped: 0,
+      notPermitted: 0,
+      failed: 0,
       approval: tier === 2 ? { state: 'pending', by: null } : null,
       outcome: null,
     };
@@ -134,8 +140,11 @@ export function summarizeIncident(meta: IncidentMeta, events: readonly AnyLogged
       case 'signalled': {
         const s = steps.get(e.stepId);
         if (!s) break;
-        if (e.result === 'sent') s.sent[e.signal] += 1;
-        else if (e.result === 'gone') s.gone += 1;
+        const o = signalOutcome(e);
+        if (o === 'sent') s.sent[e.signal] += 1;
+        else if (o === 'gone') s.gone += 1;
+        else if (o === 'not_permitted') s.notPermitted += 1;
+        else if (o === 'failed') s.failed += 1;
         else s.skipped += 1;
         break;
       }

@@ -49,9 +49,14 @@ export type UnstickEvent =
       check?: 'pidfd' | 'shell';
       signal: 'TERM' | 'KILL';
       cmdline: string;
-      /** `sent`: signal delivered; `gone`: exited before it; `skipped`: re-check failed, not signalled. */
+      /** `sent`: signal delivered; `gone`: exited before it; `skipped`: not signalled (see `refusedBy`). */
       result: 'sent' | 'gone' | 'skipped';
       reason: string | null;
+      /**
+       * Why a `skipped` was not signalled: gpu-medic's re-check refused it, the kernel did
+       * (`not_permitted`: EPERM), or the signal command failed otherwise. Absent in older logs.
+       */
+      refusedBy?: 'recheck' | 'not_permitted' | 'failed';
     }
   | {
       type: 'step_finished';

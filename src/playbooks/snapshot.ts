@@ -7,6 +7,8 @@ import {
   parseNvidiaOutput,
   parseQueryGpuCsv,
 } from '../gpu/parse/index.ts';
+import { containerHolderRows, type HostSide, hostHolderRows } from '../gpu/gpu-holder-rows.ts';
+import type { ProcReading } from '../gpu/holders.ts';
 import { causesInSnapshot, commandLinesOf } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { HostMemory, NvidiaError } from '../gpu/types.ts';
@@ -30,6 +32,12 @@ export interface SnapshotOptions {
    * snapshot just read (the watchdog: only when host RAM is over its threshold).
    */
   commandLines?: boolean | ((s: MachineSnapshot) => boolean);
+  /**
+   * Container view, with `commandLines`: what its host says (GPU map, compute apps in the
+   * container), so the snapshot's `holderRows` place each holder on a GPU. Absent: not asked
+   * (no rows are placed in the container view).
+   */
+  hostSide?: () => Promise<{ host: HostSide | null; problem: string | null; commands: CommandRecord[] }>;
 }
 
 export type SnapshotOutcome =
@@ -141,7 +149,11 @@ export async function takeSnapshotWith(
     };
     const wantCauses =
       typeof opts.commandLines === 'function' ? opts.commandLines(snapshot) : opts.commandLines === true;
-    if (wantCauses) Object.assign(snapshot, await readRootCauses(route, snapshot, deps, commands));
+    if (wantCauses) {
+      const read = await readRootCauses(route, snapshot, deps, commands);
+      Object.assign(snapshot, read.fields);
+      Object.assign(snapshot, await holderRowsOf(snapshot, read.readings, opts, commands));
+    }
     return { outcome: { ok: true, commands, snapshot }, extras };
   } catch (e) {
     const ce = asCodedError(e);
@@ -154,12 +166,33 @@ export async function takeSnapshotWith(
  * not be read. Best effort: the snapshot stands without them. Only the causes are kept, never the
  * command lines (they may hold tokens or paths nobody asked to log).
  */
+/** The Processes column's rows (src/gpu/gpu-holder-rows.ts): host view from its own apps, container view by its host's map. */
+async function holderRowsOf(
+  s: MachineSnapshot,
+  readings: readonly ProcReading[],
+  opts: SnapshotOptions,
+  commands: CommandRecord[],
+): Promise<Pick<MachineSnapshot, 'holderRows' | 'holderRowsNote'>> {
+  if (s.view === 'host') return { holderRows: hostHolderRows(s.gpus, s.processes, readings).rows };
+  if (!opts.hostSide) return {};
+  let side: { host: HostSide | null; problem: string | null };
+  try {
+    const got = await opts.hostSide();
+    commands.push(...got.commands);
+    side = got;
+  } catch (e) {
+    side = { host: null, problem: asCodedError(e).message.slice(0, 200) };
+  }
+  const r = containerHolderRows(s.gpus, s.holders, readings, side.host, side.problem);
+  return { holderRows: r.rows, ...(r.note !== null ? { holderRowsNote: r.note } : {}) };
+}
+
 async function readRootCauses(
   route: Route,
   s: MachineSnapshot,
   deps: SnapshotDeps,
   commands: CommandRecord[],
-): Promise<Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>> {
+): Promise<{ fields: Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>; readings: ProcReading[] }> {
   const pids = [
     ...new Set(
       (s.view === 'container' ? s.holders.map((h) => h.pid) : s.processes.map((p) => p.pid)).filter(
@@ -167,23 +200,34 @@ async function readRootCauses(
       ),
     ),
   ];
-  if (pids.length === 0) return {};
+  if (pids.length === 0) return { fields: {}, readings: [] };
   const spec = readProcs(pids, { timeoutMs: deps.commandTimeoutMs });
   try {
     const r = await deps.exec(route, spec);
     commands.push(recordOf(r));
     if (r.timedOut)
       return {
-        rootCausesNote: `reading the holders' command lines did not answer within ${Math.round(spec.timeoutMs / 1000)} s`,
+        fields: {
+          rootCausesNote: `reading the holders' command lines did not answer within ${Math.round(spec.timeoutMs / 1000)} s`,
+        },
+        readings: [],
       };
     const read = parseProcReadings(r.stdout);
     const causes = causesInSnapshot(s, commandLinesOf(read.readings));
     // A cut read still says what it saw; it is only not the whole story.
-    return read.complete
-      ? { rootCauses: causes }
-      : { rootCauses: causes, rootCausesNote: "the read of the holders' command lines was cut short" };
+    return {
+      fields: read.complete
+        ? { rootCauses: causes }
+        : { rootCauses: causes, rootCausesNote: "the read of the holders' command lines was cut short" },
+      readings: read.readings,
+    };
   } catch (e) {
-    return { rootCausesNote: `the holders' command lines could not be read: ${asCodedError(e).message.slice(0, 200)}` };
+    return {
+      fields: {
+        rootCausesNote: `the holders' command lines could not be read: ${asCodedError(e).message.slice(0, 200)}`,
+      },
+      readings: [],
+    };
   }
 }
 

@@ -280,6 +280,7 @@ class Run {
     result: 'sent' | 'gone' | 'skipped',
     reason: string | null,
     check?: 'pidfd' | 'shell' | null,
+    refusedBy?: 'recheck' | 'not_permitted' | 'failed',
   ): Promise<void> {
     if (result === 'sent') this.sent++;
     await this.deps.append({
@@ -294,6 +295,7 @@ class Run {
       cmdline: t.cmdline,
       result,
       reason,
+      ...(result === 'skipped' ? { refusedBy: refusedBy ?? 'recheck' } : {}),
     });
   }
 
@@ -332,7 +334,20 @@ class Run {
   }
 
   private async logSignal(s: SignalledTarget, reason: string | null): Promise<void> {
-    await this.signalled(s.identity, s.signal, s.result === 'failed' ? 'skipped' : s.result, reason, s.check);
+    await this.signalled(
+      s.identity,
+      s.signal,
+      s.result === 'failed' ? 'skipped' : s.result,
+      reason,
+      s.check,
+      s.result === 'skipped'
+        ? 'recheck'
+        : s.outcome.result === 'failed'
+          ? s.outcome.reason === 'not_permitted'
+            ? 'not_permitted'
+            : 'failed'
+          : undefined,
+    );
   }
 
   /** Tier 1: TERM exactly the targets, wait for them (by PID + start time), KILL the survivors, wait for the memory. */

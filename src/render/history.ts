@@ -6,6 +6,7 @@
  * counted ("+N more") with the command that lists it whole.
  */
 import type { IncidentSummary, StepSummary } from '../incident/incident-summary.ts';
+import { OUTCOME_WORDS } from '../incident/signal-outcome.ts';
 import { clipChars, code, codeLine, mention, rich, text } from './escape.ts';
 import { joinRich, user, type Part, type Rich } from './rich.ts';
 
@@ -79,8 +80,10 @@ function stepWords(s: StepSummary): Rich {
     ...(a?.by ? [', approved by ', user(a.by)] : []),
   ];
   const extra = [
-    ...(s.gone > 0 ? [`${fmt(s.gone)} already gone`] : []),
-    ...(s.skipped > 0 ? [`${fmt(s.skipped)} refused by the re-check`] : []),
+    ...(s.gone > 0 ? [`${fmt(s.gone)} ${OUTCOME_WORDS.gone}`] : []),
+    ...(s.notPermitted > 0 ? [`${fmt(s.notPermitted)} ${OUTCOME_WORDS.not_permitted}`] : []),
+    ...(s.failed > 0 ? [`${fmt(s.failed)} ${OUTCOME_WORDS.failed}`] : []),
+    ...(s.skipped > 0 ? [`${fmt(s.skipped)} ${OUTCOME_WORDS.refused}`] : []),
   ];
   const tail = extra.length > 0 ? `; ${extra.join(', ')}` : '';
   if (s.kind === 'host_reset') {

@@ -1,11 +1,12 @@
 import type { types } from '@slack/bolt';
-import { GIB, flagsOf, processesOn, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
+import { GIB, flagsOf, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
 import { errorAdvice } from '../gpu/error-advice.ts';
 import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
 import { code, codeLine, mention, text as esc, rich } from './escape.ts';
+import { actionLines, detailLines, holderItems, PROCESSES_HEADER } from './status-flags.ts';
 import { BLOCKS_PER_MESSAGE, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 
 type KnownBlock = types.KnownBlock;
@@ -99,63 +100,82 @@ function listCell(items: readonly string[], max: number, noun: [string, string] 
 
 /** Characters a process cell may take: the table block's cell clip and the monospace fallback's. */
 const BLOCK_CELL_MAX = 500;
-const TEXT_CELL_MAX = 40;
+const TEXT_CELL_MAX = 64;
 
 /**
- * The GPU table of one snapshot: native table block plus a monospace fallback in `text`. When a
- * cell cannot show every process of its GPU it says "+N more" and a second message (key
- * `<key>:processes`, more if one is not enough) lists every process in full.
+ * The GPU table of one snapshot: native table block plus a monospace fallback in `text`, whose
+ * Processes column names each GPU's holders (src/render/status-flags.ts); then the RAM line, the
+ * flags that need action (each once, with its next step) and the Why lines. That first message
+ * is what fits a phone screen. When a cell cannot show every process of its GPU it says "+N more"
+ * and a second message (key `<key>:processes`, more if one is not enough) lists every process in
+ * full; fuser's raw device rows go to a details message (key `<key>:details`).
  */
-export function snapshotViews(key: string, s: MachineSnapshot, title: string): MessageView[] {
-  const header = ['GPU', 'Name', 'Memory used / total', 'Util', 'Processes (PID name MiB)'];
-  const procsOf = (g: MachineSnapshot['gpus'][number]): string[] =>
-    processesOn(s, g).map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`);
+export function snapshotViews(
+  key: string,
+  s: MachineSnapshot,
+  title: string,
+  opts: { details: 'message' | 'inline' } = { details: 'message' },
+): MessageView[] {
+  const header = ['GPU', 'Name', 'Memory used / total', 'Util', PROCESSES_HEADER];
   const rowWith = (g: MachineSnapshot['gpus'][number], max: number): string[] => [
     String(g.index ?? '?'),
     g.name ?? '?',
     mibCell(g.memoryUsedMiB, g.memoryTotalMiB),
     g.utilizationPct === null ? 'N/A' : `${g.utilizationPct}%`,
-    listCell(procsOf(g), max),
+    listCell(holderItems(s, g), max),
   ];
   const rows = s.gpus.map((g) => rowWith(g, BLOCK_CELL_MAX));
   const textRows = s.gpus.map((g) => rowWith(g, TEXT_CELL_MAX));
-  const cut = s.gpus.some((g) => procsOf(g).join(', ').length > BLOCK_CELL_MAX);
-  const flags = flagsOf(s).map((f) => `:warning: ${flagText(f, s)}`);
-  const holders = s.holders.map(
-    (h) =>
-      `${code(h.device)}: PID ${h.pid} ${code(h.command ?? '?')} (user ${code(h.user ?? '?')}, ${esc(h.access ?? '?')})`,
-  );
+  const cut = s.gpus.some((g) => holderItems(s, g).join(', ').length > BLOCK_CELL_MAX);
+  const flags = actionLines(s, (f) => flagText(f, s));
+  const details = detailLines(s);
   const heading = `*${title}* · ${s.view} view · snapshot ${stamp(s.takenAt)}`;
   const more = cut ? ['Every process of every GPU is listed in the next message.'] : [];
+  const ramPressed = flagsOf(s).some((f) => f.kind === 'ram_pressure');
   const extra = [
-    ramLine(s),
-    ...(holders.length > 0 ? ['Device holders (fuser, container PIDs):', ...holders] : []),
+    ...(ramPressed ? [] : [ramLine(s)]),
     ...(s.holdersError ? [`:warning: fuser could not list the device holders: ${esc(s.holdersError)}`] : []),
-    ...(s.view === 'container' && s.holders.length === 0 && s.kernelMounts.length > 0
-      ? [`fuser shows only \`kernel mount\` rows (bind mounts, not processes)`]
-      : []),
+    ...(s.holderRowsNote ? [`:warning: Some holders are on no GPU of the table: ${esc(s.holderRowsNote)}`] : []),
     ...flags,
     ...whyLines(s),
     ...more,
+    ...(details.length === 0
+      ? []
+      : opts.details === 'inline'
+        ? details
+        : ["fuser's device rows are in the details message below."]),
   ];
   const noGpus = s.gpuError ? 'No GPU numbers: see the error below.' : 'No GPUs found.';
   const blocks: KnownBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: heading } }];
   if (rows.length > 0) blocks.push(buildTableBlock(header, rows).block);
   else blocks.push({ type: 'section', text: { type: 'mrkdwn', text: noGpus } });
   blocks.push(...contextsOf(extra));
-  const text = fallbackText([heading, rows.length > 0 ? monospaceTable(header, textRows) : noGpus, ...extra]);
+  const text = fallbackText([
+    heading,
+    rows.length > 0 ? monospaceTable(header, textRows, { maxCellChars: TEXT_CELL_MAX }) : noGpus,
+    ...extra,
+  ]);
   const views: MessageView[] = [{ key, placement: 'reply', text, blocks: limitBlocks(blocks) }];
   if (cut) views.push(...processListViews(key, s, title));
+  if (details.length > 0 && opts.details === 'message') {
+    const dHeading = `*${title}* · details · snapshot ${stamp(s.takenAt)}`;
+    views.push({
+      key: `${key}:details`,
+      placement: 'reply',
+      text: fallbackText([dHeading, ...details]),
+      blocks: limitBlocks([{ type: 'section', text: { type: 'mrkdwn', text: dHeading } }, ...contextsOf(details)]),
+    });
+  }
   return views;
 }
 
 /** Every process of every GPU, in full, over as many messages as it takes. */
 function processListViews(key: string, s: MachineSnapshot, title: string): MessageView[] {
   const lines = s.gpus.flatMap((g) => {
-    const ps = processesOn(s, g);
+    const ps = holderItems(s, g);
     return [
       `GPU ${g.index ?? '?'} · ${ps.length} ${ps.length === 1 ? 'process' : 'processes'}:`,
-      ...ps.map((p) => `    ${p.pid}  ${p.usedMiB === null ? '?' : fmt(p.usedMiB)} MiB  ${codeLine(p.name ?? '?')}`),
+      ...ps.map((p) => `    ${codeLine(p)}`),
     ];
   });
   const sections = sectionsOf(lines, { code: true });

@@ -10,6 +10,7 @@ import { shellQuote } from '../ssh/quote.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';
 import { snapshotViews, type MessageView } from './status.ts';
+import { neverSignalled, OUTCOME_WORDS, signalOutcome } from '../incident/signal-outcome.ts';
 import { clipChars, code, codeLine, mention, rich, text as esc } from './escape.ts';
 export { splitForCards } from './batches.ts';
 import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
@@ -382,7 +383,8 @@ function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
 function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[], fin: Ev<'finished'>): MessageView {
   const approvals = events.filter((e): e is Ev<'approval_decided'> => e.type === 'approval_decided');
   const sent = events.filter((e): e is Ev<'signalled'> => e.type === 'signalled' && e.result === 'sent');
-  const skipped = events.filter((e): e is Ev<'signalled'> => e.type === 'signalled' && e.result !== 'sent');
+  // "Not signalled" means never signalled: a process refused first and killed later is in "Signalled" only.
+  const skipped = neverSignalled(events.filter((e): e is Ev<'signalled'> => e.type === 'signalled'));
   const unknown = unanswered(events);
   const verdict = [...events].reverse().find((e): e is Ev<'verdict'> => e.type === 'verdict');
   const lines = [
@@ -405,7 +407,7 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
       : []),
     ...(skipped.length > 0
       ? [
-          `Not signalled:\n${skipped.map((s) => `• host PID ${s.hostPid}: ${s.result}${s.reason ? `, ${esc(s.reason)}` : ''}`).join('\n')}`,
+          `Not signalled:\n${skipped.map((s) => `• PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${OUTCOME_WORDS[signalOutcome(s)]}${s.reason ? ` (${esc(s.reason)})` : ''}`).join('\n')}`,
         ]
       : []),
   ];
@@ -456,6 +458,8 @@ export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEven
               `ev:${e.id}`,
               e.snapshot,
               `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`,
+              // The diagnosis below names the holders; fuser's rows stay with their table.
+              { details: 'inline' },
             ),
           );
         break;

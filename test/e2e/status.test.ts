@@ -70,7 +70,7 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     expect(events[3]).toMatchObject({ type: 'finished', outcome: 'ok' });
   });
 
-  it('flags host RAM pressure and container memory with no process listed', async () => {
+  it('flags host RAM pressure, and names a container holder nvidia-smi does not list', async () => {
     await s.slash('status kpro6');
     const p6 = await s.slack.waitFor(
       () => s.slack.messages(OPS).find((m) => m.text.includes('`kpro6`') && m.text.includes('done')),
@@ -79,16 +79,28 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     const r6 = s.slack.thread(OPS, p6.ts)[1];
     expect(r6?.text).toMatch(/RAM pressure: 98% used \(439 of 449 GiB\)/);
 
-    await s.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 5000 }], title: 'python3' });
+    const h = await s.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 1, mib: 5000 }],
+      title: 'python3 /opt/serve.py --token not-shown',
+    });
     await s.slash('status ct129');
     const p = await s.slack.waitFor(
       () => s.slack.messages(OPS).find((m) => m.text.includes('`ct129`') && m.text.includes('done')),
       15000,
     );
-    const reply = s.slack.thread(OPS, p.ts)[1];
+    const thread = s.slack.thread(OPS, p.ts);
+    const reply = thread[1];
     expect(reply?.text).toContain('container view');
-    expect(reply?.text).toMatch(/GPU 1: 5,000 MiB in use and no process listed/);
-    expect(reply?.text).toMatch(/Device holders \(fuser, container PIDs\)/);
+    // Issue 23: nvidia-smi in the container lists no process, yet the table names the holder,
+    // placed on GPU 1 by its device file and kpro5's GPU map, with its host PID and MiB, named
+    // from its command line without the arguments.
+    const rows = cellTexts(reply?.blocks);
+    expect(rows[2]?.[4]).toBe(`${h.containerPid} (host ${h.hostPid}) python3 serve.py 5,000 MiB`);
+    expect(reply?.text).not.toMatch(/no process listed/);
+    expect(JSON.stringify(thread)).not.toContain('not-shown');
+    // fuser's raw rows are in the details message, not the first screen.
+    expect(reply?.text).not.toMatch(/Device holders \(fuser, container PIDs\)/);
+    expect(thread[2]?.text).toMatch(/Device holders \(fuser, container PIDs\)/);
   });
 
   it('status all: one summary row per machine and a clear line for the one that is down', async () => {

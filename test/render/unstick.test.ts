@@ -324,7 +324,8 @@ describe('renderUnstick', () => {
   it('before and after tables reuse the status snapshot view', () => {
     const views = renderUnstick(meta, s3Events());
     expect(views[1]?.text).toMatch(/^\*Before · `ct129`\* · container view · snapshot 2026-11-30 09:20:02 UTC/);
-    expect(views[1]?.text).toContain('RAM: 439 / 449 GiB (98%)');
+    // Under RAM pressure the warning carries the figures; the plain RAM line would say them twice (issue 23).
+    expect(views[1]?.text).toContain('RAM pressure: 98% used (439 of 449 GiB)');
     expect(views.find((v) => v.key === 'ev:1764494400000-15')?.text).toMatch(/^\*After · `ct129`\*/);
   });
 

@@ -71,6 +71,33 @@ describe('diagnose', () => {
     expect(d.gpus[2]?.kind).toBe('held_in_container');
   });
 
+  it('issue 23: a login that is not root is never said to be able to stop a holder it may not signal', () => {
+    // S3's fleet: the bot logs in as fleetuser (uid unknown to it), the ranks run as root.
+    const { host, container } = seedS2();
+    const d = diagnoseWith(host, container, { containerExecUid: null });
+    expect(d.gpus[0]?.sentence).not.toContain('can stop it itself');
+    expect(d.gpus[0]?.sentence).toContain(
+      'The container tries first, but its login is not root: if it may not signal it, only the host can.',
+    );
+    // Root in the container, or the holder's own user: said.
+    expect(diagnoseWith(host, container, { containerExecUid: 0 }).gpus[0]?.sentence).toContain(
+      'The container can stop it itself.',
+    );
+    const own = {
+      ...container,
+      procs: readings(
+        [57, 63],
+        [
+          { ...TP0, pid: 57, nsPids: [57], uid: 1000 },
+          { ...TP2, pid: 63, nsPids: [63], uid: 1000 },
+        ],
+      ),
+    };
+    expect(diagnoseWith(host, own, { containerExecUid: 1000 }).gpus[0]?.sentence).toContain(
+      'The container can stop it itself.',
+    );
+  });
+
   it('a holder the container failed to stop escalates to the host', () => {
     const { host, container } = seedS2();
     const first = s2().gpus[2]?.holders[0]?.process;

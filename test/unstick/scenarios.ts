@@ -27,7 +27,7 @@ export function diagnoseWith(
     hostGpus: host.gpus,
     holders: buildHolders(host, containerHolders),
     errors: opts.errors ?? [],
-    containerExecUid: opts.containerExecUid ?? 0,
+    containerExecUid: opts.containerExecUid === undefined ? 0 : opts.containerExecUid,
     containerFailed: opts.containerFailed ?? [],
   });
 }

@@ -21,6 +21,26 @@ describe('verdictOf', () => {
     expect(v.nextStep).toBeNull();
   });
 
+  it("issue 23: a neighbour's process exiting while the after-view is read is the neighbour's change, not the target's unfinished work", () => {
+    // Two unsticks at once on kpro5: ct129's ranks (GPUs 0, 2) are freed by this incident, while
+    // ct131's incident kills its job on GPU 5 just as this one reads: host nvidia-smi still lists
+    // the job, its /proc entry is already gone, so GPU 5 reads as "holders changed".
+    const after = diagnoseWith(
+      {
+        ...seedS2().host,
+        gpus: gpus({ 5: 40_211 }),
+        apps: [app(CT131_JOB, 5, 40_211)],
+        procs: readings([CT131_JOB.pid], []),
+      },
+      { holders: [], procs: [] },
+    );
+    expect(after.gpus[5]?.kind).toBe('unidentified');
+    const v = verdictOf(s2(), after);
+    expect(v.kind).toBe('recovered');
+    expect(v.nextStep).toBeNull();
+    expect(v.outside.join(' ')).toMatch(/GPU 5: .*outside this incident/);
+  });
+
   it('S3 after tier 1 only, the init still holding GPU 0 → Partially recovered, next step is stopping the container by hand (no kill offered)', () => {
     const afterTier1 = diagnoseWith(
       {

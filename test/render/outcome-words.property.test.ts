@@ -1,0 +1,155 @@
+/**
+ * Issue 23: every sentence agrees with what happened. Random unstick logs, generated from the
+ * event schema (src/incident/unstick-events.ts: steps and their `signalled` events with every
+ * result and refusal cause, the same process refused first and killed later), two incidents on
+ * one host interleaved in time. For each incident's own log, the thread's summary, the history
+ * line and the Markdown export never contradict the events:
+ * - a process under "Not signalled" has no `sent` event; every process with no `sent` event is there;
+ * - each outcome is said in the same words everywhere (re-check refusal ≠ not permitted ≠ gone).
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
+import type { IncidentMeta } from '../../src/incident/events.ts';
+import { summarizeIncident } from '../../src/incident/incident-summary.ts';
+import { OUTCOME_WORDS, signalOutcome } from '../../src/incident/signal-outcome.ts';
+import type { UnstickEvent } from '../../src/incident/unstick-events.ts';
+import { stepsWords } from '../../src/render/history.ts';
+import { richPlain } from '../../src/render/rich.ts';
+import { renderUnstick } from '../../src/render/unstick.ts';
+
+type Signalled = Extract<UnstickEvent, { type: 'signalled' }>;
+
+/** A process: host PID and start time (a reused PID has another); its container PID follows from both, so a line names one process. */
+const proc = fc
+  .record({ hostPid: fc.integer({ min: 1000, max: 1006 }), startTimeTicks: fc.integer({ min: 1, max: 2 }) })
+  .map((p) => ({ ...p, containerPid: (p.hostPid - 1000) * 2 + p.startTimeTicks + 1 }));
+
+const signal = fc.record({
+  p: proc,
+  signal: fc.constantFrom<'TERM' | 'KILL'>('TERM', 'KILL'),
+  result: fc.constantFrom<Signalled['result']>('sent', 'gone', 'skipped'),
+  refusedBy: fc.constantFrom<Signalled['refusedBy'] | 'legacy'>('recheck', 'not_permitted', 'failed', 'legacy'),
+  host: fc.boolean(),
+});
+
+const incidentPlan = fc.array(fc.array(signal, { maxLength: 5 }), { minLength: 1, maxLength: 3 });
+
+type SigSpec = typeof signal extends fc.Arbitrary<infer T> ? T : never;
+/** An event before the log gives it its id and time. */
+type Bare = AnyLoggedEvent extends infer E ? (E extends AnyLoggedEvent ? Omit<E, 'id' | 'at'> : never) : never;
+
+function logOf(id: string, steps: SigSpec[][]): Bare[] {
+  const out: Bare[] = [{ type: 'requested' }];
+  steps.forEach((sigs, i) => {
+    const stepId = `${id}-s${i}`;
+    const host = i > 0;
+    out.push({
+      type: 'step_started',
+      stepId,
+      kind: host ? 'host_kill' : 'container_signal',
+      tier: host ? 2 : 1,
+      machineId: host ? 'kpro5' : 'ct129',
+      explanation: 'x',
+    });
+    if (host)
+      out.push({ type: 'approval_decided', approvalId: `apr_${stepId}`, stepId, decision: 'approved', by: 'U0BOB' });
+    for (const s of sigs)
+      out.push({
+        type: 'signalled',
+        stepId,
+        ...s.p,
+        signal: s.signal,
+        cmdline: `python3 rank${s.p.containerPid}.py`,
+        result: s.result,
+        reason:
+          s.result === 'skipped' && s.refusedBy === 'legacy'
+            ? 'the container may not signal it: EPERM: Operation not permitted'
+            : s.result === 'skipped'
+              ? 'its PID now belongs to a different process'
+              : null,
+        ...(s.result === 'skipped' && s.refusedBy !== 'legacy' ? { refusedBy: s.refusedBy } : {}),
+      });
+    out.push({ type: 'step_finished', stepId, outcome: 'done', durationMs: 1, message: '' });
+  });
+  out.push({ type: 'finished', outcome: 'ok', durationMs: 5 });
+  return out;
+}
+
+const meta = (id: string): IncidentMeta => ({
+  id,
+  kind: 'unstick',
+  requester: 'U0ALICE',
+  channel: 'C0ONCALL01',
+  targets: ['ct129'],
+  text: 'unstick ct129',
+  reason: null,
+  createdAt: '2026-12-01T12:00:00.000Z',
+});
+
+const same = (a: Signalled, b: Signalled): boolean => a.hostPid === b.hostPid && a.startTimeTicks === b.startTimeTicks;
+
+describe('summary and history agree with the events (issue 23)', () => {
+  it('random logs of two interleaved incidents: Not signalled = never sent; outcomes in the same words', () => {
+    fc.assert(
+      fc.property(incidentPlan, incidentPlan, fc.array(fc.boolean(), { maxLength: 80 }), (a, b, order) => {
+        // Interleave the two incidents' appends in time, as two workers on one host would.
+        const la = logOf('inc_a', a);
+        const lb = logOf('inc_b', b);
+        const byIncident: Record<string, AnyLoggedEvent[]> = { inc_a: [], inc_b: [] };
+        let t = 0;
+        let i = 0;
+        let j = 0;
+        const push = (inc: string, e: Bare): void => {
+          t++;
+          byIncident[inc]?.push({
+            ...e,
+            id: `${1000 + t}-0`,
+            at: new Date(Date.UTC(2026, 11, 1, 12, 0, t)).toISOString(),
+          } as AnyLoggedEvent);
+        };
+        for (const pickA of order) {
+          if (pickA && i < la.length) push('inc_a', la[i++] as Bare);
+          else if (j < lb.length) push('inc_b', lb[j++] as Bare);
+        }
+        while (i < la.length) push('inc_a', la[i++] as Bare);
+        while (j < lb.length) push('inc_b', lb[j++] as Bare);
+
+        for (const id of ['inc_a', 'inc_b']) {
+          const events = byIncident[id] ?? [];
+          const sig = events.filter((e): e is Signalled & { id: string } => e.type === 'signalled');
+          const views = renderUnstick(meta(id), events as Parameters<typeof renderUnstick>[1]);
+          const summary = views.find((v) => v.key === 'summary')?.text ?? '';
+          const notPart = summary.split('Not signalled:')[1] ?? '';
+          const sent = sig.filter((e) => e.result === 'sent');
+          for (const e of sig) {
+            const line = `PID ${e.containerPid} (host PID ${e.hostPid})`;
+            const everSent = sent.some((s) => same(s, e));
+            if (everSent) continue;
+            // Never sent: listed under Not signalled, with its outcome's words.
+            expect(notPart).toContain(line);
+          }
+          // Each line under Not signalled names a process no `sent` event names.
+          for (const m of notPart.matchAll(/• PID (\d+) \(host PID (\d+)\)/g)) {
+            const [c, h] = [Number(m[1]), Number(m[2])];
+            expect(sent.some((s) => s.containerPid === c && s.hostPid === h)).toBe(false);
+          }
+          // History: the counts of each outcome, in the shared words.
+          const history = richPlain(stepsWords(summarizeIncident(meta(id), events).steps));
+          const steps = [...new Set(sig.map((e) => e.stepId))];
+          for (const stepId of steps) {
+            const mine = sig.filter((e) => e.stepId === stepId);
+            for (const o of ['gone', 'not_permitted', 'failed', 'refused'] as const) {
+              const n = mine.filter((e) => signalOutcome(e) === o).length;
+              if (n > 0) expect(history).toContain(`${n} ${OUTCOME_WORDS[o]}`);
+            }
+          }
+          if (!sig.some((e) => signalOutcome(e) === 'refused')) expect(history).not.toContain(OUTCOME_WORDS.refused);
+          if (!sig.some((e) => signalOutcome(e) === 'not_permitted'))
+            expect(history).not.toContain(OUTCOME_WORDS.not_permitted);
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
