@@ -20,7 +20,7 @@ export interface StatusWorkerDeps {
 }
 
 /** Up to this many machines in one status job, each container's holders are placed by its host's GPU map. */
-export const ATTRIBUTE_MAX_MACHINES = 8;
+const ATTRIBUTE_MAX_MACHINES = 8;
 
 /** The host's side of a container (GPU map, compute apps in its PID namespace), read on the host. */
 function hostSideOf(machine: Machine, deps: StatusWorkerDeps): SnapshotOptions['hostSide'] {

@@ -59,7 +59,7 @@ export function readableCommand(cmdline: string | null): string | null {
 }
 
 /** `/dev/nvidia<minor>` → minor; the control, UVM and caps nodes are no GPU. */
-export function deviceMinor(device: string): number | null {
+function deviceMinor(device: string): number | null {
   const m = /^\/dev\/nvidia(\d{1,3})$/.exec(device);
   return m?.[1] !== undefined ? Number(m[1]) : null;
 }

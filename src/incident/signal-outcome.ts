@@ -10,7 +10,7 @@ type Signalled = Extract<UnstickEvent, { type: 'signalled' }>;
 export type SignalOutcome = 'sent' | 'gone' | 'not_permitted' | 'failed' | 'refused';
 
 /** Reason prefix the runner writes when the kernel refused a container-side signal (EPERM). */
-export const NOT_PERMITTED_PREFIX = 'the container may not signal it';
+const NOT_PERMITTED_PREFIX = 'the container may not signal it';
 
 export function signalOutcome(e: Pick<Signalled, 'result' | 'reason' | 'refusedBy'>): SignalOutcome {
   if (e.result === 'sent') return 'sent';
@@ -29,7 +29,7 @@ export const OUTCOME_WORDS: Record<SignalOutcome, string> = {
 };
 
 /** Same process: host PID and start time when both events carry it, else host and container PID. */
-export function sameTarget(
+function sameTarget(
   a: Pick<Signalled, 'hostPid' | 'containerPid' | 'startTimeTicks'>,
   b: Pick<Signalled, 'hostPid' | 'containerPid' | 'startTimeTicks'>,
 ): boolean {

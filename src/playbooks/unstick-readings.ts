@@ -230,7 +230,7 @@ async function readContainer(
  * Host view: its status snapshot (GPUs, compute apps by host PID), the target container's PID
  * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app.
  */
-async function readHost(
+export async function readHost(
   host: Machine,
   hostRoute: Route,
   vmid: number,
