@@ -27,6 +27,16 @@ export const ErrorCode = {
   ApprovalNotFound: 'approval_not_found',
   ConfigInvalid: 'config_invalid',
   Internal: 'internal',
+  /** Unstick stopped because a machine it must read could not be read (the machine's own error is logged beside it). */
+  MachineError: 'machine_error',
+  /** A job whose data names another target than its incident's record. */
+  JobMismatch: 'job_mismatch',
+  /** The host's blast-radius budget of destructive steps is spent for this hour. */
+  BudgetExhausted: 'budget_exhausted',
+  /** A decision job whose plan is not sealed by the worker, or whose seal does not verify. */
+  PlanUnverified: 'plan_unverified',
+  /** An escalation approver clicked before the escalation time. */
+  EscalationNotDue: 'escalation_not_due',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -35,8 +45,13 @@ export class CodedError extends Error {
   readonly code: ErrorCode;
   /** Plain-words detail safe to show in Slack (never secrets). */
   readonly detail: Record<string, string | number | null>;
-  constructor(code: ErrorCode, message: string, detail: Record<string, string | number | null> = {}) {
-    super(message);
+  constructor(
+    code: ErrorCode,
+    message: string,
+    detail: Record<string, string | number | null> = {},
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
     this.name = 'CodedError';
     this.code = code;
     this.detail = detail;
@@ -47,9 +62,9 @@ export function isCodedError(e: unknown): e is CodedError {
   return e instanceof CodedError;
 }
 
-/** Wrap an unknown throw so callers always deal in codes. */
+/** Wrap an unknown throw so callers always deal in codes; the original stays as `cause`. */
 export function asCodedError(e: unknown): CodedError {
   if (e instanceof CodedError) return e;
   const message = e instanceof Error ? e.message : String(e);
-  return new CodedError(ErrorCode.Internal, message);
+  return new CodedError(ErrorCode.Internal, message, {}, { cause: e });
 }

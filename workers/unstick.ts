@@ -421,7 +421,7 @@ class IncidentRun {
     return true;
   }
 
-  async error(code: string, message: string): Promise<void> {
+  async error(code: ErrorCode, message: string): Promise<void> {
     await this.append({ type: 'error', at: this.at(), code, message });
   }
 

@@ -120,7 +120,12 @@ async function watchMachine(machine: Machine, deps: WatchdogDeps): Promise<Machi
         { ramPct: deps.settings.ramPct },
       )
     : {
-        reading: { machineId: machine.id, at: deps.now().getTime(), ok: false as const, code: 'target_unknown' },
+        reading: {
+          machineId: machine.id,
+          at: deps.now().getTime(),
+          ok: false as const,
+          code: 'target_unknown' as const,
+        },
         kernelLog: undefined,
         commands: [],
         gaps: [],

@@ -1,3 +1,5 @@
+import type { ErrorCode } from '../errors.ts';
+
 /**
  * Who may decide a tier-2 approval, and when. Pure: the clock is an argument (ms since epoch),
  * as bolt-js `verifySlackRequest` takes `nowMilliseconds`, so tests pass time in.
@@ -7,13 +9,13 @@ export type ApprovalState = 'pending' | 'approved' | 'denied' | 'expired';
 export type ApprovalDecision = 'approved' | 'denied';
 
 /** The error codes of src/errors.ts a click can be refused with. */
-export type DecideRefusalCode =
-  | 'self_approval'
-  | 'not_approver'
-  | 'escalation_not_due'
-  | 'approval_expired'
-  | 'approval_decided'
-  | 'budget_exhausted';
+export type DecideRefusalCode = (typeof ErrorCode)[
+  | 'SelfApproval'
+  | 'NotApprover'
+  | 'EscalationNotDue'
+  | 'ApprovalExpired'
+  | 'ApprovalDecided'
+  | 'BudgetExhausted'];
 
 export interface ApprovalPolicy {
   /** Slack user IDs (not names) who may approve or deny host-level steps. */

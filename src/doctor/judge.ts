@@ -1,3 +1,4 @@
+import type { ErrorCode } from '../errors.ts';
 import { detectNvidiaError } from '../gpu/parse/detect-nvidia-error.ts';
 import type { ProbeName } from './probes.ts';
 
@@ -10,7 +11,7 @@ import type { ProbeName } from './probes.ts';
 /** One probe's result: it ran (any exit), or it could not run (SSH refused, unreachable, ...). */
 export type ProbeRun =
   | { ran: true; code: number | null; signal: string | null; stdout: string; stderr: string; timedOut: boolean }
-  | { ran: false; code: string; message: string };
+  | { ran: false; code: ErrorCode; message: string };
 
 export interface Login {
   via: 'ssh' | 'pct';

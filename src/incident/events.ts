@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Finding } from '../doctor/judge.ts';
+import type { ErrorCode } from '../errors.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 
 /** `alert`: one watchdog alert episode (src/watchdog/alert-events.ts), rendered as one message edited in place. */
@@ -39,11 +40,18 @@ export type IncidentEvent =
       snapshot: MachineSnapshot;
       commands: CommandRecord[];
     }
-  | { type: 'machine_error'; at: string; machineId: string; code: string; message: string; commands: CommandRecord[] }
+  | {
+      type: 'machine_error';
+      at: string;
+      machineId: string;
+      code: ErrorCode;
+      message: string;
+      commands: CommandRecord[];
+    }
   | { type: 'finished'; at: string; outcome: 'ok' | 'partial' | 'failed'; durationMs: number }
   /** `/gpu doctor`'s result: every finding on the machines it was asked about (see src/doctor/). */
   | { type: 'doctor_report'; at: string; machines: string[]; findings: Finding[]; failed: number; warned: number }
-  | { type: 'error'; at: string; code: string; message: string };
+  | { type: 'error'; at: string; code: ErrorCode; message: string };
 
 /** An event as read back from the log, with its stream id (ordered, unique). */
 export type LoggedEvent = IncidentEvent & { id: string };

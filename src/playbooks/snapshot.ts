@@ -42,7 +42,7 @@ export interface SnapshotOptions {
 
 export type SnapshotOutcome =
   | { ok: true; snapshot: MachineSnapshot; commands: CommandRecord[] }
-  | { ok: false; code: string; message: string; commands: CommandRecord[] };
+  | { ok: false; code: ErrorCode; message: string; commands: CommandRecord[] };
 
 export function recordOf(r: ExecResult): CommandRecord {
   return {

@@ -34,7 +34,7 @@ export type ReadOutcome<T> =
   | {
       ok: false;
       machineId: string;
-      code: string;
+      code: ErrorCode;
       message: string;
       commands: CommandRecord[];
       snapshot: MachineSnapshot | null;

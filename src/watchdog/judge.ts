@@ -23,6 +23,7 @@
  * `unreachable`). Sentences hold numbers, PIDs, GPU indexes and our own words, never machine text.
  * The watchdog never signals or resets anything: it only judges.
  */
+import type { ErrorCode } from '../errors.ts';
 import { HOST_RAM_CAUSES, snapshotRootCauses } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { KernelLogCursor } from './kernel-log.ts';
@@ -66,7 +67,7 @@ export type MachineReading =
       /** Each GPU's `gpu_recovery_action`, where the driver reports it. */
       recoveryActions?: ReadonlyArray<{ gpu: number; uuid: string | null; action: string }>;
     }
-  | { machineId: string; at: number; ok: false; code: string };
+  | { machineId: string; at: number; ok: false; code: ErrorCode };
 
 export interface Alert {
   key: string;

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { parseCommandText } from '../../commands/parse-text.ts';
 import { refusalText } from '../../commands/approval-actions.ts';
 import type { Approval } from '../../src/approval/approval-store.ts';
+import type { ErrorCode } from '../../src/errors.ts';
 import type { Diagnosis } from '../../src/gpu/diagnose.ts';
 import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import type { Verdict } from '../../src/gpu/verdict.ts';
@@ -314,7 +315,8 @@ function statusEvents(h: Hostile, machines: string[]): LoggedEvent[] {
         type: 'machine_error',
         at: AT,
         machineId: m,
-        code: i === 1 ? 'connect_failed' : 'weird_code',
+        // 'weird_code' is outside the list, as a log read back from Redis may hold: it is shown as text too.
+        code: i === 1 ? 'connect_failed' : ('weird_code' as ErrorCode),
         message: h.detail,
         commands: [],
         id: `2-${i}`,
