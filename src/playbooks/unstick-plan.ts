@@ -144,13 +144,13 @@ export const DEFAULT_POLL_INTERVAL_MS = 3_000;
 export const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
 
 /** The most GPUs one host-level reset step names: the most a Proxmox host carries (8 is common, 16 on the largest boards). */
-export const MAX_RESET_GPUS = 16;
+const MAX_RESET_GPUS = 16;
 
 /** Sequential commands one read of both views runs at most (status batch, holders' command lines, lxc-info, init, /proc, pct config). */
 const READ_COMMANDS = 6;
 
 /** What the longest step is made of: the worker's settings (GPU_MEDIC_TERM_GRACE_SEC, …) and its SSH timeouts. */
-export interface StepTiming {
+interface StepTiming {
   graceMs: number;
   releaseTimeoutMs: number;
   pollIntervalMs: number;
