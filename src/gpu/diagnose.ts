@@ -22,6 +22,8 @@ import { joinRich, richPlain, say, type Part, type Rich } from '../render/rich.t
  *   target still use: a reset would kill them (and the driver refuses it), so none is offered.
  * - `held_outside`: only processes of other containers or of the host hold it: never touched.
  * - `unidentified`: the only holders exited or could not be read while we looked: look again.
+ * - `held_by_zombie`: its only holders in the target are zombies (state Z): they have exited, no
+ *   signal can free their memory, and their parent reaping them does. Nothing is offered.
  */
 export type DiagnosisKind =
   | 'idle'
@@ -31,11 +33,12 @@ export type DiagnosisKind =
   | 'leak_beside_holders'
   | 'gpu_error'
   | 'held_outside'
-  | 'unidentified';
+  | 'unidentified'
+  | 'held_by_zombie';
 
 export interface DiagnosedHolder extends GpuHolder {
-  /** Who can stop it: the container itself, or only the host. */
-  reach: 'container' | 'host';
+  /** Who can stop it: the container itself, only the host, or nobody (a zombie: already exited; its parent must reap it). */
+  reach: 'container' | 'host' | 'none';
   /** Why only the host can stop it (null when the container can). */
   hostOnlyWhy: string | null;
 }
@@ -123,6 +126,7 @@ const fmt = (n: number): string => n.toLocaleString('en-US');
 const mib = (n: number | null): string => (n === null ? '? MiB' : `${fmt(n)} MiB`);
 
 function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'reach' | 'hostOnlyWhy'> {
+  if (h.process.state === 'Z') return { reach: 'none', hostOnlyWhy: null };
   if (h.isContainerInit)
     return {
       reach: 'host',
@@ -154,6 +158,20 @@ function containerCan(hs: readonly DiagnosedHolder[], input: DiagnoseInput): str
 
 function who(p: ProcessIdentity): Part[] {
   return say`PID ${p.containerPid} (host PID ${p.hostPid}) \`${p.cmdline.slice(0, 80)}\``;
+}
+
+/**
+ * A zombie holder in plain words: it has exited, its memory is freed when its parent reaps it,
+ * and the parent (host PID, command line, container) is what a person can act on. gpu-medic
+ * signals only GPU holders, so it signals neither.
+ */
+export function zombieWords(h: Pick<GpuHolder, 'process' | 'zombieParent'>, target: string): Part[] {
+  const p = h.zombieParent;
+  const parent =
+    p !== undefined && p.hostPid !== null
+      ? say`its parent (host PID ${p.hostPid} \`${(p.cmdline ?? '?').slice(0, 80)}\`, in ${target})`
+      : say`its parent in ${target} (not read: the container's init, or a process this login may not read)`;
+  return say`${who(h.process)} is a zombie (state Z): it has exited, and the driver charges its memory to it until ${parent} reaps it or ends. No signal to the zombie frees it, and gpu-medic signals only GPU holders, so it signals neither. Whoever owns that parent can make it reap its child (wait for it) or end it; the memory is freed then.`;
 }
 
 function plural(n: number, one: string, many: string): string {
@@ -189,6 +207,17 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
     d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB
       ? say` Another ${mib(d.unaccountedMiB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
       : '';
+  const zombies = distinct(d.holders.filter((h) => h.reach === 'none'));
+  const zNote =
+    zombies.length > 0 && d.kind !== 'held_by_zombie'
+      ? [
+          ' ',
+          ...joinRich(
+            zombies.map((h) => zombieWords(h, input.target)),
+            ' ',
+          ),
+        ]
+      : '';
   const dNote = d.holders.some((h) => h.process.state === 'D')
     ? ' A holder is in uninterruptible sleep (D): a kill takes effect when it wakes, and memory can take tens of seconds to come back.'
     : '';
@@ -204,7 +233,7 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
       return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(
         hs.map((h) => who(h.process)),
         ', ',
-      )}. ${containerCan(hs, input)}${dNote}${leakNote}${outsideNote}`;
+      )}. ${containerCan(hs, input)}${zNote}${dNote}${leakNote}${outsideNote}`;
     }
     case 'held_host_only': {
       const hs = distinct(d.holders);
@@ -223,8 +252,13 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
               ', ',
             )}: ${containerCan(ct, input)}`
           : '';
-      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${dNote}${leakNote}${outsideNote}`;
+      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${zNote}${dNote}${leakNote}${outsideNote}`;
     }
+    case 'held_by_zombie':
+      return say`${gpu}: ${used} held in ${input.target}. ${joinRich(
+        zombies.map((h) => zombieWords(h, input.target)),
+        ' ',
+      )}${leakNote}${outsideNote}`;
     case 'orphaned_memory':
       return say`${gpu}: ${mib(d.unaccountedMiB ?? d.usedMiB)} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
     case 'leak_beside_holders':
@@ -276,7 +310,9 @@ function kindOf(
   unreadable: boolean,
 ): DiagnosisKind {
   if (d.error !== null || unreadable) return 'gpu_error';
-  if (d.holders.length > 0) return d.holders.some((h) => h.reach === 'host') ? 'held_host_only' : 'held_in_container';
+  const live = d.holders.filter((h) => h.reach !== 'none');
+  if (live.length > 0) return live.some((h) => h.reach === 'host') ? 'held_host_only' : 'held_in_container';
+  if (d.holders.length > 0) return 'held_by_zombie';
   if (d.unresolved.length > 0) return 'unidentified';
   const leaked = d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB;
   // A leak beside another container's live job is still a leak, but a reset would end that job
@@ -361,6 +397,7 @@ export function isStuck(d: Pick<GpuDiagnosis, 'kind'>): boolean {
     d.kind === 'orphaned_memory' ||
     d.kind === 'leak_beside_holders' ||
     d.kind === 'gpu_error' ||
-    d.kind === 'unidentified'
+    d.kind === 'unidentified' ||
+    d.kind === 'held_by_zombie'
   );
 }

@@ -77,6 +77,12 @@ export interface GpuHolder {
   isContainerInit: boolean;
   /** The container's own `fuser` listed this container PID on a device node. */
   seenInContainer: boolean;
+  /**
+   * A zombie (state Z) only: its parent, whose reaping frees the memory (no signal to the zombie
+   * can). Host PID and command line from the host's reading (null: not read, e.g. the parent is
+   * the container's init or PID 1, where the reading's walk stops).
+   */
+  zombieParent?: { hostPid: number | null; cmdline: string | null };
 }
 
 /** A compute app whose host PID could not be identified (exited while we read, or /proc unreadable). */
@@ -174,12 +180,16 @@ export function buildHolders(host: HostReadings, container: ContainerReadings): 
       ct.stat.startTimeTicks === id.startTimeTicks &&
       (ct.pidNs === null || ct.pidNs === id.pidNs);
     const process: ProcessIdentity = ctSame && ct.uid !== null ? { ...id, uid: ct.uid } : id;
+    const parent = reading.parents?.[0];
     holders.push({
       ...where,
       process,
       inTarget,
       isContainerInit: inTarget && id.containerPid === 1,
       seenInContainer: inTarget && fuserPids.has(id.containerPid) && (ct === undefined || ctSame),
+      ...(id.state === 'Z'
+        ? { zombieParent: { hostPid: parent?.pid ?? null, cmdline: parent ? parent.cmdline : null } }
+        : {}),
     });
   }
 

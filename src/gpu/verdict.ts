@@ -1,4 +1,4 @@
-import { accountOf, isStuck, type Diagnosis, type DiagnosisKind, type GpuDiagnosis } from './diagnose.ts';
+import { accountOf, isStuck, zombieWords, type Diagnosis, type DiagnosisKind, type GpuDiagnosis } from './diagnose.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import { errorAdvice } from './error-advice.ts';
 import type { NvidiaError } from './types.ts';
@@ -218,6 +218,12 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
       return errorNext(g, g.error, d);
     case 'unidentified':
       return say`${gpu}: holders changed while we looked; run \`/gpu status ${d.target}\` and try again.`;
+    case 'held_by_zombie':
+      // A kill cannot free it, so no card is offered: the advice is who can (its parent), never "reboot".
+      return say`${gpu}: ${joinRich(
+        g.holders.map((h) => zombieWords(h, d.target)),
+        ' ',
+      )} Then \`/gpu status ${d.target}\` shows it free.`;
     case 'idle':
     case 'held_outside':
       return [];

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { Diagnosis, DiagnosedHolder, GpuDiagnosis } from '../gpu/diagnose.ts';
+import { zombieWords, type Diagnosis, type DiagnosedHolder, type GpuDiagnosis } from '../gpu/diagnose.ts';
+import { richPlain } from '../render/rich.ts';
 import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
@@ -149,7 +150,7 @@ const MAX_RESET_GPUS = 16;
 const READ_COMMANDS = 6;
 
 /** What the longest step is made of: the worker's settings (GPU_MEDIC_TERM_GRACE_SEC, …) and its SSH timeouts. */
-export interface StepTiming {
+interface StepTiming {
   graceMs: number;
   releaseTimeoutMs: number;
   pollIntervalMs: number;
@@ -453,7 +454,12 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
 
   const leftAlone: string[] = [];
   for (const g of d.gpus) {
-    if (g.outside.length > 0 || g.kind === 'gpu_error' || g.kind === 'unidentified') leftAlone.push(g.sentence);
+    if (g.outside.length > 0 || g.kind === 'gpu_error' || g.kind === 'unidentified' || g.kind === 'held_by_zombie')
+      leftAlone.push(g.sentence);
+    // A zombie beside live holders: never a target (no signal frees it), said with its parent.
+    else if (g.holders.some((h) => h.reach === 'none'))
+      for (const h of g.holders.filter((x) => x.reach === 'none'))
+        leftAlone.push(`GPU ${g.index ?? '?'}: ${richPlain(zombieWords(h, d.target))}`);
     else if (g.kind === 'orphaned_memory' && (g.hostIndex === null || g.uuid === null || !GPU_UUID.test(g.uuid)))
       leftAlone.push(
         `GPU ${g.index ?? '?'}: no matching host GPU with a UUID was found, so no reset can be offered. ${g.sentence}`,

@@ -105,7 +105,7 @@ const CASES: Array<{ ct: string; side: SignalSide; method: string }> = [
 
 describe('a holder named with `) ` or with bytes that are not UTF-8 is signalled', () => {
   for (const c of CASES)
-    it(`${c.method} on the ${c.side} side (${c.ct}): both holders of one batch get SIGTERM, answered in order`, async () => {
+    it(`${c.method} on the ${c.side} side (${c.ct}): each of three holders of one batch (named "trainer) v2", not UTF-8, plain) gets SIGTERM, answered in order`, async () => {
       const odd = await rig.fleet.spawnHolder(c.ct, { gpus: [{ index: 0, mib: 1_000 }], comm: PAREN });
       const bad = await rig.fleet.spawnHolder(c.ct, { gpus: [{ index: 1, mib: 1_000 }], comm: NOT_UTF8 });
       const plain = await rig.fleet.spawnHolder(c.ct, { gpus: [{ index: 2, mib: 1_000 }] });
@@ -123,19 +123,26 @@ describe('a holder named with `) ` or with bytes that are not UTF-8 is signalled
 });
 
 describe('tier 1 through the worker', () => {
-  it('a holder named `trainer) v2` is stopped from inside the container, not refused as "PID reused"', async () => {
+  it('holders named `trainer) v2` and with a name that is not UTF-8 are stopped from inside the container, not refused as "PID reused"', async () => {
     const h = await rig.fleet.spawnHolder('ct129', {
       gpus: [{ index: 3, mib: 20_000 }],
       title: 'python3 trainer.py --v2',
       comm: PAREN,
     });
+    const b = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 4, mib: 20_000 }],
+      title: 'python3 rank.py',
+      comm: NOT_UTF8,
+    });
     const incidentId = await rig.newIncident('ct129');
     await runUnstickJob({ kind: 'unstick', incidentId, machineId: 'ct129' }, rig.deps());
     const events = await rig.events(incidentId);
-    const sig = ofType(events, 'signalled').filter((e) => e.hostPid === h.hostPid);
-    expect(sig.map((e) => [e.signal, e.result])).toEqual([['TERM', 'sent']]);
+    for (const p of [h, b]) {
+      const sig = ofType(events, 'signalled').filter((e) => e.hostPid === p.hostPid);
+      expect(sig.map((e) => [e.signal, e.result])).toEqual([['TERM', 'sent']]);
+      expect(termsOf(p)).toBe(1);
+    }
     expect(ofType(events, 'verdict')[0]?.verdict.kind).toBe('recovered');
     expect(JSON.stringify(events)).not.toMatch(/PID reused/);
-    expect(termsOf(h)).toBe(1);
   });
 });

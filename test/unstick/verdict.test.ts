@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { verdictOf } from '../../src/gpu/verdict.ts';
-import { CT129_INIT, CT131_JOB, app, gpus, readings, seedS2 } from './seed-fleet.ts';
+import { CT129_INIT, CT129_SERVER, CT131_JOB, app, gpus, readings, seedS2 } from './seed-fleet.ts';
+import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
 import { allClean, diagnoseWith, s2, s3, s5 } from './scenarios.ts';
 
 describe('verdictOf', () => {
@@ -76,5 +77,46 @@ describe('verdictOf', () => {
     const after = { ...allClean(), gpus: allClean().gpus.filter((g) => g.index !== 2) };
     const v = verdictOf(s2(), after);
     expect(v.gpus.find((g) => g.index === 2)).toMatchObject({ afterMiB: null, freedMiB: null, recovered: false });
+  });
+});
+
+describe('a zombie holder (issue 19, finding 6)', () => {
+  /** ct129's server after its host-level SIGKILL: a zombie its parent (host PID 811_899) has not reaped, still charged 30,000 MiB. */
+  const zombieAfterKill = () => {
+    const z = { ...CT129_SERVER, state: 'Z', cmdline: [] };
+    const procs = readings([z.pid], [z]).map((r) => ({
+      ...r,
+      parents: [{ pid: 811_899, cmdline: 'python3 /opt/launch.py --serve' }],
+    }));
+    return diagnoseWith({ ...seedS2().host, gpus: gpus({ 3: 30_000 }), apps: [app(z, 3, 30_000)], procs });
+  };
+
+  it('after a host kill that ran: Still stuck, the advice names the parent and never says the kill "ran and still holds"', () => {
+    const after = zombieAfterKill();
+    expect(after.gpus[3]?.kind).toBe('held_by_zombie');
+    const v = verdictOf(after, after, {
+      steps: [
+        {
+          kind: 'host_kill',
+          outcome: 'done',
+          by: null,
+          hostPids: [CT129_SERVER.pid],
+          gpuHostIndexes: [],
+          message: null,
+        },
+      ],
+      approvers: ['U0APPROVE1'],
+      requester: 'U0REQUEST1',
+    });
+    expect(v.kind).toBe('still_stuck');
+    expect(v.nextStep).toMatch(/is a zombie \(state Z\)/);
+    expect(v.nextStep).toContain('host PID 811899 `python3 /opt/launch.py --serve`, in ct129');
+    expect(v.nextStep).not.toMatch(/ran and it still holds|reboot|approved by a second person/);
+  });
+
+  it('is no step target and raises no card: the plan leaves it alone, naming its parent', () => {
+    const plan = planUnstick(zombieAfterKill(), { incidentId: 'inc_z', vmid: 129 });
+    expect(plan.steps).toEqual([]);
+    expect(plan.leftAlone.join(' ')).toMatch(/zombie.*host PID 811899/);
   });
 });

@@ -47,13 +47,7 @@ const SIGNAL_GRAMMAR = {
 } as const;
 
 /** What the checks refuse a PID for; `no_pidfd` is no word of the script: its PIDs were never tried. */
-export type SkipReason =
-  | 'pid_reused'
-  | 'not_holding'
-  | 'wrong_namespace'
-  | 'container_init'
-  | 'unreadable'
-  | 'no_pidfd';
+type SkipReason = 'pid_reused' | 'not_holding' | 'wrong_namespace' | 'container_init' | 'unreadable' | 'no_pidfd';
 
 type Word =
   | { result: 'sent' | 'gone'; text: string }
