@@ -79,6 +79,7 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
     now: deps.now().getTime(),
     liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])],
     liveEscalation: deps.policy.escalationApprovers ?? [],
+    channel: click.channel ?? '',
   });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
   const enqueue = () =>

@@ -76,6 +76,11 @@ export type UnstickEvent =
       approvers?: string[];
       /** The escalation group frozen into the approval and when they may decide too; absent: none. */
       escalation?: { approvers: string[]; at: string };
+      /**
+       * The plan as the worker signed it (src/playbooks/plan-seal.ts): the bot checks the signature
+       * and draws the card from it alone (src/approval/card-plans.ts). Absent in older logs.
+       */
+      seal?: { body: string; sig: string };
     }
   | {
       type: 'approval_decided';

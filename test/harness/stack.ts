@@ -23,6 +23,8 @@ import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake
 import { startSlackWithSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 import { startWorkerChild, type WorkerChild } from './worker-child.ts';
+import { newKeyPair } from '../../src/auth/keys.ts';
+import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -42,6 +44,8 @@ export interface Stack {
   /** The bot's /slack/events (its port changes when the bot restarts). */
   readonly eventsUrl: string;
   signingSecret: string;
+  /** Signs as this stack's bot does (its key file, generated for this stack): for tests that build their own command deps. */
+  signer: BotSigner;
   prefix: string;
   redis: Redis;
   /** With `metrics: true`: the registry bot and workers count into, and its endpoint (`GET /metrics`). */
@@ -120,7 +124,21 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
   o.tweakInventory?.(inventory);
+  // Issue 19: the bot's and the worker's signing keys, new for this stack, as files (docs/security.md).
+  const keyFiles = (['bot', 'worker'] as const).map((role) => {
+    const pair = newKeyPair();
+    const priv = join(tmpdir(), `gpu-medic-${prefix}-${role}.key.pem`);
+    const pub = join(tmpdir(), `gpu-medic-${prefix}-${role}.pub.pem`);
+    writeFileSync(priv, pair.privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+    writeFileSync(pub, pair.publicKey.export({ type: 'spki', format: 'pem' }));
+    return { role, pair, priv, pub };
+  });
+  const [botKey, workerKey] = keyFiles as [(typeof keyFiles)[number], (typeof keyFiles)[number]];
   const source: Record<string, string> = {
+    GPU_MEDIC_BOT_KEY_FILE: botKey.priv,
+    GPU_MEDIC_BOT_PUBLIC_KEY_FILES: botKey.pub,
+    GPU_MEDIC_WORKER_KEY_FILE: workerKey.priv,
+    GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: workerKey.pub,
     GPU_MEDIC_MODE: socket ? 'socket' : 'http',
     ...(socket ? { SLACK_APP_TOKEN: socket.appToken } : {}),
     SLACK_BOT_TOKEN: slack.botToken,
@@ -165,7 +183,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       GPU_MEDIC_INVENTORY: inventoryPath,
       GPU_MEDIC_HEALTH_FILE: healthPath,
       LOG_LEVEL: 'info',
-    }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$/.test(k)),
+    }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$|^GPU_MEDIC_BOT_KEY_FILE$/.test(k)),
   );
   // Its pino lines join the captured ones whole (a chunk may end mid-line).
   const startChild = (): Promise<WorkerChild> => {
@@ -241,6 +259,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       return eventsUrl();
     },
     signingSecret,
+    signer: botSigner(botKey.pair.privateKey, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000),
     prefix,
     redis,
     metrics,
@@ -322,6 +341,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       if (workersUp) await workers.close(true).catch(() => undefined);
       if (workersUp) await workerChild?.stop().catch(() => undefined);
       rmSync(inventoryPath, { force: true });
+      for (const k of keyFiles) for (const f of [k.priv, k.pub]) rmSync(f, { force: true });
       rmSync(healthPath, { force: true });
       await metricsServer?.close().catch(() => undefined);
       await slack.close().catch(() => undefined);
