@@ -9,7 +9,7 @@ import { stepCommands } from '../playbooks/unstick-plan.ts';
  * commands rebuilt from the templates, expiry, approvers, host, vmid), and its `planHash` by the
  * plan's digest (the card's buttons carry it, the bot's signed decision covers it). A card whose
  * plan is missing, does not verify with the workers' public keys, or is for another approval is
- * not drawn: an `error` event in its place says so, with no buttons. Pure.
+ * not drawn: it says so under the same card, with no buttons (`unverified`). Pure.
  */
 export const UNVERIFIED_CARD =
   'An approval card was not shown: its plan does not carry a valid worker signature (the incident record was altered, or the worker keys do not match GPU_MEDIC_WORKER_PUBLIC_KEY_FILES). Nothing from it can be approved or will run; run `/gpu unstick` again once this is fixed.';
@@ -24,7 +24,11 @@ export function cardsFromSignedPlans(
     const seal = e.seal ? { body: e.seal.body, sig: e.seal.sig, mac: '' } : null;
     const opened = openSeal(seal, workerPublicKeys);
     if (!opened.ok || seal === null || opened.sealed.approvalId !== e.approvalId)
-      return { id: e.id, type: 'error', at: e.at, code: 'plan_unverified', message: UNVERIFIED_CARD };
+      return {
+        ...e,
+        step: { ...e.step, targets: [], gpus: [], commands: [], explanation: '' },
+        unverified: UNVERIFIED_CARD,
+      };
     const s = opened.sealed;
     const { escalation: _unsigned, ...rest } = e;
     return {

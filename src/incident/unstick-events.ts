@@ -81,6 +81,8 @@ export type UnstickEvent =
        * and draws the card from it alone (src/approval/card-plans.ts). Absent in older logs.
        */
       seal?: { body: string; sig: string };
+      /** Set by the bot only (src/approval/card-plans.ts): why the card's plan was not verified; nothing of it is shown. */
+      unverified?: string;
     }
   | {
       type: 'approval_decided';

@@ -23,7 +23,7 @@ import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake
 import { startSlackWithSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 import { startWorkerChild, type WorkerChild } from './worker-child.ts';
-import { newKeyPair } from '../../src/auth/keys.ts';
+import { writeTestKeys } from './keys.ts';
 import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -125,20 +125,10 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const inventory = v.inventory;
   o.tweakInventory?.(inventory);
   // Issue 19: the bot's and the worker's signing keys, new for this stack, as files (docs/security.md).
-  const keyFiles = (['bot', 'worker'] as const).map((role) => {
-    const pair = newKeyPair();
-    const priv = join(tmpdir(), `gpu-medic-${prefix}-${role}.key.pem`);
-    const pub = join(tmpdir(), `gpu-medic-${prefix}-${role}.pub.pem`);
-    writeFileSync(priv, pair.privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
-    writeFileSync(pub, pair.publicKey.export({ type: 'spki', format: 'pem' }));
-    return { role, pair, priv, pub };
-  });
-  const [botKey, workerKey] = keyFiles as [(typeof keyFiles)[number], (typeof keyFiles)[number]];
+  const keys = writeTestKeys(tmpdir(), prefix);
   const source: Record<string, string> = {
-    GPU_MEDIC_BOT_KEY_FILE: botKey.priv,
-    GPU_MEDIC_BOT_PUBLIC_KEY_FILES: botKey.pub,
-    GPU_MEDIC_WORKER_KEY_FILE: workerKey.priv,
-    GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: workerKey.pub,
+    ...keys.botEnv,
+    ...keys.workerEnv,
     GPU_MEDIC_MODE: socket ? 'socket' : 'http',
     ...(socket ? { SLACK_APP_TOKEN: socket.appToken } : {}),
     SLACK_BOT_TOKEN: slack.botToken,
@@ -259,7 +249,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       return eventsUrl();
     },
     signingSecret,
-    signer: botSigner(botKey.pair.privateKey, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000),
+    signer: botSigner(keys.bot.privateKey, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000),
     prefix,
     redis,
     metrics,
@@ -341,7 +331,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       if (workersUp) await workers.close(true).catch(() => undefined);
       if (workersUp) await workerChild?.stop().catch(() => undefined);
       rmSync(inventoryPath, { force: true });
-      for (const k of keyFiles) for (const f of [k.priv, k.pub]) rmSync(f, { force: true });
+      for (const f of keys.files) rmSync(f, { force: true });
       rmSync(healthPath, { force: true });
       await metricsServer?.close().catch(() => undefined);
       await slack.close().catch(() => undefined);
