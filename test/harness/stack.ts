@@ -46,6 +46,8 @@ export interface Stack {
   signingSecret: string;
   /** Signs as this stack's bot does (its key file, generated for this stack): for tests that build their own command deps. */
   signer: BotSigner;
+  /** The key settings a worker process of this stack needs (its signing key, the bot's public key), for tests that start their own. */
+  workerKeyEnv: Record<string, string>;
   prefix: string;
   redis: Redis;
   /** With `metrics: true`: the registry bot and workers count into, and its endpoint (`GET /metrics`). */
@@ -250,6 +252,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     },
     signingSecret,
     signer: botSigner(keys.bot.privateKey, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000),
+    workerKeyEnv: keys.workerEnv,
     prefix,
     redis,
     metrics,
