@@ -389,3 +389,34 @@ describe('finding 9: an approval has an age limit', () => {
     await done(holder);
   }, 60_000);
 });
+
+describe('key rotation: pending cards survive it', () => {
+  it('a card signed with the previous worker key, approved with the previous bot key, runs once on a worker that moved to new keys and still lists the previous ones', async () => {
+    const { id, holder, approvalId } = await hostCard('ct131', 3);
+    await rig.approvals.decide(approvalId, { user: APPROVER, decision: 'approved', now: Date.now() });
+    // Both keys rotated while the card was pending: the worker signs with a new key and accepts the previous ones.
+    const newWorker = newKeyPair();
+    const newBot = newKeyPair();
+    const rotated = hostDeps({
+      keys: {
+        signing: newWorker.privateKey,
+        workerPublic: [newWorker.publicKey, rig.workerKeys.publicKey],
+        botPublic: [newBot.publicKey, rig.botKeys.publicKey],
+      },
+    });
+    await runDecisionJob({ kind: 'decision', incidentId: id, approvalId }, rotated);
+    expect(signalsOf(holder)).toEqual(['SIGKILL']);
+    // Once the overlap is over (previous keys dropped), a card of the old keys is refused.
+    const b = await hostCard('ct129', 3);
+    await rig.approvals.decide(b.approvalId, { user: APPROVER, decision: 'approved', now: Date.now() });
+    await runDecisionJob(
+      { kind: 'decision', incidentId: b.id, approvalId: b.approvalId },
+      hostDeps({
+        keys: { signing: newWorker.privateKey, workerPublic: [newWorker.publicKey], botPublic: [newBot.publicKey] },
+      }),
+    );
+    expect(signalsOf(b.holder)).toEqual([]);
+    expect(errors(await rig.events(b.id))).toContain('plan_unverified');
+    await done(b.holder);
+  }, 90_000);
+});
