@@ -6,9 +6,12 @@ import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/render/unstick.ts';
 import { decisionJobId } from '../src/queue/jobs.ts';
 import type { CommandDeps } from './deps.ts';
 import { mention } from '../src/render/escape.ts';
+import { planDigest } from '../src/playbooks/plan-seal.ts';
 
 export interface Click {
   approvalId: string;
+  /** The plan digest the card's button carried (src/render/unstick.ts approvalButtonValue); null: none. */
+  planDigest?: string | null;
   decision: 'approved' | 'denied';
   user: string;
   channel: string | null;
@@ -72,6 +75,10 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
   const card = refs.get(`approval:${approval.id}`);
   if (!meta || click.channel !== meta.channel || !card || click.messageTs !== card.ts)
     return refuse('wrong_card', approval);
+  // The card showed another plan than the one on record (a rewritten card): nothing is decided.
+  const digest = click.planDigest ?? null;
+  if (digest !== null && (approval.seal === null || planDigest(approval.seal) !== digest))
+    return refuse('wrong_card', approval);
   // Checked against the live configuration as well as the card's frozen list, in the same atomic step.
   const r = await deps.approvals.decide(approval.id, {
     user: click.user,
@@ -79,6 +86,8 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
     now: deps.now().getTime(),
     liveApprovers: [...deps.policy.approvers, ...(deps.policy.admins ?? [])],
     liveEscalation: deps.policy.escalationApprovers ?? [],
+    channel: click.channel ?? '',
+    ...(digest !== null ? { planDigest: digest } : {}),
   });
   const site = findMachine(deps.inventory, meta.targets[0] ?? '')?.site ?? 'default';
   const enqueue = () =>
@@ -129,9 +138,11 @@ export function registerApprovalActions(app: App, deps: CommandDeps): void {
         await ack();
         let text: string;
         try {
+          const [approvalId = '', digest] = String(action.value ?? '').split('.');
           text = await handleApprovalClick(
             {
-              approvalId: String(action.value ?? ''),
+              approvalId,
+              planDigest: digest ?? null,
               decision,
               user: body.user.id,
               channel: body.channel?.id ?? body.container?.channel_id ?? null,

@@ -1,4 +1,5 @@
 import type { ApprovalStore } from '../src/approval/approval-store.ts';
+import type { BotSigner } from '../src/auth/signed-jobs.ts';
 import type { AccessPolicy } from '../src/approval/policy.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
@@ -23,6 +24,8 @@ export interface CommandDeps {
   alertsChannel: string | null;
   /** Snoozes written by the alerts' Snooze buttons, read by the watchdog. */
   snoozes: SnoozeStore;
+  /** Signs every unstick request (slash command or alert click) with the bot's key: a worker acts on nothing else. */
+  signer: BotSigner;
 }
 
 export interface SlashInput {

@@ -73,7 +73,12 @@ export async function startUnstick(
     createdAt: now,
   };
   try {
-    await deps.log.create(meta);
+    // Who asked, for which target, where and when, signed: tier 1 runs on this alone (issue 19).
+    const request = deps.signer.request(
+      { incidentId: id, target: m.id, requester: input.userId, channel: input.channelId },
+      Date.parse(now),
+    );
+    await deps.log.create(meta, request);
     await deps.log.append(id, { type: 'requested', at: now });
     await deps.dispatcher.enqueue(m.site, { kind: 'unstick', incidentId: id, machineId: m.id }, `${id}-unstick`);
   } catch (e) {

@@ -20,6 +20,8 @@ import { Outbox } from './slack/outbox.ts';
 import { HomePublisher, registerHome } from './slack/home.ts';
 import { replayGuard } from './slack/replay-guard.ts';
 import { QUEUE_DOWN } from '../commands/status.ts';
+import { botKeysOf } from './auth/keys.ts';
+import { botSigner } from './auth/signed-jobs.ts';
 
 function waitReady(r: Redis, ms: number): Promise<void> {
   if (r.status === 'ready') return Promise.resolve();
@@ -105,6 +107,14 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     }),
   );
   const dispatcher = createDispatcher({ connection: fast, prefix: env.GPU_MEDIC_PREFIX });
+  // The bot's signing key (requests, decisions) and the workers' public keys (cards): docs/security.md.
+  const keys = botKeysOf(env);
+  if (!keys.ok) throw new Error(keys.why);
+  if (!env.GPU_MEDIC_BOT_KEY_FILE || env.GPU_MEDIC_WORKER_PUBLIC_KEY_FILES.length === 0)
+    logger.warn(
+      'GPU_MEDIC_BOT_KEY_FILE or GPU_MEDIC_WORKER_PUBLIC_KEY_FILES is not set: this bot signs and verifies with keys of this process only, so only a worker in this same process (`start`) acts on it; see docs/security.md',
+    );
+  const signer = botSigner(keys.value.signing, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000);
   const metrics = deps.metrics;
   if (metrics) {
     // The Web API client waits out a 429 and sends the call again: that is a retry.
@@ -131,7 +141,8 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     newIncidentId: () => newIncidentId(new Date()),
     logger: logger.child({ component: 'commands' }),
     lock: new TargetLock(fast, env.GPU_MEDIC_PREFIX),
-    approvals: new ApprovalStore(fast, env.GPU_MEDIC_PREFIX),
+    approvals: new ApprovalStore(fast, env.GPU_MEDIC_PREFIX, { signer }),
+    signer,
     lockTtlMs: (env.GPU_MEDIC_APPROVAL_TTL_SEC + 30 * 60) * 1000,
     alertsChannel: env.GPU_MEDIC_ALERTS_CHANNEL ?? null,
     snoozes: new SnoozeStore(fast, env.GPU_MEDIC_PREFIX),
@@ -141,6 +152,10 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     poster: metrics ? observedPoster(slack.poster, metrics) : slack.poster,
     logger: logger.child({ component: 'outbox' }),
     render: { machines: listMachines(inventory) },
+    plans: {
+      workerPublicKeys: keys.value.workerPublic,
+      commandTimeoutMs: inventory.defaults.commandTimeoutSec * 1000,
+    },
   });
   // App Home: the fleet at a glance for whoever opened the Home tab, republished as it changes.
   const home = new HomePublisher({

@@ -37,6 +37,14 @@ export const ErrorCode = {
   PlanUnverified: 'plan_unverified',
   /** An escalation approver clicked before the escalation time. */
   EscalationNotDue: 'escalation_not_due',
+  /** An unstick request without a valid bot signature (forged, altered, or signed with an unknown key). */
+  RequestUnverified: 'request_unverified',
+  /** A signed unstick request that waited past its expiry before a worker took it: nothing ran. */
+  RequestLapsed: 'request_lapsed',
+  /** A decision without a valid bot signature over this card's plan. */
+  DecisionUnverified: 'decision_unverified',
+  /** A decision made after the card's expiry, or one that waited past its own: nothing ran. */
+  ApprovalLapsed: 'approval_lapsed',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

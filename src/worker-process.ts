@@ -5,6 +5,7 @@ import type { Inventory } from './config/inventory.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics/metrics.ts';
 import { createSshExecutor } from './ssh/executor.ts';
+import { workerKeysOf } from './auth/keys.ts';
 
 /** The SSH-holding process: BullMQ workers for this worker's sites. Holds no Slack token. */
 export async function startWorkerProcess(
@@ -17,7 +18,15 @@ export async function startWorkerProcess(
     connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
     logger: logger.child({ component: 'ssh' }),
   });
+  // Checked by `config check` before a role starts; here a failure stops the start with its reason.
+  const keys = workerKeysOf(env);
+  if (!keys.ok) throw new Error(keys.why);
+  if (!env.GPU_MEDIC_WORKER_KEY_FILE || env.GPU_MEDIC_BOT_PUBLIC_KEY_FILES.length === 0)
+    logger.warn(
+      'GPU_MEDIC_WORKER_KEY_FILE or GPU_MEDIC_BOT_PUBLIC_KEY_FILES is not set: this worker signs and verifies with keys of this process only, so it acts only on a bot in this same process (`start`); see docs/security.md',
+    );
   return startWorkers({
+    keys: keys.value,
     redis: env,
     prefix: env.GPU_MEDIC_PREFIX,
     inventory,

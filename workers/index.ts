@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { Queue, Worker, type Job } from 'bullmq';
 import { connectRedis, type RedisSettings } from '../src/redis/connection.ts';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
-import { BlastBudget } from '../src/approval/blast-budget.ts';
+import { BlastBudget, BudgetMemory } from '../src/approval/blast-budget.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { sitesOf } from '../src/config/machines.ts';
 import type { HealthCheck } from '../src/health/heartbeat.ts';
@@ -20,6 +20,8 @@ import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
 import type { WatchSettings } from '../src/watchdog/judge.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { sweepDecisions } from './decision-sweep.ts';
+import { type WorkerKeys, workerKeysOf } from '../src/auth/keys.ts';
+import { NonceLedger, NonceMemory } from '../src/auth/nonce-ledger.ts';
 import { planKeyFor } from './plan-key.ts';
 import { runDoctorJob } from './doctor.ts';
 import { runStatusJob, type StatusWorkerDeps } from './status.ts';
@@ -48,6 +50,11 @@ export interface WorkerGroupOptions {
   now?: () => Date;
   /** Key of the plan seal; default `planKeyFor(workerSecret, inventory)` (workers/plan-key.ts). */
   planKey?: Buffer;
+  /**
+   * The worker's signing key and the public keys it verifies with (src/auth/keys.ts). Default: the
+   * keys of this process only (a bot in this same process, as `start` runs it, matches them).
+   */
+  keys?: WorkerKeys;
   /** Admins: alone may approve a host-level step past the blast-radius budget. Default none. */
   admins?: string[];
   /** Host-level destructive steps allowed per host per hour. Default 3. */
@@ -117,8 +124,11 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     dispatcher,
     approvers: o.approvers ?? [],
     planKey: o.planKey ?? planKeyFor(o.workerSecret, o.inventory, o.logger),
+    keys: o.keys ?? defaultKeys(),
+    // One memory per worker process: what it saw through stays refused here even if Redis forgets.
+    nonces: new NonceLedger(connection, o.prefix, new NonceMemory()),
     admins: o.admins ?? [],
-    budget: new BlastBudget(connection, o.prefix, { limit: o.hostBudgetPerHour ?? 3 }),
+    budget: new BlastBudget(connection, o.prefix, { limit: o.hostBudgetPerHour ?? 3, memory: new BudgetMemory() }),
     approvalTtlMs: o.approvalTtlMs ?? 900_000,
     escalation: { approvers: o.escalationApprovers ?? [], afterMs: o.escalateAfterMs ?? 0 },
     timing: {
@@ -297,6 +307,12 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       connection.disconnect();
     },
   };
+}
+
+function defaultKeys(): WorkerKeys {
+  const k = workerKeysOf({ GPU_MEDIC_BOT_PUBLIC_KEY_FILES: [], GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: [] });
+  if (!k.ok) throw new Error(k.why);
+  return k.value;
 }
 
 /** A job's wait in its queue (beyond any delay it was given on purpose) and its run, by kind and result. */

@@ -13,7 +13,11 @@ import type { IncidentLog } from '../src/incident/log.ts';
 import type { TargetLock } from '../src/incident/target-lock.ts';
 import type { Logger } from '../src/logger.ts';
 import type { StepGuard } from '../src/playbooks/step-guard.ts';
-import { openSeal, sealStep } from '../src/playbooks/plan-seal.ts';
+import { openSeal, planDigest, type SealedStep, sealStep } from '../src/playbooks/plan-seal.ts';
+import type { WorkerKeys } from '../src/auth/keys.ts';
+import type { NonceLedger } from '../src/auth/nonce-ledger.ts';
+import { checkDecision, checkRequest } from '../src/auth/signed-jobs.ts';
+import { checkDecider } from '../src/approval/decider-check.ts';
 import { parsePersistenceMode } from '../src/playbooks/unstick-commands.ts';
 import {
   longestAttemptMs,
@@ -59,6 +63,13 @@ export interface UnstickWorkerDeps {
    * only from a plan sealed with it, its commands rebuilt from the templates.
    */
   planKey: Buffer;
+  /**
+   * Issue 19: the worker's Ed25519 key (it signs the plans it asks approval for) and the public keys
+   * it verifies with: the bot's (requests and decisions), and its own and previous ones (plans).
+   */
+  keys: WorkerKeys;
+  /** Single use of every signed request and decision (Redis and this process's memory). */
+  nonces: NonceLedger;
   /** Slack user IDs who alone may approve a host-level step past the blast-radius budget. */
   admins: string[];
   budget: BlastBudget;
@@ -474,9 +485,23 @@ class IncidentRun {
       over || !this.deps.escalation
         ? null
         : escalationOf({ approvers, escalation: this.deps.escalation }, meta.requester, now, expiresAt);
+    // Signed with the worker's key: who asked, who may decide (and whether only an admin), until when.
     const seal = sealStep(
-      { incidentId: this.incidentId, approvalId: id, container: t.container.id, vmid: t.container.vmid, step },
+      {
+        incidentId: this.incidentId,
+        approvalId: id,
+        requester: meta.requester,
+        createdAt: now,
+        expiresAt,
+        approvers,
+        adminOnly: over,
+        escalation,
+        container: t.container.id,
+        vmid: t.container.vmid,
+        step,
+      },
       this.deps.planKey,
+      this.deps.keys.signing,
     );
     const approval = await this.deps.approvals.create({
       id,
@@ -500,6 +525,7 @@ class IncidentRun {
       step,
       host: t.host.id,
       vmid: t.container.vmid,
+      seal: { body: seal.body, sig: seal.sig },
       approvers: [...approval.approvers],
       ...(approval.escalation
         ? {
@@ -688,7 +714,58 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
     );
     return;
   }
+  // Issue 19: tier 1 acts on the request alone, so it must be the bot's: signed, for this incident
+  // and target, not past its expiry, and used once. What Redis says of the requester is checked against it.
+  const now = deps.now().getTime();
+  const req = checkRequest(
+    await deps.log.request(job.incidentId),
+    deps.keys.botPublic,
+    { incidentId: job.incidentId, target: job.machineId },
+    now,
+  );
+  const mismatch =
+    req.ok && (req.value.requester !== meta.requester || req.value.channel !== meta.channel)
+      ? 'the incident record names another requester or channel than the signed request'
+      : null;
+  if (!req.ok || mismatch !== null) {
+    const why = req.ok ? (mismatch ?? '') : req.why;
+    const lapsed = !req.ok && req.code === 'lapsed';
+    deps.logger
+      .child({ incident: job.incidentId })
+      .warn(
+        { reason: req.ok ? 'mismatch' : req.code, why, event: 'request_refused' },
+        'unstick request refused: nothing run',
+      );
+    await run.error(
+      lapsed ? 'request_lapsed' : 'request_unverified',
+      lapsed
+        ? `This request lapsed: ${why}. Nothing was run. Run \`/gpu unstick ${t.container.id}\` again if the GPUs are still stuck.`
+        : `This request is not one the bot signed (${why}); nothing was run.`,
+    );
+    return run.finish(meta, null);
+  }
+  const take = await deps.nonces.take(req.value.nonce, `${job.incidentId}:request`, req.value.expiresAt, now);
+  if (take === 'replayed') {
+    deps.logger
+      .child({ incident: job.incidentId })
+      .warn({ reason: 'replayed', event: 'request_refused' }, 'a signed request used before: nothing run');
+    return;
+  }
+  try {
+    return await unstickVerified(run, job, deps, meta, t);
+  } finally {
+    deps.nonces.done(req.value.nonce);
+  }
+}
 
+/** The unstick job once its request is the bot's (unstickJob checked it). */
+async function unstickVerified(
+  run: IncidentRun,
+  job: UnstickJob,
+  deps: UnstickWorkerDeps,
+  meta: IncidentMeta,
+  t: Target,
+): Promise<void> {
   const r0 = await run.read(t, 'before');
   if (!r0) {
     await run.error(
@@ -803,50 +880,10 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
     await run.error('internal', `the incident record has no card for this approval (or no target); nothing was run.`);
     return run.finish(meta, null);
   }
-  if (approval.state === 'denied') {
-    // What the container already failed to stop stays host-only in the diagnosis and the advice
-    // (the sealed step's targets: words only, nothing is run from them here).
-    const opened = openSeal(approval.seal, deps.planKey);
-    const hostOnly = hostOnlyOf(opened.ok && opened.sealed !== null ? opened.sealed.step.targets : []);
-    const r = await run.read(t, 'after');
-    const after = r ? await run.diagnose(t, r, 'after', hostOnly) : (latestDiagnosis(events) ?? before);
-    const known = [{ approvalId: approval.id, decision: 'denied' as const, by: approval.decidedBy ?? '?' }];
-    const verdict = run.verdictOf(before, after, meta, await deps.log.events(job.incidentId), known);
-    return run.finish(
-      meta,
-      withNote(verdict, say`Denied by ${user(approval.decidedBy ?? '?')}: nothing from the approval card was run.`),
-    );
-  }
   const stillStuck = (note: Rich) =>
     run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
-  // The decider is checked again, here, against this worker's live list: Redis only says who decided.
-  const by = approval.decidedBy ?? '';
-  const live = [...deps.approvers, ...deps.admins];
-  // The escalation group: frozen into the approval, still on this worker's live list, and decided no earlier than its time.
-  const esc = approval.escalation;
-  const byEscalation =
-    esc?.approvers.includes(by) &&
-    (deps.escalation?.approvers ?? []).includes(by) &&
-    (approval.decidedAt ?? 0) >= esc.at;
-  const byApprover = live.includes(by) && approval.approvers.includes(by);
-  const refusal =
-    by === meta.requester || by === approval.requester
-      ? 'self_approval'
-      : !byApprover && !byEscalation
-        ? 'not_approver'
-        : null;
-  if (refusal !== null) {
-    await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: refusal });
-    logger.warn(
-      { by, reason: refusal, event: 'approval_refused' },
-      'approved by someone who may not approve it: nothing run',
-    );
-    return stillStuck(
-      say`The approval by ${user(by)} was refused (${refusal === 'self_approval' ? 'the requester cannot approve their own request' : 'not a configured approver'}): nothing from the card was run.`,
-    );
-  }
-  // What runs is what this worker sealed when it asked, rebuilt from its templates; the stream's copy of the step is only the card's text.
-  const opened = openSeal(approval.seal, deps.planKey);
+  // What runs is what this worker signed when it asked, rebuilt from its templates; the stream's copy of the step is only the card's text.
+  const opened = openSeal(approval.seal, deps.keys.workerPublic, deps.planKey);
   const sealed = opened.ok ? opened.sealed : null;
   const why = !opened.ok
     ? opened.why
@@ -860,12 +897,116 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
         sealed.step.machineId !== t.host.id
       ? 'the sealed plan is for another approval, incident or machine'
       : null;
-  if (sealed === null || why !== null) {
+  if (sealed === null || approval.seal === null || why !== null) {
     await run.error('plan_unverified', `${why ?? 'no sealed plan'}; nothing was run. Ask again with \`/gpu unstick\`.`);
     logger.warn({ why }, 'approved step without a valid worker seal: nothing run');
     return stillStuck([
       'The approved step could not be verified as the one this worker planned; nothing from the card was run.',
     ]);
+  }
+  // Issue 19: who decided, what and when is the bot's signed decision naming this plan's digest;
+  // the approval's state and decidedBy in Redis are not believed.
+  const now = deps.now().getTime();
+  const dec = checkDecision(
+    approval.signedDecision,
+    deps.keys.botPublic,
+    { approvalId: approval.id, incidentId: job.incidentId, planDigest: planDigest(approval.seal) },
+    now,
+  );
+  if (!dec.ok) {
+    logger.warn({ reason: dec.code, why: dec.why, event: 'decision_refused' }, 'decision refused: nothing run');
+    if (dec.code === 'lapsed') {
+      await run.error('approval_lapsed', `The approval lapsed: ${dec.why}. Nothing from the card was run.`);
+      return stillStuck(
+        say`The approval lapsed (${dec.why}): nothing from the card was run. Run ${`/gpu unstick ${t.container.id}`} again for a new card if the GPUs are still stuck.`,
+      );
+    }
+    await run.error('decision_unverified', `This decision is not one the bot signed (${dec.why}); nothing was run.`);
+    return stillStuck(['The decision on the card is not one the bot signed: nothing from the card was run.']);
+  }
+  const by = dec.value.decider;
+  // Time is part of the seal: a decision signed after the card's expiry decides nothing.
+  if (dec.value.signedAt >= sealed.expiresAt) {
+    await run.append({
+      type: 'approval_refused',
+      at: run.at(),
+      approvalId: approval.id,
+      by,
+      reason: 'approval_expired',
+    });
+    logger.warn(
+      { by, reason: 'approval_expired', event: 'approval_refused' },
+      'decided after the card expired: nothing run',
+    );
+    return stillStuck(say`The decision by ${user(by)} came after the card expired: nothing from the card was run.`);
+  }
+  const take = await deps.nonces.take(
+    dec.value.nonce,
+    `${job.incidentId}:decision:${approval.id}`,
+    dec.value.expiresAt,
+    now,
+  );
+  if (take === 'replayed') {
+    logger.warn({ by, reason: 'replayed', event: 'decision_refused' }, 'a signed decision used before: nothing run');
+    return;
+  }
+  try {
+    return await decided(run, job, deps, { meta, before, events, t, approval, sealed, by, decision: dec.value });
+  } finally {
+    deps.nonces.done(dec.value.nonce);
+  }
+}
+
+/** A decision the bot signed, on a plan this worker signed (decisionJob checked both). */
+async function decided(
+  run: IncidentRun,
+  job: DecisionJob,
+  deps: UnstickWorkerDeps,
+  d: {
+    meta: IncidentMeta;
+    before: Diagnosis;
+    events: readonly AnyLoggedEvent[];
+    t: Target;
+    approval: Approval;
+    sealed: SealedStep;
+    by: string;
+    decision: { decision: 'approved' | 'denied'; signedAt: number };
+  },
+): Promise<void> {
+  const { meta, before, events, t, approval, sealed, by } = d;
+  const logger = deps.logger.child({ incident: job.incidentId, approvalId: job.approvalId });
+  const stillStuck = (note: Rich) =>
+    run.finish(meta, withNote(run.verdictOf(before, latestDiagnosis(events) ?? before, meta, events), note));
+  if (d.decision.decision === 'denied') {
+    // What the container already failed to stop stays host-only in the diagnosis and the advice
+    // (the sealed step's targets: words only, nothing is run from them here).
+    const hostOnly = hostOnlyOf(sealed.step.targets);
+    const r = await run.read(t, 'after');
+    const after = r ? await run.diagnose(t, r, 'after', hostOnly) : (latestDiagnosis(events) ?? before);
+    const known = [{ approvalId: approval.id, decision: 'denied' as const, by }];
+    const verdict = run.verdictOf(before, after, meta, await deps.log.events(job.incidentId), known);
+    return run.finish(meta, withNote(verdict, say`Denied by ${user(by)}: nothing from the approval card was run.`));
+  }
+  // The decider is checked again, here, against this worker's own live lists and the rules of the
+  // plan it signed (requester, frozen approvers, admin-only past the budget, escalation time).
+  const who = checkDecider(
+    {
+      decider: by,
+      decidedAt: d.decision.signedAt,
+      requesters: [sealed.requester, meta.requester],
+      frozenApprovers: sealed.approvers,
+      adminOnly: sealed.adminOnly,
+      escalation: sealed.escalation,
+    },
+    { approvers: deps.approvers, admins: deps.admins, escalation: deps.escalation?.approvers ?? [] },
+  );
+  if (!who.ok) {
+    await run.append({ type: 'approval_refused', at: run.at(), approvalId: approval.id, by, reason: who.code });
+    logger.warn(
+      { by, reason: who.code, why: who.why, event: 'approval_refused' },
+      'approved by someone who may not approve it: nothing run',
+    );
+    return stillStuck(say`The approval by ${user(by)} was refused (${who.why}): nothing from the card was run.`);
   }
   const step: Step = {
     ...sealed.step,

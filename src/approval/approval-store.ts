@@ -1,6 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
+import type { Envelope } from '../auth/envelope.ts';
+import type { BotSigner } from '../auth/signed-jobs.ts';
+import { planDigest } from '../playbooks/plan-seal.ts';
 import type { ApprovalDecision, ApprovalState, DecideRefusalCode, Escalation } from './approval-policy.ts';
 
 /** A tier-2 step waiting for (or past) a second person's decision. Times are ms since epoch. */
@@ -23,7 +26,12 @@ export interface Approval {
    * The worker's sealed plan (src/playbooks/plan-seal.ts): what a worker acting on this approval
    * rebuilds its commands from, after checking the seal. Null when none was stored.
    */
-  seal: { body: string; mac: string } | null;
+  seal: { body: string; mac: string; sig: string } | null;
+  /**
+   * The bot's signature of the decision (src/auth/signed-jobs.ts): who decided, approve or deny,
+   * which plan digest, when. A worker acts on this, never on `state`/`decidedBy`. Null: none.
+   */
+  signedDecision: Envelope | null;
   /**
    * The escalation group, frozen when the card was posted like `approvers`: they may ALSO decide,
    * from `at` (ms) on, never before. Absent: the card does not escalate.
@@ -34,7 +42,7 @@ export interface Approval {
 export interface CreateApproval {
   /** Chosen by the caller (`ApprovalStore.newId()`) when the seal must name it; default a new one. */
   id?: string;
-  seal?: { body: string; mac: string };
+  seal?: { body: string; mac: string; sig: string };
   incidentId: string;
   stepId: string;
   planHash: string;
@@ -63,6 +71,8 @@ export type ExpireResult =
 export interface ApprovalStoreOptions {
   /** How long an approval record is kept after it expires, for the incident record. Default 7 days. */
   retentionMs?: number;
+  /** The bot's: signs every decision it stores (the worker acts on nothing else). Workers' stores have none. */
+  signer?: BotSigner;
 }
 
 const ID = /^apr_[A-Za-z0-9_-]{22}$/;
@@ -102,6 +112,7 @@ if not allowed then
   if tonumber(ARGV[3]) < tonumber(e['at']) then return 'escalation_not_due' end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decidedBy', ARGV[1], 'decidedAt', ARGV[3])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'decisionBody', ARGV[7], 'decisionSig', ARGV[8]) end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[5])
 return 'ok'
 `;
@@ -131,6 +142,9 @@ const Stored = z.object({
   decidedAt: z.coerce.number().int().optional(),
   sealBody: z.string().optional(),
   sealMac: z.string().optional(),
+  sealSig: z.string().optional(),
+  decisionBody: z.string().optional(),
+  decisionSig: z.string().optional(),
   escalation: z.string().optional(),
 });
 
@@ -149,6 +163,7 @@ const ExpireReason = z.enum(['not_due', 'decided', 'already_expired', 'approval_
 /** Approvals on Redis, one hash per approval, every transition a Lua script. */
 export class ApprovalStore {
   private readonly retentionMs: number;
+  private readonly signer: BotSigner | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -156,6 +171,7 @@ export class ApprovalStore {
     opts: ApprovalStoreOptions = {},
   ) {
     this.retentionMs = opts.retentionMs ?? DEFAULT_RETENTION_MS;
+    this.signer = opts.signer;
   }
 
   private key(id: string): string {
@@ -205,6 +221,7 @@ export class ApprovalStore {
       decidedBy: null,
       decidedAt: null,
       seal: input.seal ?? null,
+      signedDecision: null,
       ...(input.escalation
         ? { escalation: { approvers: [...input.escalation.approvers], at: input.escalation.at } }
         : {}),
@@ -222,7 +239,9 @@ export class ApprovalStore {
         createdAt: String(approval.createdAt),
         expiresAt: String(approval.expiresAt),
         state: approval.state,
-        ...(approval.seal ? { sealBody: approval.seal.body, sealMac: approval.seal.mac } : {}),
+        ...(approval.seal
+          ? { sealBody: approval.seal.body, sealMac: approval.seal.mac, sealSig: approval.seal.sig }
+          : {}),
         ...(approval.escalation ? { escalation: JSON.stringify(approval.escalation) } : {}),
       })
       .pexpireat(key, approval.expiresAt + this.retentionMs)
@@ -244,7 +263,7 @@ export class ApprovalStore {
     }
     const approvers = Approvers.safeParse(list);
     if (!approvers.success) return null;
-    const { sealBody, sealMac, escalation: escRaw, ...rest } = s.data;
+    const { sealBody, sealMac, sealSig, decisionBody, decisionSig, escalation: escRaw, ...rest } = s.data;
     let escalation: z.infer<typeof EscalationJson> | undefined;
     if (escRaw !== undefined) {
       // A record whose escalation cannot be read is refused whole, as one whose approvers cannot.
@@ -262,7 +281,10 @@ export class ApprovalStore {
       approvers: approvers.data,
       decidedBy: s.data.decidedBy ?? null,
       decidedAt: s.data.decidedAt ?? null,
-      seal: sealBody !== undefined && sealMac !== undefined ? { body: sealBody, mac: sealMac } : null,
+      seal:
+        sealBody !== undefined && sealMac !== undefined ? { body: sealBody, mac: sealMac, sig: sealSig ?? '' } : null,
+      signedDecision:
+        decisionBody !== undefined && decisionSig !== undefined ? { body: decisionBody, sig: decisionSig } : null,
     };
   }
 
@@ -281,11 +303,32 @@ export class ApprovalStore {
       now: number;
       liveApprovers?: readonly string[];
       liveEscalation?: readonly string[];
+      /** The plan digest the card showed (its button carries it); default the stored plan's. */
+      planDigest?: string;
+      /** Where the click came from, for the signed record. */
+      channel?: string;
     },
   ): Promise<DecideResult> {
     if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
     const live = d.liveApprovers === undefined ? '' : JSON.stringify([...d.liveApprovers]);
     const liveEsc = d.liveEscalation === undefined ? '' : JSON.stringify([...d.liveEscalation]);
+    // Signed before the transition, stored by it only if it succeeds: the record and its signature are one write.
+    let signed: Envelope | null = null;
+    if (this.signer) {
+      const [incidentId = null, sealBody = null] = await this.redis.hmget(this.key(id), 'incidentId', 'sealBody');
+      if (incidentId !== null)
+        signed = this.signer.decision(
+          {
+            approvalId: id,
+            incidentId,
+            planDigest: d.planDigest ?? (sealBody === null ? '' : planDigest({ body: sealBody })),
+            decision: d.decision,
+            decider: d.user,
+            channel: d.channel ?? '',
+          },
+          d.now,
+        );
+    }
     const res = String(
       await this.redis.eval(
         DECIDE,
@@ -298,6 +341,8 @@ export class ApprovalStore {
         live,
         id,
         liveEsc,
+        signed?.body ?? '',
+        signed?.sig ?? '',
       ),
     );
     const approval = await this.get(id);

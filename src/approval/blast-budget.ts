@@ -9,6 +9,33 @@ import type { Redis } from 'ioredis';
 export interface BudgetOptions {
   limit: number;
   windowMs?: number;
+  /**
+   * This worker process's own count of the steps it took (issue 19): a budget key deleted or
+   * rewound in Redis does not give back what this process spent. Absent: Redis alone.
+   */
+  memory?: BudgetMemory;
+}
+
+/** What one worker process spent, per host: member → when. Never shrinks but by the window. */
+export class BudgetMemory {
+  private readonly spent = new Map<string, Map<string, number>>();
+
+  count(hostId: string, now: number, windowMs: number, except: string): number {
+    const m = this.spent.get(hostId);
+    if (!m) return 0;
+    for (const [k, at] of m) if (at <= now - windowMs) m.delete(k);
+    return [...m.keys()].filter((k) => k !== except).length;
+  }
+
+  has(hostId: string, member: string): boolean {
+    return this.spent.get(hostId)?.has(member) ?? false;
+  }
+
+  add(hostId: string, member: string, now: number): void {
+    const m = this.spent.get(hostId) ?? new Map<string, number>();
+    if (!m.has(member)) m.set(member, now);
+    this.spent.set(hostId, m);
+  }
 }
 
 export type ConsumeResult = 'ok' | 'already' | 'exhausted';
@@ -26,6 +53,7 @@ return 'ok'
 export class BlastBudget {
   readonly limit: number;
   readonly windowMs: number;
+  private readonly memory: BudgetMemory | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -34,6 +62,7 @@ export class BlastBudget {
   ) {
     this.limit = o.limit;
     this.windowMs = o.windowMs ?? 3600_000;
+    this.memory = o.memory;
   }
 
   private key(hostId: string): string {
@@ -42,7 +71,8 @@ export class BlastBudget {
 
   /** Host-level destructive steps on `hostId` in the window ending `now`. */
   async used(hostId: string, now: number): Promise<number> {
-    return this.redis.zcount(this.key(hostId), String(now - this.windowMs + 1), '+inf');
+    const counted = await this.redis.zcount(this.key(hostId), String(now - this.windowMs + 1), '+inf');
+    return Math.max(counted, this.memory?.count(hostId, now, this.windowMs, '') ?? 0);
   }
 
   /** Takes one unit for this step (once per step, however often asked), unless the budget is spent and no admin lifts it. */
@@ -52,6 +82,15 @@ export class BlastBudget {
     now: number,
     lift: boolean,
   ): Promise<ConsumeResult> {
+    const member = `${step.incidentId}:${step.stepId}`;
+    // What this process spent counts even when Redis has forgotten it (a deleted or rewound key).
+    if (
+      this.memory &&
+      !lift &&
+      !this.memory.has(hostId, member) &&
+      this.memory.count(hostId, now, this.windowMs, member) >= this.limit
+    )
+      return 'exhausted';
     const r = String(
       await this.redis.eval(
         CONSUME,
@@ -60,10 +99,12 @@ export class BlastBudget {
         String(now),
         String(this.windowMs),
         String(this.limit),
-        `${step.incidentId}:${step.stepId}`,
+        member,
         lift ? '1' : '0',
       ),
     );
-    return r === 'ok' || r === 'already' ? r : 'exhausted';
+    if (r !== 'ok' && r !== 'already') return 'exhausted';
+    this.memory?.add(hostId, member, now);
+    return r;
   }
 }

@@ -2,6 +2,7 @@ import { parseEnv, SETTINGS, settingsFor, type Env, type Role } from './env.ts';
 import type { Inventory } from './inventory.ts';
 import type { InventoryProblem } from './load-inventory.ts';
 import { listMachines, sitesOf } from './machines.ts';
+import { keyProblems } from '../auth/keys.ts';
 
 export type Deployment = Env['GPU_MEDIC_DEPLOYMENT'];
 
@@ -47,6 +48,8 @@ export async function checkConfig(
     problems.push(
       `REDIS_URL ${redisUrl} names the docker compose service "redis", which exists only inside compose; on this host use a local Redis (redis://127.0.0.1:6379) or set GPU_MEDIC_DEPLOYMENT=compose if this runs in compose`,
     );
+  // A key file that is set must be readable and an Ed25519 key (the key's text is never shown).
+  if (e.env) for (const why of keyProblems(e.env, role)) problems.push(why);
   const path = source.GPU_MEDIC_INVENTORY || './inventory.yaml';
   const inv = await loadInventory(path);
   for (const p of inv.problems) problems.push(`inventory ${path}: ${p.at}: ${p.message}`);

@@ -139,7 +139,19 @@ export const EnvSchema = z.object({
   ),
   /** Seconds a pending card waits before the escalation group is pinged and may approve. 0: never. */
   GPU_MEDIC_ESCALATE_AFTER_SEC: wholeNumber(0, 86_400, 0),
-  /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
+  /**
+   * Issue 19, docs/security.md. Bot only: its Ed25519 private key (PEM file) that signs every
+   * request and decision. Unset: a key of this process only (`start`: both roles in one process).
+   */
+  GPU_MEDIC_BOT_KEY_FILE: z.string().optional(),
+  /** Worker only: the bot's public key file(s) it verifies requests and decisions with (current first, then previous). */
+  GPU_MEDIC_BOT_PUBLIC_KEY_FILES: list,
+  /** Worker only: its Ed25519 private key (PEM file) that signs the plans it asks approval for. */
+  GPU_MEDIC_WORKER_KEY_FILE: z.string().optional(),
+  /** The workers' public key file(s): the bot checks every card's plan with them; a worker also accepts its previous ones. */
+  GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: list,
+  /** How long a signed request or decision stays good: one that waited longer for a worker is refused. */
+  GPU_MEDIC_SIGNED_TTL_SEC: wholeNumber(10, 3600, 300),
   GPU_MEDIC_HEALTH_FILE: z.string().default(''),
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
   GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
@@ -204,6 +216,11 @@ const SETTING_READERS = {
   GPU_MEDIC_WATCH_RAM_PCT: 'both',
   GPU_MEDIC_ESCALATION_APPROVERS: 'both',
   GPU_MEDIC_ESCALATE_AFTER_SEC: 'both',
+  GPU_MEDIC_BOT_KEY_FILE: 'bot',
+  GPU_MEDIC_BOT_PUBLIC_KEY_FILES: 'worker',
+  GPU_MEDIC_WORKER_KEY_FILE: 'worker',
+  GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: 'both',
+  GPU_MEDIC_SIGNED_TTL_SEC: 'both',
   GPU_MEDIC_HEALTH_FILE: 'both',
   GPU_MEDIC_HEALTH_INTERVAL_SEC: 'both',
   LOG_LEVEL: 'both',
@@ -221,7 +238,9 @@ export function settingsFor(role: Role): Setting[] {
 /** Settings that hold secrets only the bot may have. */
 const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
 /** Settings that hold secrets only the worker may have. */
-const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET'];
+const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET', 'GPU_MEDIC_WORKER_KEY_FILE'];
+/** The bot's signing key: the worker must never hold it (it would sign its own approvals). */
+const BOT_SIGNING_SECRETS: readonly Setting[] = ['GPU_MEDIC_BOT_KEY_FILE'];
 
 /** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
 const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
@@ -235,6 +254,10 @@ const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
   'GPU_MEDIC_ESCALATION_APPROVERS',
   'GPU_MEDIC_WORKER_SECRET',
   'GPU_MEDIC_ADMINS',
+  'GPU_MEDIC_BOT_KEY_FILE',
+  'GPU_MEDIC_BOT_PUBLIC_KEY_FILES',
+  'GPU_MEDIC_WORKER_KEY_FILE',
+  'GPU_MEDIC_WORKER_PUBLIC_KEY_FILES',
   // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".
   'GPU_MEDIC_METRICS_PORT',
 ]);
@@ -277,6 +300,12 @@ export function parseEnv(
           variable: k,
           message:
             "is in the worker's environment: the worker holds the SSH keys and must never hold a Slack secret. Start it without it (compose: no env_file; systemd: the unit's own settings; a shell: unset it)",
+        });
+      if (role === 'worker' && BOT_SIGNING_SECRETS.includes(k) && v !== '')
+        problems.push({
+          variable: k,
+          message:
+            "is in the worker's environment: it is the bot's signing key, and a worker holding it could sign its own approvals. Start the worker without it",
         });
       if (role === 'bot' && WORKER_SECRETS.includes(k) && v !== '')
         problems.push({

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { AnyEvent, AnyLoggedEvent } from './all-events.ts';
 import { decodeEvent, IncidentMetaSchema, type IncidentMeta } from './events.ts';
+import { EnvelopeSchema, type Envelope } from '../auth/envelope.ts';
 
 /** Marks an incident rendered up to `cursor` only if no newer event arrived meanwhile (no lost wake-ups). */
 const MARK_RENDERED = `
@@ -38,13 +39,12 @@ export class IncidentLog {
    * Writes the meta, the global index and, in the same MULTI, the per-machine index (one zset per
    * target, for `/gpu history`) and the time that index began (kept from the first incident on).
    */
-  async create(meta: IncidentMeta): Promise<void> {
+  async create(meta: IncidentMeta, request?: Envelope): Promise<void> {
     const created = Date.parse(meta.createdAt);
-    const m = this.redis
-      .multi()
-      .set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX')
-      .zadd(this.k('incidents'), created, meta.id)
-      .set(targetIndexSinceKey(this.prefix), String(created), 'NX');
+    const m = this.redis.multi().set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX');
+    // The bot's signature of the request (src/auth/signed-jobs.ts): what a worker acts on, beside the meta.
+    if (request) m.set(this.k('inc', meta.id, 'request'), JSON.stringify(request), 'NX');
+    m.zadd(this.k('incidents'), created, meta.id).set(targetIndexSinceKey(this.prefix), String(created), 'NX');
     for (const t of new Set(meta.targets)) m.zadd(targetIndexKey(this.prefix, t), created, meta.id);
     await m.exec();
   }
@@ -80,6 +80,18 @@ export class IncidentLog {
         return null;
       }
     });
+  }
+
+  /** The bot's signed request of an incident (null when none, or unreadable): the worker verifies it. */
+  async request(id: string): Promise<Envelope | null> {
+    const raw = await this.redis.get(this.k('inc', id, 'request'));
+    if (raw === null) return null;
+    try {
+      const e = EnvelopeSchema.safeParse(JSON.parse(raw));
+      return e.success ? e.data : null;
+    } catch {
+      return null;
+    }
   }
 
   async meta(id: string): Promise<IncidentMeta | null> {

@@ -81,6 +81,13 @@ export type UnstickEvent =
       approvers?: string[];
       /** The escalation group frozen into the approval and when they may decide too; absent: none. */
       escalation?: { approvers: string[]; at: string };
+      /**
+       * The plan as the worker signed it (src/playbooks/plan-seal.ts): the bot checks the signature
+       * and draws the card from it alone (src/approval/card-plans.ts). Absent in older logs.
+       */
+      seal?: { body: string; sig: string };
+      /** Set by the bot only (src/approval/card-plans.ts): why the card's plan was not verified; nothing of it is shown. */
+      unverified?: string;
     }
   | {
       type: 'approval_decided';

@@ -232,11 +232,25 @@ export function approvalCardFits(step: Step, host: string, vmid: number): boolea
   return cardBody(cardParts(step, host, vmid)).length + CARD_TAIL_BLOCKS <= BLOCKS_PER_MESSAGE;
 }
 
+/**
+ * What an Approve/Deny button carries: the approval id and the digest of the plan the card was
+ * drawn from (issue 19: the bot signs its decision over that digest; the worker runs only the plan
+ * with it).
+ */
+function approvalButtonValue(req: Pick<Ev<'approval_requested'>, 'approvalId' | 'planHash'>): string {
+  return `${req.approvalId}.${req.planHash}`;
+}
+
 function approvalCard(
   req: Ev<'approval_requested'>,
   events: readonly UnstickLoggedEvent[],
   requester: string,
 ): MessageView {
+  // Issue 19: the bot could not verify the worker's signature of this card's plan; nothing of it is drawn.
+  if (req.unverified) {
+    const text = `:no_entry: ${req.unverified}`;
+    return { key: `approval:${req.approvalId}`, placement: 'reply', text, blocks: [section(esc(req.unverified))] };
+  }
   const decided = events.find(
     (e): e is Ev<'approval_decided'> => e.type === 'approval_decided' && e.approvalId === req.approvalId,
   );
@@ -289,7 +303,7 @@ function approvalCard(
           action_id: APPROVE_ACTION_ID,
           text: { type: 'plain_text', text: 'Approve' },
           style: 'primary',
-          value: req.approvalId,
+          value: approvalButtonValue(req),
           confirm: {
             title: { type: 'plain_text', text: 'Run on the host?' },
             text: { type: 'mrkdwn', text: clip(`The commands above will run on ${code(req.host)} as root.`, 300) },
@@ -302,7 +316,7 @@ function approvalCard(
           action_id: DENY_ACTION_ID,
           text: { type: 'plain_text', text: 'Deny' },
           style: 'danger',
-          value: req.approvalId,
+          value: approvalButtonValue(req),
         },
       ],
     });

@@ -4,6 +4,8 @@ import type { IncidentMeta } from '../incident/events.ts';
 import type { IncidentLog } from '../incident/log.ts';
 import type { MessageView } from '../render/status.ts';
 import { renderThread } from '../render/thread.ts';
+import type { KeyObject } from 'node:crypto';
+import { cardsFromSignedPlans } from '../approval/card-plans.ts';
 import type { RenderContext } from '../render/alert.ts';
 import type { Logger } from '../logger.ts';
 
@@ -91,6 +93,11 @@ export interface OutboxOptions {
   pollMs?: number;
   /** Incidents synced at once. Default 8. */
   concurrency?: number;
+  /**
+   * Issue 19: the workers' public keys; every approval card is drawn from its worker-signed plan
+   * only, and a card whose plan does not verify is not drawn (src/approval/card-plans.ts).
+   */
+  plans?: { workerPublicKeys: KeyObject[]; commandTimeoutMs: number };
   /** What the renderers may know of the inventory (an alert on a host offers Unstick for its containers). Default: nothing. */
   render?: RenderContext;
 }
@@ -181,7 +188,9 @@ export class Outbox {
       await this.o.log.markRendered(id, '0-0');
       return;
     }
-    const events = await this.o.log.events(id);
+    const logged = await this.o.log.events(id);
+    const plans = this.o.plans;
+    const events = plans ? cardsFromSignedPlans(logged, plans.workerPublicKeys, plans.commandTimeoutMs) : logged;
     const cursor = events.length > 0 ? (events[events.length - 1]?.id ?? '0-0') : '0-0';
     const views = renderThread(meta, events, this.o.render);
     const refs = await this.o.log.slackRefs(id);

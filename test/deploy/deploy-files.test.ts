@@ -91,6 +91,7 @@ const interpolateDefault = (v: string): string =>
 const ENV_KEYS = Object.keys(EnvSchema.shape);
 /** Settings only the Slack-facing process reads (src/config/env.ts SETTING_READERS). */
 const BOT_ONLY = ENV_KEYS.filter((k) => !(settingsFor('worker') as string[]).includes(k));
+const SIGNING_KEYS = '/etc/gpu-medic/keys';
 const SSH_DIR = '/etc/gpu-medic/ssh';
 const INVENTORY_TARGET = '/etc/gpu-medic/inventory.yaml';
 
@@ -142,12 +143,16 @@ describe('docker-compose.yml', () => {
       ).toBe(false);
     }
     // Secrets in a bind mount are secrets; nothing else than the inventory and the keys goes in.
+    // Issue 19: each role also mounts its own signing-key directory (docs/security.md), never the other's.
     expect(
       mounts(svc('worker'))
         .map((m) => m.target)
         .sort(),
-    ).toEqual([INVENTORY_TARGET, SSH_DIR]);
-    expect(mounts(svc('bot')).map((m) => m.target)).toEqual([INVENTORY_TARGET]);
+    ).toEqual([INVENTORY_TARGET, SIGNING_KEYS, SSH_DIR].sort());
+    expect(mounts(svc('bot')).map((m) => m.target)).toEqual([INVENTORY_TARGET, SIGNING_KEYS]);
+    const keysOf = (n: string) => mounts(svc(n)).find((m) => m.target === SIGNING_KEYS);
+    expect(keysOf('bot')).toMatchObject({ readOnly: true, source: expect.stringMatching(/keys\/bot$/) });
+    expect(keysOf('worker')).toMatchObject({ readOnly: true, source: expect.stringMatching(/keys\/worker$/) });
   });
 
   it('both read the same inventory, read-only, and are pointed at it', () => {
@@ -176,6 +181,11 @@ describe('docker-compose.yml', () => {
   it('the bot environment names no SSH key and the bot publishes no port (socket mode)', () => {
     const bot = svc('bot');
     for (const [k, v] of Object.entries(envMap(bot))) {
+      // The worker's signing key is named only to blank it (issue 19): the bot never gets one.
+      if (k === 'GPU_MEDIC_WORKER_KEY_FILE') {
+        expect(v).toBe('');
+        continue;
+      }
       expect(/SSH|KEY_?FILE|PRIVATE_KEY/i.test(k), k).toBe(false);
       expect(String(v ?? '').includes(SSH_DIR), k).toBe(false);
     }

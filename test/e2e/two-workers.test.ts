@@ -68,6 +68,8 @@ describe('two worker processes on one site queue', () => {
       GPU_MEDIC_INVENTORY: inventoryPath,
       GPU_MEDIC_TERM_GRACE_SEC: '1',
       GPU_MEDIC_POLL_MS: '200',
+      // Issue 19: the worker's signing key and the bot's public key, as a deployed worker has them.
+      ...s.workerKeyEnv,
     };
     procs.push(
       startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w1.json') }),

@@ -23,6 +23,8 @@ import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake
 import { startSlackWithSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 import { startWorkerChild, type WorkerChild } from './worker-child.ts';
+import { writeTestKeys } from './keys.ts';
+import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -42,6 +44,10 @@ export interface Stack {
   /** The bot's /slack/events (its port changes when the bot restarts). */
   readonly eventsUrl: string;
   signingSecret: string;
+  /** Signs as this stack's bot does (its key file, generated for this stack): for tests that build their own command deps. */
+  signer: BotSigner;
+  /** The key settings a worker process of this stack needs (its signing key, the bot's public key), for tests that start their own. */
+  workerKeyEnv: Record<string, string>;
   prefix: string;
   redis: Redis;
   /** With `metrics: true`: the registry bot and workers count into, and its endpoint (`GET /metrics`). */
@@ -122,7 +128,11 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
   o.tweakInventory?.(inventory);
+  // Issue 19: the bot's and the worker's signing keys, new for this stack, as files (docs/security.md).
+  const keys = writeTestKeys(tmpdir(), prefix);
   const source: Record<string, string> = {
+    ...keys.botEnv,
+    ...keys.workerEnv,
     GPU_MEDIC_MODE: socket ? 'socket' : 'http',
     ...(socket ? { SLACK_APP_TOKEN: socket.appToken } : {}),
     SLACK_BOT_TOKEN: slack.botToken,
@@ -167,7 +177,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       GPU_MEDIC_INVENTORY: inventoryPath,
       GPU_MEDIC_HEALTH_FILE: healthPath,
       LOG_LEVEL: 'info',
-    }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$/.test(k)),
+    }).filter(([k]) => !/^SLACK_|^PORT$|^GPU_MEDIC_MODE$|^GPU_MEDIC_BOT_KEY_FILE$/.test(k)),
   );
   // Its pino lines join the captured ones whole (a chunk may end mid-line).
   const startChild = (): Promise<WorkerChild> => {
@@ -243,6 +253,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       return eventsUrl();
     },
     signingSecret,
+    signer: botSigner(keys.bot.privateKey, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000),
+    workerKeyEnv: keys.workerEnv,
     prefix,
     redis,
     metrics,
@@ -324,6 +336,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       if (workersUp) await workers.close(true).catch(() => undefined);
       if (workersUp) await workerChild?.stop().catch(() => undefined);
       rmSync(inventoryPath, { force: true });
+      for (const f of keys.files) rmSync(f, { force: true });
       rmSync(healthPath, { force: true });
       await metricsServer?.close().catch(() => undefined);
       await slack.close().catch(() => undefined);

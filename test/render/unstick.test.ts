@@ -221,7 +221,7 @@ describe('renderUnstick', () => {
       expect(v.blocks.filter((b) => b.type === 'table').length).toBeLessThanOrEqual(1);
   });
 
-  it('a pending card shows host, vmid, each process and the literal host commands, with buttons carrying only the approval id', () => {
+  it('a pending card shows host, vmid, each process and the literal host commands, with buttons carrying the approval id and the plan digest', () => {
     const events = upTo(s3Events(), 'approval_requested');
     const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
     if (!card) throw new Error('no card');
@@ -238,8 +238,9 @@ describe('renderUnstick', () => {
     const [actions] = actionsOf(card.blocks);
     const buttons = (actions?.elements ?? []).filter((e): e is types.Button => e.type === 'button');
     expect(buttons.map((b) => [b.action_id, b.text.text, b.style, b.value])).toEqual([
-      [APPROVE_ACTION_ID, 'Approve', 'primary', APR],
-      [DENY_ACTION_ID, 'Deny', 'danger', APR],
+      // Issue 19: each button carries the approval id and the digest of the plan the card shows.
+      [APPROVE_ACTION_ID, 'Approve', 'primary', expect.stringMatching(new RegExp(`^${APR}\\.[0-9a-f]{64}$`))],
+      [DENY_ACTION_ID, 'Deny', 'danger', expect.stringMatching(new RegExp(`^${APR}\\.[0-9a-f]{64}$`))],
     ]);
     expect([APPROVE_ACTION_ID, DENY_ACTION_ID]).toEqual(['gpu_approve', 'gpu_deny']);
     expect(renderUnstick(meta, events)[0]?.text).toContain(

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
+import { newKeyPair } from '../../src/auth/keys.ts';
+import { botSigner } from '../../src/auth/signed-jobs.ts';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApprovalClick } from '../../commands/approval-actions.ts';
@@ -48,6 +50,7 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     lockTtlMs: 60_000,
     alertsChannel: null,
     snoozes: new SnoozeStore(redis, prefix),
+    signer: botSigner(newKeyPair().privateKey),
   };
   const queue = new Queue(queueName('default'), { connection: redis, prefix });
 

@@ -49,6 +49,7 @@ describe('ApprovalStore on real Redis', () => {
       decidedBy: null,
       decidedAt: null,
       seal: null,
+      signedDecision: null,
     });
     const ttl = await redis.pttl(`${prefix}:approval:${a.id}`);
     expect(ttl).toBeGreaterThan(6 * 24 * 3600 * 1000);

@@ -84,6 +84,7 @@ describe('a decision whose job could not be queued', () => {
       lockTtlMs: 60_000,
       alertsChannel: null,
       snoozes: new SnoozeStore(rig.redis, rig.prefix),
+      signer: rig.signer,
     };
     const click = () =>
       handleApprovalClick(

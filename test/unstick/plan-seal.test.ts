@@ -9,6 +9,7 @@ import { validateInventory } from '../../src/config/load-inventory.ts';
 import { openSeal, sealStep } from '../../src/playbooks/plan-seal.ts';
 import { stepCommands, type Step } from '../../src/playbooks/unstick-plan.ts';
 import { planKeyFor } from '../../workers/plan-key.ts';
+import { newKeyPair } from '../../src/auth/keys.ts';
 
 const target = {
   hostPid: 41234,
@@ -32,20 +33,46 @@ const step: Step = {
   releaseTimeoutMs: 5000,
   pollIntervalMs: 300,
 };
-const base = { incidentId: 'inc_1', approvalId: 'apr_AAAAAAAAAAAAAAAAAAAAAA', container: 'ct129', vmid: 129, step };
+const base = {
+  incidentId: 'inc_1',
+  approvalId: 'apr_AAAAAAAAAAAAAAAAAAAAAA',
+  requester: 'U0REQUEST1',
+  createdAt: 1_000,
+  expiresAt: 901_000,
+  approvers: ['U0APPROVE1'],
+  adminOnly: false,
+  escalation: null,
+  container: 'ct129',
+  vmid: 129,
+  step,
+};
 
 describe('plan seal', () => {
+  // Issue 19: the seal is the worker's Ed25519 signature (the bot verifies it with the public key
+  // alone) and the workers' HMAC as before; each key and each part is checked.
   it('opens what it sealed (without commands); refuses an altered body, another key, a bad mac, or none', () => {
     const key = randomBytes(32);
-    const seal = sealStep(base, key);
-    const opened = openSeal(seal, key);
+    const worker = newKeyPair();
+    const pub = [worker.publicKey];
+    const seal = sealStep(base, key, worker.privateKey);
+    const opened = openSeal(seal, pub, key);
     expect(opened.ok && opened.sealed.step.targets[0]?.hostPid).toBe(41234);
+    expect(opened.ok && opened.sealed.expiresAt).toBe(901_000);
     expect(opened.ok && 'commands' in opened.sealed.step).toBe(false);
+    // The bot's check: the public key only.
+    expect(openSeal(seal, pub).ok).toBe(true);
     const altered = { ...seal, body: seal.body.replace('41234', '1') };
-    expect(openSeal(altered, key)).toMatchObject({ ok: false, why: expect.stringMatching(/valid worker seal/) });
-    expect(openSeal(seal, randomBytes(32)).ok).toBe(false);
-    expect(openSeal({ ...seal, mac: 'zz' }, key).ok).toBe(false);
-    expect(openSeal(null, key)).toMatchObject({ ok: false, why: expect.stringMatching(/no sealed plan/) });
+    expect(openSeal(altered, pub, key)).toMatchObject({
+      ok: false,
+      why: expect.stringMatching(/valid worker signature/),
+    });
+    expect(openSeal(seal, pub, randomBytes(32)).ok).toBe(false);
+    expect(openSeal(seal, [newKeyPair().publicKey], key).ok).toBe(false);
+    expect(openSeal({ ...seal, mac: 'zz' }, pub, key)).toMatchObject({
+      ok: false,
+      why: expect.stringMatching(/valid worker seal/),
+    });
+    expect(openSeal(null, pub, key)).toMatchObject({ ok: false, why: expect.stringMatching(/no sealed plan/) });
   });
 });
 

@@ -9,6 +9,9 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
+import { type KeyPair, newKeyPair } from '../../src/auth/keys.ts';
+import { NonceLedger, NonceMemory } from '../../src/auth/nonce-ledger.ts';
+import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 import { BlastBudget } from '../../src/approval/blast-budget.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
@@ -49,6 +52,12 @@ export interface Rig {
   steps: StepGuard;
   lock: TargetLock;
   enqueued: Enqueued[];
+  /** The bot's and the workers' keys of this rig (issue 19): the bot's signs requests and decisions. */
+  botKeys: KeyPair;
+  workerKeys: KeyPair;
+  signer: BotSigner;
+  /** The memory of the rig's worker "process" (single use of signed jobs). */
+  nonceMemory: NonceMemory;
   /** Added to the real clock (expiry tests move time forward). */
   clockOffsetMs: number;
   logText(): string;
@@ -83,6 +92,10 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
   const enqueued: Enqueued[] = [];
   // The workers' seal key: the same for every attempt in a rig, never known to a forger.
   const planKey = randomBytes(32);
+  const botKeys = newKeyPair();
+  const workerKeys = newKeyPair();
+  const signer = botSigner(botKeys.privateKey);
+  const nonceMemory = new NonceMemory();
   const dispatcher: Dispatcher = {
     async enqueue(site, data, jobId, o) {
       enqueued.push({ site, data, jobId, delayMs: o?.delayMs });
@@ -96,10 +109,15 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
     redis,
     prefix,
     log: new IncidentLog(redis, prefix),
-    approvals: new ApprovalStore(redis, prefix),
+    // The bot's store: it signs every decision, as the bot does.
+    approvals: new ApprovalStore(redis, prefix, { signer }),
     steps: new StepGuard(redis, prefix),
     lock: new TargetLock(redis, prefix),
     enqueued,
+    botKeys,
+    workerKeys,
+    signer,
+    nonceMemory,
     clockOffsetMs: 0,
     logText,
     deps(over = {}) {
@@ -113,6 +131,12 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
         dispatcher,
         approvers: [APPROVER, 'U0APPROVE2'],
         planKey,
+        keys: {
+          signing: workerKeys.privateKey,
+          workerPublic: [workerKeys.publicKey],
+          botPublic: [botKeys.publicKey],
+        },
+        nonces: new NonceLedger(redis, prefix, nonceMemory),
         admins: [ADMIN],
         // Large: tests about other things never meet the blast-radius budget (budget tests pass their own).
         budget: new BlastBudget(redis, prefix, { limit: 1000 }),
@@ -128,16 +152,20 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
     async newIncident(target, requester = REQUESTER) {
       const id = `inc_${randomBytes(6).toString('hex')}`;
       const createdAt = new Date().toISOString();
-      await rig.log.create({
-        id,
-        kind: 'unstick',
-        requester,
-        channel: 'C0ONCALL01',
-        targets: [target],
-        text: `unstick ${target}`,
-        reason: null,
-        createdAt,
-      });
+      // As the bot does: the meta, and its signature of who asked for what.
+      await rig.log.create(
+        {
+          id,
+          kind: 'unstick',
+          requester,
+          channel: 'C0ONCALL01',
+          targets: [target],
+          text: `unstick ${target}`,
+          reason: null,
+          createdAt,
+        },
+        signer.request({ incidentId: id, target, requester, channel: 'C0ONCALL01' }, Date.now() + rig.clockOffsetMs),
+      );
       const got = await rig.lock.acquire(target, { incidentId: id, requester, since: createdAt }, 600_000);
       if (!got.ok) throw new Error(`${target} is locked by ${JSON.stringify(got.holder)}`);
       return id;

@@ -95,7 +95,7 @@ export async function failover(
       }
       const store = new ApprovalStore(stack.redis, stack.prefix);
       check(
-        (await store.get(approve.value))?.state === 'pending',
+        (await store.get(approve.value.split('.')[0] ?? ''))?.state === 'pending',
         `round ${round}: approval not pending before the failover`,
       );
 
@@ -155,8 +155,8 @@ export async function failover(
 
       // The approval survived the failover and is still pending; the approver's click works now.
       check(
-        (await store.get(approve.value))?.state === 'pending',
-        `round ${round}: approval is ${(await store.get(approve.value))?.state} after the failover, not pending`,
+        (await store.get(approve.value.split('.')[0] ?? ''))?.state === 'pending',
+        `round ${round}: approval is ${(await store.get(approve.value.split('.')[0] ?? ''))?.state} after the failover, not pending`,
       );
       const click = await sendInteraction(
         stack.eventsUrl,

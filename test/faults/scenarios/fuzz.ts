@@ -222,6 +222,7 @@ export async function fuzz(o: FuzzOptions): Promise<Figures> {
     lockTtlMs: 60_000,
     alertsChannel: null,
     snoozes: new SnoozeStore(fast, s.prefix),
+    signer: s.signer,
   };
   try {
     const t0 = Date.now();
