@@ -16,6 +16,7 @@ import type { Metrics } from './metrics/metrics.ts';
 import { ObservedIncidentLog, observedPoster } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
+import { alertmanagerReceiver } from './alertmanager/wire.ts';
 import { Outbox } from './slack/outbox.ts';
 import { HomePublisher, registerHome } from './slack/home.ts';
 import { replayGuard } from './slack/replay-guard.ts';
@@ -49,6 +50,8 @@ export function redisReason(err: Error | null): string {
 
 export interface Bot {
   port: number | null;
+  /** The Alertmanager receiver's own port, when it has one. */
+  alertmanagerPort: number | null;
   outbox: Outbox;
   /** What the heartbeat checks: Redis answers, the outbox loop turns, Slack can reach us. */
   health(): Record<string, HealthCheck>;
@@ -83,7 +86,16 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       `Redis not reachable at start (${redactRedisUrl(env.REDIS_URL)}: ${redisReason(lastRedisError)}); commands will answer "queue unavailable" until it is`,
     ),
   );
+  // The Alertmanager receiver (src/alertmanager/), when configured: a route here or a port of its own.
+  const alertmanager = alertmanagerReceiver(
+    env,
+    inventory,
+    fast,
+    logger.child({ component: 'alertmanager' }),
+    deps.now,
+  );
   const slack = createSlackApp({
+    ...(alertmanager.route ? { extraRoutes: [alertmanager.route] } : {}),
     mode: env.GPU_MEDIC_MODE,
     botToken: env.SLACK_BOT_TOKEN ?? '',
     ...(env.SLACK_APP_TOKEN ? { appToken: env.SLACK_APP_TOKEN } : {}),
@@ -154,6 +166,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   });
   registerHome(slack.app, home, logger.child({ component: 'home' }));
   const { port } = await slack.start();
+  const alertmanagerPort = await alertmanager.start();
   outbox.start();
   home.start();
   const startedAt = Date.now();
@@ -163,6 +176,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   );
   return {
     port,
+    alertmanagerPort,
     outbox,
     health: () => ({
       redis: async () => ((await fast.ping()) === 'PONG' ? null : 'Redis did not answer PONG'),
@@ -176,6 +190,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       slack: async () => slack.connectionProblem(),
     }),
     async stop() {
+      await alertmanager.stop();
       await home.stop();
       await outbox.stop();
       await slack.stop();

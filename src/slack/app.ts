@@ -1,5 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import { App, HTTPReceiver, LogLevel, SocketModeReceiver, webApi } from '@slack/bolt';
+import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver, webApi } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import { viewMetadata, viewTagOf, type SlackPoster } from './outbox.ts';
@@ -21,6 +21,8 @@ export interface SlackAppOptions {
   logger: Logger;
   /** The bot's clock (ms) for the request window. Default Date.now. */
   now?: () => number;
+  /** HTTP mode: more routes on the same server, outside Slack's signature check (the Alertmanager receiver checks its own token). */
+  extraRoutes?: CustomRoute[];
 }
 
 export interface SlackApp {
@@ -68,6 +70,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
             logger,
             logLevel: LogLevel.INFO,
             customPropertiesExtractor: signatureProperties,
+            ...(o.extraRoutes && o.extraRoutes.length > 0 ? { customRoutes: o.extraRoutes } : {}),
           }),
           o.now ?? Date.now,
           o.logger,
