@@ -37,6 +37,7 @@ export const KIND_OF_ALERTNAME: Readonly<Record<string, AlertKind>> = {
   DcgmXidError: 'xid',
   DcgmGpuMemoryHeldWhileIdle: 'ghost_memory',
   DcgmRowRemapFailure: 'gpu_error',
+  DcgmUncorrectableRemappedRows: 'gpu_error',
   DcgmEccDoubleBitErrors: 'gpu_error',
   DcgmRowRemapPending: 'recovery_action',
   GpuMedicGpuMemoryHeldWithNoProcess: 'ghost_memory',
