@@ -68,7 +68,7 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
   // The id is not secret: a tampered payload could carry another alert's id on this message.
   const parent = (await deps.log.slackRefs(id)).get('parent');
   if (click.channel !== meta.channel || !parent || click.messageTs !== parent.ts) return NOT_THIS_MESSAGE;
-  const { alert, clearedAt } = alertEpisode(await deps.log.events(id));
+  const { alert, clearedAt, external } = alertEpisode(await deps.log.events(id));
   if (!alert) return UNKNOWN;
   const machineId = meta.targets[0] ?? '';
   if (clearedAt !== null)
@@ -115,7 +115,8 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
       until: new Date(until).toISOString(),
     });
     const what = snooze.gpu ? `GPU ${alert.gpu} of ${code(machineId)}` : code(machineId);
-    return `:zzz: ${what} is snoozed until ${stamp(until)}${until > deps.now().getTime() + snooze.ms ? ' (an earlier, longer snooze is kept)' : ''}: the watchdog raises no new alert there until then. Nothing was signalled or reset; this message stays as it is and still says when the condition clears.`;
+    const silenced = external && deps.silence ? await silenceOf(external.labels, until, click.user, id, deps) : '';
+    return `:zzz: ${what} is snoozed until ${stamp(until)}${until > deps.now().getTime() + snooze.ms ? ' (an earlier, longer snooze is kept)' : ''}: the watchdog raises no new alert there until then.${silenced} Nothing was signalled or reset; this message stays as it is and still says when the condition clears.`;
   }
   const channel = deps.alertsChannel ?? meta.channel;
   const input = { userId: click.user, channelId: channel };
@@ -130,6 +131,23 @@ export async function handleAlertClick(click: AlertClick, deps: CommandDeps): Pr
         );
   await record(started.incidentId, started.refused);
   return started.text;
+}
+
+/** The Alertmanager silence of a snooze, in words for the answer; a failure is said, and the snooze stands. */
+async function silenceOf(
+  labels: Readonly<Record<string, string>>,
+  until: number,
+  by: string,
+  id: string,
+  deps: CommandDeps,
+): Promise<string> {
+  try {
+    const sid = (await deps.silence?.(labels, until, by, id)) ?? '';
+    return ` Alertmanager silences this alert (its labels) until then too: silence ${code(sid)}.`;
+  } catch (err) {
+    deps.logger.warn({ err, alert: id }, 'alert snooze: the Alertmanager silence could not be created');
+    return ' The Alertmanager silence could not be created (Alertmanager did not take it): Alertmanager keeps notifying, and this message stays one message.';
+  }
 }
 
 const BUTTONS: ReadonlyArray<[string, AlertButton]> = [

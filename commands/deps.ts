@@ -23,6 +23,16 @@ export interface CommandDeps {
   alertsChannel: string | null;
   /** Snoozes written by the alerts' Snooze buttons, read by the watchdog. */
   snoozes: SnoozeStore;
+  /**
+   * GPU_MEDIC_ALERTMANAGER_URL set: Snooze on an Alertmanager alert also silences it there, for its
+   * labels, until `untilMs`; resolves with the silence id. Absent: no silences.
+   */
+  silence?: (
+    labels: Readonly<Record<string, string>>,
+    untilMs: number,
+    by: string,
+    incidentId: string,
+  ) => Promise<string>;
 }
 
 export interface SlashInput {

@@ -16,7 +16,7 @@ import type { Metrics } from './metrics/metrics.ts';
 import { ObservedIncidentLog, observedPoster } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
-import { alertmanagerReceiver } from './alertmanager/wire.ts';
+import { alertmanagerReceiver, silencesOf } from './alertmanager/wire.ts';
 import { Outbox } from './slack/outbox.ts';
 import { HomePublisher, registerHome } from './slack/home.ts';
 import { replayGuard } from './slack/replay-guard.ts';
@@ -146,6 +146,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     lockTtlMs: (env.GPU_MEDIC_APPROVAL_TTL_SEC + 30 * 60) * 1000,
     alertsChannel: env.GPU_MEDIC_ALERTS_CHANNEL ?? null,
     snoozes: new SnoozeStore(fast, env.GPU_MEDIC_PREFIX),
+    ...silencesOf(env),
   });
   const outbox = new Outbox({
     log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX),

@@ -5,6 +5,7 @@ import type { Inventory } from '../config/inventory.ts';
 import type { Logger } from '../logger.ts';
 import { AlertmanagerStore } from './alert-store.ts';
 import { namedMachines } from './map.ts';
+import { createSilence, silenceRequest } from './silences.ts';
 import { ALERTMANAGER_PATH, alertmanagerHandler, startAlertmanagerServer } from './receiver.ts';
 
 /**
@@ -69,4 +70,21 @@ export function alertmanagerReceiver(
       server = null;
     },
   };
+}
+
+/** The Snooze buttons' silence, when GPU_MEDIC_ALERTMANAGER_URL is set (the commands' `silence` dep). */
+export function silencesOf(
+  env: Env,
+  now: () => number = Date.now,
+): {
+  silence?: (
+    labels: Readonly<Record<string, string>>,
+    untilMs: number,
+    by: string,
+    incidentId: string,
+  ) => Promise<string>;
+} {
+  const url = env.GPU_MEDIC_ALERTMANAGER_URL;
+  if (!url) return {};
+  return { silence: (labels, untilMs, by, id) => createSilence(url, silenceRequest(labels, now(), untilMs, by, id)) };
 }

@@ -81,6 +81,7 @@ describe('DCGM rule → real Prometheus → real Alertmanager → gpu-medic → 
 
   beforeAll(async () => {
     const receiverPort = await freePort();
+    am = await startAlertmanager(quickAlertmanager(receiverPort), { token: TOKEN });
     s = await startStack({
       fleet: {
         hosts: [{ id: 'kpro5', gpus: 1 }],
@@ -92,6 +93,8 @@ describe('DCGM rule → real Prometheus → real Alertmanager → gpu-medic → 
         GPU_MEDIC_ALERTMANAGER_TOKEN: TOKEN,
         // Its own fixed port, so Alertmanager reaches the bot again after a restart.
         GPU_MEDIC_ALERTMANAGER_PORT: String(receiverPort),
+        // Snooze also silences in this Alertmanager.
+        GPU_MEDIC_ALERTMANAGER_URL: am.url,
       },
       env: { GPU_MEDIC_TERM_GRACE_SEC: '1', GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5' },
     });
@@ -101,7 +104,6 @@ describe('DCGM rule → real Prometheus → real Alertmanager → gpu-medic → 
     exporter.set('DCGM_FI_DEV_FB_FREE', DCGM_LABELS, 80_000);
     exporter.set('DCGM_FI_DEV_GPU_UTIL', DCGM_LABELS, 40);
     exporter.set('DCGM_FI_DEV_ROW_REMAP_FAILURE', DCGM_LABELS, 0);
-    am = await startAlertmanager(quickAlertmanager(receiverPort), { token: TOKEN });
     prom = await startPrometheus({ rules: quickRules(), scrapePort: exporter.port, alertmanagerPort: am.port });
   }, 120_000);
   afterAll(async () => {
@@ -110,6 +112,31 @@ describe('DCGM rule → real Prometheus → real Alertmanager → gpu-medic → 
     await exporter?.close();
     await s?.stop();
   });
+
+  /** Clicks `actionId` on `m` as Alice; returns the ephemeral answer. */
+  async function click(m: StoredMessage, actionId: string): Promise<string> {
+    const responseUrl = s.slack.newResponseUrl();
+    const r = await sendInteraction(
+      s.eventsUrl,
+      s.signingSecret,
+      blockActionPayload({
+        user: ALICE,
+        channel: ALERTS,
+        messageTs: m.ts,
+        actionId,
+        value: elementsOf(m).find((e) => e.action_id === actionId)?.value ?? '',
+        blockId:
+          ((m.blocks ?? []) as Array<{ type: string; block_id?: string }>).find((b) => b.type === 'actions')
+            ?.block_id ?? 'actions',
+        responseUrl,
+        messageText: m.text,
+        messageBlocks: m.blocks ?? [],
+      }),
+    );
+    expect(r.status).toBe(200);
+    const answer = await s.slack.waitFor(() => s.slack.responses().find((p) => p.url === responseUrl), 20_000);
+    return String(answer.body.text ?? '');
+  }
 
   const xidMessages = (): StoredMessage[] => s.slack.messages(ALERTS).filter((m) => shown(m).includes('NVIDIA Xid'));
 
@@ -131,29 +158,9 @@ describe('DCGM rule → real Prometheus → real Alertmanager → gpu-medic → 
     expect(shown(first)).toContain(`<${prom.url}/graph?`);
 
     // Unstick on it: the normal unstick flow (a thread of its own), the clicker its requester.
-    const responseUrl = s.slack.newResponseUrl();
-    const unstick = elementsOf(first).find((e) => e.action_id === 'gpu_alert_unstick');
-    const r = await sendInteraction(
-      s.eventsUrl,
-      s.signingSecret,
-      blockActionPayload({
-        user: ALICE,
-        channel: ALERTS,
-        messageTs: first.ts,
-        actionId: 'gpu_alert_unstick',
-        value: unstick?.value ?? '',
-        blockId:
-          ((first.blocks ?? []) as Array<{ type: string; block_id?: string }>).find((b) => b.type === 'actions')
-            ?.block_id ?? 'actions',
-        responseUrl,
-        messageText: first.text,
-        messageBlocks: first.blocks ?? [],
-      }),
-    );
-    expect(r.status).toBe(200);
-    const answer = await s.slack.waitFor(() => s.slack.responses().find((p) => p.url === responseUrl), 20_000);
-    expect(String(answer.body.text)).toMatch(/^:ambulance: Unsticking `ct129`/);
-    const unstickId = /`(inc_[a-z0-9_]+)`/.exec(String(answer.body.text))?.[1] ?? '';
+    const answer = await click(first, 'gpu_alert_unstick');
+    expect(answer).toMatch(/^:ambulance: Unsticking `ct129`/);
+    const unstickId = /`(inc_[a-z0-9_]+)`/.exec(answer)?.[1] ?? '';
     await s.threadOf(unstickId, { channel: ALERTS, timeoutMs: 40_000, done: (t) => t.length > 1 });
 
     // A repeat that says more (Alertmanager's repeat carries the new value): the same message, edited.
@@ -186,4 +193,34 @@ describe('DCGM rule → real Prometheus → real Alertmanager → gpu-medic → 
     const posts = s.slack.calls('chat.postMessage').filter((c) => JSON.stringify(c.body).includes('NVIDIA Xid'));
     expect(posts).toHaveLength(1);
   }, 240_000);
+
+  it('Snooze on an Alertmanager alert also creates a silence in Alertmanager for its labels, until the snooze ends', async () => {
+    exporter.set('DCGM_FI_DEV_ROW_REMAP_FAILURE', DCGM_LABELS, 1);
+    const m = await s.slack.waitFor(
+      () =>
+        s.slack
+          .messages(ALERTS)
+          .find((x) => shown(x).includes('row remapping failed') && !shown(x).includes('Cleared at')),
+      60_000,
+    );
+    const answer = await click(m, 'gpu_alert_snooze_gpu_1h');
+    expect(answer).toMatch(/Alertmanager silences this alert \(its labels\) until then too: silence `[0-9a-f-]+`/);
+    const silences = (await (await fetch(`${am.url}/api/v2/silences`)).json()) as Array<{
+      status: { state: string };
+      matchers: Array<{ name: string; value: string; isEqual: boolean; isRegex: boolean }>;
+      endsAt: string;
+      createdBy: string;
+    }>;
+    const active = silences.filter((x) => x.status.state === 'active');
+    expect(active).toHaveLength(1);
+    expect(active[0]?.matchers).toEqual(
+      expect.arrayContaining([
+        { name: 'alertname', value: 'DcgmRowRemapFailure', isEqual: true, isRegex: false },
+        { name: 'UUID', value: UUID, isEqual: true, isRegex: false },
+        { name: 'Hostname', value: 'ct129', isEqual: true, isRegex: false },
+      ]),
+    );
+    expect(Date.parse(active[0]?.endsAt ?? '') - Date.now()).toBeGreaterThan(55 * 60_000);
+    expect(active[0]?.createdBy).toBe(`gpu-medic (Slack user ${ALICE})`);
+  }, 120_000);
 });
