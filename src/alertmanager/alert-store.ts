@@ -69,7 +69,7 @@ return outcome
 `;
 
 /** The incident of one Alertmanager alert episode (fingerprint + startsAt): the same on every retry and restart. */
-export function alertmanagerIncidentId(a: Pick<MappedAlert, 'key'> & { alert: { since: number } }): string {
+function alertmanagerIncidentId(a: Pick<MappedAlert, 'key'> & { alert: { since: number } }): string {
   const h = createHash('sha256').update(`alertmanager\n${a.key}\n${a.alert.since}`).digest('hex').slice(0, 20);
   return `inc_alert_${h}`;
 }

@@ -9,7 +9,7 @@ const labels = z
   .record(labelName, z.string().max(1024))
   .refine((r) => Object.keys(r).length <= 64, 'at most 64 labels');
 
-export const WebhookAlertSchema = z.object({
+const WebhookAlertSchema = z.object({
   status: z.enum(['firing', 'resolved']),
   labels,
   annotations: z.record(z.string().max(128), z.string().max(4096)).default({}),
@@ -21,9 +21,9 @@ export const WebhookAlertSchema = z.object({
 export type WebhookAlert = z.infer<typeof WebhookAlertSchema>;
 
 /** Alerts per notification gpu-medic takes (Alertmanager's `max_alerts` can hold it there; docs/alertmanager.md). */
-export const MAX_ALERTS = 200;
+const MAX_ALERTS = 200;
 
-export const WebhookPayloadSchema = z.object({
+const WebhookPayloadSchema = z.object({
   version: z.literal('4'),
   groupKey: z.string().max(4096).default(''),
   truncatedAlerts: z.number().int().min(0).default(0),
@@ -32,7 +32,7 @@ export const WebhookPayloadSchema = z.object({
   externalURL: z.string().max(2048).default(''),
   alerts: z.array(WebhookAlertSchema).max(MAX_ALERTS),
 });
-export type WebhookPayload = z.infer<typeof WebhookPayloadSchema>;
+type WebhookPayload = z.infer<typeof WebhookPayloadSchema>;
 
 export type PayloadResult = { ok: true; payload: WebhookPayload } | { ok: false; status: 400 | 413; error: string };
 

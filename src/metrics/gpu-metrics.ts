@@ -19,14 +19,14 @@ const GPU_LABELS = ['Hostname', 'host', 'container', 'gpu', 'UUID'] as const;
 const MACHINE_LABELS = ['Hostname', 'host', 'container'] as const;
 const MiB = 1024 * 1024;
 
-export interface GpuSeries {
+interface GpuSeries {
   name: string;
   labels: Record<string, string>;
   value: number;
 }
 
 /** The series of the glances of `machines` (pure): inventory machines only, numbers only. */
-export function gpuSeries(glances: readonly MachineGlance[], machines: readonly Machine[]): GpuSeries[] {
+function gpuSeries(glances: readonly MachineGlance[], machines: readonly Machine[]): GpuSeries[] {
   const out: GpuSeries[] = [];
   for (const g of glances) {
     const m = machines.find((x) => x.id === g.machineId);

@@ -77,7 +77,7 @@ export interface StoredWatchState {
  * `<condition owner>|<member's incident>`, '' for none). An owner that moved since the caller read
  * it fails the step as a moved state does (the caller reads and judges again).
  */
-export const COMMIT = `
+const COMMIT = `
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == '0' then
   if cur then return 0 end

@@ -2,7 +2,7 @@ import type { AlertEvent, ExternalAlert } from './alert-events.ts';
 import type { Alert } from './judge.ts';
 
 /** One member of an alert message (a watchdog alert, or an Alertmanager alert), as its events last described it. */
-export interface AlertMember {
+interface AlertMember {
   alert: Alert;
   external: ExternalAlert | null;
   clearedAt: number | null;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 
 /** One GPU as the watchdog last read it: the worker's GPU metrics (src/metrics/gpu-metrics.ts). */
-export const GpuReadingSchema = z.object({
+const GpuReadingSchema = z.object({
   /** Its index as the machine numbers it (a host: the host index). */
   index: z.number().int().min(0).max(63),
   uuid: z
