@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readHomeModel } from '../../src/slack/home.ts';
 import { watchKeys } from '../../src/watch-store/watch-keys.ts';
 import { WatchRoundStore } from '../../src/watch-store/watch-round-store.ts';
 import type { Alert } from '../../src/watchdog/judge.ts';
@@ -243,6 +244,10 @@ describe('the Alertmanager receiver on the bot HTTP port (real Bolt server, real
       return m && shown(m).includes('am first') ? m : null;
     }, 15_000);
     expect(shown(still)).not.toContain('Cleared at');
+    // App Home lists it as open too (it is cleared only once both sources have cleared).
+    const home = await readHomeModel(s.redis, s.prefix, ['kpro5'], { ramPct: 90, staleAfterMs: 60_000 }, Date.now());
+    const listed = home.alerts.find((x) => x.alert?.key.startsWith('alertmanager:') && x.alert.kind === 'ghost_memory');
+    expect(listed?.cleared).toBe(false);
     expect(
       (await postAlerts(url, payload([amGhost('resolved', f, 'framebuffer used while idle (am first)')]), TOKEN))
         .status,
