@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
 import { DEFAULT_MAPPING, mapAlert } from '../../src/alertmanager/map.ts';
+import { alertmanagerReceiver, silencesOf } from '../../src/alertmanager/wire.ts';
 import type { WebhookAlert } from '../../src/alertmanager/payload.ts';
 import { alertmanagerHandler, startAlertmanagerServer } from '../../src/alertmanager/receiver.ts';
 import { parseEnv } from '../../src/config/env.ts';
@@ -122,6 +124,28 @@ describe('the receiver handler on a port of its own (real HTTP, the store inject
     } finally {
       await s.close();
     }
+  });
+});
+
+describe('without GPU_MEDIC_ALERTMANAGER_TOKEN', () => {
+  it('there is no receiver: no route on the bot, no port of its own, and Redis is never asked', async () => {
+    const env = parseEnv(
+      { SLACK_BOT_TOKEN: 'xoxb-1', SLACK_APP_TOKEN: 'xapp-1', GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01' },
+      'bot',
+    ).env;
+    if (!env) throw new Error('env invalid');
+    const redis = new Redis({ lazyConnect: true });
+    const r = alertmanagerReceiver(
+      env,
+      { defaults: { user: 'root', commandTimeoutSec: 20, connectTimeoutSec: 8 }, hosts: [], containers: [] },
+      redis,
+      captureLogger('am').logger,
+    );
+    expect(r.route).toBeNull();
+    expect(await r.start()).toBeNull();
+    expect(redis.status).toBe('wait');
+    expect(silencesOf(env)).toEqual({});
+    redis.disconnect();
   });
 });
 
