@@ -11,9 +11,8 @@ import {
   ALERT_UNSTICK_ACTION_ID,
   ALERT_UNSTICK_PICK_ACTION_ID,
   type AlertActionRefusal,
-  type AlertEvent,
 } from '../src/watchdog/alert-events.ts';
-import type { Alert } from '../src/watchdog/judge.ts';
+import { alertEpisode } from '../src/watchdog/alert-state.ts';
 import type { CommandDeps } from './deps.ts';
 import { startStatus } from './status.ts';
 import { startUnstick } from './unstick.ts';
@@ -52,20 +51,6 @@ const NOT_THIS_MESSAGE = ":no_entry: This button does not belong to that alert's
 const hhmm = (ms: number): string => `${new Date(ms).toISOString().slice(11, 16)} UTC`;
 const stamp = (ms: number): string => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 
-/** The alert as its events last described it, and when it cleared (null: still on). */
-function stateOf(events: readonly { type: string }[]): { alert: Alert | null; clearedAt: number | null } {
-  let alert: Alert | null = null;
-  let clearedAt: number | null = null;
-  for (const e of events as readonly AlertEvent[]) {
-    if (e.type === 'alert_raised' || e.type === 'alert_updated') alert = e.alert;
-    else if (e.type === 'alert_cleared') {
-      alert = alert ?? e.alert;
-      clearedAt = Date.parse(e.at);
-    }
-  }
-  return { alert, clearedAt };
-}
-
 /**
  * One click on an alert's Status, Unstick or Snooze. Only the alert's incident id is taken from
  * the click, and checked: the machine comes from the stored meta, the GPU from the stored events,
@@ -83,7 +68,7 @@ async function handleAlertClick(click: AlertClick, deps: CommandDeps): Promise<s
   // The id is not secret: a tampered payload could carry another alert's id on this message.
   const parent = (await deps.log.slackRefs(id)).get('parent');
   if (click.channel !== meta.channel || !parent || click.messageTs !== parent.ts) return NOT_THIS_MESSAGE;
-  const { alert, clearedAt } = stateOf(await deps.log.events(id));
+  const { alert, clearedAt, external } = alertEpisode(await deps.log.events(id));
   if (!alert) return UNKNOWN;
   const machineId = meta.targets[0] ?? '';
   if (clearedAt !== null)
@@ -130,7 +115,8 @@ async function handleAlertClick(click: AlertClick, deps: CommandDeps): Promise<s
       until: new Date(until).toISOString(),
     });
     const what = snooze.gpu ? `GPU ${alert.gpu} of ${code(machineId)}` : code(machineId);
-    return `:zzz: ${what} is snoozed until ${stamp(until)}${until > deps.now().getTime() + snooze.ms ? ' (an earlier, longer snooze is kept)' : ''}: the watchdog raises no new alert there until then. Nothing was signalled or reset; this message stays as it is and still says when the condition clears.`;
+    const silenced = external && deps.silence ? await silenceOf(external.labels, until, click.user, id, deps) : '';
+    return `:zzz: ${what} is snoozed until ${stamp(until)}${until > deps.now().getTime() + snooze.ms ? ' (an earlier, longer snooze is kept)' : ''}: the watchdog raises no new alert there until then.${silenced} Nothing was signalled or reset; this message stays as it is and still says when the condition clears.`;
   }
   const channel = deps.alertsChannel ?? meta.channel;
   const input = { userId: click.user, channelId: channel };
@@ -145,6 +131,23 @@ async function handleAlertClick(click: AlertClick, deps: CommandDeps): Promise<s
         );
   await record(started.incidentId, started.refused);
   return started.text;
+}
+
+/** The Alertmanager silence of a snooze, in words for the answer; a failure is said, and the snooze stands. */
+async function silenceOf(
+  labels: Readonly<Record<string, string>>,
+  until: number,
+  by: string,
+  id: string,
+  deps: CommandDeps,
+): Promise<string> {
+  try {
+    const sid = (await deps.silence?.(labels, until, by, id)) ?? '';
+    return ` Alertmanager silences this alert (its labels) until then too: silence ${code(sid)}.`;
+  } catch (err) {
+    deps.logger.warn({ err, alert: id }, 'alert snooze: the Alertmanager silence could not be created');
+    return ' The Alertmanager silence could not be created (Alertmanager did not take it): Alertmanager keeps notifying, and this message stays one message.';
+  }
 }
 
 const BUTTONS: ReadonlyArray<[string, AlertButton]> = [

@@ -26,6 +26,16 @@ export interface CommandDeps {
   snoozes: SnoozeStore;
   /** Signs every unstick request (slash command or alert click) with the bot's key: a worker acts on nothing else. */
   signer: BotSigner;
+  /**
+   * GPU_MEDIC_ALERTMANAGER_URL set: Snooze on an Alertmanager alert also silences it there, for its
+   * labels, until `untilMs`; resolves with the silence id. Absent: no silences.
+   */
+  silence?: (
+    labels: Readonly<Record<string, string>>,
+    untilMs: number,
+    by: string,
+    incidentId: string,
+  ) => Promise<string>;
 }
 
 export interface SlashInput {

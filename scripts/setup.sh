@@ -57,11 +57,24 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v redis-server >/dev/null || need+=(redis-server)
 if [ "$ci" -eq 1 ]; then command -v docker-compose >/dev/null || need+=(docker-compose); fi
+# The Alertmanager receiver's end-to-end test runs the real Prometheus and Alertmanager (and their
+# promtool and amtool check the docs' rules and config).
+if [ "$ci" -eq 1 ]; then command -v promtool >/dev/null || need+=(prometheus); fi
+if [ "$ci" -eq 1 ]; then command -v amtool >/dev/null || need+=(prometheus-alertmanager); fi
 if [ "${#need[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null || { say "missing ${need[*]} and no apt-get here: install them by hand" >&2; exit 1; }
   say "installing ${need[*]}"
   as_root apt-get update -qq
+  # prometheus and prometheus-alertmanager start their daemons (on :9090, :9093) from postinst:
+  # forbid starting any service while installing, unless a policy-rc.d is already there.
+  policy_made=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod +x /usr/sbin/policy-rc.d
+    policy_made=1
+  fi
   as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if [ "$policy_made" -eq 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
 fi
 if ! node_ok; then
   say "Node.js 20 or newer is needed and could not be installed (now: $(node --version 2>/dev/null || echo none))." >&2

@@ -16,6 +16,7 @@ import type { Metrics } from './metrics/metrics.ts';
 import { ObservedIncidentLog, observedPoster } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
+import { alertmanagerReceiver, silencesOf } from './alertmanager/wire.ts';
 import { Outbox } from './slack/outbox.ts';
 import { HomePublisher, registerHome } from './slack/home.ts';
 import { replayGuard } from './slack/replay-guard.ts';
@@ -51,6 +52,8 @@ function redisReason(err: Error | null): string {
 
 export interface Bot {
   port: number | null;
+  /** The Alertmanager receiver's own port, when it has one. */
+  alertmanagerPort: number | null;
   outbox: Outbox;
   /** What the heartbeat checks: Redis answers, the outbox loop turns, Slack can reach us. */
   health(): Record<string, HealthCheck>;
@@ -85,7 +88,16 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       `Redis not reachable at start (${redactRedisUrl(env.REDIS_URL)}: ${redisReason(lastRedisError)}); commands will answer "queue unavailable" until it is`,
     ),
   );
+  // The Alertmanager receiver (src/alertmanager/), when configured: a route here or a port of its own.
+  const alertmanager = alertmanagerReceiver(
+    env,
+    inventory,
+    fast,
+    logger.child({ component: 'alertmanager' }),
+    deps.now,
+  );
   const slack = createSlackApp({
+    ...(alertmanager.route ? { extraRoutes: [alertmanager.route] } : {}),
     mode: env.GPU_MEDIC_MODE,
     botToken: env.SLACK_BOT_TOKEN ?? '',
     ...(env.SLACK_APP_TOKEN ? { appToken: env.SLACK_APP_TOKEN } : {}),
@@ -146,6 +158,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     lockTtlMs: (env.GPU_MEDIC_APPROVAL_TTL_SEC + 30 * 60) * 1000,
     alertsChannel: env.GPU_MEDIC_ALERTS_CHANNEL ?? null,
     snoozes: new SnoozeStore(fast, env.GPU_MEDIC_PREFIX),
+    ...silencesOf(env),
   });
   const outbox = new Outbox({
     log: new IncidentLog(steady, env.GPU_MEDIC_PREFIX),
@@ -170,6 +183,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   });
   registerHome(slack.app, home, logger.child({ component: 'home' }));
   const { port } = await slack.start();
+  const alertmanagerPort = await alertmanager.start();
   outbox.start();
   home.start();
   const startedAt = Date.now();
@@ -179,6 +193,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   );
   return {
     port,
+    alertmanagerPort,
     outbox,
     health: () => ({
       redis: async () => ((await fast.ping()) === 'PONG' ? null : 'Redis did not answer PONG'),
@@ -192,6 +207,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       slack: async () => slack.connectionProblem(),
     }),
     async stop() {
+      await alertmanager.stop();
       await home.stop();
       await outbox.stop();
       await slack.stop();

@@ -4,7 +4,7 @@ import { connectRedis, type RedisSettings } from '../src/redis/connection.ts';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
 import { BlastBudget, BudgetMemory } from '../src/approval/blast-budget.ts';
 import type { Inventory } from '../src/config/inventory.ts';
-import { sitesOf } from '../src/config/machines.ts';
+import { listMachines, sitesOf } from '../src/config/machines.ts';
 import type { HealthCheck } from '../src/health/heartbeat.ts';
 import { IncidentLog } from '../src/incident/log.ts';
 import { TargetLock } from '../src/incident/target-lock.ts';
@@ -17,6 +17,9 @@ import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.t
 import { JobSchema, queueName, type WatchJob, watchSchedulerId } from '../src/queue/jobs.ts';
 import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
 import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
+import { watchKeys } from '../src/watch-store/watch-keys.ts';
+import { MachineGlanceSchema } from '../src/watchdog/watch-glance.ts';
+import { registerGpuMetrics } from '../src/metrics/gpu-metrics.ts';
 import type { WatchSettings } from '../src/watchdog/judge.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { sweepDecisions } from './decision-sweep.ts';
@@ -268,6 +271,28 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       for (const [state, n] of Object.entries(counts)) g.set({ site, state }, n);
     }
   });
+  // GPU metrics from the watchdog's last readings of this worker's machines, read at scrape time.
+  if (metrics && o.watch) {
+    const mine = listMachines(o.inventory).filter((m) => sites.includes(m.site));
+    const lastKey = watchKeys(o.prefix).last;
+    registerGpuMetrics(
+      metrics.registry,
+      async () => {
+        if (mine.length === 0) return [];
+        const raws = await connection.hmget(lastKey, ...mine.map((m) => m.id));
+        return raws.flatMap((raw) => {
+          if (raw === null) return [];
+          try {
+            const g = MachineGlanceSchema.safeParse(JSON.parse(raw));
+            return g.success ? [g.data] : [];
+          } catch {
+            return [];
+          }
+        });
+      },
+      mine,
+    );
+  }
   // A decision stored by the bot whose job it then failed to queue is not lost: queued from here.
   const sweepDeps = {
     approvals: unstickDeps.approvals,

@@ -27,7 +27,7 @@ import {
   type WatchState,
 } from '../src/watchdog/judge.ts';
 import type { KernelLogCursor } from '../src/watchdog/kernel-log.ts';
-import type { MachineGlance } from '../src/watchdog/watch-glance.ts';
+import { gpuReadingsOf, type MachineGlance } from '../src/watchdog/watch-glance.ts';
 
 export interface WatchdogDeps {
   inventory: Inventory;
@@ -203,5 +203,9 @@ function glanceOf(r: MachineReading, state: WatchState): MachineGlance {
     gpuMemoryTotalMiB: s.gpus.reduce((a, g) => a + Math.max(0, g.memoryTotalMiB ?? 0), 0),
     ramPct: ram,
     openAlerts,
+    gpuReadings: gpuReadingsOf(s),
+    gpuError: s.gpuError !== null,
+    ramUsedBytes: s.view === 'host' && s.ram ? Math.max(0, s.ram.usedBytes) : null,
+    ramTotalBytes: s.view === 'host' && s.ram ? Math.max(0, s.ram.totalBytes) : null,
   };
 }

@@ -171,6 +171,56 @@ export const EnvSchema = z.object({
       'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
     )
     .default('127.0.0.1'),
+  /**
+   * The Alertmanager receiver (docs/alertmanager.md): the bearer token Alertmanager sends
+   * (`http_config.authorization`). Unset: no receiver; the watchdog works alone.
+   */
+  GPU_MEDIC_ALERTMANAGER_TOKEN: z
+    .string()
+    .min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)')
+    .regex(/^[\x21-\x7e]+$/, 'must be printable ASCII without spaces')
+    .optional(),
+  /** The receiver's own port (required in Socket Mode; in HTTP mode unset = the bot's PORT). */
+  GPU_MEDIC_ALERTMANAGER_PORT: z.coerce
+    .number({ error: 'must be a whole number from 0 to 65535' })
+    .int({ error: 'must be a whole number from 0 to 65535' })
+    .min(0, { error: 'must be a whole number from 0 to 65535' })
+    .max(65535, { error: 'must be a whole number from 0 to 65535' })
+    .optional(),
+  /** Address the receiver's own port listens on. Loopback by default. */
+  GPU_MEDIC_ALERTMANAGER_BIND: z
+    .string()
+    .regex(
+      /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
+      'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
+    )
+    .default('127.0.0.1'),
+  /** Alertmanager's URL (e.g. http://127.0.0.1:9093): Snooze also creates a silence there. Unset: no silences. */
+  GPU_MEDIC_ALERTMANAGER_URL: z.url({ error: 'must be a URL such as http://127.0.0.1:9093' }).optional(),
+  /** Labels naming the machine, first match wins. */
+  GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS: list
+    .pipe(z.array(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be Prometheus label names')))
+    .transform((l) => (l.length > 0 ? l : ['Hostname', 'instance'])),
+  /** The GPU UUID label and the GPU host-index label (DCGM exporter's `UUID` and `gpu`). */
+  GPU_MEDIC_ALERTMANAGER_UUID_LABEL: z
+    .string()
+    .regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a Prometheus label name')
+    .default('UUID'),
+  GPU_MEDIC_ALERTMANAGER_GPU_LABEL: z
+    .string()
+    .regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a Prometheus label name')
+    .default('gpu'),
+  /** `label value=machine id` pairs (comma list), where a label names a machine otherwise than the inventory. */
+  GPU_MEDIC_ALERTMANAGER_RENAME: list.pipe(
+    z.array(
+      z
+        .string()
+        .regex(
+          /^[^=\s]{1,253}=[a-z0-9][a-z0-9._-]{0,62}$/,
+          'must be `label-value=machine-id` pairs, e.g. gpu-node-7.lab:9400=kpro5',
+        ),
+    ),
+  ),
 });
 
 export type Env = z.output<typeof EnvSchema>;
@@ -226,6 +276,14 @@ const SETTING_READERS = {
   LOG_LEVEL: 'both',
   GPU_MEDIC_METRICS_PORT: 'both',
   GPU_MEDIC_METRICS_BIND: 'both',
+  GPU_MEDIC_ALERTMANAGER_TOKEN: 'bot',
+  GPU_MEDIC_ALERTMANAGER_PORT: 'bot',
+  GPU_MEDIC_ALERTMANAGER_BIND: 'bot',
+  GPU_MEDIC_ALERTMANAGER_URL: 'bot',
+  GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS: 'bot',
+  GPU_MEDIC_ALERTMANAGER_UUID_LABEL: 'bot',
+  GPU_MEDIC_ALERTMANAGER_GPU_LABEL: 'bot',
+  GPU_MEDIC_ALERTMANAGER_RENAME: 'bot',
 } as const satisfies Record<Setting, 'bot' | 'worker' | 'both'>;
 
 export const SETTINGS = Object.keys(EnvSchema.shape) as Setting[];
@@ -235,8 +293,13 @@ export function settingsFor(role: Role): Setting[] {
   return SETTINGS.filter((k) => role === 'start' || SETTING_READERS[k] === 'both' || SETTING_READERS[k] === role);
 }
 
-/** Settings that hold secrets only the bot may have. */
-const SLACK_SECRETS: readonly Setting[] = ['SLACK_BOT_TOKEN', 'SLACK_APP_TOKEN', 'SLACK_SIGNING_SECRET'];
+/** Settings that hold secrets only the bot may have (the Slack tokens, and the token Alertmanager calls it with). */
+const SLACK_SECRETS: readonly Setting[] = [
+  'SLACK_BOT_TOKEN',
+  'SLACK_APP_TOKEN',
+  'SLACK_SIGNING_SECRET',
+  'GPU_MEDIC_ALERTMANAGER_TOKEN',
+];
 /** Settings that hold secrets only the worker may have. */
 const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET', 'GPU_MEDIC_WORKER_KEY_FILE'];
 /** The bot's signing key: the worker must never hold it (it would sign its own approvals). */
@@ -260,6 +323,11 @@ const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
   'GPU_MEDIC_WORKER_PUBLIC_KEY_FILES',
   // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".
   'GPU_MEDIC_METRICS_PORT',
+  'GPU_MEDIC_ALERTMANAGER_TOKEN',
+  'GPU_MEDIC_ALERTMANAGER_PORT',
+  'GPU_MEDIC_ALERTMANAGER_URL',
+  'GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS',
+  'GPU_MEDIC_ALERTMANAGER_RENAME',
 ]);
 
 /** Names that look like ours: an unknown one is a typo of a real setting, never ignored in silence. */
@@ -369,6 +437,19 @@ export function parseEnv(
       });
     if (mode === 'http' && !has('SLACK_SIGNING_SECRET'))
       problems.push({ variable: 'SLACK_SIGNING_SECRET', message: 'is required in http mode to verify requests' });
+    // The receiver posts to the alerts channel, and in Socket Mode there is no HTTP port to share.
+    if (env?.GPU_MEDIC_ALERTMANAGER_TOKEN && !env.GPU_MEDIC_ALERTS_CHANNEL)
+      problems.push({
+        variable: 'GPU_MEDIC_ALERTS_CHANNEL',
+        message:
+          'is required with GPU_MEDIC_ALERTMANAGER_TOKEN: Alertmanager alerts are posted there (a channel ID like C0123ABCDEF)',
+      });
+    if (env?.GPU_MEDIC_ALERTMANAGER_TOKEN && mode === 'socket' && env.GPU_MEDIC_ALERTMANAGER_PORT === undefined)
+      problems.push({
+        variable: 'GPU_MEDIC_ALERTMANAGER_PORT',
+        message:
+          'is required with GPU_MEDIC_ALERTMANAGER_TOKEN in socket mode (there is no HTTP port to share): e.g. 9095',
+      });
     // An alert's buttons follow the channel policy of /gpu, so an alerts channel left out would refuse every click.
     const alerts = env?.GPU_MEDIC_ALERTS_CHANNEL;
     if (env && alerts && env.GPU_MEDIC_ALLOWED_CHANNELS.length > 0 && !env.GPU_MEDIC_ALLOWED_CHANNELS.includes(alerts))

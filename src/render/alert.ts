@@ -1,7 +1,8 @@
 import type { types } from '@slack/bolt';
 import type { AnyLoggedEvent } from '../incident/all-events.ts';
 import type { IncidentMeta } from '../incident/events.ts';
-import type { Alert, ConditionKind } from '../watchdog/judge.ts';
+import { alertEpisode } from '../watchdog/alert-state.ts';
+import type { AlertKind } from '../watchdog/judge.ts';
 import {
   ALERT_SNOOZE_1D_ACTION_ID,
   ALERT_SNOOZE_1H_ACTION_ID,
@@ -30,7 +31,7 @@ export interface RenderContext {
 /** Slack's limit of options in one static_select. */
 const SELECT_OPTIONS_MAX = 100;
 
-const TITLE: Record<ConditionKind, string> = {
+const TITLE: Record<AlertKind, string> = {
   ghost_memory: 'GPU memory held with no process',
   holder_stuck: 'GPU holder stuck',
   ram_high: 'Host RAM high',
@@ -40,10 +41,11 @@ const TITLE: Record<ConditionKind, string> = {
   unreachable: 'Machine unreachable',
   xid: 'NVIDIA Xid',
   recovery_action: 'GPU recovery action',
+  external: 'Alert',
 };
 
 /** What to try next, per condition: our own words (already mrkdwn). */
-const NEXT: Record<ConditionKind, string> = {
+const NEXT: Record<AlertKind, string> = {
   ghost_memory:
     'memory that no process holds is a leaked context: only a host-level GPU reset frees it. *Unstick* on a container of this host offers the reset as its own step, approved by a second person; *Status* shows who holds what now.',
   holder_stuck:
@@ -60,7 +62,23 @@ const NEXT: Record<ConditionKind, string> = {
   xid: 'what the Xid means for the next step is said above; *Status* shows the GPU now.',
   recovery_action:
     'what the driver asks for is said above; a reset or reboot is for a person to decide. *Status* shows the GPU now.',
+  external:
+    "what the alert means is its rule's to say (the link above); *Status* reads the machine now, *Unstick* stops what holds its GPUs.",
 };
+
+/** An http(s) URL as a Slack link to it, or null: `|`, `<`, `>` and spaces percent-encoded so it cannot end the link or form markup. */
+function link(url: string | null, label: string): string | null {
+  if (url === null) return null;
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return null;
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') return null;
+  const href = u.href.replace(/[|<>\s"]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
+  return `<${href.replace(/&/g, '&amp;')}|${label}>`;
+}
 
 const stamp = (ms: number): string => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 const hhmm = (ms: number): string => `${new Date(ms).toISOString().slice(11, 16)} UTC`;
@@ -168,28 +186,26 @@ export function renderAlert(
   ctx: RenderContext = {},
 ): MessageView[] {
   const alertEvents = events.filter((e): e is AlertEvent & { id: string } => e.type.startsWith('alert_'));
-  let alert: Alert | null = null;
-  let clearedAt: number | null = null;
-  let updatedAt: number | null = null;
+  const episode = alertEpisode(alertEvents);
+  const { alert, clearedAt, updatedAt, external } = episode;
   const snoozes = new Map<string, { by: string; until: string }>();
   const actions: string[] = [];
   for (const e of alertEvents) {
-    if (e.type === 'alert_raised') alert = e.alert;
-    else if (e.type === 'alert_updated') {
-      alert = e.alert;
-      updatedAt = Date.parse(e.at);
-    } else if (e.type === 'alert_cleared') {
-      alert = alert ?? e.alert;
-      clearedAt = Date.parse(e.at);
-    } else if (e.type === 'alert_snoozed') {
+    if (e.type === 'alert_snoozed') {
       const prev = snoozes.get(e.scope);
       if (!prev || Date.parse(e.until) >= Date.parse(prev.until)) snoozes.set(e.scope, { by: e.by, until: e.until });
     } else if (e.type === 'alert_action') actions.push(actionLine(e));
   }
   if (!alert) return [];
   const machineId = meta.targets[0] ?? alert.machineId;
-  const where = `${code(machineId)}${alert.gpu === null ? '' : ` GPU ${alert.gpu}`}`;
-  const title = TITLE[alert.kind] ?? text(alert.kind);
+  const where =
+    machineId === ''
+      ? 'no machine of the inventory'
+      : `${code(machineId)}${alert.gpu === null ? '' : ` GPU ${alert.gpu}`}`;
+  const title =
+    alert.kind === 'external' && external
+      ? text(clipChars(external.alertname, 120))
+      : (TITLE[alert.kind] ?? text(alert.kind));
   const head =
     clearedAt === null
       ? `:rotating_light: *${title}* on ${where}`
@@ -206,11 +222,20 @@ export function renderAlert(
     ...(updatedAt !== null ? [`updated ${hhmm(updatedAt)}`] : []),
     `alert ${code(meta.id)}`,
   ].join(' · ');
+  // Where it came from: the watchdog, Alertmanager (with its rule's name and a link back), or both.
+  const fromWatchdog = [...episode.members.values()].some((m) => m.external === null);
+  const origin =
+    external === null
+      ? null
+      : [
+          `${fromWatchdog ? 'Raised by the watchdog and by Alertmanager' : 'From Alertmanager'}: ${code(clipChars(external.alertname, 120))}`,
+          ...[link(external.generatorURL, 'source')].filter((x): x is string => x !== null),
+        ].join(' · ');
   const blocks: KnownBlock[] = [
     { type: 'section', text: { type: 'mrkdwn', text: `${head}\n${said}` } },
-    { type: 'context', elements: [{ type: 'mrkdwn', text: when }] },
+    { type: 'context', elements: [{ type: 'mrkdwn', text: origin === null ? when : `${when}\n${origin}` }] },
   ];
-  const lines: string[] = [head, said, when];
+  const lines: string[] = [head, said, when, ...(origin === null ? [] : [origin])];
   if (clearedAt === null) {
     const next = `*Next:* ${NEXT[alert.kind] ?? ''}`;
     blocks.push({ type: 'section', text: { type: 'mrkdwn', text: next } });
@@ -222,7 +247,13 @@ export function renderAlert(
   );
   notes.push(...actions.slice(-10));
   if (actions.length > 10) notes.push(`(${actions.length - 10} earlier clicks are in the incident log)`);
-  if (clearedAt === null) {
+  const unmatched = machineId === '' ? (external?.unmatched ?? 'it names no machine') : null;
+  if (clearedAt === null && unmatched !== null) {
+    notes.push(
+      `No buttons: ${text(clipChars(unmatched, 300))}. Map it with GPU_MEDIC_ALERTMANAGER_RENAME (docs/alertmanager.md), or use \`/gpu status <machine>\`.`,
+    );
+    blocks.push(...contextsOf(notes));
+  } else if (clearedAt === null) {
     const elements: types.ActionsBlockElement[] = [
       {
         type: 'button',

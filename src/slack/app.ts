@@ -1,5 +1,5 @@
 import type { Server } from 'node:http';
-import { App, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
+import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
@@ -23,6 +23,8 @@ export interface SlackAppOptions {
   logger: Logger;
   /** The bot's clock (ms) for the request window. Default Date.now. */
   now?: () => number;
+  /** HTTP mode: more routes on the same server, outside Slack's signature check (the Alertmanager receiver checks its own token). */
+  extraRoutes?: CustomRoute[];
 }
 
 export interface SlackApp {
@@ -62,6 +64,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
             logger,
             logLevel: LogLevel.INFO,
             customPropertiesExtractor: signatureProperties,
+            ...(o.extraRoutes && o.extraRoutes.length > 0 ? { customRoutes: o.extraRoutes } : {}),
           }),
           o.now ?? Date.now,
           o.logger,

@@ -32,8 +32,8 @@ import {
 } from '../render/home.ts';
 import { SnoozeStore } from '../watch-store/snooze-store.ts';
 import { watchKeys } from '../watch-store/watch-keys.ts';
-import type { AlertEvent } from '../watchdog/alert-events.ts';
 import { MachineGlanceSchema } from '../watchdog/watch-glance.ts';
+import { alertEpisode } from '../watchdog/alert-state.ts';
 
 const homeKeys = (prefix: string) => ({
   /** Sorted set: Slack user id → when they last opened the Home tab (ms). */
@@ -60,7 +60,7 @@ const isState = (e: { type: string }): boolean =>
   e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
 
 /** The model Home renders, read from Redis. `machineIds`: the inventory's, in order. */
-async function readHomeModel(
+export async function readHomeModel(
   redis: Redis,
   prefix: string,
   machineIds: readonly string[],
@@ -92,15 +92,15 @@ async function readHomeModel(
       let events = (await log.lastEvents(incidentId, 50)) as Array<{ type: string }>;
       if (events.length === 50 && !events.some(isState))
         events = (await log.events(incidentId)) as Array<{ type: string }>;
-      const states = events.filter((e): e is Extract<AlertEvent, { alert: unknown }> => isState(e));
-      const last = states.at(-1);
-      if (!last) return { incidentId, alert: null, cleared: false, snoozedUntil: null };
-      const a = last.alert;
+      // Several members may share the message (the watchdog and Alertmanager): it is cleared once all are.
+      const episode = alertEpisode(events as Array<{ type: string; at: string }>);
+      const a = episode.alert;
+      if (!a) return { incidentId, alert: null, cleared: false, snoozedUntil: null };
       const until = Math.max(snoozes[a.machineId] ?? 0, a.gpu === null ? 0 : (snoozes[`${a.machineId}/${a.gpu}`] ?? 0));
       return {
         incidentId,
         alert: a,
-        cleared: last.type === 'alert_cleared',
+        cleared: episode.clearedAt !== null,
         snoozedUntil: until > now ? new Date(until).toISOString() : null,
       };
     }),

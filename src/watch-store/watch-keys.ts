@@ -13,6 +13,15 @@ export const watchKeys = (prefix: string) => ({
   open: `${prefix}:watch:open`,
   /** Hash: machineId → JSON `MachineGlance` of its last watchdog reading (src/watchdog/watch-glance.ts). */
   last: `${prefix}:watch:last`,
+  /**
+   * Hash: condition (src/watchdog/condition.ts: `machine|gpu|kind`) → the incident of its open
+   * message, whichever source raised it first (the watchdog or Alertmanager): the second one joins it.
+   */
+  conditions: `${prefix}:watch:conditions`,
+  /** Hash: member (a watchdog alert key, or `alertmanager:<fingerprint>`) → the incident it joined, while open. */
+  members: `${prefix}:watch:members`,
+  /** Set: the open members of one condition (the condition is released when the last one clears). */
+  conditionMembers: (condition: string) => `${prefix}:watch:condition:${condition}`,
   /** Counter, incremented with every change above (App Home refreshes when it moves). */
   version: `${prefix}:watch:version`,
 });

@@ -20,6 +20,7 @@ import { targetIndexKey, targetIndexSinceKey } from '../incident/log.ts';
 import type { AlertEvent } from '../watchdog/alert-events.ts';
 import { WATCHDOG_REQUESTER } from '../watchdog/alert-events.ts';
 import { alertIncidentId } from '../watchdog/alert-id.ts';
+import { conditionKey } from '../watchdog/condition.ts';
 import { type AlertChange, type ConditionKind, EMPTY_WATCH_STATE, type WatchState } from '../watchdog/judge.ts';
 import type { MachineGlance } from '../watchdog/watch-glance.ts';
 import { watchKeys } from './watch-keys.ts';
@@ -38,9 +39,10 @@ const KINDS = [
 
 const AlertSchema = z.object({
   key: z.string().max(300),
-  kind: z.enum(KINDS),
+  kind: z.enum([...KINDS, 'external']),
   machineId: z.string(),
   gpu: z.number().int().nullable(),
+  gpuUuid: z.string().max(80).nullable().optional(),
   since: z.number(),
   raisedAt: z.number().nullable(),
   sentence: z.string().max(2000),
@@ -67,6 +69,14 @@ export interface StoredWatchState {
   damaged: boolean;
 }
 
+/**
+ * KEYS: 1 state, 2 open, 3 last, 4 version, 5 incidents, 6 dirty, 7 index-since, 8 conditions,
+ * 9 members, then per change 4 keys (meta, events, target index, condition members).
+ * ARGV: 1 has-expected, 2 expected, 3 next, 4 machine, 5 glance, 6 n, then per change 8 args (id,
+ * kind, meta, event, score, condition, member, expected owner of condition and member as
+ * `<condition owner>|<member's incident>`, '' for none). An owner that moved since the caller read
+ * it fails the step as a moved state does (the caller reads and judges again).
+ */
 const COMMIT = `
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == '0' then
@@ -74,13 +84,19 @@ if ARGV[1] == '0' then
 elseif cur ~= ARGV[2] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 local n = tonumber(ARGV[6])
 for i = 0, n - 1 do
-  local a = 7 + i * 5
+  local a = 7 + i * 8
+  local seen = (redis.call('HGET', KEYS[8], ARGV[a + 5]) or '') .. '|' .. (redis.call('HGET', KEYS[9], ARGV[a + 6]) or '')
+  if seen ~= ARGV[a + 7] then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+for i = 0, n - 1 do
+  local a = 7 + i * 8
   local id, kind, meta, ev, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local metaKey, eventsKey, targetKey = KEYS[8 + i * 3], KEYS[9 + i * 3], KEYS[10 + i * 3]
+  local cond, member = ARGV[a + 5], ARGV[a + 6]
+  local metaKey, eventsKey, targetKey, condKey = KEYS[10 + i * 4], KEYS[11 + i * 4], KEYS[12 + i * 4], KEYS[13 + i * 4]
   if redis.call('SET', metaKey, meta, 'NX') then
     redis.call('ZADD', KEYS[5], 'NX', score, id)
     redis.call('ZADD', targetKey, 'NX', score, id)
@@ -88,8 +104,20 @@ for i = 0, n - 1 do
   end
   redis.call('XADD', eventsKey, '*', 'e', ev)
   redis.call('SADD', KEYS[6], id)
-  if kind == 'raise' then redis.call('ZADD', KEYS[2], score, id) end
-  if kind == 'clear' then redis.call('ZREM', KEYS[2], id) end
+  if kind == 'raise' then
+    redis.call('ZADD', KEYS[2], score, id)
+    if not redis.call('HGET', KEYS[8], cond) then redis.call('HSET', KEYS[8], cond, id) end
+    redis.call('HSET', KEYS[9], member, id)
+    redis.call('SADD', condKey, member)
+  end
+  if kind == 'clear' then
+    redis.call('HDEL', KEYS[9], member)
+    redis.call('SREM', condKey, member)
+    if redis.call('SCARD', condKey) == 0 then
+      if redis.call('HGET', KEYS[8], cond) == id then redis.call('HDEL', KEYS[8], cond) end
+      redis.call('ZREM', KEYS[2], id)
+    end
+  end
 end
 redis.call('INCR', KEYS[4])
 return 1
@@ -149,7 +177,20 @@ export class WatchRoundStore {
       this.k('incidents'),
       this.k('dirty'),
       targetIndexSinceKey(this.prefix),
+      this.keys.conditions,
+      this.keys.members,
     ];
+    // Which incident each change belongs to: the one its member joined, else (a raise) the one its
+    // condition's other source opened, else its own. Checked again inside the step.
+    const conds = changes.map((c) => conditionKey(c.alert));
+    const owners =
+      changes.length === 0
+        ? []
+        : await Promise.all([
+            this.redis.hmget(this.keys.conditions, ...conds),
+            this.redis.hmget(this.keys.members, ...changes.map((c) => c.alert.key)),
+          ]);
+    const [condOwners = [], memberOwners = []] = owners;
     const args: string[] = [
       expectedRaw === null ? '0' : '1',
       expectedRaw ?? '',
@@ -159,8 +200,11 @@ export class WatchRoundStore {
       String(changes.length),
     ];
     const iso = new Date(at).toISOString();
-    for (const c of changes) {
-      const id = alertIncidentId(c.alert);
+    changes.forEach((c, i) => {
+      const cond = conds[i] ?? '';
+      const condOwner = condOwners[i] ?? null;
+      const memberOwner = memberOwners[i] ?? null;
+      const id = memberOwner ?? (c.type === 'raise' ? condOwner : null) ?? alertIncidentId(c.alert);
       const createdAt = new Date(c.alert.raisedAt ?? at).toISOString();
       const meta: IncidentMeta = {
         id,
@@ -172,10 +216,24 @@ export class WatchRoundStore {
         reason: null,
         createdAt,
       };
-      keys.push(this.k('inc', id, 'meta'), this.k('inc', id, 'events'), targetIndexKey(this.prefix, c.alert.machineId));
+      keys.push(
+        this.k('inc', id, 'meta'),
+        this.k('inc', id, 'events'),
+        targetIndexKey(this.prefix, c.alert.machineId),
+        this.keys.conditionMembers(cond),
+      );
       const score = c.type === 'clear' ? c.at : (c.alert.raisedAt ?? at);
-      args.push(id, c.type, JSON.stringify(meta), JSON.stringify(eventOf(c, iso)), String(score));
-    }
+      args.push(
+        id,
+        c.type,
+        JSON.stringify(meta),
+        JSON.stringify(eventOf(c, iso)),
+        String(score),
+        cond,
+        c.alert.key,
+        `${condOwner ?? ''}|${memberOwner ?? ''}`,
+      );
+    });
     const r = await this.redis.eval(COMMIT, keys.length, ...keys, ...args);
     return r === 1;
   }

@@ -14,10 +14,31 @@
  */
 import type { Alert } from './judge.ts';
 
+/**
+ * What Alertmanager said of an alert (src/alertmanager/), carried by its alert_raised / _updated /
+ * _cleared events beside the Alert it maps to (whose key is `alertmanager:<fingerprint>`). Data only:
+ * every string is rendered escaped, and none reaches a machine.
+ */
+export interface ExternalAlert {
+  alertname: string;
+  fingerprint: string;
+  /** The alert's `generatorURL` when it is an http(s) URL. */
+  generatorURL: string | null;
+  /** Its labels (bounded): the matchers of the silence a Snooze creates. */
+  labels: Record<string, string>;
+  /** Why it matched no machine of the inventory (so it has no buttons); null when it did. */
+  unmatched: string | null;
+}
+
+/**
+ * One incident may hold several members of one condition (src/watchdog/condition.ts): watchdog
+ * alerts by their key, Alertmanager alerts (with `external`) by `alertmanager:<fingerprint>`; the
+ * message is cleared once every member that was raised is cleared (src/watchdog/alert-state.ts).
+ */
 export type AlertEvent =
-  | { type: 'alert_raised'; at: string; alert: Alert }
-  | { type: 'alert_updated'; at: string; alert: Alert }
-  | { type: 'alert_cleared'; at: string; alert: Alert }
+  | { type: 'alert_raised'; at: string; alert: Alert; external?: ExternalAlert }
+  | { type: 'alert_updated'; at: string; alert: Alert; external?: ExternalAlert }
+  | { type: 'alert_cleared'; at: string; alert: Alert; external?: ExternalAlert }
   /** `scope`: `machineId` or `machineId/gpuIndex`; `until`: ISO time the snooze ends. */
   | { type: 'alert_snoozed'; at: string; by: string; scope: string; until: string }
   /**
@@ -45,6 +66,8 @@ export type AlertActionRefusal =
 
 /** Who opens alert incidents (IncidentMeta.requester). */
 export const WATCHDOG_REQUESTER = 'watchdog';
+/** The requester of an alert incident Alertmanager opened. */
+export const ALERTMANAGER_REQUESTER = 'alertmanager';
 
 /** Slack action ids of an alert message's buttons; each button's `value` is the alert's incident id only. */
 export const ALERT_STATUS_ACTION_ID = 'gpu_alert_status';

@@ -40,6 +40,9 @@ export type ConditionKind =
   | 'xid'
   | 'recovery_action';
 
+/** What an alert message can be about: the watchdog's kinds, or an Alertmanager alert whose name maps to none. */
+export type AlertKind = ConditionKind | 'external';
+
 export interface WatchSettings {
   ghostMinutes: number;
   ghostMinMiB: number;
@@ -71,10 +74,12 @@ export type MachineReading =
 
 export interface Alert {
   key: string;
-  kind: ConditionKind;
+  kind: AlertKind;
   machineId: string;
   /** GPU index (host numbering) when the condition is about one GPU. */
   gpu: number | null;
+  /** That GPU's UUID when the reading had it (the condition's key, src/watchdog/condition.ts). */
+  gpuUuid?: string | null;
   /** When the condition was first seen in this episode (ms). */
   since: number;
   /** When it was raised (shown); null while it waits (ghost memory younger than ghostMinutes, or snoozed). */
@@ -104,15 +109,16 @@ interface Seen {
   key: string;
   kind: ConditionKind;
   gpu: number | null;
+  gpuUuid?: string | null;
   sentence: string;
 }
 
 const fmt = (n: number): string => Math.round(n).toLocaleString('en-US');
 const GiB = 2 ** 30;
 
-function observedKinds(r: MachineReading): Set<ConditionKind> {
+function observedKinds(r: MachineReading): Set<AlertKind> {
   if (!r.ok) return new Set(['unreachable']);
-  const kinds: ConditionKind[] = ['unreachable', 'nvidia_smi_failing', 'gpu_error', 'ram_high'];
+  const kinds: AlertKind[] = ['unreachable', 'nvidia_smi_failing', 'gpu_error', 'ram_high'];
   const s = r.snapshot;
   if (s.gpuError === null && s.view === 'host') kinds.push('ghost_memory', 'gpus_missing');
   if (r.holderStates !== undefined) kinds.push('holder_stuck');
@@ -190,6 +196,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
           key: `${m}/ghost_memory/${g.uuid ?? g.index}`,
           kind: 'ghost_memory',
           gpu: g.index,
+          gpuUuid: g.uuid,
           sentence: `GPU ${g.index}: ${fmt(ghost)} MiB in use that no process on the host holds.`,
         });
     }
@@ -214,6 +221,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
         key: `${m}/holder_stuck/${p.pid}/${p.gpuIndex ?? '?'}`,
         kind: 'holder_stuck',
         gpu: p.gpuIndex,
+        gpuUuid: p.gpuUuid,
         sentence: `host PID ${p.pid} holds ${fmt(p.usedMiB ?? 0)} MiB on GPU ${p.gpuIndex ?? '?'} and is ${what}.`,
       });
     }
@@ -226,17 +234,20 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
       key: `${m}/recovery_action/${ra.uuid ?? ra.gpu}`,
       kind: 'recovery_action',
       gpu: ra.gpu,
+      gpuUuid: ra.uuid,
       sentence: `GPU ${ra.gpu}: ${advice ?? "the driver reports a recovery action gpu-medic does not know: see `nvidia-smi -q` on the host and NVIDIA's documentation."}`,
     });
   }
   for (const x of r.xids ?? []) {
     const meaning = xidMeaning(x.xid);
     const pci = x.pci.replace(/[^0-9a-f:.]/g, '');
-    const gpu = s.gpus.find((g) => g.busId !== null && busDevice(g.busId) === busDevice(pci))?.index ?? null;
+    const onGpu = s.gpus.find((g) => g.busId !== null && busDevice(g.busId) === busDevice(pci));
+    const gpu = onGpu?.index ?? null;
     out.push({
       key: `${m}/xid/${x.xid}/${pci}`,
       kind: 'xid',
       gpu,
+      gpuUuid: onGpu?.uuid ?? null,
       sentence: `Xid ${x.xid} on PCI ${pci}${gpu === null ? '' : ` (GPU ${gpu})`}${meaning ? `: ${meaning.name}; ${meaning.next}` : ": not in gpu-medic's table; look it up in NVIDIA's Xid catalogue."}`,
     });
   }
@@ -278,6 +289,7 @@ export function judge(
       kind: c.kind,
       machineId: r.machineId,
       gpu: c.gpu,
+      ...(c.gpuUuid ? { gpuUuid: c.gpuUuid } : {}),
       since,
       raisedAt: old?.raisedAt ?? null,
       sentence: c.sentence,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { fuzz, fuzzCases } from './scenarios/fuzz.ts';
+import { alertmanagerCases, fuzzAlertmanager } from './scenarios/fuzz-alertmanager.ts';
 
 const SEED = Number(process.env.GPU_MEDIC_FUZZ_SEED ?? 20261130);
 
@@ -19,5 +20,24 @@ describe(`fuzzed /gpu text (seed ${SEED}; set GPU_MEDIC_FUZZ_SEED to replay anot
     expect(f.failures).toEqual([]);
     expect(f.badInputsTried).toBe(10_300);
     expect(f.badInputsReachedShell).toBe(0);
+  }, 180_000);
+});
+
+describe(`fuzzed Alertmanager notifications (seed ${SEED})`, () => {
+  it('the generator is seeded and covers bad tokens, unknown versions, non-JSON, oversized and hostile labels', () => {
+    const a = alertmanagerCases(SEED, 300);
+    expect(alertmanagerCases(SEED, 300)).toEqual(a);
+    expect(a.some((c) => c.token === null)).toBe(true);
+    expect(a.some((c) => c.body.length > 1_000_000)).toBe(true);
+    expect(a.some((c) => c.body.includes('"version":"3"'))).toBe(true);
+    expect(a.some((c) => c.body.includes('$(reboot)') && c.body.includes('"version":"4"'))).toBe(true);
+  });
+
+  it('150 notifications to the receiver: each answered as documented, nothing reached a machine, no live mention in Slack', async () => {
+    const f = await fuzzAlertmanager({ seed: SEED, cases: 150 });
+    expect(f.failures).toEqual([]);
+    expect(f.statuses[200] ?? 0).toBeGreaterThan(0);
+    expect(f.statuses[401] ?? 0).toBeGreaterThan(0);
+    expect(f.statuses[400] ?? 0).toBeGreaterThan(0);
   }, 180_000);
 });
