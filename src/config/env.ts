@@ -152,6 +152,7 @@ export const EnvSchema = z.object({
   GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: list,
   /** How long a signed request or decision stays good: one that waited longer for a worker is refused. */
   GPU_MEDIC_SIGNED_TTL_SEC: wholeNumber(10, 3600, 300),
+  /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
   GPU_MEDIC_HEALTH_FILE: z.string().default(''),
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
   GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
