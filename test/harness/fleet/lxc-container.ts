@@ -3,8 +3,9 @@
  * (`<fleet>/lxc/<vmid>/`), so fleets running side by side never share a name:
  *   - rootfs: a copy of one busybox rootfs built once per machine with `lxc-create -t busybox`
  *     (offline; cached under the fleet cache dir), owned by the container's root on the host
- *     (uid 100000 with the default map); the host's /usr/bin, /usr/sbin, /usr/lib, /usr/share and
- *     /etc/passwd, /etc/group are bound in read-only (the container runs the host's ps, fuser, perl);
+ *     (uid 100000 with the default map), /usr merged as on Debian; the host's /usr/bin, /usr/sbin,
+ *     /usr/lib, /usr/share and /etc/passwd, /etc/group are bound in read-only (the container runs the
+ *     host's ps, fuser, perl, bash); /etc/shadow lists those users without a password;
  *   - unprivileged by default: `lxc.idmap = u|g 0 <base> 65536`, base 100000 as Proxmox's default
  *     map, or the container's own (`idmapBase`, written as `lxc.idmap:` lines in its pct config);
  *   - cgroups: `lxc.cgroup.dir.container = <tag>/lxc/<vmid>` with `inner = ns` (Proxmox names them
@@ -20,7 +21,7 @@
  */
 import { execFile } from 'node:child_process';
 import { type Dirent, existsSync, readdirSync, readFileSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { CACHE_ROOT, type FleetTools } from './build-tools.ts';
@@ -34,7 +35,7 @@ const execFileP = promisify(execFile);
 /** Proxmox's default map for unprivileged containers: container uid 0 is host uid 100000. */
 export const DEFAULT_ID_SHIFT = 100000;
 const ID_RANGE = 65536;
-const ROOTFS_CACHE = join(CACHE_ROOT, 'lxc-busybox-rootfs-v1');
+const ROOTFS_CACHE = join(CACHE_ROOT, 'lxc-busybox-rootfs-v2');
 
 export interface LxcContainerOptions {
   lxcPath: string;
@@ -77,9 +78,17 @@ async function buildRootfs(): Promise<string> {
   await execFileP('lxc-create', ['-P', tmp, '-n', 'base', '-t', 'busybox', '-f', join(tmp, 'base.conf')]);
   await rename(join(tmp, 'base', 'rootfs'), join(tmp, 'rootfs'));
   await rm(join(tmp, 'base'), { recursive: true, force: true });
+  const root = join(tmp, 'rootfs');
+  // Merged /usr as on the host (and Proxmox's Debian templates): /bin and /sbin are the host's bound
+  // /usr/bin and /usr/sbin, so login shells named in the bound /etc/passwd (/bin/bash) exist. The
+  // busybox applets stay in /busybox (nothing on PATH: the host's ps and fuser are the ones to test).
+  await mkdir(join(root, 'busybox'));
+  await rename(join(root, 'bin'), join(root, 'busybox', 'bin'));
+  await rename(join(root, 'sbin'), join(root, 'busybox', 'sbin'));
+  await symlink('usr/bin', join(root, 'bin'));
+  await symlink('usr/sbin', join(root, 'sbin'));
   // Mount points for what the fleet binds in (the rootfs is copied, so they exist in every container).
-  for (const d of ['usr/bin', 'usr/sbin', 'usr/share', 'run', 'dev'])
-    await mkdir(join(tmp, 'rootfs', d), { recursive: true });
+  for (const d of ['usr/bin', 'usr/sbin', 'usr/share', 'run', 'dev']) await mkdir(join(root, d), { recursive: true });
   await writeFile(join(tmp, 'complete'), '');
   try {
     await rename(tmp, ROOTFS_CACHE);
@@ -158,6 +167,15 @@ export async function createLxcContainer(o: LxcContainerOptions): Promise<void> 
   const rootfs = join(dir, 'rootfs');
   if (!existsSync(rootfs)) {
     await execFileP('cp', ['-a', base, rootfs]);
+    // The host's users are bound in (/etc/passwd): each gets a shadow line with no password (not locked),
+    // so the container's own sshd lets them log in with a key, as on the host.
+    const users = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .map((l) => l.split(':')[0])
+      .filter((u): u is string => u !== undefined && u !== '');
+    await writeFile(join(rootfs, 'etc', 'shadow'), users.map((u) => `${u}:*:19000:0:99999:7:::\n`).join(''), {
+      mode: 0o640,
+    });
     if (o.idShift !== null) await execFileP('chown', ['-R', `${o.idShift}:${o.idShift}`, rootfs]);
   }
 }

@@ -5,7 +5,7 @@
  * process-table.ts.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { appendFile, chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
@@ -264,6 +264,13 @@ async function build(
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
     };
+    if (c.lxc !== null && c.lxc.idShift !== null) {
+      // Its sshd runs as the container's root, host uid <shift>: it writes its keys and log there.
+      await mkdir(join(c.dir, 'sshd'), { recursive: true });
+      await appendFile(join(c.dir, 'commands.jsonl'), '');
+      await chown(join(c.dir, 'sshd'), c.lxc.idShift, c.lxc.idShift);
+      await chown(join(c.dir, 'commands.jsonl'), c.lxc.idShift, c.lxc.idShift);
+    }
     const enter =
       c.lxc === null
         ? { file: 'nsenter', args: nsenterArgs(c.running.initHostPid) }
