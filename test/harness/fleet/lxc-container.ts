@@ -294,3 +294,14 @@ export function lxcCgroupPath(cgroupTag: string, vmid: number): string {
   const root = existsSync('/sys/fs/cgroup/pids/cgroup.procs') ? '/sys/fs/cgroup/pids' : '/sys/fs/cgroup';
   return join(root, cgroupTag, 'lxc', String(vmid), 'ns');
 }
+
+/** The container's `ns` cgroup in every hierarchy (what a process joins to be in the container's cgroups). */
+export function lxcCgroupDirs(cgroupTag: string, vmid: number): string[] {
+  let hierarchies: string[];
+  try {
+    hierarchies = readdirSync('/sys/fs/cgroup').map((h) => join('/sys/fs/cgroup', h));
+  } catch {
+    return [];
+  }
+  return hierarchies.map((h) => join(h, cgroupTag, 'lxc', String(vmid), 'ns')).filter((d) => existsSync(d));
+}

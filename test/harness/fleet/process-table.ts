@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { FleetTools } from './build-tools.ts';
 import { nsenterArgs } from './container.ts';
-import { cgroupPids, lxcAttachArgs } from './lxc-container.ts';
+import { cgroupPids, lxcAttachArgs, lxcCgroupDirs } from './lxc-container.ts';
 import { nsPids, pidNsOf } from './proc-ns.ts';
 import { recordPid } from './registry.ts';
 import { type HolderRecord, procStartTime, procStat, readJson, writeJsonAtomic } from './state.ts';
@@ -40,7 +40,7 @@ export interface ProcessTarget {
   /** The container's cgroup, joined by the process; null on a host or in a real LXC container (lxc-attach moves it). */
   cgroup: string | null;
   /** A real LXC container: processes start through lxc-attach, and its cgroup names their host PIDs. */
-  lxc?: { lxcPath: string; vmid: number; cgroupTag: string };
+  lxc?: { lxcPath: string; vmid: number; cgroupTag: string; unprivileged: boolean };
 }
 
 interface Entry {
@@ -250,8 +250,6 @@ export class ProcessTable {
     const env = await this.envFor(target, id, kind, o);
     let file: string;
     let args: string[];
-    if (o.atPid !== undefined && target.lxc !== undefined)
-      throw new Error(`${id}: takePid is not supported on a real LXC container (${target.machineId})`);
     if (o.atPid !== undefined) {
       // holder.c's launch mode forks it on the chosen PID(s) through ns_last_pid, in the container's namespaces.
       file = this.tools.holder;
@@ -260,6 +258,11 @@ export class ProcessTable {
       env.FLEET_AT_HOST = String(o.atPid.hostPid);
       if (target.kind === 'container' && target.initHostPid !== null) {
         env.FLEET_NS_PID = String(target.initHostPid);
+        if (target.lxc !== undefined) {
+          // In its cgroups as lxc-attach would put it, and in its user namespace when it has one.
+          env.FLEET_CGROUPS = lxcCgroupDirs(target.lxc.cgroupTag, target.lxc.vmid).join(':');
+          if (target.lxc.unprivileged) env.FLEET_NS_USER = '1';
+        }
         if (o.atPid.containerPid !== undefined) env.FLEET_AT_CT = String(o.atPid.containerPid);
       }
     } else if (target.kind === 'host' || target.initHostPid === null) {

@@ -478,7 +478,9 @@ async function build(
       hostProc: join(c.dir, 'hostproc'),
       machineDir: c.dir,
       cgroup: c.lxc === null ? c.cgroup : null,
-      ...(c.lxc === null ? {} : { lxc: { lxcPath, vmid: c.spec.vmid, cgroupTag } }),
+      ...(c.lxc === null
+        ? {}
+        : { lxc: { lxcPath, vmid: c.spec.vmid, cgroupTag, unprivileged: c.lxc.idShift !== null } }),
     };
   };
 
