@@ -142,6 +142,9 @@ export function lxcConfig(o: LxcContainerOptions, rootfs: string): string {
     bind('/etc/group', '/etc/group', 'ro,bind,create=file'),
     bind(o.tools.dir, o.tools.dir, 'ro,bind,create=dir'),
     bind(o.fleetDir, o.fleetDir, 'bind,create=dir'),
+    // The host's /proc at <ct>/hostproc, as in a namespace container: only the fleet's fake tools read it
+    // (a holder's liveness by host PID, when run inside, e.g. the standalone nvidia-smi).
+    bind('/proc', join(o.ctDir, 'hostproc'), 'rbind,create=dir'),
     bind(join(o.ctDir, 'bin'), join(o.hostDir, 'bin'), 'ro,bind,create=dir'),
     ...(o.systemPath ? [bind(join(o.ctDir, 'sys'), join(o.hostDir, 'sys'), 'ro,bind,create=dir')] : []),
     ...deviceList(o.hostDir, o.gpus).map((n) =>

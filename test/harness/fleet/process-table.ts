@@ -282,10 +282,10 @@ export class ProcessTable {
         ? ready
         : {
             ...ready,
-            exited: ready.exited.then(({ code, signal }) => ({
-              code,
-              signal: signal ?? (code !== null && code > 128 ? (SIGNAL_NAMES.get(code - 128) ?? null) : null),
-            })),
+            exited: ready.exited.then(({ code, signal }) => {
+              const by = signal ?? (code !== null && code > 128 ? (SIGNAL_NAMES.get(code - 128) ?? null) : null);
+              return { code: by === null ? code : null, signal: by };
+            }),
           };
     const m = /^READY (\d+) (\d+)$/.exec(r.line);
     if (m === null) throw new Error(`${id}: bad ready line ${JSON.stringify(r.line)}`);

@@ -535,6 +535,7 @@ async function build(
           hostKeyFingerprint: h.current,
           initHostPid: null,
           cgroup: null,
+          engine: null,
         };
       }
       const c = ctOf(id);
@@ -548,6 +549,7 @@ async function build(
         hostKeyFingerprint: c.current,
         initHostPid: c.running?.initHostPid ?? null,
         cgroup: c.cgroup,
+        engine: c.lxc === null ? 'namespaces' : 'lxc',
       };
     },
 

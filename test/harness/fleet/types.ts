@@ -93,8 +93,13 @@ export interface MachineView {
   hostKeyFingerprint: string | null;
   /** A container's PID 1, as the host sees it (null for a host or a stopped container). */
   initHostPid: number | null;
-  /** A container's cgroup (v2 path containing `/lxc/<vmid>/`), null for a host or where cgroups are unavailable. */
+  /**
+   * A container's cgroup (path containing `/lxc/<vmid>/`: the v2 one of a namespace container, the pids
+   * hierarchy's `<tag>/lxc/<vmid>/ns` of an LXC one), null for a host or where cgroups are unavailable.
+   */
   cgroup: string | null;
+  /** How a container is made (null for a host). */
+  engine: ContainerEngine | null;
 }
 
 export interface SpawnOptions {
