@@ -4,9 +4,11 @@
  * as real processes. See docs in types.ts and the module comments of container.ts and
  * process-table.ts.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import { promisify } from 'node:util';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
 import { buildFleetTools, type FleetTools } from './build-tools.ts';
@@ -67,6 +69,7 @@ import type {
 } from './types.ts';
 
 const GiB = 1024 ** 3;
+const execFileP = promisify(execFile);
 /** What the driver prints after an Xid's number, for the ones tests use most (NVIDIA's catalogue). */
 const XID_TEXT: Record<number, string> = {
   79: 'pid=0, name=python3, GPU has fallen off the bus.',
@@ -344,6 +347,16 @@ async function build(
       ...(c.lxc === null ? {} : { lxcPath: c.lxc.lxcPath, cgroupTag }),
     });
     c.running = running;
+    if (c.lxc !== null && cs.hideProc === true) {
+      // As an admin of the container would: its root remounts its own /proc.
+      await execFileP('lxc-attach', [
+        ...lxcAttachArgs(c.lxc.lxcPath, cs.vmid),
+        'mount',
+        '-o',
+        'remount,hidepid=invisible',
+        '/proc',
+      ]);
+    }
     if (initHolder && initHolds) {
       c.initHolder = procs.adoptInit({ ...baseTarget, initHostPid: running.initHostPid }, initHolder.id, initHolds, {
         hostPid: running.initHostPid,
