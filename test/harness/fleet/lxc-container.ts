@@ -4,7 +4,7 @@
  *   - rootfs: a copy of one busybox rootfs built once per machine with `lxc-create -t busybox`
  *     (offline; cached under the fleet cache dir), owned by the container's root on the host
  *     (uid 100000 with the default map), /usr merged as on Debian; the host's /usr/bin, /usr/sbin,
- *     /usr/lib, /usr/share and /etc/passwd, /etc/group are bound in read-only (the container runs the
+ *     /usr/lib, /usr/share and /etc/passwd, /etc/group, /etc/alternatives are bound in read-only (the container runs the
  *     host's ps, fuser, perl, bash); /etc/shadow lists those users without a password;
  *   - unprivileged by default: `lxc.idmap = u|g 0 <base> 65536`, base 100000 as Proxmox's default
  *     map, or the container's own (`idmapBase`, written as `lxc.idmap:` lines in its pct config);
@@ -140,6 +140,8 @@ export function lxcConfig(o: LxcContainerOptions, rootfs: string): string {
     bind('/usr/share', '/usr/share', 'ro,bind'),
     bind('/etc/passwd', '/etc/passwd', 'ro,bind,create=file'),
     bind('/etc/group', '/etc/group', 'ro,bind,create=file'),
+    // Debian's alternatives: /usr/bin/awk and others are links through /etc/alternatives.
+    bind('/etc/alternatives', '/etc/alternatives', 'ro,bind,create=dir'),
     bind(o.tools.dir, o.tools.dir, 'ro,bind,create=dir'),
     bind(o.fleetDir, o.fleetDir, 'bind,create=dir'),
     // The host's /proc at <ct>/hostproc, as in a namespace container: only the fleet's fake tools read it
