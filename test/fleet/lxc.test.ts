@@ -151,3 +151,25 @@ describe('tools are per machine', () => {
     expect(r.code).toBe(127);
   });
 });
+
+describe('cleanup', () => {
+  it('stop() removes the containers, their lxcpath and the fleet cgroup tree from every hierarchy', async () => {
+    const f = await startFleet({
+      engine: 'lxc',
+      hosts: [{ id: 'h1', gpus: 1 }],
+      containers: [{ id: 'c1', vmid: 140, host: 'h1' }],
+    });
+    const cg = f.machine('c1').cgroup ?? '';
+    const tagDir = cg.replace(/\/lxc\/140\/ns$/, '');
+    expect(tagDir).toMatch(/\/gpu-medic-[^/]+$/);
+    expect(existsSync(cg)).toBe(true);
+    const init = f.machine('c1').initHostPid ?? 0;
+    await f.stop();
+    expect(existsSync(`/proc/${init}`)).toBe(false);
+    expect(existsSync(f.dir)).toBe(false);
+    const left = readdirSync('/sys/fs/cgroup').filter((h) =>
+      existsSync(`/sys/fs/cgroup/${h}/${tagDir.split('/').pop()}`),
+    );
+    expect(left).toEqual([]);
+  });
+});
