@@ -119,10 +119,19 @@ function validate(spec: FleetSpec): void {
   }
 }
 
-/** The engine containers get: the spec's, else GPU_MEDIC_FLEET_ENGINE, else the namespace one. */
+/**
+ * The engine containers get: the spec's, else GPU_MEDIC_FLEET_ENGINE, else real LXC where Debian's lxc
+ * and busybox-static are installed (scripts/setup.sh installs them), else the namespace one.
+ */
 export function containerEngine(spec: FleetSpec): ContainerEngine {
   const fromEnv = process.env.GPU_MEDIC_FLEET_ENGINE;
-  return spec.engine ?? (fromEnv === 'lxc' || fromEnv === 'namespaces' ? fromEnv : 'namespaces');
+  if (spec.engine !== undefined) return spec.engine;
+  if (fromEnv === 'lxc' || fromEnv === 'namespaces') return fromEnv;
+  return existsSync('/usr/bin/lxc-start') &&
+    existsSync('/usr/share/lxc/templates/lxc-busybox') &&
+    existsSync('/bin/busybox')
+    ? 'lxc'
+    : 'namespaces';
 }
 
 const BASE_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root' };

@@ -62,8 +62,8 @@ export interface ContainerSpec {
 
 /**
  * How containers are made: `lxc` real LXC containers (lxc-start under the fleet's own lxcpath; see
- * lxc-container.ts), `namespaces` the fleet's unshare containers (container.ts). Default
- * `namespaces`, or the GPU_MEDIC_FLEET_ENGINE environment variable.
+ * lxc-container.ts), `namespaces` the fleet's unshare containers (container.ts). Default: the
+ * GPU_MEDIC_FLEET_ENGINE environment variable, else `lxc` where lxc and busybox-static are installed.
  */
 export type ContainerEngine = 'lxc' | 'namespaces';
 
