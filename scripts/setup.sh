@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes a fresh Debian/Ubuntu machine ready to run gpu-medic's demo and tests from this checkout:
-# installs what is missing (Node.js 20+ from the distribution or NodeSource, openssh-server, psmisc, gcc, util-linux, redis-server;
+# installs what is missing (Node.js 20+ from the distribution or NodeSource, openssh-server, psmisc, gcc, util-linux, redis-server,
+# lxc and busybox-static for the test fleet's containers, root's /etc/subuid and /etc/subgid range;
 # with --ci also docker-compose, to validate docker-compose.yml), starts a local Redis on
 # 127.0.0.1:6379 if none answers, then `npm install`. Safe to run again: it only adds what is
 # missing. Needs root (or sudo) only when something must be installed or Redis started.
@@ -56,6 +57,9 @@ command -v fuser >/dev/null || need+=(psmisc)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v redis-server >/dev/null || need+=(redis-server)
+# The test fleet's containers are real LXC (test/harness/fleet/lxc-container.ts): Debian's lxc and a static busybox for their rootfs.
+command -v lxc-start >/dev/null || need+=(lxc)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 if [ "$ci" -eq 1 ]; then command -v docker-compose >/dev/null || need+=(docker-compose); fi
 # The Alertmanager receiver's end-to-end test runs the real Prometheus and Alertmanager (and their
 # promtool and amtool check the docs' rules and config).
@@ -76,6 +80,13 @@ if [ "${#need[@]}" -gt 0 ]; then
   as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   if [ "$policy_made" -eq 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
 fi
+# Root's subordinate ids as on Proxmox (unprivileged containers map their root to host uid 100000).
+for f in /etc/subuid /etc/subgid; do
+  if ! grep -q '^root:' "$f" 2>/dev/null; then
+    say "adding root:100000:65536 to $f"
+    echo 'root:100000:65536' | as_root tee -a "$f" >/dev/null
+  fi
+done
 if ! node_ok; then
   say "Node.js 20 or newer is needed and could not be installed (now: $(node --version 2>/dev/null || echo none))." >&2
   say "Install Node.js 20.x by hand (https://github.com/nodesource/distributions), then run this again." >&2

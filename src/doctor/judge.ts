@@ -103,11 +103,16 @@ const okRun = (r: ProbeRun | undefined | null): r is Ran => r?.ran === true && r
 /** 127: the shell, `timeout`, nsenter or lxc-attach found no such program. */
 const notFound = (r: ProbeRun | undefined | null): boolean => r?.ran === true && r.code === 127;
 
-/** `timeout` itself is missing: the shell or the container attach could not run it (not `timeout` failing to run its command). */
+/**
+ * `timeout` itself is missing: the shell or the container attach could not run it (not `timeout` failing to
+ * run its command). lxc-attach (`pct exec`) execs without a shell and says `No such file or directory - Failed to exec "timeout"`.
+ */
 function timeoutMissing(r: Ran): boolean {
   const text = `${r.stderr}\n${r.stdout}`;
   return (
-    r.code === 127 && /\btimeout\b[^\n]*(not found|No such file)/.test(text) && !/failed to run command/.test(text)
+    r.code === 127 &&
+    (/\btimeout\b[^\n]*(not found|No such file)/.test(text) || /Failed to exec "timeout"/.test(text)) &&
+    !/failed to run command/.test(text)
   );
 }
 

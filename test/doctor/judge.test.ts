@@ -113,6 +113,17 @@ describe("doctor judgement (pure, from the probes' outputs)", () => {
     expect(r.failed).toBe(1);
   });
 
+  it('timeout missing in a container reached by pct exec (real lxc-attach cannot exec it): timeout -k fails as timeout not found', () => {
+    // lxc 5.0's own text, seen through a real `pct exec` (lxc-attach execs the command without a shell).
+    const said =
+      'lxc-attach: 131: ../src/lxc/attach.c: lxc_attach_run_command: 1841 No such file or directory - Failed to exec "timeout"\n';
+    const r = judge([host(), container({ uname: exit(127, said) })]);
+    expect(find(r.findings, 'ct129', 'timeout -k')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringContaining('timeout not found'),
+    });
+  });
+
   it('timeout present but the program it runs is missing is not "timeout missing"', () => {
     const r = judge([
       host({ uname: exit(127, "timeout: failed to run command 'uname': No such file or directory\n") }),

@@ -400,10 +400,20 @@ describe('container membership and permissions', () => {
     expect(holderNs).not.toBe(hostNs);
     const cg = await onMachine(fleet, 'kpro5', `cat /proc/${h.hostPid}/cgroup /proc/${init}/cgroup`);
     if (fleet.machine('ct130').cgroup !== null) {
-      expect(cg.stdout.match(/\/lxc\/130\//g)).toHaveLength(2);
-      // Whatever pct exec runs lands there too.
-      const viaPct = await onMachine(fleet, 'kpro5', 'pct exec 130 -- cat /proc/self/cgroup');
-      expect(viaPct.stdout).toContain('/lxc/130/');
+      // Each of the two is in the container's cgroup (one line per hierarchy: one on v2, several on v1).
+      for (const pid of [h.hostPid, init]) expect(readFileSync(`/proc/${pid}/cgroup`, 'utf8')).toMatch(/\/lxc\/130\//);
+      // Whatever pct exec runs lands there too: in the cgroups of the container's init. A real LXC
+      // container has a cgroup namespace of its own, rooted there: inside, both read `/`.
+      const viaPct = await onMachine(
+        fleet,
+        'kpro5',
+        'pct exec 130 -- cat /proc/self/cgroup; pct exec 130 -- cat /proc/1/cgroup',
+      );
+      const lines = viaPct.stdout.trim().split('\n');
+      const [self, ofInit] = [lines.slice(0, lines.length / 2), lines.slice(lines.length / 2)];
+      // Same cgroup as the init or one below it (lxc-attach uses `.lxc` under it on cgroup v2).
+      expect(self.map((l, i) => l.startsWith(ofInit[i] ?? '\0'))).toEqual(self.map(() => true));
+      if (fleet.machine('ct130').engine === 'namespaces') expect(viaPct.stdout).toContain('/lxc/130/');
     }
     expect(cg.stdout).not.toContain('/lxc/129/');
   });

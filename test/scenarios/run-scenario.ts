@@ -434,6 +434,7 @@ export class ScenarioRuntime {
           host: c.host,
           ownAddress: c.ownAddress,
           ...(c.gpus !== undefined ? { gpus: c.gpus } : {}),
+          ...(c.privileged !== undefined ? { privileged: c.privileged } : {}),
           ...(c.init !== undefined
             ? { initHolds: { gpus: c.init.gpus, ...(c.init.title !== undefined ? { title: c.init.title } : {}) } }
             : {}),

@@ -86,6 +86,8 @@ const Container = z
     gpus: z.array(z.number().int().min(0).max(15)).min(1).max(16).optional(),
     /** Its PID 1 is a GPU holder (an application as the container's init), named for expectations. */
     init: z.lazy(() => InitHolder).optional(),
+    /** A privileged container (Proxmox `unprivileged: 0`); default unprivileged, as Proxmox creates them. Real LXC only. */
+    privileged: z.boolean().optional(),
   })
   .strict();
 

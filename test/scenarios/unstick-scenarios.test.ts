@@ -174,3 +174,18 @@ scenario('s12-', (get) => {
     expect(sent).toEqual([]);
   }, 120_000);
 });
+
+// Proxmox has privileged containers too: S2 (the container's own kill) and S3 (the host kill after an
+// approval) once more with every container privileged (no id map: its root is host root).
+describe('S2 and S3 on privileged containers', () => {
+  for (const prefix of ['s2-', 's3-']) {
+    it(`${prefix} runs cleanly and meets its expect block`, async () => {
+      const s = loadScenario(file(prefix));
+      const privileged = {
+        ...s,
+        fleet: { ...s.fleet, containers: s.fleet.containers.map((c) => ({ ...c, privileged: true })) },
+      };
+      expectRunClean(await runScenario(privileged));
+    }, 120_000);
+  }
+});

@@ -4,6 +4,7 @@
  * what it would enqueue (the expiry job) so a test can run it itself.
  */
 import { captureLogger } from '../harness/capture-logger.ts';
+import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -209,13 +210,18 @@ export async function startDeviceMonitor(fleet: Fleet, containerId: string): Pro
   if (init === null) throw new Error(`${containerId} is not running`);
   const script =
     "import os,sys,time\nf=open('/dev/nvidia0','rb')\ng=open('/dev/nvidiactl','rb')\nprint(os.getpid(),flush=True)\ntime.sleep(3600)\n";
-  const child = spawn(
-    'nsenter',
-    ['--target', String(init), '--pid', '--mount', '--', '/usr/bin/python3', '-c', script, 'gpu_exporter.py'],
-    {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
+  const m = fleet.machine(containerId);
+  const run = ['/usr/bin/python3', '-c', script, 'gpu_exporter.py'];
+  // In a real LXC container it must run as the container's own (its root, in its user namespace):
+  // started as Proxmox starts anything inside, with the host's pct exec (lxc-attach).
+  const child =
+    m.engine === 'lxc'
+      ? spawn(join(fleet.machine(m.hostId).dir, 'bin', 'pct'), ['exec', String(m.vmid), '--', ...run], {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        })
+      : spawn('nsenter', ['--target', String(init), '--pid', '--mount', '--', ...run], {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
   const ctPid = await new Promise<number>((resolve, reject) => {
     let buf = '';
     child.stdout.on('data', (d: Buffer) => {

@@ -5,7 +5,7 @@
  * where no writable v2 hierarchy exists, containers simply have none.
  * Node built-ins only: the fake pct and the container sshd starter use joinCgroup.
  */
-import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { type Dirent, existsSync, mkdirSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 const ROOTS = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'];
@@ -57,5 +57,33 @@ export function removeContainerCgroup(path: string | null): void {
       return; // busy (processes or another fleet's cgroups) or gone
     }
     p = dirname(p);
+  }
+}
+
+/** Removes `<hierarchy>/<rel>` and everything below it (empty cgroups), in every hierarchy. */
+export function removeCgroupDirs(rel: string): void {
+  let hierarchies: string[];
+  try {
+    hierarchies = readdirSync('/sys/fs/cgroup').map((h) => join('/sys/fs/cgroup', h));
+  } catch {
+    return;
+  }
+  const rmTree = (d: string) => {
+    let entries: Dirent[] = [];
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) if (e.isDirectory()) rmTree(join(d, e.name));
+    try {
+      rmdirSync(d);
+    } catch {
+      // busy or gone
+    }
+  };
+  for (const h of [...hierarchies, '/sys/fs/cgroup']) {
+    const top = join(h, rel);
+    if (existsSync(top)) rmTree(top);
   }
 }

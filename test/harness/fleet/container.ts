@@ -21,7 +21,8 @@ import type { FleetTools } from './build-tools.ts';
 import { spawnReady } from './spawn-ready.ts';
 
 export interface RunningContainer {
-  unsharePid: number;
+  /** The process that started it and lives as long as it does (unshare, or lxc-start's shell). */
+  launcherPid: number;
   initHostPid: number;
   initStartTime: number;
   exited: Promise<{ code: number | null; signal: string | null }>;
@@ -112,7 +113,7 @@ export async function startContainer(o: {
   const m = /^READY (\d+) (\d+)$/.exec(r.line);
   if (m === null || r.child.pid === undefined)
     throw new Error(`container ${o.hostname}: bad ready line ${JSON.stringify(r.line)}`);
-  return { unsharePid: r.child.pid, initHostPid: Number(m[1]), initStartTime: Number(m[2]), exited: r.exited };
+  return { launcherPid: r.child.pid, initHostPid: Number(m[1]), initStartTime: Number(m[2]), exited: r.exited };
 }
 
 /** Argv prefix that runs a command inside the container (what `pct exec` does). */

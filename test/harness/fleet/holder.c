@@ -168,14 +168,36 @@ static int run_init(void) {
 }
 
 
+/* The host's ns_last_pid, opened before any setns: inside an LXC container /proc/sys is read-only.
+ * A write sets the last PID of the writer's own PID namespace (the kernel looks at the writer). */
+static int last_pid_fd = -1;
+
 static int write_last_pid(long v) {
-  int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  int fd = last_pid_fd >= 0 ? last_pid_fd : open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char buf[32];
   int n = snprintf(buf, sizeof buf, "%ld", v);
-  ssize_t w = write(fd, buf, (size_t)n);
-  close(fd);
+  ssize_t w = pwrite(fd, buf, (size_t)n, 0);
+  if (fd != last_pid_fd) close(fd);
   return w == n ? 0 : -1;
+}
+
+/* FLEET_CGROUPS: colon-separated cgroup dirs the launcher joins (a real LXC container's, one per hierarchy). */
+static void join_cgroups(void) {
+  const char *list = getenv("FLEET_CGROUPS");
+  if (list == NULL || list[0] == '\0') return;
+  char *copy = strdup(list);
+  for (char *tok = strtok(copy, ":"); tok != NULL; tok = strtok(NULL, ":")) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/cgroup.procs", tok);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t w = write(fd, "0", 1);
+      (void)w;
+      close(fd);
+    }
+  }
+  free(copy);
 }
 
 /* Innermost NSpid of a host PID, read through the host's /proc (dirfd opened before any setns). */
@@ -210,6 +232,22 @@ static int run_launch(char **argv) {
     return 4;
   }
   int hostproc = open("/proc", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+  last_pid_fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  join_cgroups();
+  /* FLEET_NS_USER=1 (an unprivileged LXC container): the holder joins the container's user namespace
+   * as its root, in the child, after the fork: the launcher keeps the host's privileges to set the
+   * host's ns_last_pid. */
+  int user_fd = -1;
+  const char *ns_user = getenv("FLEET_NS_USER");
+  if (ns_pid != NULL && ns_pid[0] != '\0' && ns_user != NULL && strcmp(ns_user, "1") == 0) {
+    char path[128];
+    snprintf(path, sizeof path, "/proc/%s/ns/user", ns_pid);
+    user_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (user_fd < 0) {
+      perror("fleet-launch: open user ns");
+      return 4;
+    }
+  }
   if (ns_pid != NULL && ns_pid[0] != '\0') {
     const char *kinds[] = {"pid", "mnt", "uts"};
     const int flags[] = {CLONE_NEWPID, CLONE_NEWNS, CLONE_NEWUTS};
@@ -235,6 +273,8 @@ static int run_launch(char **argv) {
   unsetenv("FLEET_AT_HOST");
   unsetenv("FLEET_AT_CT");
   unsetenv("FLEET_NS_PID");
+  unsetenv("FLEET_NS_USER");
+  unsetenv("FLEET_CGROUPS");
   setenv("FLEET_MODE", "holder", 1);
   for (int attempt = 0; attempt < 500; attempt++) {
     if (at_ct > 1) {
@@ -261,6 +301,12 @@ static int run_launch(char **argv) {
       char b = 0;
       if (read(go[0], &b, 1) != 1 || b != 'g') _exit(0);
       close(go[0]);
+      if (user_fd >= 0) {
+        if (setns(user_fd, CLONE_NEWUSER) != 0 || setgroups(0, NULL) != 0 || setgid(0) != 0 || setuid(0) != 0) {
+          perror("fleet-launch: join the container's user namespace");
+          _exit(2);
+        }
+      }
       execv("/proc/self/exe", argv);
       _exit(2);
     }

@@ -83,7 +83,19 @@ const SYSTEM_PATH = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin
 async function writeSystemPath(dir: string, omit: readonly string[]): Promise<string> {
   const sys = join(dir, 'sys');
   await mkdir(sys, { recursive: true });
-  const seen = new Set<string>(omit);
+  const skip = new Set<string>(omit);
+  // LXC's own tools are the host's business through the fleet's wrappers (bin/lxc-info with the fleet's lxcpath).
+  const progs = systemPrograms().filter(([name]) => !skip.has(name) && !name.startsWith('lxc-'));
+  await Promise.all(progs.map(([name, target]) => symlink(target, join(sys, name))));
+  return sys;
+}
+
+let programs: Array<[string, string]> | null = null;
+
+/** Every program of the system dirs, first one on PATH wins: [name, path]. Read once per process. */
+function systemPrograms(): Array<[string, string]> {
+  if (programs !== null) return programs;
+  const seen = new Map<string, string>();
   for (const d of SYSTEM_PATH) {
     let names: string[];
     try {
@@ -99,11 +111,31 @@ async function writeSystemPath(dir: string, omit: readonly string[]): Promise<st
       } catch {
         continue;
       }
-      seen.add(name);
-      await symlink(join(d, name), join(sys, name));
+      seen.set(name, join(d, name));
     }
   }
-  return sys;
+  programs = [...seen];
+  return programs;
+}
+
+/**
+ * The real `lxc-info` on a host of real LXC containers, pointed at the fleet's lxcpath (Proxmox's
+ * is the default /var/lib/lxc), each call logged to tools.log as the fake tools log theirs.
+ */
+async function writeLxcInfoWrapper(binDir: string, machineDir: string, lxcPath: string): Promise<void> {
+  const text = [
+    '#!/bin/sh',
+    `log=${shellQuote(join(machineDir, 'tools.log'))}`,
+    'args=""',
+    'for a in "$@"; do',
+    '  e=$(printf "%s" "$a" | sed \'s/[\\\\"]/\\\\&/g\')',
+    '  args="${args:+$args,}\\"$e\\""',
+    'done',
+    'printf \'{"ts":%s,"tool":"lxc-info","argv":[%s]}\\n\' "$(date +%s%3N)" "$args" >> "$log"',
+    `exec /usr/bin/lxc-info -P ${shellQuote(lxcPath)} "$@"`,
+    '',
+  ].join('\n');
+  await writeFile(join(binDir, 'lxc-info'), text, { mode: 0o755 });
 }
 
 export async function writeMachineFiles(o: {
@@ -136,7 +168,9 @@ export async function writeMachineFiles(o: {
     }
     await writeFile(join(o.dir, 'kmsg.jsonl'), '');
     await wrapper('pct', o.tools.pct);
-    await wrapper('lxc-info', o.tools.lxcInfo);
+    if (o.info.lxcPath !== undefined) {
+      if (!omit.has('lxc-info')) await writeLxcInfoWrapper(bin, o.dir, o.info.lxcPath);
+    } else await wrapper('lxc-info', o.tools.lxcInfo);
     await mkdir(join(o.dir, 'holders'), { recursive: true });
     await mkdir(join(o.dir, 'containers'), { recursive: true });
     const devDir = join(o.dir, 'dev');

@@ -13,7 +13,7 @@ export function nsPids(hostPid: number): number[] {
   }
 }
 
-function pidNs(pid: number): string | null {
+export function pidNsOf(pid: number): string | null {
   try {
     return readlinkSync(`/proc/${pid}/ns/pid`);
   } catch {
@@ -23,13 +23,13 @@ function pidNs(pid: number): string | null {
 
 /** Host PID of the process `ctPid` in the PID namespace whose init is `initHostPid`; null when none. */
 export function hostPidOf(initHostPid: number, ctPid: number): number | null {
-  const ns = pidNs(initHostPid);
+  const ns = pidNsOf(initHostPid);
   if (ns === null) return null;
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     const pid = Number(name);
     const ids = nsPids(pid);
-    if (ids.length >= 2 && ids[ids.length - 1] === ctPid && pidNs(pid) === ns) return pid;
+    if (ids.length >= 2 && ids[ids.length - 1] === ctPid && pidNsOf(pid) === ns) return pid;
   }
   return null;
 }

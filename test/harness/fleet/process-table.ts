@@ -19,6 +19,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { FleetTools } from './build-tools.ts';
 import { nsenterArgs } from './container.ts';
+import { cgroupPids, lxcAttachArgs, lxcCgroupDirs } from './lxc-container.ts';
+import { nsPids, pidNsOf } from './proc-ns.ts';
 import { recordPid } from './registry.ts';
 import { type HolderRecord, procStartTime, procStat, readJson, writeJsonAtomic } from './state.ts';
 import { spawnReady } from './spawn-ready.ts';
@@ -35,8 +37,10 @@ export interface ProcessTarget {
   /** The host's /proc as seen where the process runs. */
   hostProc: string;
   machineDir: string;
-  /** The container's cgroup, joined by the process; null on a host. */
+  /** The container's cgroup, joined by the process; null on a host or in a real LXC container (lxc-attach moves it). */
   cgroup: string | null;
+  /** A real LXC container: processes start through lxc-attach, and its cgroup names their host PIDs. */
+  lxc?: { lxcPath: string; vmid: number; cgroupTag: string; unprivileged: boolean };
 }
 
 interface Entry {
@@ -150,7 +154,8 @@ export class ProcessTable {
       FLEET_DEVS: devNames.map((n) => join(devDir, n)).join(':'),
       FLEET_SIGLOG: this.signalLogPath,
       FLEET_HOLDER_ID: id,
-      FLEET_HOSTPROC: target.hostProc,
+      // In an LXC container the host's /proc is not there: the fleet finds its host PID (hostPidInCgroup).
+      ...(target.lxc === undefined ? { FLEET_HOSTPROC: target.hostProc } : {}),
       FLEET_MACHINE: target.machineId,
     };
     if (target.cgroup !== null) env.FLEET_CGROUP = target.cgroup;
@@ -258,20 +263,43 @@ export class ProcessTable {
       env.FLEET_AT_HOST = String(o.atPid.hostPid);
       if (target.kind === 'container' && target.initHostPid !== null) {
         env.FLEET_NS_PID = String(target.initHostPid);
+        if (target.lxc !== undefined) {
+          // In its cgroups as lxc-attach would put it, and in its user namespace when it has one.
+          env.FLEET_CGROUPS = lxcCgroupDirs(target.lxc.cgroupTag, target.lxc.vmid).join(':');
+          if (target.lxc.unprivileged) env.FLEET_NS_USER = '1';
+        }
         if (o.atPid.containerPid !== undefined) env.FLEET_AT_CT = String(o.atPid.containerPid);
       }
     } else if (target.kind === 'host' || target.initHostPid === null) {
       file = this.tools.holder;
       args = [];
+    } else if (target.lxc !== undefined) {
+      file = 'lxc-attach';
+      args = [...lxcAttachArgs(target.lxc.lxcPath, target.lxc.vmid), this.tools.holder];
     } else {
       file = 'nsenter';
       args = [...nsenterArgs(target.initHostPid), this.tools.holder];
     }
-    const r = await spawnReady(file, args, { env, stderrPath: join(target.machineDir, 'processes.log') });
+    const ready = await spawnReady(file, args, { env, stderrPath: join(target.machineDir, 'processes.log') });
+    // lxc-attach exits 128+N when what it ran died of signal N: seen as that signal, as nsenter passes it on.
+    const r =
+      target.lxc === undefined
+        ? ready
+        : {
+            ...ready,
+            exited: ready.exited.then(({ code, signal }) => {
+              const by = signal ?? (code !== null && code > 128 ? (SIGNAL_NAMES.get(code - 128) ?? null) : null);
+              return { code: by === null ? code : null, signal: by };
+            }),
+          };
     const m = /^READY (\d+) (\d+)$/.exec(r.line);
     if (m === null) throw new Error(`${id}: bad ready line ${JSON.stringify(r.line)}`);
-    const hostPid = Number(m[2]);
     const containerPid = target.kind === 'container' ? Number(m[1]) : null;
+    // In an LXC container the holder cannot read the host's /proc: its cgroup says which host PID it is.
+    const hostPid =
+      target.lxc !== undefined && target.initHostPid !== null
+        ? hostPidInCgroup(target.lxc, target.initHostPid, Number(m[1]))
+        : Number(m[2]);
     const startTime = procStartTime('/proc', hostPid);
     if (startTime === null) throw new Error(`${id}: process ${hostPid} vanished right after start`);
     recordPid(this.fleetDir, hostPid, `${kind} ${id}`);
@@ -409,6 +437,16 @@ export class ProcessTable {
     }
     return out.sort((a, b) => a.ts - b.ts);
   }
+}
+
+/** The host PID of container PID `ctPid` among the processes of the container's cgroup. */
+function hostPidInCgroup(lxc: NonNullable<ProcessTarget['lxc']>, initHostPid: number, ctPid: number): number {
+  const ns = pidNsOf(initHostPid);
+  for (const pid of cgroupPids(lxc.cgroupTag, lxc.vmid)) {
+    const ids = nsPids(pid);
+    if (ids.length >= 2 && ids[ids.length - 1] === ctPid && pidNsOf(pid) === ns) return pid;
+  }
+  throw new Error(`fleet: no process with PID ${ctPid} in container ${lxc.vmid}'s cgroup`);
 }
 
 function parentOf(pid: number): number | null {

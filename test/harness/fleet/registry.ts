@@ -4,12 +4,14 @@
  * startFleet: its recorded PIDs are killed, and so is any process whose command line or
  * environment still names the fleet dir (sshd sessions, strays), then the dir is removed.
  * Mounts need no sweeping: every mount the fleet makes lives in a container's private mount
- * namespace, which disappears with the container's last process.
+ * namespace, which disappears with the container's last process. Real LXC containers (the fleet's
+ * `lxc.json`) are stopped with `lxc-stop -k` first, and the fleet's cgroup tree is removed.
  */
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { removeContainerCgroup } from './cgroup.ts';
+import { removeCgroupTree, stopAllLxc } from './lxc-container.ts';
 import { procStartTime } from './state.ts';
 
 export const FLEET_DIR_PREFIX = 'gpu-medic-fleet-';
@@ -121,6 +123,20 @@ export async function removeRecordedCgroups(dir: string): Promise<void> {
   for (const path of text.split('\n').filter((l) => l !== '')) removeContainerCgroup(path);
 }
 
+/** Removes the cgroup tree of a fleet's LXC containers (`lxc.json`), once they stopped. */
+export async function removeLxcCgroups(dir: string): Promise<void> {
+  const lxc = await readLxcRecord(dir);
+  if (lxc !== null) removeCgroupTree(lxc.cgroupTag);
+}
+
+async function readLxcRecord(dir: string): Promise<{ lxcPath: string; cgroupTag: string } | null> {
+  try {
+    return JSON.parse(await readFile(join(dir, 'lxc.json'), 'utf8')) as { lxcPath: string; cgroupTag: string };
+  } catch {
+    return null;
+  }
+}
+
 /** Sweeps fleets under /tmp whose owner process is gone. */
 export async function sweepStaleFleets(root = '/tmp'): Promise<string[]> {
   const swept: string[] = [];
@@ -134,8 +150,11 @@ export async function sweepStaleFleets(root = '/tmp'): Promise<string[]> {
       continue; // being created right now, or not ours
     }
     if (isSame(owner)) continue;
+    const lxc = await readLxcRecord(dir);
+    if (lxc !== null) await stopAllLxc(lxc.lxcPath); // their inits, monitors and cgroups go with them
     await killFleetProcesses(dir, `${dir}/`);
     await removeRecordedCgroups(dir);
+    if (lxc !== null) removeCgroupTree(lxc.cgroupTag);
     await rm(dir, { recursive: true, force: true });
     swept.push(dir);
   }

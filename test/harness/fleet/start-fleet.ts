@@ -4,14 +4,27 @@
  * as real processes. See docs in types.ts and the module comments of container.ts and
  * process-table.ts.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { appendFile, chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import { promisify } from 'node:util';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
 import { buildFleetTools, type FleetTools } from './build-tools.ts';
 import { createContainerCgroup, removeContainerCgroup } from './cgroup.ts';
 import { nsenterArgs, type RunningContainer, startContainer } from './container.ts';
+import {
+  createLxcContainer,
+  DEFAULT_ID_SHIFT,
+  type LxcContainerOptions,
+  lxcAttachArgs,
+  lxcCgroupPath,
+  removeCgroupTree,
+  startLxcContainer,
+  stopAllLxc,
+} from './lxc-container.ts';
+import { writePveConfig } from './pve-config.ts';
 import { defaultHostState, writeMachineFiles } from './machine-files.ts';
 import { ensureUser, FLEET_USER, ProcessTable } from './process-table.ts';
 import { hostPidOf } from './proc-ns.ts';
@@ -22,6 +35,7 @@ import {
   killQuietly,
   recordedPids,
   recordPid,
+  removeLxcCgroups,
   removeRecordedCgroups,
   sweepStaleFleets,
   waitGone,
@@ -43,6 +57,7 @@ import {
 } from './state.ts';
 import type {
   CommandLogEntry,
+  ContainerEngine,
   ContainerSpec,
   Fleet,
   FleetOptions,
@@ -54,6 +69,7 @@ import type {
 } from './types.ts';
 
 const GiB = 1024 ** 3;
+const execFileP = promisify(execFile);
 /** What the driver prints after an Xid's number, for the ones tests use most (NVIDIA's catalogue). */
 const XID_TEXT: Record<number, string> = {
   79: 'pid=0, name=python3, GPU has fallen off the bus.',
@@ -84,6 +100,8 @@ interface CtRt {
   sshdHostPid: number | null;
   /** Its init as a GPU holder (`initHolds`), or null. */
   initHolder: FleetProcess | null;
+  /** A real LXC container's options (lxc-container.ts); null: a namespace container. */
+  lxc: LxcContainerOptions | null;
 }
 
 function validate(spec: FleetSpec): void {
@@ -99,6 +117,21 @@ function validate(spec: FleetSpec): void {
     if (vmids.has(c.vmid)) throw new Error(`fleet: duplicate vmid ${c.vmid}`);
     vmids.add(c.vmid);
   }
+}
+
+/**
+ * The engine containers get: the spec's, else GPU_MEDIC_FLEET_ENGINE, else real LXC where Debian's lxc
+ * and busybox-static are installed (scripts/setup.sh installs them), else the namespace one.
+ */
+export function containerEngine(spec: FleetSpec): ContainerEngine {
+  const fromEnv = process.env.GPU_MEDIC_FLEET_ENGINE;
+  if (spec.engine !== undefined) return spec.engine;
+  if (fromEnv === 'lxc' || fromEnv === 'namespaces') return fromEnv;
+  return existsSync('/usr/bin/lxc-start') &&
+    existsSync('/usr/share/lxc/templates/lxc-busybox') &&
+    existsSync('/bin/busybox')
+    ? 'lxc'
+    : 'namespaces';
 }
 
 const BASE_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root' };
@@ -117,6 +150,7 @@ export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Prom
   await mkdir(join(dir, 'pids'), { recursive: true });
   await writeOwner(dir);
   await writeFile(join(dir, 'signals.log'), '', { mode: 0o666 });
+  await chmod(join(dir, 'signals.log'), 0o666); // holders in unprivileged containers are not host root
 
   // Last resort when the test process exits without stop(): kill what we started, by PID.
   const onExit = () => {
@@ -127,8 +161,10 @@ export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Prom
   try {
     return await build(spec, opts, dir, tools, onExit);
   } catch (e) {
+    await stopAllLxc(join(dir, 'lxc'));
     await killFleetProcesses(dir);
     await removeRecordedCgroups(dir);
+    await removeLxcCgroups(dir);
     process.off('exit', onExit);
     if (opts.keepDir !== true) await rm(dir, { recursive: true, force: true });
     throw e;
@@ -145,6 +181,14 @@ async function build(
   // Every machine offers the non-root login; it must exist before any sshd or container starts,
   // not only once some test has spawned a process as it (a fresh CI machine has no such user).
   await ensureUser(FLEET_USER);
+  const engine = containerEngine(spec);
+  const lxcPath = join(dir, 'lxc');
+  // Unique per fleet: concurrent fleets use the same vmids. Recorded for the sweep of a dead fleet.
+  const cgroupTag = `gpu-medic-${basename(dir).replace(FLEET_DIR_PREFIX, '')}`;
+  if (engine === 'lxc') {
+    await mkdir(lxcPath, { recursive: true });
+    await writeFile(join(dir, 'lxc.json'), `${JSON.stringify({ lxcPath, cgroupTag })}\n`);
+  }
   const client = await generateKeyPair(join(dir, 'keys'), 'client');
   const procs = new ProcessTable(dir, tools);
   // One server answers every machine's nvidia-smi and free (a C client per call, no Node start).
@@ -157,9 +201,8 @@ async function build(
 
   // A host whose machines lack some programs gets its own system PATH (sys/), and so does every
   // container on it: `pct exec` keeps the host's PATH, and each container binds its own sys/ there.
-  const ownPath = (hostId: string): boolean =>
-    spec.hosts.some((h) => h.id === hostId && (h.omitTools?.length ?? 0) > 0) ||
-    (spec.containers ?? []).some((c) => c.host === hostId && (c.omitTools?.length ?? 0) > 0);
+  // Every machine gets one, so a tool taken away is gone whatever this machine has installed (lxc-info).
+  const ownPath = (_hostId: string): boolean => true;
   const basePath = (mdir: string, own: boolean): Pick<SshdOptions, 'basePath'> =>
     own ? { basePath: join(mdir, 'sys') } : {};
 
@@ -191,7 +234,16 @@ async function build(
         tools,
         toolSocket,
         hostState: defaultHostState(hs),
-        info: { id: hs.id, kind: 'host', hostId: hs.id, hostDir: mdir, vmid: null, hostProc: '/proc', cgroup: null },
+        info: {
+          id: hs.id,
+          kind: 'host',
+          hostId: hs.id,
+          hostDir: mdir,
+          vmid: null,
+          hostProc: '/proc',
+          cgroup: null,
+          ...(engine === 'lxc' ? { lxcPath } : {}),
+        },
         omit: ownPath(hs.id) ? (hs.omitTools ?? []) : null,
       });
       const sshd = await startHostSshd({ dir: mdir, spec: hs });
@@ -224,14 +276,21 @@ async function build(
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
     };
-    const r = await spawnReady(
-      'nsenter',
-      [...nsenterArgs(c.running.initHostPid), process.execPath, tools.containerSshd, JSON.stringify(o)],
-      {
-        env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
-        stderrPath: join(c.dir, 'sshd-start.log'),
-      },
-    );
+    if (c.lxc !== null && c.lxc.idShift !== null) {
+      // Its sshd runs as the container's root, host uid <shift>: it writes its keys and log there.
+      await mkdir(join(c.dir, 'sshd'), { recursive: true });
+      await appendFile(join(c.dir, 'commands.jsonl'), '');
+      await chown(join(c.dir, 'sshd'), c.lxc.idShift, c.lxc.idShift);
+      await chown(join(c.dir, 'commands.jsonl'), c.lxc.idShift, c.lxc.idShift);
+    }
+    const enter =
+      c.lxc === null
+        ? { file: 'nsenter', args: nsenterArgs(c.running.initHostPid) }
+        : { file: 'lxc-attach', args: lxcAttachArgs(c.lxc.lxcPath, c.lxc.vmid) };
+    const r = await spawnReady(enter.file, [...enter.args, process.execPath, tools.containerSshd, JSON.stringify(o)], {
+      env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
+      stderrPath: join(c.dir, 'sshd-start.log'),
+    });
     const info = JSON.parse(r.line) as { port: number; pid: number; hostKeyFingerprint: string };
     c.port = info.port;
     c.current = info.hostKeyFingerprint;
@@ -273,22 +332,40 @@ async function build(
         ? null
         : { ...cs.initHolds, gpus: hostGpusOf(cs.id, { hostDir: c.host.dir, machineDir: c.dir }, cs.initHolds.gpus) };
     const initHolder = initHolds === null ? null : await procs.initEnv(baseTarget, initHolds);
-    const running = await startContainer({
-      ctDir: c.dir,
-      hostDir: c.host.dir,
-      hostname: cs.id,
-      tools,
-      cgroup: c.cgroup,
-      hideProc: cs.hideProc === true,
-      systemPath: ownPath(cs.host),
-      gpus: cs.gpus ?? null,
-      ...(initHolder ? { initEnv: initHolder.env } : {}),
-    });
-    recordPid(dir, running.unsharePid, `unshare for ${cs.id}`);
+    const running =
+      c.lxc !== null
+        ? await startLxcContainer({ ...c.lxc, ...(initHolder ? { initEnv: initHolder.env } : {}) })
+        : await startContainer({
+            ctDir: c.dir,
+            hostDir: c.host.dir,
+            hostname: cs.id,
+            tools,
+            cgroup: c.cgroup,
+            hideProc: cs.hideProc === true,
+            systemPath: ownPath(cs.host),
+            gpus: cs.gpus ?? null,
+            ...(initHolder ? { initEnv: initHolder.env } : {}),
+          });
+    recordPid(dir, running.launcherPid, `launcher of ${cs.id}`);
     recordPid(dir, running.initHostPid, `init of ${cs.id}`);
     writeJsonAtomic(join(c.dir, 'init.json'), { hostPid: running.initHostPid, startTime: running.initStartTime });
-    writeJsonAtomic(join(c.host.dir, 'containers', `${cs.vmid}.json`), { id: cs.id, vmid: cs.vmid, dir: c.dir });
+    writeJsonAtomic(join(c.host.dir, 'containers', `${cs.vmid}.json`), {
+      id: cs.id,
+      vmid: cs.vmid,
+      dir: c.dir,
+      ...(c.lxc === null ? {} : { lxcPath: c.lxc.lxcPath, cgroupTag }),
+    });
     c.running = running;
+    if (c.lxc !== null && cs.hideProc === true) {
+      // As an admin of the container would: its root remounts its own /proc.
+      await execFileP('lxc-attach', [
+        ...lxcAttachArgs(c.lxc.lxcPath, cs.vmid),
+        'mount',
+        '-o',
+        'remount,hidepid=invisible',
+        '/proc',
+      ]);
+    }
     if (initHolder && initHolds) {
       c.initHolder = procs.adoptInit({ ...baseTarget, initHostPid: running.initHostPid }, initHolder.id, initHolds, {
         hostPid: running.initHostPid,
@@ -302,8 +379,10 @@ async function build(
     (spec.containers ?? []).map(async (cs) => {
       const host = hostOf(cs.host);
       const cdir = machineDir(dir, cs.id);
-      const cgroup = createContainerCgroup(dir, cs.vmid);
-      if (cgroup !== null) await appendFile(join(dir, 'cgroups'), `${cgroup}\n`);
+      const isLxc = engine === 'lxc';
+      // A real LXC container's cgroup is LXC's (lxc.cgroup.dir.*): the pids hierarchy's path, for tests to read.
+      const cgroup = isLxc ? lxcCgroupPath(cgroupTag, cs.vmid) : createContainerCgroup(dir, cs.vmid);
+      if (cgroup !== null && !isLxc) await appendFile(join(dir, 'cgroups'), `${cgroup}\n`);
       await writeMachineFiles({
         dir: cdir,
         tools,
@@ -331,8 +410,26 @@ async function build(
         current: null,
         sshdHostPid: null,
         initHolder: null,
+        lxc: isLxc
+          ? {
+              lxcPath,
+              vmid: cs.vmid,
+              hostname: cs.id,
+              ctDir: cdir,
+              hostDir: host.dir,
+              fleetDir: dir,
+              tools,
+              cgroupTag,
+              idShift: cs.privileged === true ? null : (cs.idmapBase ?? DEFAULT_ID_SHIFT),
+              net: cs.ownAddress === true ? 'none' : 'empty',
+              systemPath: ownPath(cs.host),
+              gpus: cs.gpus ?? null,
+            }
+          : null,
       };
       cts.set(cs.id, c);
+      await writePveConfig(host.dir, cs, readJson<HostState>(join(host.dir, 'state.json')).gpus.length, isLxc);
+      if (c.lxc !== null) await createLxcContainer(c.lxc);
       await bootContainer(c);
     }),
   );
@@ -375,7 +472,7 @@ async function build(
     if (isSame({ pid: c.running.initHostPid, startTime: c.running.initStartTime })) killQuietly(c.running.initHostPid);
     await c.running.exited;
     await waitGone([c.running.initHostPid], 5000);
-    removeContainerCgroup(c.cgroup);
+    if (c.lxc === null) removeContainerCgroup(c.cgroup);
     c.running = null;
     c.sshdHostPid = null;
   };
@@ -402,7 +499,10 @@ async function build(
       initHostPid: c.running.initHostPid,
       hostProc: join(c.dir, 'hostproc'),
       machineDir: c.dir,
-      cgroup: c.cgroup,
+      cgroup: c.lxc === null ? c.cgroup : null,
+      ...(c.lxc === null
+        ? {}
+        : { lxc: { lxcPath, vmid: c.spec.vmid, cgroupTag, unprivileged: c.lxc.idShift !== null } }),
     };
   };
 
@@ -457,6 +557,7 @@ async function build(
           hostKeyFingerprint: h.current,
           initHostPid: null,
           cgroup: null,
+          engine: null,
         };
       }
       const c = ctOf(id);
@@ -470,6 +571,7 @@ async function build(
         hostKeyFingerprint: c.current,
         initHostPid: c.running?.initHostPid ?? null,
         cgroup: c.cgroup,
+        engine: c.lxc === null ? 'namespaces' : 'lxc',
       };
     },
 
@@ -631,11 +733,10 @@ async function build(
     },
 
     async removeTool(machineId, tool) {
-      const path = join(isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir, 'bin', tool);
-      await rm(path, { force: true });
-      // This machine's real journalctl and dmesg would answer next on PATH: shadow them as missing.
-      if (tool === 'journalctl' || tool === 'dmesg')
-        await writeFile(path, `#!/bin/sh\necho "sh: 1: ${tool}: not found" >&2\nexit 127\n`, { mode: 0o755 });
+      // Its PATH is its bin/ and its sys/ only: gone from both, the tool is gone for it, whatever is installed.
+      const mdir = isHost(machineId) ? hostOf(machineId).dir : ctOf(machineId).dir;
+      await rm(join(mdir, 'bin', tool), { force: true });
+      await rm(join(mdir, 'sys', tool), { force: true });
     },
 
     async kernelLog(hostId, text) {
@@ -732,8 +833,10 @@ async function build(
       // Only those still the same process: a dead one's PID may be reused by another test's process by now.
       for (const p of procs.list()) if (isSame({ pid: p.hostPid, startTime: p.startTime })) killQuietly(p.hostPid);
       await Promise.all([...hosts.values()].map(async (h) => h.sshd?.stop()));
+      if (engine === 'lxc') await stopAllLxc(lxcPath); // one started behind the fleet's back (`pct start`)
       const left = await killFleetProcesses(dir);
       await removeRecordedCgroups(dir);
+      if (engine === 'lxc') removeCgroupTree(cgroupTag);
       process.off('exit', onExit);
       if (left.length > 0) throw new Error(`fleet: processes still alive after stop: ${left.join(' ')}`);
       if (opts.keepDir !== true) await rm(dir, { recursive: true, force: true });

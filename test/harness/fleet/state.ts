@@ -71,6 +71,8 @@ export interface MachineInfo {
   cgroup: string | null;
   /** A container's GPUs: host indices passed to it (absent: all of the host's). */
   gpus?: number[];
+  /** A host whose containers are real LXC: their lxcpath (its lxc-info is the real one, given `-P`). */
+  lxcPath?: string;
 }
 
 export interface HolderRecord {
@@ -97,6 +99,10 @@ export interface ContainerRecord {
   id: string;
   vmid: number;
   dir: string;
+  /** A real LXC container: the lxcpath it lives under (pct and lxc-info pass it as `-P`); absent: a namespace container. */
+  lxcPath?: string;
+  /** ...and the first component of its cgroups (lxc-container.ts). */
+  cgroupTag?: string;
 }
 
 /** `m/<container>/spoof.json`: container GPU index → identity its nvidia-smi reports instead. */

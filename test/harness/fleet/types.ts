@@ -48,11 +48,29 @@ export interface ContainerSpec {
    * the devices and holds this memory; killing it stops the container. Registered as a holder.
    */
   initHolds?: HolderOptions;
+  /**
+   * Real LXC only (`FleetSpec.engine: 'lxc'`): a privileged container (no id map), as Proxmox's
+   * `unprivileged: 0`. Default false: unprivileged with Proxmox's default map (root = host uid 100000).
+   */
+  privileged?: boolean;
+  /**
+   * Real LXC only: its own id map, container ids 0..65535 on host ids from this one (written as
+   * `lxc.idmap:` lines in its pct config, as a custom Proxmox map is). Default: Proxmox's default map.
+   */
+  idmapBase?: number;
 }
+
+/**
+ * How containers are made: `lxc` real LXC containers (lxc-start under the fleet's own lxcpath; see
+ * lxc-container.ts), `namespaces` the fleet's unshare containers (container.ts). Default: the
+ * GPU_MEDIC_FLEET_ENGINE environment variable, else `lxc` where lxc and busybox-static are installed.
+ */
+export type ContainerEngine = 'lxc' | 'namespaces';
 
 export interface FleetSpec {
   hosts: HostSpec[];
   containers?: ContainerSpec[];
+  engine?: ContainerEngine;
 }
 
 export interface FleetOptions {
@@ -75,8 +93,13 @@ export interface MachineView {
   hostKeyFingerprint: string | null;
   /** A container's PID 1, as the host sees it (null for a host or a stopped container). */
   initHostPid: number | null;
-  /** A container's cgroup (v2 path containing `/lxc/<vmid>/`), null for a host or where cgroups are unavailable. */
+  /**
+   * A container's cgroup (path containing `/lxc/<vmid>/`: the v2 one of a namespace container, the pids
+   * hierarchy's `<tag>/lxc/<vmid>/ns` of an LXC one), null for a host or where cgroups are unavailable.
+   */
   cgroup: string | null;
+  /** How a container is made (null for a host). */
+  engine: ContainerEngine | null;
 }
 
 export interface SpawnOptions {

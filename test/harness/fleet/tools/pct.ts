@@ -1,16 +1,19 @@
 /**
- * Fake Proxmox `pct` on a host: `list`, `status <vmid>`, `config <vmid>`, `exec <vmid> [--keep-env 0|1] -- cmd...`.
- * `config` prints the container's configuration as PVE does (sorted `key: value` lines), with
- * one `devN: /dev/nvidiaM` line per GPU passed to it (PVE 8.1+ device passthrough).
- * Formats from pve-container src/PVE/CLI/pct.pm (see docs/field-guide.md). `exec` enters the
- * container's PID + mount + UTS namespaces with nsenter, as lxc-attach does; its exit status is
- * the command's own (128+signal when killed).
+ * Proxmox `pct` on a fleet host: `list`, `status <vmid>`, `config <vmid>`, `exec <vmid> [--keep-env 0|1] -- cmd...`,
+ * `start <vmid>`, `stop <vmid>`. Texts and exit codes as pve-container's src/PVE/CLI/pct.pm and
+ * API2/LXC/Status.pm give them (errors are `die`s: the message and exit 255).
+ * A real LXC container (its record names an lxcpath) is a thin shim over lxc-*: `exec` is
+ * `lxc-attach -n <vmid> --keep-env|--clear-env -- cmd` with the command's exit code, `status`
+ * asks `lxc-info`, `start`/`stop` are `lxc-start`/`lxc-stop -k`. A namespace container is entered
+ * with nsenter (its PID + mount + UTS namespaces). `config` prints `<host>/pve/lxc/<vmid>.conf`
+ * as PVE does: sorted `key: value` lines (no `digest`), then the raw `lxc.*` lines.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { join } from 'node:path';
-import { joinCgroup } from '../cgroup.ts';
+import { joinCgroup, removeCgroupDirs } from '../cgroup.ts';
+import { pveConfigPath } from '../pve-config.ts';
 import { appendToolLog, type ContainerRecord, type MachineInfo, procStartTime, readJson } from '../state.ts';
 import { machineContext } from './machine-context.ts';
 
@@ -34,6 +37,11 @@ function containers(): ContainerRecord[] {
 
 /** The container's init (host PID) when it runs, else null. */
 function runningInit(c: ContainerRecord): InitRecord | null {
+  if (c.lxcPath !== undefined) {
+    const r = spawnSync('/usr/bin/lxc-info', ['-P', c.lxcPath, '-n', String(c.vmid), '-p', '-H'], { encoding: 'utf8' });
+    const pid = Number(r.stdout.trim());
+    return r.status === 0 && pid > 0 ? { hostPid: pid, startTime: procStartTime('/proc', pid) ?? 0 } : null;
+  }
   const path = join(c.dir, 'init.json');
   if (!existsSync(path)) return null;
   const init = readJson<InitRecord>(path);
@@ -48,6 +56,11 @@ function find(vmidText: string | undefined): ContainerRecord {
     process.exit(255);
   }
   return c;
+}
+
+function die(message: string): never {
+  process.stderr.write(`${message}\n`);
+  process.exit(255);
 }
 
 const row = (a: string, b: string, c: string, d: string) =>
@@ -72,31 +85,47 @@ switch (sub) {
   }
   case 'config': {
     const c = find(rest[0]);
-    const info = readJson<MachineInfo>(join(c.dir, 'machine.json'));
-    const gpus = info.gpus ?? ctx.readHostState().gpus.map((g) => g.index);
-    const devs = [...gpus.map((i) => `/dev/nvidia${i}`), '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools'];
-    const lines: Array<[string, string]> = [
-      ['arch', 'amd64'],
-      ['cores', '32'],
-      ...devs.map((d, i): [string, string] => [`dev${i}`, d]),
-      ['hostname', c.id],
-      ['memory', '460800'],
-      ['net0', 'name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:3A:01,ip=dhcp,type=veth'],
-      ['ostype', 'ubuntu'],
-      ['rootfs', `local-zfs:subvol-${c.vmid}-disk-0,size=500G`],
-      ['swap', '0'],
-      ['unprivileged', '1'],
-    ];
+    const text = readFileSync(pveConfigPath(ctx.info.hostDir, c.vmid), 'utf8');
+    const plain: Array<[string, string]> = [];
+    const raw: string[] = [];
+    for (const l of text.split('\n')) {
+      const m = /^([a-z][a-z0-9_.-]*):\s*(.*)$/.exec(l);
+      if (m === null || m[1] === 'digest') continue;
+      if (m[1]?.startsWith('lxc.')) raw.push(`${m[1]}: ${m[2]}`);
+      else plain.push([m[1] ?? '', m[2] ?? '']);
+    }
     const key = (k: string) => k.replace(/\d+$/, (d) => d.padStart(4, '0'));
-    lines.sort((a, b) => (key(a[0]) < key(b[0]) ? -1 : 1));
-    process.stdout.write(lines.map(([k, v]) => `${k}: ${v}\n`).join(''));
+    plain.sort((a, b) => (key(a[0]) < key(b[0]) ? -1 : 1));
+    process.stdout.write([...plain.map(([k, v]) => `${k}: ${v}`), ...raw].map((l) => `${l}\n`).join(''));
     process.exit(0);
+    break;
+  }
+  case 'start':
+  case 'stop': {
+    const c = find(rest[0]);
+    const running = runningInit(c) !== null;
+    if (sub === 'start' && running) die(`CT ${c.vmid} already running`);
+    if (sub === 'stop' && !running) die(`CT ${c.vmid} not running`);
+    if (c.lxcPath === undefined) die(`pct ${sub}: not supported on this fleet's namespace containers`);
+    const args =
+      sub === 'start' ? ['-P', c.lxcPath, '-n', String(c.vmid)] : ['-P', c.lxcPath, '-n', String(c.vmid), '-k'];
+    if (sub === 'start' && c.cgroupTag !== undefined) {
+      // As the fleet does before a start: the last lxc-start could not remove the monitor cgroup it sat in.
+      removeCgroupDirs(join(c.cgroupTag, 'lxc.monitor', String(c.vmid)));
+      removeCgroupDirs(join(c.cgroupTag, 'lxc', String(c.vmid)));
+    }
+    const r = spawnSync(sub === 'start' ? '/usr/bin/lxc-start' : '/usr/bin/lxc-stop', args, { stdio: 'inherit' });
+    process.exit(r.status === 0 ? 0 : 255);
     break;
   }
   case 'exec': {
     const c = find(rest[0]);
     let i = 1;
-    while (i < rest.length && rest[i] !== '--') i += rest[i] === '--keep-env' ? 2 : 1;
+    let keepEnv = true; // PVE 8's default (pct.pm: "switch to default 0 with pve 9")
+    while (i < rest.length && rest[i] !== '--') {
+      if (rest[i] === '--keep-env') keepEnv = !/^(0|false|no|off)$/i.test(rest[i + 1] ?? '');
+      i += rest[i] === '--keep-env' ? 2 : 1;
+    }
     const cmd = rest.slice(i + 1);
     if (cmd.length === 0) {
       process.stderr.write('400 not enough arguments\npct exec <vmid> [<extra-args>] [OPTIONS]\n');
@@ -107,11 +136,19 @@ switch (sub) {
       process.stderr.write(`container '${c.vmid}' not running!\n`);
       process.exit(255);
     }
-    // As lxc-attach does, what runs in the container joins its cgroup (our children follow us).
-    joinCgroup(readJson<MachineInfo>(join(c.dir, 'machine.json')).cgroup);
-    const r = spawnSync('nsenter', ['--target', String(init.hostPid), '--pid', '--mount', '--uts', '--', ...cmd], {
-      stdio: 'inherit',
-    });
+    let r: ReturnType<typeof spawnSync>;
+    if (c.lxcPath !== undefined) {
+      const env = keepEnv ? ['--keep-env'] : ['--clear-env'];
+      r = spawnSync('/usr/bin/lxc-attach', ['-P', c.lxcPath, '-n', String(c.vmid), ...env, '--', ...cmd], {
+        stdio: 'inherit',
+      });
+    } else {
+      // As lxc-attach does, what runs in the container joins its cgroup (our children follow us).
+      joinCgroup(readJson<MachineInfo>(join(c.dir, 'machine.json')).cgroup);
+      r = spawnSync('nsenter', ['--target', String(init.hostPid), '--pid', '--mount', '--uts', '--', ...cmd], {
+        stdio: 'inherit',
+      });
+    }
     if (r.error !== undefined) {
       process.stderr.write(`pct: ${r.error.message}\n`);
       process.exit(1);
