@@ -15,7 +15,7 @@ import { build } from 'esbuild';
 const execFileP = promisify(execFile);
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '../../..');
-const CACHE_ROOT = '/tmp/gpu-medic-fleet-cache';
+export const CACHE_ROOT = '/tmp/gpu-medic-fleet-cache';
 
 export interface FleetTools {
   dir: string;

@@ -60,7 +60,7 @@ export interface LxcContainerOptions {
 let rootfsPending: Promise<string> | null = null;
 
 /** The busybox rootfs every fleet container is copied from (built once per machine, offline). */
-export function lxcRootfs(): Promise<string> {
+function lxcRootfs(): Promise<string> {
   rootfsPending ??= buildRootfs().catch((e: unknown) => {
     rootfsPending = null;
     throw e;
@@ -106,7 +106,7 @@ function deviceList(hostDir: string, gpus: number[] | null): string[] {
 }
 
 /** The container's LXC config (what Proxmox generates from its pct config at start). */
-export function lxcConfig(o: LxcContainerOptions, rootfs: string): string {
+function lxcConfig(o: LxcContainerOptions, rootfs: string): string {
   const rel = (p: string) => relative('/', p);
   const bind = (src: string, dst: string, opts: string) => `lxc.mount.entry = ${src} ${rel(dst)} none ${opts} 0 0`;
   const env = { FLEET_MODE: 'init', FLEET_ARGV: '/sbin/init', ...(o.initEnv ?? {}) };
@@ -289,7 +289,7 @@ export function removeCgroupTree(cgroupTag: string): void {
 }
 
 /** What a start needs cleared first: lxc-start cannot remove the monitor cgroup it sits in when it ends. */
-export function clearStaleLxcCgroups(cgroupTag: string, vmid: number): void {
+function clearStaleLxcCgroups(cgroupTag: string, vmid: number): void {
   removeCgroupDirs(join(cgroupTag, 'lxc.monitor', String(vmid)));
   removeCgroupDirs(join(cgroupTag, 'lxc', String(vmid)));
 }

@@ -12,7 +12,7 @@ export function pveConfigPath(hostDir: string, vmid: number): string {
   return join(hostDir, 'pve', 'lxc', `${vmid}.conf`);
 }
 
-export function pveConfigText(spec: ContainerSpec, hostGpuCount: number, realLxc: boolean): string {
+function pveConfigText(spec: ContainerSpec, hostGpuCount: number, realLxc: boolean): string {
   const gpus = spec.gpus ?? Array.from({ length: hostGpuCount }, (_, i) => i);
   const devs = [...gpus.map((i) => `/dev/nvidia${i}`), '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools'];
   // The namespace containers have always said unprivileged; a real LXC container says what it is.

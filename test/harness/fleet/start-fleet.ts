@@ -123,7 +123,7 @@ function validate(spec: FleetSpec): void {
  * The engine containers get: the spec's, else GPU_MEDIC_FLEET_ENGINE, else real LXC where Debian's lxc
  * and busybox-static are installed (scripts/setup.sh installs them), else the namespace one.
  */
-export function containerEngine(spec: FleetSpec): ContainerEngine {
+function containerEngine(spec: FleetSpec): ContainerEngine {
   const fromEnv = process.env.GPU_MEDIC_FLEET_ENGINE;
   if (spec.engine !== undefined) return spec.engine;
   if (fromEnv === 'lxc' || fromEnv === 'namespaces') return fromEnv;
