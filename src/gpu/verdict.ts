@@ -86,6 +86,11 @@ export interface StepHistory {
   gpuHostIndexes: readonly number[];
   /** The step's own closing words (what was skipped and why), when it ran. */
   message: string | null;
+  /**
+   * A `failed`/`done` step sent at least one command (the log has a `command` event for it).
+   * False: it ended before any command ran (the host did not answer). Absent: not known (true).
+   */
+  ran?: boolean;
 }
 
 /** What happened in the incident so far: the verdict's advice says what is really left and who can do it. */
@@ -169,6 +174,9 @@ function tier2Next(
       return say`${what}; the approval request expired without a decision. Run \`/gpu unstick ${d.target}\` again when ${some ? say`an approver (${usersText(others)})` : 'an approver'} can answer the card.`;
     case 'failed':
     case 'done':
+      // "ran" only when a command ran: an approved step that ended before sending any did nothing.
+      if (step.ran === false)
+        return say`${what}; the approved ${act} was not run: it ended before any command reached ${d.host}${step.message ? say` (${step.message})` : ''}. Nothing was signalled or reset. When ${d.host} answers, run \`/gpu unstick ${d.target}\` again.`;
       return kind === 'host_kill'
         ? say`${what}; the host-level kill ran and it still holds the GPU${step.message ? say` (${step.message})` : ''}. A process that survives SIGKILL on the host is stuck in the driver: check dmesg on ${d.host} for Xid errors; a reboot of ${d.host} may be needed.`
         : say`${what}; the host-level reset ran and the memory is still held${step.message ? say` (${step.message})` : ''}. A reset that does not free memory means a reboot of ${d.host}.`;

@@ -60,6 +60,7 @@ export function verdictContextOf(
             outcome: fin.outcome === 'done' ? 'done' : 'failed',
             by: null,
             message: fin.message || null,
+            ran: events.some((x) => x.type === 'command' && x.stepId === e.stepId),
           });
       } else if (expired) steps.push({ ...about, outcome: 'expired', by: null, message: null });
     }

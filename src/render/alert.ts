@@ -14,7 +14,8 @@ import {
   type AlertEvent,
 } from '../watchdog/alert-events.ts';
 import { contextsOf, fallbackText, limitBlocks } from './blocks.ts';
-import { cell, clipChars, code, mention, text } from './escape.ts';
+import { cell, clipChars, code, mention, rich, text } from './escape.ts';
+import { richTextBlock, sentenceParts, type RichLine } from './rich-text.ts';
 import type { MessageView } from './status.ts';
 
 type KnownBlock = types.KnownBlock;
@@ -88,9 +89,9 @@ function lasted(fromMs: number, toMs: number): string {
   return min < 1 ? 'lasted under 1 min' : `lasted ${min} min`;
 }
 
-/** A sentence from the watchdog, escaped, its first letter made a capital. */
-function sentence(s: string): string {
-  return text(s.charAt(0).toUpperCase() + s.slice(1));
+/** A sentence from the watchdog, its first letter made a capital. */
+function capital(s: string): string {
+  return s.charAt(0).toUpperCase() + s.slice(1);
 }
 
 /** A snooze scope (`machineId` or `machineId/gpuIndex`) in words. */
@@ -212,10 +213,14 @@ export function renderAlert(
       : `:white_check_mark: *Cleared at ${hhmm(clearedAt)} (${lasted(alert.since, clearedAt)})*: ${title} on ${where}`;
   // The watchdog appends root causes to the sentence as " Why: …" (judge.ts): each on its own line.
   const [what = '', ...whys] = alert.sentence.split(' Why: ');
-  const said = [
-    clearedAt === null ? sentence(what) : `It said: ${sentence(what)}`,
-    ...whys.map((w) => `:bulb: Why: ${text(w)}`),
-  ].join('\n');
+  const first = capital(what);
+  // The sentence as data (issue 23): a rich_text block, its code as a style, never look-alike
+  // backticks in mrkdwn; the fallback text renders the same parts as mrkdwn code spans.
+  const saidLines: RichLine[] = [
+    { parts: clearedAt === null ? sentenceParts(first) : ['It said: ', ...sentenceParts(first)] },
+    ...whys.map((w): RichLine => ({ emoji: 'bulb', parts: ['Why: ', ...sentenceParts(w)] })),
+  ];
+  const said = saidLines.map((l) => `${l.emoji ? `:${l.emoji}: ` : ''}${rich(l.parts)}`).join('\n');
   const when = [
     `Since ${stamp(alert.since)}`,
     ...(alert.raisedAt !== null && alert.raisedAt !== alert.since ? [`raised ${hhmm(alert.raisedAt)}`] : []),
@@ -232,8 +237,21 @@ export function renderAlert(
           ...[link(external.generatorURL, 'source')].filter((x): x is string => x !== null),
         ].join(' · ');
   const blocks: KnownBlock[] = [
-    { type: 'section', text: { type: 'mrkdwn', text: `${head}\n${said}` } },
-    { type: 'context', elements: [{ type: 'mrkdwn', text: origin === null ? when : `${when}\n${origin}` }] },
+    { type: 'section', text: { type: 'mrkdwn', text: head } },
+    richTextBlock(saidLines),
+    {
+      type: 'context',
+      elements: [
+        {
+          type: 'mrkdwn',
+          text:
+            origin === null
+              ? when
+              : `${when}
+${origin}`,
+        },
+      ],
+    },
   ];
   const lines: string[] = [head, said, when, ...(origin === null ? [] : [origin])];
   if (clearedAt === null) {

@@ -5,7 +5,7 @@
  * the literal commands in code blocks, and what to follow up from the verdict's next step. Pure.
  * Every piece of machine or user text goes through src/render/markdown-escape.ts once.
  */
-import type { MachineSnapshot } from '../gpu/snapshot.ts';
+import { flagsOf, type MachineSnapshot } from '../gpu/snapshot.ts';
 import type { AnyLoggedEvent } from '../incident/all-events.ts';
 import type { CommandRecord, IncidentMeta } from '../incident/events.ts';
 import { endOf, summarizeIncident, type IncidentSummary } from '../incident/incident-summary.ts';
@@ -86,15 +86,35 @@ function summaryTable(s: IncidentSummary): string[] {
   return table(['', ''], rows);
 }
 
+/**
+ * Where a step's command ran, in words (plain, escaped by the caller): on the host, in the
+ * container by its own login, or in the container through `pct exec` on its host (the command's
+ * SSH machine is then the host, though it runs inside the container).
+ */
+function whereRan(
+  on: 'container' | 'host',
+  sshMachine: string,
+  target: string | null,
+  m: (id: string) => string,
+): string {
+  if (on === 'host') return `on host ${m(sshMachine)}`;
+  if (target === null || target === sshMachine) return `in container ${m(sshMachine)}`;
+  return `in container ${m(target)} (through \`pct exec\` on ${m(sshMachine)})`;
+}
+
 interface NumberedCommand {
   n: number;
   at: string;
+  /** What and where, already Markdown. */
   what: string;
   record: CommandRecord;
 }
 
 /** Every command the incident ran, in log order, numbered: those of steps and those of reads. */
-function commandsOf(events: readonly AnyLoggedEvent[]): { list: NumberedCommand[]; byEvent: Map<string, number[]> } {
+function commandsOf(
+  events: readonly AnyLoggedEvent[],
+  target: string | null,
+): { list: NumberedCommand[]; byEvent: Map<string, number[]> } {
   const list: NumberedCommand[] = [];
   const byEvent = new Map<string, number[]>();
   const add = (e: AnyLoggedEvent, what: string, record: CommandRecord) => {
@@ -103,9 +123,12 @@ function commandsOf(events: readonly AnyLoggedEvent[]): { list: NumberedCommand[
     byEvent.set(e.id, [...(byEvent.get(e.id) ?? []), n]);
   };
   for (const e of events) {
-    if (e.type === 'command') add(e, `${e.role} on ${e.on}`, e.record);
-    else if (e.type === 'snapshot') for (const c of e.commands) add(e, `read (${e.label})`, c);
-    else if (e.type === 'machine_error') for (const c of e.commands) add(e, 'read (failed)', c);
+    if (e.type === 'command')
+      add(e, `${mdText(e.role)} ${whereRan(e.on, e.record.machineId, target, mdCode)}`, e.record);
+    else if (e.type === 'snapshot')
+      for (const c of e.commands) add(e, `read (${e.label}) on ${mdCode(c.machineId)}`, c);
+    else if (e.type === 'machine_error')
+      for (const c of e.commands) add(e, `read (failed) on ${mdCode(c.machineId)}`, c);
   }
   return { list, byEvent };
 }
@@ -119,7 +142,7 @@ function timeline(meta: IncidentMeta, events: readonly AnyLoggedEvent[], byEvent
     const refs = byEvent.get(e.id);
     const words =
       e.type === 'command'
-        ? `${mdText(e.role)} on ${e.on} ${mdCellCode(e.record.machineId)}: ${mdText(ended(e.record))}, ${e.record.durationMs} ms (command ${refs?.[0] ?? '?'} below)`
+        ? `${mdText(e.role)} ${whereRan(e.on, e.record.machineId, meta.kind === 'unstick' ? (meta.targets[0] ?? null) : null, mdCellCode)}: ${mdText(ended(e.record))}, ${e.record.durationMs} ms (command ${refs?.[0] ?? '?'} below)`
         : `${mdText(describeEvent(meta, e))}${refs && refs.length > 0 ? ` (command${refs.length === 1 ? '' : 's'} ${refs.join(', ')} below)` : ''}`;
     return [clock(e.at), words];
   });
@@ -212,7 +235,7 @@ function commandBlocks(list: readonly NumberedCommand[]): string[] {
   const out = ['## Commands', '', 'Each command exactly as it was sent over SSH, in the order it ran.', ''];
   for (const c of list) {
     out.push(
-      `${c.n}. ${mdText(c.what)} on ${mdCode(c.record.machineId)} at ${clock(c.at)} UTC: ${mdText(ended(c.record))}, ${c.record.durationMs} ms`,
+      `${c.n}. ${c.what} at ${clock(c.at)} UTC: ${mdText(ended(c.record))}, ${c.record.durationMs} ms`,
       '',
       mdFence(c.record.command, 'sh'),
       '',
@@ -221,8 +244,45 @@ function commandBlocks(list: readonly NumberedCommand[]): string[] {
   return out;
 }
 
-function followUp(s: IncidentSummary): string[] {
-  const items: string[] = [];
+/** The root causes the thread said (status reads' Why lines, the unstick's diagnoses), each once. */
+function rootCauseLines(events: readonly AnyLoggedEvent[]): string[] {
+  const seen = new Set<string>();
+  const out: string[] = [];
+  for (const e of events) {
+    const causes =
+      e.type === 'snapshot' ? (e.snapshot.rootCauses ?? []) : e.type === 'diagnosis' ? (e.diagnosis.causes ?? []) : [];
+    for (const c of causes) {
+      if (seen.has(c.sentence)) continue;
+      seen.add(c.sentence);
+      out.push(`- ${mdRich(c.parts)}`);
+    }
+  }
+  return out.length > 0 ? ['## Root causes', '', ...out, ''] : [];
+}
+
+/** What the last reading of each machine still showed when the incident ended: RAM pressure. */
+function openAtClose(events: readonly AnyLoggedEvent[]): string[] {
+  const last = new Map<string, MachineSnapshot>();
+  for (const e of events) if (e.type === 'snapshot') last.set(e.snapshot.machineId, e.snapshot);
+  // A container reads its host's RAM: the same figures on both are said once, naming both.
+  const byFigures = new Map<string, { machines: string[]; at: string }>();
+  for (const snap of last.values())
+    for (const f of flagsOf(snap))
+      if (f.kind === 'ram_pressure') {
+        const k = `${f.usedPct} % used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB)`;
+        const have = byFigures.get(k) ?? { machines: [], at: snap.takenAt };
+        have.machines.push(snap.machineId);
+        if (snap.takenAt > have.at) have.at = snap.takenAt;
+        byFigures.set(k, have);
+      }
+  return [...byFigures].map(
+    ([k, v]) =>
+      `RAM pressure on ${v.machines.map(mdCode).join(', ')} was still open at the last reading (${utc(v.at)}): ${k}.`,
+  );
+}
+
+function followUp(s: IncidentSummary, events: readonly AnyLoggedEvent[]): string[] {
+  const items: string[] = [...openAtClose(events)];
   const v = s.verdict;
   if (v?.advice) items.push(mdRich(v.advice));
   else if (v?.nextStep) items.push(mdText(v.nextStep));
@@ -253,7 +313,7 @@ function followUp(s: IncidentSummary): string[] {
 
 export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): string {
   const s = summarizeIncident(meta, events);
-  const { list, byEvent } = commandsOf(events);
+  const { list, byEvent } = commandsOf(events, meta.kind === 'unstick' ? (meta.targets[0] ?? null) : null);
   const snaps = (label: 'status' | 'before' | 'after') =>
     events.flatMap((e) => (e.type === 'snapshot' && e.label === label ? [{ at: e.at, snapshot: e.snapshot }] : []));
   // An unstick reads "after" once per step: the tables show each machine's first reading before and
@@ -272,11 +332,12 @@ export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyL
     '',
     ...timeline(meta, events, byEvent),
     '',
+    ...rootCauseLines(events),
     ...gpuTables('read', snaps('status')),
     ...gpuTables('before', onePerMachine(snaps('before'), 'first')),
     ...gpuTables('after', onePerMachine(snaps('after'), 'last')),
     ...perGpu(s),
     ...commandBlocks(list),
-    ...followUp(s),
+    ...followUp(s, events),
   ].join('\n');
 }

@@ -95,6 +95,9 @@ function numericColumns(header: readonly string[], rows: readonly (readonly stri
   });
 }
 
+/** A column with a cell longer than this wraps by default (Slack cuts an unwrapped cell at the column's width). */
+const WRAP_OVER_CHARS = 40;
+
 function moreRowsLabel(n: number): string {
   return `… ${n} more ${n === 1 ? 'row' : 'rows'}`;
 }
@@ -154,7 +157,9 @@ export function buildTableBlock(
   const numeric = numericColumns(header.slice(0, columns), rows);
   const settings: TableColumnSetting[] = Array.from({ length: columns }, (_, c) => {
     const align = opts.align?.[c] ?? (numeric[c] ? 'right' : 'left');
-    const wrap = opts.wrap?.[c] === true;
+    // A long cell wraps rather than being cut off on screen (issue 23), unless told otherwise.
+    const long = rows.some((r) => Array.from(r[c] ?? '').length > WRAP_OVER_CHARS);
+    const wrap = opts.wrap?.[c] ?? long;
     return { align, ...(wrap ? { is_wrapped: true } : {}) };
   });
   // Trailing default columns need no setting (fewer settings than columns is allowed).
@@ -206,9 +211,17 @@ export function monospaceTable(
   const maxChars = opts.maxChars ?? SECTION_TEXT_MAX;
   const emptyCell = opts.emptyCell ?? '-';
   // Backticks would close the code fence early; `entities` runs once on the laid-out table.
+  // A cell too long for its column is cut with a numbered mark, and its whole text follows the
+  // table as a note: nothing ends in "…" without the full text beside it.
+  const notes: string[] = [];
   const cell = (raw: string | undefined): string => {
-    const text = clip(codeLayout(oneLine(raw ?? '')), maxCellChars);
-    return text.length > 0 ? text : emptyCell;
+    const whole = codeLayout(oneLine(raw ?? ''));
+    if (Array.from(whole).length <= maxCellChars) return whole.length > 0 ? whole : emptyCell;
+    notes.push(whole);
+    const mark = `…[${notes.length}]`;
+    return `${Array.from(whole)
+      .slice(0, Math.max(1, maxCellChars - mark.length))
+      .join('')}${mark}`;
   };
   const head = header.map((h) => cell(h));
   const body = rows.map((r) => header.map((_, c) => cell(r[c])));
@@ -227,6 +240,11 @@ export function monospaceTable(
         .trimEnd();
     const lines = [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...visible.map(line)];
     if (shown < body.length) lines.push(moreRowsLabel(body.length - shown));
+    const marks = new Set(
+      visible.flatMap((r) => r.flatMap((t) => [...t.matchAll(/…\[(\d+)\]$/g)].map((m) => Number(m[1])))),
+    );
+    const shownNotes = [...marks].sort((a, b) => a - b).map((n) => `[${n}] ${notes[n - 1] ?? ''}`);
+    if (shownNotes.length > 0) lines.push('', ...shownNotes);
     return `\`\`\`\n${entities(lines.join('\n'))}\n\`\`\``;
   };
 

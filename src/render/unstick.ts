@@ -148,7 +148,7 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
     .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
     .map(
       (s) =>
-        `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result}${s.reason ? ` (${esc(s.reason)})` : ''}`,
+        `• SIG${s.signal} PID ${s.containerPid} (host PID ${s.hostPid}) ${code(clipChars(s.cmdline, 80))}: ${s.result === 'sent' ? 'sent' : OUTCOME_WORDS[signalOutcome(s)]}${s.reason ? ` (${esc(s.reason)})` : ''}`,
     );
   for (const u of unanswered(mine))
     signalled.push(

@@ -131,7 +131,8 @@ describe('alert message (src/render/alert.ts)', () => {
     expect(v.key).toBe('parent');
     const section = JSON.stringify(v.blocks[0]);
     expect(section).toContain('*Host RAM high* on `ct129`');
-    expect(section).toContain('Host RAM 98 % used (440 of 449 GiB).');
+    // The sentence follows as a rich_text block (issue 23: machine text as data).
+    expect(JSON.stringify(v.blocks[1])).toContain('Host RAM 98 % used (440 of 449 GiB).');
     expect(allText(v)).toContain('Since 2026-12-01 03:00 UTC');
     expect(allText(v)).toContain('*Next:*');
     expect(allText(v)).toContain(meta.id);
@@ -234,11 +235,20 @@ describe('alert message (src/render/alert.ts)', () => {
     });
     const raised = logged({ type: 'alert_raised', at: at(T0), alert });
     const v = renderAlert(metaOf(alert), [raised], CTX)[0];
-    const lines = String((v!.blocks[0] as { text: { text: string } }).text.text).split('\n');
-    expect(lines.slice(1)).toEqual([
-      'Host RAM 98 % used (440 of 449 GiB).',
-      ':bulb: Why: 8 ranks × 300 GB host cache (ˋ--hicache-sizeˋ is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.',
+    // Issue 23: the sentence is a rich_text block, one line each, the flag name code-styled (no
+    // look-alike backticks); the fallback text shows the same lines with mrkdwn code spans.
+    type Section = { elements: Array<{ type: string; text?: string; name?: string; style?: { code?: boolean } }> };
+    const said = v!.blocks[1] as unknown as { type: string; elements: Section[] };
+    expect(said.type).toBe('rich_text');
+    const shown = said.elements.map((sec) =>
+      sec.elements.map((e) => (e.type === 'emoji' ? `:${e.name}:` : e.style?.code ? `[${e.text}]` : e.text)).join(''),
+    );
+    expect(shown).toEqual([
+      'Host RAM 98 % used (440 of 449 GiB).\n',
+      ':bulb: Why: 8 ranks × 300 GB host cache ([--hicache-size] is per rank) = 2.4 TB requested on a 449 GiB host: more than its RAM.\n',
     ]);
+    expect(JSON.stringify(v!.blocks)).not.toContain('ˋ');
+    expect(v!.text).toContain(':bulb: Why: 8 ranks × 300 GB host cache (`--hicache-size` is per rank)');
     const cleared = renderAlert(
       metaOf(alert),
       [raised, logged({ type: 'alert_cleared', at: at(T0 + 5 * MIN), alert })],

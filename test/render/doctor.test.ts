@@ -77,3 +77,26 @@ describe('the doctor thread', () => {
     expect(views[0]?.text).toContain('checking…');
   });
 });
+
+describe('issue 23: a table never cuts a cell silently', () => {
+  it("the doctor's long Detail wraps in the table block, and the fallback text carries it whole", () => {
+    const long: Finding = {
+      machineId: 'kpro5',
+      kind: 'host',
+      check: 'pct',
+      status: 'warn',
+      detail:
+        'every inventory container of kpro5 is running, but ct131 is not in the inventory: its GPU holders cannot be placed',
+      hint: null,
+    };
+    const report = renderDoctor(meta, events([ok, long])).find((v) => v.key === 'report');
+    const table = report?.blocks.find((b) => b.type === 'table') as
+      | { rows: Array<Array<{ text: string }>>; column_settings?: Array<{ is_wrapped?: boolean }> }
+      | undefined;
+    expect(table?.rows[2]?.[3]?.text).toBe(long.detail);
+    expect(table?.column_settings?.[3]?.is_wrapped).toBe(true);
+    // The fallback's cell is cut with a numbered mark, and the whole detail follows the table.
+    expect(report?.text).toContain('…[1]');
+    expect(report?.text).toContain(`[1] ${long.detail}`);
+  });
+});

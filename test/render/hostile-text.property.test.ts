@@ -523,12 +523,13 @@ describe('machine and user text is data, never markup, in every renderer', () =>
           ],
         };
         const m = { ...meta('alert', h, [h.name]), requester: 'watchdog' };
-        expect(
-          check([
-            ...renderAlert(m, live, ctx),
-            ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx),
-          ]),
-        ).toEqual([]);
+        const rendered = [
+          ...renderAlert(m, live, ctx),
+          ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx),
+        ];
+        // Issue 23: the sentence (machine text inside) is a rich_text block; its text elements are walked too.
+        expect(rendered.every((v) => v.blocks.some((b) => b.type === 'rich_text'))).toBe(true);
+        expect(check(rendered)).toEqual([]);
       }),
       RUNS,
     );

@@ -393,10 +393,12 @@ describe('renderIncidentMarkdown', () => {
     expect(md).toContain('## Per GPU');
     expect(md).toContain('| 0 | held host only | idle | 40,000 | 0 | 40,000 |');
     expect(md).toContain(
-      "2. kill on host on `kpro5` at 03:12:45.123 UTC: exit 0, 120 ms\n\n```sh\nkill -s KILL 4242 'a|b'\n```",
+      // Issue 23: the machine each command ran on, said once ("kill on host `kpro5`", not "on host on").
+      "2. kill on host `kpro5` at 03:12:45.123 UTC: exit 0, 120 ms\n\n```sh\nkill -s KILL 4242 'a|b'\n```",
     );
     expect(md).toContain(
-      `## What to follow up\n\n- check \`sglang::scheduler_TP0\` with \`${BOB}\` (done)\n- GPU 1: done\n- \`ct129\` could not be read (\`connect_failed\`): done`,
+      // Issue 23: what was still open when it closed comes first (both machines read the host's 98 % RAM).
+      `## What to follow up\n\n- RAM pressure on \`ct129\`, \`kpro5\` was still open at the last reading (2026-11-30 03:12:45 UTC): 98 % used (440 of 449 GiB).\n- check \`sglang::scheduler_TP0\` with \`${BOB}\` (done)\n- GPU 1: done\n- \`ct129\` could not be read (\`connect_failed\`): done`,
     );
   });
 
@@ -416,7 +418,17 @@ describe('renderIncidentMarkdown', () => {
       meta,
       logged([
         { type: 'requested', at: AT },
-        { type: 'snapshot', at: AT, label: 'status', snapshot: snapshot('kpro5', 'host', h, 0), commands: [] },
+        {
+          type: 'snapshot',
+          at: AT,
+          label: 'status',
+          // RAM well under pressure: nothing is left open (issue 23 says RAM pressure at close apart).
+          snapshot: {
+            ...snapshot('kpro5', 'host', h, 0),
+            ram: { totalBytes: 449 * 2 ** 30, usedBytes: 40 * 2 ** 30, availableBytes: null },
+          },
+          commands: [],
+        },
         { type: 'finished', at: LATER, outcome: 'ok', durationMs: 900 },
       ]),
     );

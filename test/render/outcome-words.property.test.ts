@@ -134,6 +134,13 @@ describe('summary and history agree with the events (issue 23)', () => {
             const [c, h] = [Number(m[1]), Number(m[2])];
             expect(sent.some((s) => s.containerPid === c && s.hostPid === h)).toBe(false);
           }
+          // The thread's own signal lines: each not-sent outcome in the same words as the summary and history.
+          const thread = views.map((v) => v.text).join('\n');
+          for (const e of sig)
+            if (e.result !== 'sent')
+              expect(thread).toContain(
+                `(host PID ${e.hostPid}) \`python3 rank${e.containerPid}.py\`: ${OUTCOME_WORDS[signalOutcome(e)]}`,
+              );
           // History: the counts of each outcome, in the shared words.
           const history = richPlain(stepsWords(summarizeIncident(meta(id), events).steps));
           const steps = [...new Set(sig.map((e) => e.stepId))];

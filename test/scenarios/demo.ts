@@ -15,6 +15,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { startDemo, type Demo, type DemoMessage } from './demo-server.ts';
+import { REDIS_URL } from '../harness/stack.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
@@ -57,6 +58,11 @@ out(
 out(
   `machines: ${[...demo.runtime.scenario.fleet.hosts.map((h) => h.id), ...demo.runtime.scenario.fleet.containers.map((c) => c.id)].join(', ')}`,
 );
+// Where the run's incidents live while it runs (issue 23): the exact CLI line for the post-mortem export.
+const prefix = demo.runtime.stack.prefix;
+out(`redis: ${REDIS_URL} · key prefix ${prefix} (removed when the demo stops)`);
+out(`list incidents:  GPU_MEDIC_PREFIX=${prefix} REDIS_URL=${REDIS_URL} npm run -s cli -- incidents`);
+out(`export one:      GPU_MEDIC_PREFIX=${prefix} REDIS_URL=${REDIS_URL} npm run -s cli -- incident <id> --markdown`);
 out(`\nopen ${demo.url} in a browser${tty ? ', or type here' : ''}. Ctrl-C stops everything.`);
 
 if (tty) {

@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { AnyEvent, AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { verdictContextOf } from '../../src/incident/verdict-context.ts';
+import { verdictOf } from '../../src/gpu/verdict.ts';
+import { diagnoseWith } from '../unstick/scenarios.ts';
+import { readings, seedS2, TP0 } from '../unstick/seed-fleet.ts';
 import type { Step } from '../../src/playbooks/unstick-plan.ts';
 
 let n = 0;
@@ -100,5 +103,61 @@ describe('verdictContextOf (what the log says happened to the steps)', () => {
     ]);
     expect(c.steps[3]?.message).toBe('GPU 0: skipped, host PID 5 now holds it');
     expect(c).toMatchObject({ approvers: ['U0BOB', 'U0CAROL'], requester: 'U0ALICE' });
+  });
+
+  it('issue 23: an approved host kill that ended before any command ran is not said to have run', () => {
+    // ct129's rank on GPU 0 runs as uid 1001 and container commands as uid 1000: host-only.
+    const { host, container } = seedS2();
+    const ctUser = { ...container, procs: readings([57], [{ ...TP0, pid: 57, nsPids: [57], uid: 1001 }]) };
+    const before = diagnoseWith(host, ctUser, { containerExecUid: 1000 });
+    const kill = { ...step('host_kill-9', 'host_kill'), targets: [{ ...target, hostPid: TP0.pid, containerPid: 57 }] };
+    const ended = (withCommand: boolean) => [
+      asked('apr_9', kill),
+      ev({ type: 'approval_decided', at: AT, approvalId: 'apr_9', stepId: kill.id, decision: 'approved', by: 'U0BOB' }),
+      ev({
+        type: 'step_started',
+        at: AT,
+        stepId: kill.id,
+        kind: 'host_kill',
+        tier: 2,
+        machineId: 'kpro5',
+        explanation: '',
+      }),
+      ...(withCommand
+        ? [
+            ev({
+              type: 'command',
+              at: AT,
+              stepId: kill.id,
+              role: 'read_init',
+              on: 'host',
+              record: {
+                machineId: 'kpro5',
+                command: 'lxc-info -n 129 -p',
+                code: 0,
+                signal: null,
+                durationMs: 1,
+                timedOut: false,
+              },
+            }),
+          ]
+        : []),
+      ev({
+        type: 'step_finished',
+        at: AT,
+        stepId: kill.id,
+        outcome: 'failed',
+        durationMs: 1,
+        message: 'could not reach kpro5 (connection refused)',
+      }),
+    ];
+    const c = verdictContextOf(ended(false), ['U0BOB'], 'U0ALICE');
+    expect(c.steps.at(-1)).toMatchObject({ kind: 'host_kill', outcome: 'failed', ran: false });
+    const v = verdictOf(before, before, c);
+    expect(v.nextStep).not.toMatch(/kill ran/);
+    expect(v.nextStep).toMatch(/the approved kill was not run: it ended before any command reached kpro5/);
+    // With a command in the log it did run, and is said so.
+    const ran = verdictOf(before, before, verdictContextOf(ended(true), ['U0BOB'], 'U0ALICE'));
+    expect(ran.nextStep).toMatch(/the host-level kill ran/);
   });
 });
