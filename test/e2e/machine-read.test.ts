@@ -73,8 +73,12 @@ describe('a machine read is one SSH session with one answer per query', () => {
     const { sessions, snapshot } = await statusOf('ct129');
     // Issue 13: with something holding a GPU, the status read also runs the read-procs template on those PIDs.
     expect(sessions).toHaveLength(2);
-    expect(snapshot.commands).toHaveLength(5);
-    expect(snapshot.commands[4]?.command).toMatch(/sh -c .*@parent/s);
+    // Issue 23: a container's status also reads its host's GPU map (to place its holders on GPUs),
+    // logged under the host's id; the container's own five stay as they were.
+    const own = snapshot.commands.filter((c) => c.machineId === 'ct129');
+    expect(own).toHaveLength(5);
+    expect(own[4]?.command).toMatch(/sh -c .*@parent/s);
+    expect(snapshot.commands.filter((c) => c.machineId !== 'ct129').every((c) => c.machineId === 'kpro5')).toBe(true);
     expect(snapshot.snapshot.holders.map((x) => x.pid)).toContain(h.containerPid);
   });
 
