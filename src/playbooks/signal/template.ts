@@ -62,7 +62,7 @@ export const SIGNAL_WORDS = {
   /** The signal was delivered to the checked process. */
   sent: { result: 'sent', text: 'sent' },
   /** No such process (ESRCH) at any point: it exited; nothing was signalled. */
-  gone: { result: 'gone', text: 'already exited' },
+  gone: { result: 'gone', text: 'already exited: it ended on its own, so nothing was needed' },
   /** Its start time (stat field 22) is not the planned one: another process has the PID. */
   reused: {
     result: 'skipped',
@@ -73,7 +73,7 @@ export const SIGNAL_WORDS = {
   not_holding: {
     result: 'skipped',
     reason: 'not_holding',
-    text: 'not holding: it no longer has a /dev/nvidia* GPU device open',
+    text: 'not holding: it no longer has a /dev/nvidia* GPU device open, so nothing was needed',
   },
   /** Not in the given PID namespace, or (host side) its innermost NSpid is not the planned container PID. */
   wrong_ns: {
