@@ -305,10 +305,17 @@ export function parseEnv(
     }
   }
   const env = parsed.success ? parsed.data : null;
+  // The rules across settings read each value on its own, so that a bad value elsewhere never hides them.
+  const settingValue = <K extends Setting>(k: K): Env[K] | undefined => {
+    const r = EnvSchema.shape[k].safeParse(input[k]);
+    return r.success ? (r.data as Env[K]) : undefined;
+  };
   // An escalation that could never happen is a mistake, not a choice: said here rather than found out when a card stalls.
-  if (env) {
-    const group = env.GPU_MEDIC_ESCALATION_APPROVERS.length > 0;
-    const after = env.GPU_MEDIC_ESCALATE_AFTER_SEC;
+  const groupList = settingValue('GPU_MEDIC_ESCALATION_APPROVERS');
+  const after = settingValue('GPU_MEDIC_ESCALATE_AFTER_SEC');
+  const ttl = settingValue('GPU_MEDIC_APPROVAL_TTL_SEC');
+  if (groupList !== undefined && after !== undefined) {
+    const group = groupList.length > 0;
     if (group && after === 0)
       problems.push({
         variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
@@ -321,10 +328,10 @@ export function parseEnv(
         message:
           'is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
       });
-    else if (group && after >= env.GPU_MEDIC_APPROVAL_TTL_SEC)
+    else if (group && ttl !== undefined && after >= ttl)
       problems.push({
         variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
-        message: `(${after} s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (${env.GPU_MEDIC_APPROVAL_TTL_SEC} s): every card would expire before it escalates`,
+        message: `(${after} s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (${ttl} s): every card would expire before it escalates`,
       });
   }
   // The mode's rules read the raw values, so that they are reported in the same pass as any other problem.
@@ -341,8 +348,9 @@ export function parseEnv(
     if (mode === 'http' && !has('SLACK_SIGNING_SECRET'))
       problems.push({ variable: 'SLACK_SIGNING_SECRET', message: 'is required in http mode to verify requests' });
     // An alert's buttons follow the channel policy of /gpu, so an alerts channel left out would refuse every click.
-    const alerts = env?.GPU_MEDIC_ALERTS_CHANNEL;
-    if (env && alerts && env.GPU_MEDIC_ALLOWED_CHANNELS.length > 0 && !env.GPU_MEDIC_ALLOWED_CHANNELS.includes(alerts))
+    const alerts = settingValue('GPU_MEDIC_ALERTS_CHANNEL');
+    const allowed = settingValue('GPU_MEDIC_ALLOWED_CHANNELS');
+    if (alerts && allowed && allowed.length > 0 && !allowed.includes(alerts))
       problems.push({
         variable: 'GPU_MEDIC_ALERTS_CHANNEL',
         message: `${alerts} is not in GPU_MEDIC_ALLOWED_CHANNELS, so every click on an alert's buttons would be refused there; add it to GPU_MEDIC_ALLOWED_CHANNELS (or leave that empty: any channel)`,
