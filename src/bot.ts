@@ -108,7 +108,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   const metrics = deps.metrics;
   if (metrics) {
     // The Web API client waits out a 429 and sends the call again: that is a retry.
-    slack.app.client.on(webApi.WebClientEvent.RATE_LIMITED, (_sec: number, req: { url?: unknown }) => {
+    slack.client.on(webApi.WebClientEvent.RATE_LIMITED, (_sec: number, req: { url?: unknown }) => {
       const method = typeof req?.url === 'string' ? /\/([a-z]+\.[a-zA-Z.]+)$/.exec(req.url)?.[1] : undefined;
       metrics.slackRetries.inc({ method: method ?? 'unknown', reason: 'rate_limited' });
     });
@@ -149,7 +149,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     machineIds: listMachines(inventory).map((m) => m.id),
     settings: { ramPct: env.GPU_MEDIC_WATCH_RAM_PCT, staleAfterMs: 3 * env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000 },
     publish: async (user, view) => {
-      await slack.app.client.views.publish({ user_id: user, view });
+      await slack.client.views.publish({ user_id: user, view });
     },
     logger: logger.child({ component: 'home' }),
   });

@@ -4,6 +4,7 @@ import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import { viewMetadata, viewTagOf, type SlackPoster } from './outbox.ts';
 import { requestTimeProblem, signatureProperties } from './replay-guard.ts';
+import { RetryUntil } from './retry-until.ts';
 
 export interface SlackAppOptions {
   mode: 'socket' | 'http';
@@ -25,6 +26,8 @@ export interface SlackAppOptions {
 
 export interface SlackApp {
   app: App;
+  /** The Web API client with the bot token (Bolt's own `app.client` has none: see the authorize below). */
+  client: webApi.WebClient;
   poster: SlackPoster;
   start(): Promise<{ port: number | null }>;
   /** null when Slack can reach us (Socket Mode: connected; HTTP: listening), else what is wrong. */
@@ -73,10 +76,15 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
           o.logger,
         )
       : null;
+  // The bot's identity (auth.test) is ours to fetch, retried until Slack answers. Bolt's own
+  // (`token`) runs auth.test once, before the first request, and keeps a failure for good: with
+  // Slack's Web API down at start, every command after it got a 401 until a restart.
+  let identity: { botId?: string; botUserId?: string } = {};
+  const authorize = async () => ({ botToken: o.botToken, ...identity });
   const app =
     socketReceiver !== null
       ? new App({
-          token: o.botToken,
+          authorize,
           receiver: socketReceiver,
           socketMode: true,
           clientOptions,
@@ -84,12 +92,39 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
           logLevel: LogLevel.INFO,
         })
       : new App({
-          token: o.botToken,
+          authorize,
           receiver: httpReceiver ?? undefined,
           clientOptions,
           logger,
           logLevel: LogLevel.INFO,
         });
+  const client = new webApi.WebClient(o.botToken, { ...clientOptions, logger, logLevel: LogLevel.INFO });
+  const webApiUp = new RetryUntil({
+    attempt: () => client.auth.test(),
+    what: "Slack's Web API (auth.test)",
+    meanwhile:
+      o.mode === 'http'
+        ? 'commands are acknowledged and queued; their threads are posted once Slack answers'
+        : 'nothing reaches the bot until Socket Mode connects',
+    logger: o.logger,
+    onSuccess: (r) => {
+      identity = {
+        ...(typeof r.bot_id === 'string' ? { botId: r.bot_id } : {}),
+        ...(typeof r.user_id === 'string' ? { botUserId: r.user_id } : {}),
+      };
+    },
+  });
+  // Socket Mode: Slack's client gives up for good when apps.connections.open fails at start
+  // (a refused connection or a 5xx); this keeps starting it until it connects.
+  const socketUp =
+    socketReceiver !== null
+      ? new RetryUntil({
+          attempt: () => app.start(),
+          what: 'Socket Mode (apps.connections.open)',
+          meanwhile: 'nothing reaches the bot; it connects by itself once Slack answers',
+          logger: o.logger,
+        })
+      : null;
   // chat.postMessage is not idempotent: a retry after a 5xx or a dropped connection can post a
   // message Slack already has. So posts are retried here only after a 429 (Slack did nothing);
   // anything else fails the pass, and the outbox, which marked the post before sending, looks
@@ -110,7 +145,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   });
   // Whoever watches the app's client for 429s (metrics) sees the posts' too.
   postClient.on(webApi.WebClientEvent.RATE_LIMITED, (...args: unknown[]) =>
-    app.client.emit(webApi.WebClientEvent.RATE_LIMITED, ...args),
+    client.emit(webApi.WebClientEvent.RATE_LIMITED, ...args),
   );
   const poster: SlackPoster = {
     async post(m) {
@@ -131,14 +166,14 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       let cursor: string | undefined;
       for (let page = 0; page < LOOKUP_MAX_PAGES; page++) {
         const r = q.threadTs
-          ? await app.client.conversations.replies({
+          ? await client.conversations.replies({
               channel: q.channel,
               ts: q.threadTs,
               include_all_metadata: true,
               limit: 200,
               ...(cursor ? { cursor } : {}),
             })
-          : await app.client.conversations.history({
+          : await client.conversations.history({
               channel: q.channel,
               oldest: q.oldest,
               inclusive: true,
@@ -157,7 +192,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       throw new Error(`no answer after ${LOOKUP_MAX_PAGES} pages of ${q.channel}; will look again later`);
     },
     async update(m) {
-      await app.client.chat.update({
+      await client.chat.update({
         channel: m.channel,
         ts: m.ts,
         text: m.text,
@@ -179,17 +214,25 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   let server: Server | null = null;
   return {
     app,
+    client,
     poster,
     connectionProblem() {
-      if (socketReceiver)
-        return socketState === 'connected'
+      const socket = socketUp?.problem() ?? null;
+      if (socket) return socket;
+      const problem = socketReceiver
+        ? socketState === 'connected'
           ? null
-          : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`;
-      return server?.listening ? null : 'HTTP receiver not listening';
+          : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`
+        : server?.listening
+          ? null
+          : 'HTTP receiver not listening';
+      return problem ?? webApiUp.problem();
     },
     async start() {
-      if (o.mode === 'socket') {
-        await app.start();
+      void webApiUp.run();
+      if (socketUp) {
+        // Not awaited: the bot runs (health, outbox) while Slack is away, and says so.
+        void socketUp.run();
         return { port: null };
       }
       server = (await app.start(o.host === undefined ? o.port : { port: o.port, host: o.host })) as Server;
@@ -197,6 +240,8 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       return { port: typeof addr === 'object' && addr ? addr.port : o.port };
     },
     async stop() {
+      webApiUp.stop();
+      socketUp?.stop();
       await app.stop();
     },
   };
