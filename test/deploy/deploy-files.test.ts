@@ -318,7 +318,8 @@ describe('Dockerfile and .dockerignore', () => {
       dependencies: Record<string, string>;
       devDependencies: Record<string, string>;
     };
-    expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json');
+    // tsc, then main.js made executable: it is package.json's bin, the `gpu-medic` command.
+    expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json && chmod +x dist/src/main.js');
     // No TypeScript loader or compiler among what production installs.
     for (const dev of ['tsx', 'typescript']) {
       expect(pkg.dependencies[dev], dev).toBeUndefined();
