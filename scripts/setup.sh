@@ -57,11 +57,21 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v redis-server >/dev/null || need+=(redis-server)
 if [ "$ci" -eq 1 ]; then command -v docker-compose >/dev/null || need+=(docker-compose); fi
+# promtool (Debian's prometheus package) checks the example alert rules in docs/deploy.md.
+if [ "$ci" -eq 1 ]; then command -v promtool >/dev/null || need+=(prometheus); fi
 if [ "${#need[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null || { say "missing ${need[*]} and no apt-get here: install them by hand" >&2; exit 1; }
   say "installing ${need[*]}"
   as_root apt-get update -qq
+  # Installing a package must not start its service (prometheus, redis) here: policy-rc.d forbids it.
+  added_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod +x /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
   as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [ "$added_policy" -eq 1 ] && as_root rm -f /usr/sbin/policy-rc.d
 fi
 if ! node_ok; then
   say "Node.js 20 or newer is needed and could not be installed (now: $(node --version 2>/dev/null || echo none))." >&2
