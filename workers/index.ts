@@ -215,6 +215,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         now,
         commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
         logger: o.logger.child({ component: 'watchdog' }),
+        readSinceStart: new Set<string>(),
         ...(o.watch.beforeCommit ? { beforeCommit: o.watch.beforeCommit } : {}),
       }
     : null;
