@@ -131,6 +131,8 @@ export const EnvSchema = z.object({
   GPU_MEDIC_WATCH_GHOST_SEC: wholeNumber(0, 86_400, 600),
   /** Host RAM use (%) at or above which the watchdog alerts. */
   GPU_MEDIC_WATCH_RAM_PCT: wholeNumber(1, 100, 90),
+  /** Machines a watchdog round reads (so connects to) at once: a cold round over a big site must not open every SSH connection together. */
+  GPU_MEDIC_WATCH_MAX_CONNECTS: wholeNumber(1, 1000, 32),
   /**
    * Approvals that don't stall: a second group (Slack user IDs) who may also approve host-level steps
    * once a card has waited GPU_MEDIC_ESCALATE_AFTER_SEC. Empty: no escalation.
@@ -202,6 +204,7 @@ export const SETTING_READERS = {
   GPU_MEDIC_WATCH_INTERVAL_SEC: 'both',
   GPU_MEDIC_WATCH_GHOST_SEC: 'worker',
   GPU_MEDIC_WATCH_RAM_PCT: 'both',
+  GPU_MEDIC_WATCH_MAX_CONNECTS: 'worker',
   GPU_MEDIC_ESCALATION_APPROVERS: 'both',
   GPU_MEDIC_ESCALATE_AFTER_SEC: 'both',
   GPU_MEDIC_HEALTH_FILE: 'both',
