@@ -1,7 +1,7 @@
 import type { Logger } from '../logger.ts';
 
 /** Waits between tries: 1 s, 2 s, 4 s, … up to 30 s. */
-export const BACKOFF_MS = { first: 1000, max: 30_000 } as const;
+const BACKOFF_MS = { first: 1000, max: 30_000 } as const;
 
 export interface RetryUntilOptions<T> {
   /** What is tried, e.g. Slack's `auth.test`. */

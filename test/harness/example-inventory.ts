@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const EXAMPLE_INVENTORY = fileURLToPath(new URL('../../inventory.example.yaml', import.meta.url));
+const EXAMPLE_INVENTORY = fileURLToPath(new URL('../../inventory.example.yaml', import.meta.url));
 
 /** The example's text with its placeholders filled in (each one a distinct well-formed fingerprint). */
 export function filledExampleInventoryText(): string {
