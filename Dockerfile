@@ -29,6 +29,8 @@ RUN npm install --omit=dev --no-audit --no-fund \
 
 # Only what runs. No .env, inventory or keys: those arrive at run time (see .dockerignore).
 COPY --from=build /app/dist/ ./dist/
+# The operator's command, on PATH: `docker compose exec worker gpu-medic doctor`.
+RUN chmod +x dist/src/main.js && ln -s /app/dist/src/main.js /usr/local/bin/gpu-medic
 
 # The code stays root-owned and read-only to the process; it runs as the image's `node` user
 # (uid 1000), which is the uid the mounted SSH keys must be readable by.

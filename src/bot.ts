@@ -13,7 +13,7 @@ import { SnoozeStore } from './watch-store/snooze-store.ts';
 import type { HealthCheck } from './health/heartbeat.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics/metrics.ts';
-import { ObservedIncidentLog, observedPoster } from './metrics/observed.ts';
+import { ObservedIncidentLog, observedPoster, observedSlackCall } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
 import { alertmanagerReceiver, silencesOf } from './alertmanager/wire.ts';
@@ -130,7 +130,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   const metrics = deps.metrics;
   if (metrics) {
     // The Web API client waits out a 429 and sends the call again: that is a retry.
-    slack.app.client.on(webApi.WebClientEvent.RATE_LIMITED, (_sec: number, req: { url?: unknown }) => {
+    slack.client.on(webApi.WebClientEvent.RATE_LIMITED, (_sec: number, req: { url?: unknown }) => {
       const method = typeof req?.url === 'string' ? /\/([a-z]+\.[a-zA-Z.]+)$/.exec(req.url)?.[1] : undefined;
       metrics.slackRetries.inc({ method: method ?? 'unknown', reason: 'rate_limited' });
     });
@@ -176,8 +176,10 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     prefix: env.GPU_MEDIC_PREFIX,
     machineIds: listMachines(inventory).map((m) => m.id),
     settings: { ramPct: env.GPU_MEDIC_WATCH_RAM_PCT, staleAfterMs: 3 * env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000 },
+    // Counted as the outbox's calls are (a failed publish is retried on the next change).
     publish: async (user, view) => {
-      await slack.app.client.views.publish({ user_id: user, view });
+      const call = () => slack.client.views.publish({ user_id: user, view });
+      await (metrics ? observedSlackCall(metrics)('views.publish', call) : call());
     },
     logger: logger.child({ component: 'home' }),
   });

@@ -69,6 +69,13 @@ async function run(role: Role): Promise<number> {
     env.GPU_MEDIC_METRICS_PORT === undefined
       ? undefined
       : await startMetrics(env.GPU_MEDIC_METRICS_BIND, env.GPU_MEDIC_METRICS_PORT, role, logger, stops);
+  if (metrics) {
+    // Every documented label set at 0 from the start, so an alert on increase() fires on the first event.
+    const { zeroSeries } = await import('./metrics/zero-series.ts');
+    const { listMachines } = await import('./config/machines.ts');
+    const endpoints = listMachines(inventory).filter((m) => m.kind === 'host' || m.ownAddress);
+    zeroSeries(metrics, { machines: endpoints.map((m) => m.id) });
+  }
   if (role === 'bot' || role === 'start') {
     const { startBot } = await import('./bot.ts');
     // The bot never gets SSH key paths it could open; it only needs machine ids and sites.

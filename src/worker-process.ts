@@ -55,6 +55,7 @@ function watchOptionsOf(env: Env, alertsChannel: string): WatchOptions {
   return {
     alertsChannel,
     intervalMs: env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000,
+    maxConnects: env.GPU_MEDIC_WATCH_MAX_CONNECTS,
     settings: {
       ...DEFAULT_WATCH_SETTINGS,
       ghostMinutes: env.GPU_MEDIC_WATCH_GHOST_SEC / 60,

@@ -98,6 +98,8 @@ export interface WatchOptions {
   /** GPU_MEDIC_WATCH_INTERVAL_SEC in ms. */
   intervalMs: number;
   settings: WatchSettings;
+  /** GPU_MEDIC_WATCH_MAX_CONNECTS: machines a round reads at once (default 32). */
+  maxConnects?: number;
   /** Test seam (workers/watchdog.ts `beforeCommit`). */
   beforeCommit?: (machineId: string) => Promise<void>;
 }
@@ -228,6 +230,8 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         now,
         commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
         logger: o.logger.child({ component: 'watchdog' }),
+        readSinceStart: new Set<string>(),
+        ...(o.watch.maxConnects ? { maxConcurrentReads: o.watch.maxConnects } : {}),
         ...(o.watch.beforeCommit ? { beforeCommit: o.watch.beforeCommit } : {}),
       }
     : null;

@@ -14,7 +14,7 @@
 import type { Inventory } from '../src/config/inventory.ts';
 import { listMachines, type Machine, routeFor } from '../src/config/machines.ts';
 import type { Logger } from '../src/logger.ts';
-import { readForWatch } from '../src/playbooks/watch-read.ts';
+import { readForWatch, type WatchReadResult } from '../src/playbooks/watch-read.ts';
 import type { WatchJob } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import type { SnoozeStore } from '../src/watch-store/snooze-store.ts';
@@ -45,6 +45,12 @@ export interface WatchdogDeps {
    * command timeout, so it still delays only its own alert while fewer than this many hang.
    */
   maxConcurrentReads?: number;
+  /**
+   * Machines this worker has read since it started. A machine's first read that fails with
+   * `connect_timeout` is read once more before it is judged: a just-started worker connects to
+   * every machine cold, and a handshake late because of that is no outage. Absent: no second read.
+   */
+  readSinceStart?: Set<string>;
   /** Test seam: runs between judging and the commit (a crash injected here must lose and double nothing). */
   beforeCommit?: (machineId: string) => Promise<void>;
 }
@@ -111,25 +117,31 @@ async function watchMachine(machine: Machine, deps: WatchdogDeps): Promise<Machi
   const first = await deps.store.load(machine.id);
   if (first.damaged)
     deps.logger.warn({ machine: machine.id }, 'watchdog: stored state unreadable; judging from an empty state');
-  const read = route
-    ? await readForWatch(
-        machine,
-        route,
-        { exec: (r, s) => deps.executor.exec(r, s), now: deps.now, commandTimeoutMs: deps.commandTimeoutMs },
-        first.state.kernelLog,
-        { ramPct: deps.settings.ramPct },
-      )
-    : {
-        reading: {
-          machineId: machine.id,
-          at: deps.now().getTime(),
-          ok: false as const,
-          code: 'target_unknown' as const,
-        },
-        kernelLog: undefined,
-        commands: [],
-        gaps: [],
-      };
+  const readOnce = async (): Promise<WatchReadResult> =>
+    route
+      ? readForWatch(
+          machine,
+          route,
+          { exec: (r, s) => deps.executor.exec(r, s), now: deps.now, commandTimeoutMs: deps.commandTimeoutMs },
+          first.state.kernelLog,
+          { ramPct: deps.settings.ramPct },
+        )
+      : {
+          reading: { machineId: machine.id, at: deps.now().getTime(), ok: false as const, code: 'target_unknown' },
+          kernelLog: undefined,
+          commands: [],
+          gaps: [],
+        };
+  let read = await readOnce();
+  const seen = deps.readSinceStart;
+  if (seen && !seen.has(machine.id) && !read.reading.ok && read.reading.code === 'connect_timeout') {
+    deps.logger.info(
+      { machine: machine.id },
+      'watchdog: the first connection since this worker started timed out; reading the machine again before judging it',
+    );
+    read = await readOnce();
+  }
+  seen?.add(machine.id);
   if (read.gaps.length > 0)
     deps.logger.warn({ machine: machine.id, gaps: read.gaps }, 'watchdog: part of the reading is missing');
   let stored = first;

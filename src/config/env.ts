@@ -130,6 +130,8 @@ export const EnvSchema = z.object({
   GPU_MEDIC_WATCH_GHOST_SEC: wholeNumber(0, 86_400, 600),
   /** Host RAM use (%) at or above which the watchdog alerts. */
   GPU_MEDIC_WATCH_RAM_PCT: wholeNumber(1, 100, 90),
+  /** Machines a watchdog round reads (so connects to) at once: a cold round over a big site must not open every SSH connection together. */
+  GPU_MEDIC_WATCH_MAX_CONNECTS: wholeNumber(1, 1000, 32),
   /**
    * Approvals that don't stall: a second group (Slack user IDs) who may also approve host-level steps
    * once a card has waited GPU_MEDIC_ESCALATE_AFTER_SEC. Empty: no escalation.
@@ -265,6 +267,7 @@ const SETTING_READERS = {
   GPU_MEDIC_WATCH_INTERVAL_SEC: 'both',
   GPU_MEDIC_WATCH_GHOST_SEC: 'worker',
   GPU_MEDIC_WATCH_RAM_PCT: 'both',
+  GPU_MEDIC_WATCH_MAX_CONNECTS: 'worker',
   GPU_MEDIC_ESCALATION_APPROVERS: 'both',
   GPU_MEDIC_ESCALATE_AFTER_SEC: 'both',
   GPU_MEDIC_BOT_KEY_FILE: 'bot',
@@ -403,10 +406,17 @@ export function parseEnv(
     }
   }
   const env = parsed.success ? parsed.data : null;
+  // The rules across settings read each value on its own, so that a bad value elsewhere never hides them.
+  const settingValue = <K extends Setting>(k: K): Env[K] | undefined => {
+    const r = EnvSchema.shape[k].safeParse(input[k]);
+    return r.success ? (r.data as Env[K]) : undefined;
+  };
   // An escalation that could never happen is a mistake, not a choice: said here rather than found out when a card stalls.
-  if (env) {
-    const group = env.GPU_MEDIC_ESCALATION_APPROVERS.length > 0;
-    const after = env.GPU_MEDIC_ESCALATE_AFTER_SEC;
+  const groupList = settingValue('GPU_MEDIC_ESCALATION_APPROVERS');
+  const after = settingValue('GPU_MEDIC_ESCALATE_AFTER_SEC');
+  const ttl = settingValue('GPU_MEDIC_APPROVAL_TTL_SEC');
+  if (groupList !== undefined && after !== undefined) {
+    const group = groupList.length > 0;
     if (group && after === 0)
       problems.push({
         variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
@@ -419,10 +429,10 @@ export function parseEnv(
         message:
           'is empty, so a card has nobody to escalate to after GPU_MEDIC_ESCALATE_AFTER_SEC: name the group (Slack user IDs), or set the delay to 0',
       });
-    else if (group && after >= env.GPU_MEDIC_APPROVAL_TTL_SEC)
+    else if (group && ttl !== undefined && after >= ttl)
       problems.push({
         variable: 'GPU_MEDIC_ESCALATE_AFTER_SEC',
-        message: `(${after} s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (${env.GPU_MEDIC_APPROVAL_TTL_SEC} s): every card would expire before it escalates`,
+        message: `(${after} s) is not shorter than GPU_MEDIC_APPROVAL_TTL_SEC (${ttl} s): every card would expire before it escalates`,
       });
   }
   // The mode's rules read the raw values, so that they are reported in the same pass as any other problem.
@@ -452,8 +462,9 @@ export function parseEnv(
           'is required with GPU_MEDIC_ALERTMANAGER_TOKEN in socket mode (there is no HTTP port to share): e.g. 9095',
       });
     // An alert's buttons follow the channel policy of /gpu, so an alerts channel left out would refuse every click.
-    const alerts = env?.GPU_MEDIC_ALERTS_CHANNEL;
-    if (env && alerts && env.GPU_MEDIC_ALLOWED_CHANNELS.length > 0 && !env.GPU_MEDIC_ALLOWED_CHANNELS.includes(alerts))
+    const alerts = settingValue('GPU_MEDIC_ALERTS_CHANNEL');
+    const allowed = settingValue('GPU_MEDIC_ALLOWED_CHANNELS');
+    if (alerts && allowed && allowed.length > 0 && !allowed.includes(alerts))
       problems.push({
         variable: 'GPU_MEDIC_ALERTS_CHANNEL',
         message: `${alerts} is not in GPU_MEDIC_ALLOWED_CHANNELS, so every click on an alert's buttons would be refused there; add it to GPU_MEDIC_ALLOWED_CHANNELS (or leave that empty: any channel)`,

@@ -3,7 +3,12 @@ import { z } from 'zod';
 /** `SHA256:` + unpadded base64, exactly what `ssh-keygen -l` prints. */
 const fingerprint = z
   .string({ error: 'must be a SHA256:... fingerprint' })
-  .regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be a SHA256:... fingerprint as `ssh-keygen -l -f key.pub` prints it');
+  .regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be a SHA256:... fingerprint as `ssh-keygen -l -f key.pub` prints it')
+  // inventory.example.yaml's placeholders are well formed: left in, they would pin no real machine's key.
+  .refine(
+    (v) => !/PLACEHOLDER|replaceMe/.test(v),
+    "is the placeholder from inventory.example.yaml: put the machine's own fingerprint there (on the machine: `ssh-keygen -l -f /etc/ssh/ssh_host_ed25519_key.pub`)",
+  );
 
 const machineId = z
   .string({ error: 'must be a machine id (lower-case letters, digits, ".", "_" or "-")' })

@@ -56,9 +56,9 @@ export function observedExecutor(inner: Executor, m: Metrics): Executor {
   };
 }
 
-/** Slack calls by method and result; a failed call is one the outbox sends again (without blocks, or on a later pass). */
-export function observedPoster(inner: SlackPoster, m: Metrics): SlackPoster {
-  const observe = async <T>(method: string, call: () => Promise<T>): Promise<T> => {
+/** One Slack call counted by method and result (ok or Slack's error code); a failure also counts as a retry to come. */
+export function observedSlackCall(m: Metrics): <T>(method: string, call: () => Promise<T>) => Promise<T> {
+  return async <T>(method: string, call: () => Promise<T>): Promise<T> => {
     try {
       const r = await call();
       m.slackCalls.inc({ method, result: 'ok' });
@@ -70,6 +70,11 @@ export function observedPoster(inner: SlackPoster, m: Metrics): SlackPoster {
       throw e;
     }
   };
+}
+
+/** Slack calls by method and result; a failed call is one the outbox sends again (without blocks, or on a later pass). */
+export function observedPoster(inner: SlackPoster, m: Metrics): SlackPoster {
+  const observe = observedSlackCall(m);
   return {
     post: (msg) => observe('chat.postMessage', () => inner.post(msg)),
     update: (msg) => observe('chat.update', () => inner.update(msg)),

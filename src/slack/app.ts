@@ -1,11 +1,12 @@
 import type { Server } from 'node:http';
-import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver } from '@slack/bolt';
+import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver, webApi } from '@slack/bolt';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
 import { createSlackPoster } from './poster.ts';
 import { signatureProperties } from './replay-guard.ts';
 import { withRequestWindow } from './request-time.ts';
+import { RetryUntil } from './retry-until.ts';
 
 export interface SlackAppOptions {
   mode: 'socket' | 'http';
@@ -29,6 +30,8 @@ export interface SlackAppOptions {
 
 export interface SlackApp {
   app: App;
+  /** The Web API client with the bot token (Bolt's own `app.client` has none: see the authorize below). */
+  client: webApi.WebClient;
   poster: SlackPoster;
   start(): Promise<{ port: number | null }>;
   /** null when Slack can reach us (Socket Mode: connected; HTTP: listening), else what is wrong. */
@@ -70,10 +73,15 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
           o.logger,
         )
       : null;
+  // The bot's identity (auth.test) is ours to fetch, retried until Slack answers. Bolt's own
+  // (`token`) runs auth.test once, before the first request, and keeps a failure for good: with
+  // Slack's Web API down at start, every command after it got a 401 until a restart.
+  let identity: { botId?: string; botUserId?: string } = {};
+  const authorize = async () => ({ botToken: o.botToken, ...identity });
   const app =
     socketReceiver !== null
       ? new App({
-          token: o.botToken,
+          authorize,
           receiver: socketReceiver,
           socketMode: true,
           clientOptions,
@@ -81,13 +89,40 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
           logLevel: LogLevel.INFO,
         })
       : new App({
-          token: o.botToken,
+          authorize,
           receiver: httpReceiver ?? undefined,
           clientOptions,
           logger,
           logLevel: LogLevel.INFO,
         });
-  const poster = createSlackPoster({ botToken: o.botToken, clientOptions, logger, appClient: app.client });
+  const client = new webApi.WebClient(o.botToken, { ...clientOptions, logger, logLevel: LogLevel.INFO });
+  const webApiUp = new RetryUntil({
+    attempt: () => client.auth.test(),
+    what: "Slack's Web API (auth.test)",
+    meanwhile:
+      o.mode === 'http'
+        ? 'commands are acknowledged and queued; their threads are posted once Slack answers'
+        : 'nothing reaches the bot until Socket Mode connects',
+    logger: o.logger,
+    onSuccess: (r) => {
+      identity = {
+        ...(typeof r.bot_id === 'string' ? { botId: r.bot_id } : {}),
+        ...(typeof r.user_id === 'string' ? { botUserId: r.user_id } : {}),
+      };
+    },
+  });
+  // Socket Mode: Slack's client gives up for good when apps.connections.open fails at start
+  // (a refused connection or a 5xx); this keeps starting it until it connects.
+  const socketUp =
+    socketReceiver !== null
+      ? new RetryUntil({
+          attempt: () => app.start(),
+          what: 'Socket Mode (apps.connections.open)',
+          meanwhile: 'nothing reaches the bot; it connects by itself once Slack answers',
+          logger: o.logger,
+        })
+      : null;
+  const poster = createSlackPoster({ botToken: o.botToken, clientOptions, logger, appClient: client });
   // Socket Mode's client says when it has Slack's hello, and when it lost the connection.
   let socketState = 'not started';
   let socketSince = Date.now();
@@ -102,17 +137,25 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   let server: Server | null = null;
   return {
     app,
+    client,
     poster,
     connectionProblem() {
-      if (socketReceiver)
-        return socketState === 'connected'
+      const socket = socketUp?.problem() ?? null;
+      if (socket) return socket;
+      const problem = socketReceiver
+        ? socketState === 'connected'
           ? null
-          : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`;
-      return server?.listening ? null : 'HTTP receiver not listening';
+          : `Socket Mode ${socketState} for ${Math.round((Date.now() - socketSince) / 1000)} s`
+        : server?.listening
+          ? null
+          : 'HTTP receiver not listening';
+      return problem ?? webApiUp.problem();
     },
     async start() {
-      if (o.mode === 'socket') {
-        await app.start();
+      void webApiUp.run();
+      if (socketUp) {
+        // Not awaited: the bot runs (health, outbox) while Slack is away, and says so.
+        void socketUp.run();
         return { port: null };
       }
       server = (await app.start(o.host === undefined ? o.port : { port: o.port, host: o.host })) as Server;
@@ -120,6 +163,8 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       return { port: typeof addr === 'object' && addr ? addr.port : o.port };
     },
     async stop() {
+      webApiUp.stop();
+      socketUp?.stop();
       await app.stop();
     },
   };

@@ -4,7 +4,7 @@
  * which is incremental, so an up-to-date dist/ costs only the check.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -35,6 +35,8 @@ export async function buildDist(): Promise<string> {
   try {
     const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
     await run(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: ROOT, timeout: 300_000 });
+    // As `npm run build` does: main.js is the `gpu-medic` command (package.json bin).
+    chmodSync(MAIN_JS, 0o755);
   } finally {
     rmSync(LOCK, { recursive: true, force: true });
   }

@@ -4,6 +4,7 @@
  * the Slack manifest creates what the code registers. No Docker engine is needed: the compose file
  * is parsed, and validated with docker-compose v1 when it is installed.
  */
+import { filledExampleInventory, filledExampleInventoryText } from '../harness/example-inventory.ts';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -327,7 +328,8 @@ describe('Dockerfile and .dockerignore', () => {
       dependencies: Record<string, string>;
       devDependencies: Record<string, string>;
     };
-    expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json');
+    // tsc, then main.js made executable: it is package.json's bin, the `gpu-medic` command.
+    expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json && chmod +x dist/src/main.js');
     // No TypeScript loader or compiler among what production installs.
     for (const dev of ['tsx', 'typescript']) {
       expect(pkg.dependencies[dev], dev).toBeUndefined();
@@ -403,7 +405,7 @@ describe('.env.example', () => {
       ...active,
       SLACK_BOT_TOKEN: 'xoxb-test',
       SLACK_APP_TOKEN: 'xapp-test',
-      GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml'),
+      GPU_MEDIC_INVENTORY: filledExampleInventory(),
     };
     const local = await checkConfig(filled, 'start', loadInventoryFile);
     expect(local.problems).toEqual([]);
@@ -442,8 +444,15 @@ describe('.env.example', () => {
 describe('inventory.example.yaml', () => {
   const doc: unknown = parseYaml(read('inventory.example.yaml'));
 
-  it('passes validateInventory: kpro5 with ct129 through pct exec and ct131 at its own address', () => {
-    const r = validateInventory(doc);
+  it('as shipped, only its placeholder fingerprints are refused, each named by its machine', () => {
+    expect(validateInventory(doc).problems.map((p) => `${p.at}: ${p.message}`)).toEqual([
+      expect.stringMatching(/^host kpro5: hostKeys.*placeholder from inventory\.example\.yaml/),
+      expect.stringMatching(/^container ct131: hostKeys.*placeholder from inventory\.example\.yaml/),
+    ]);
+  });
+
+  it('with its placeholders filled in, passes validateInventory: kpro5 with ct129 through pct exec and ct131 at its own address', () => {
+    const r = validateInventory(parseYaml(filledExampleInventoryText()));
     expect(r.problems).toEqual([]);
     const inv = r.inventory;
     if (!inv) throw new Error('no inventory');
@@ -452,10 +461,10 @@ describe('inventory.example.yaml', () => {
     expect(routeFor(inv, 'ct131')).toMatchObject({ kind: 'direct', endpoint: { machineId: 'ct131' } });
   });
 
-  it('passes `config check worker` when GPU_MEDIC_INVENTORY points at it', async () => {
+  it('with its placeholders filled in, passes `config check worker` when GPU_MEDIC_INVENTORY points at it', async () => {
     let out = '';
     const sink = new Writable({ write: (c: Buffer, _e, cb) => ((out += c.toString()), cb()) });
-    const code = await runConfigCheck(['worker'], { GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml') }, sink);
+    const code = await runConfigCheck(['worker'], { GPU_MEDIC_INVENTORY: filledExampleInventory() }, sink);
     expect(out).toContain('ok. 3 machines (1 hosts, 2 containers)');
     expect(code).toBe(0);
   });

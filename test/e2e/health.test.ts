@@ -7,8 +7,12 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runHealthCommand } from '../../src/cli/health-command.ts';
 import { startPrivateRedis, type PrivateRedis } from '../faults/lib/redis-server.ts';
+import { filledExampleInventory } from '../harness/example-inventory.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
 import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
+
+/** The example inventory with its placeholder fingerprints filled in, as an operator leaves it. */
+const EXAMPLE_FILLED = filledExampleInventory();
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -23,7 +27,7 @@ function startProcess(
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       HOME: process.env.HOME ?? '/root',
-      GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml'),
+      GPU_MEDIC_INVENTORY: EXAMPLE_FILLED,
       GPU_MEDIC_HEALTH_INTERVAL_SEC: '1',
       LOG_LEVEL: 'warn',
       ...env,

@@ -112,6 +112,8 @@ export interface StackOptions {
   workerProcess?: boolean;
   /** The bot's clock (ms): Slack's request window and the time of a click. Default Date.now. */
   botNow?: () => number;
+  /** Runs after the fake Slack started and before the bot does (e.g. Slack's Web API down at start). */
+  beforeBotStart?: (slack: FakeSlack) => void;
 }
 
 /** The whole system on this machine: real Redis, real sshd fleet, real Bolt receiver, fake Slack. */
@@ -162,6 +164,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   let botUp = true;
   let workersUp = true;
   const botDeps = { ...(metrics ? { metrics } : {}), ...(o.botNow ? { now: o.botNow } : {}) };
+  o.beforeBotStart?.(slack);
   let bot = await startBot(botEnv, inventory, logger.child({ role: 'bot' }), botDeps);
   const noWorkers: WorkerGroup = { health: () => ({}), close: async () => undefined };
   const inProcess = !o.noWorkers && !o.workerProcess;

@@ -248,3 +248,45 @@ describe('each role reads only its own settings', () => {
     expect(JSON.stringify(r)).not.toContain('xoxb-secret-3');
   });
 });
+
+describe('one pass whatever the mix (issue 24)', () => {
+  it('single-value problems (RAM % out of range, an approver by name, a token with the wrong prefix) and cross-setting ones (alerts channel not allowed, escalation that never happens) and placeholder fingerprints, all in one report', async () => {
+    const example = `
+hosts:
+  - id: kpro5
+    address: 10.0.0.5
+    hostKeys: [SHA256:kpro5hostKEYexamplePLACEHOLDERreplaceMe0000]
+containers:
+  - id: ct131
+    vmid: 131
+    host: kpro5
+    address: 10.0.0.131
+    hostKeys: [SHA256:ct131ownKEYexamplePLACEHOLDERreplaceMe00000]
+defaults:
+  keyFile: /etc/gpu-medic/ssh/id_ed25519
+`;
+    const { code, out } = await check(
+      ['bot'],
+      {
+        SLACK_BOT_TOKEN: 'xapp-wrong-kind',
+        SLACK_APP_TOKEN: 'xapp-1',
+        GPU_MEDIC_WATCH_RAM_PCT: '150',
+        GPU_MEDIC_APPROVERS: 'alice',
+        GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01',
+        GPU_MEDIC_ALLOWED_CHANNELS: 'C0ONCALL01',
+        GPU_MEDIC_ESCALATION_APPROVERS: 'U0ERIN0001',
+        GPU_MEDIC_ESCALATE_AFTER_SEC: '0',
+      },
+      example,
+    );
+    expect(code).not.toBe(0);
+    expect(out).toMatch(/GPU_MEDIC_WATCH_RAM_PCT .*150/);
+    expect(out).toMatch(/GPU_MEDIC_APPROVERS must be Slack user IDs/);
+    expect(out).toMatch(/SLACK_BOT_TOKEN must be a bot token/);
+    expect(out).toMatch(/GPU_MEDIC_ALERTS_CHANNEL C0ALERTS01 is not in GPU_MEDIC_ALLOWED_CHANNELS/);
+    expect(out).toMatch(/GPU_MEDIC_ESCALATE_AFTER_SEC is 0, so the escalation group/);
+    expect(out).toMatch(/host kpro5: hostKeys.*placeholder from inventory\.example\.yaml/);
+    expect(out).toMatch(/container ct131: hostKeys.*placeholder from inventory\.example\.yaml/);
+    expect(out).toMatch(/: 7 problems\n/);
+  });
+});

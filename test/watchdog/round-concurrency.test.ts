@@ -4,6 +4,7 @@
  * timeout: healthy machines were alerted as unreachable). Real fleet, real SSH executor, real Redis.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CodedError, ErrorCode } from '../../src/errors.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { startWatchRig, type WatchRig } from './watch-rig.ts';
 
@@ -61,5 +62,44 @@ describe('a watchdog round with a cap on machines read at once', () => {
     } finally {
       await rig.fleet.setHang('c1', false);
     }
+  });
+});
+
+/** The executor, whose first connection to each listed machine times out in the handshake (as on a worker just started). */
+function slowFirstHandshake(base: Executor, slow: ReadonlySet<string>): { executor: Executor; timedOut: string[] } {
+  const timedOut: string[] = [];
+  const done = new Set<string>();
+  return {
+    timedOut,
+    executor: {
+      async exec(route, spec) {
+        const id = route.kind === 'direct' ? route.endpoint.machineId : route.host.machineId;
+        if (slow.has(id) && !done.has(id)) {
+          done.add(id);
+          timedOut.push(id);
+          throw new CodedError(
+            ErrorCode.ConnectTimeout,
+            `SSH handshake with ${id} did not finish within the connect timeout`,
+          );
+        }
+        return base.exec(route, spec);
+      },
+      close: () => base.close(),
+    },
+  };
+}
+
+describe('the first round after a worker start', () => {
+  it('a connect timeout on a machine\'s first read is read again before it becomes an alert: no false "unreachable"; a later one is an alert', async () => {
+    const readSinceStart = new Set<string>();
+    const c = slowFirstHandshake(rig.deps().executor, new Set(HOSTS));
+    const results = await rig.round({ deps: { executor: c.executor, maxConcurrentReads: 2, readSinceStart } });
+    expect(results.map((r) => r.machineId).sort()).toEqual(HOSTS);
+    expect([...c.timedOut].sort()).toEqual(HOSTS);
+    for (const id of HOSTS) expect(await rig.eventsOf(id, 'unreachable')).toEqual([]);
+    // Past its first read, a connect timeout is what it says: the machine is alerted.
+    const again = slowFirstHandshake(rig.deps().executor, new Set(['c3']));
+    await rig.round({ deps: { executor: again.executor, readSinceStart } });
+    expect((await rig.eventsOf('c3', 'unreachable')).map((e) => e.type)).toEqual(['alert_raised']);
   });
 });

@@ -19,6 +19,7 @@ import { Redis } from 'ioredis';
 import type { AnyEvent } from '../../../src/incident/all-events.ts';
 import { IncidentLog } from '../../../src/incident/log.ts';
 import { renderThread } from '../../../src/render/thread.ts';
+import { filledExampleInventory } from '../../harness/example-inventory.ts';
 import { removePrefix, REDIS_URL } from '../../harness/redis-prefix.ts';
 import { startFakeSlack, type FakeSlack } from '../../harness/slack/fake-slack-api.ts';
 import { ROOT } from '../unstick-rig.ts';
@@ -138,7 +139,7 @@ export async function botCrash(o: BotCrashOptions): Promise<Figures & { duplicat
     PORT: '0',
     REDIS_URL,
     GPU_MEDIC_PREFIX: prefix,
-    GPU_MEDIC_INVENTORY: join(ROOT, 'inventory.example.yaml'),
+    GPU_MEDIC_INVENTORY: filledExampleInventory(),
     GPU_MEDIC_HEALTH_FILE: join('/tmp', `${prefix}-health.json`),
     LOG_LEVEL: 'info',
   };

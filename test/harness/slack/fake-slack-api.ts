@@ -278,6 +278,8 @@ export interface FakeSlack {
   interceptNext(i: Intercept): void;
   /** The next `count` calls to `method` (`'*'`: any method, `'response_url'`: response URLs) fail. */
   failNext(method: string, count: number, fault: Fault): void;
+  /** Drops every fault still pending from failNext (Slack is healthy again). */
+  clearFaults(): void;
   enableRateLimits(config?: RateLimitConfig): void;
   disableRateLimits(): void;
   /** true: every connection, open or new, is destroyed (as in an outage). false: back to normal. */
@@ -1307,6 +1309,9 @@ export async function startFakeSlack(opts: FakeSlackOptions = {}): Promise<FakeS
     },
     failNext: (method, count, fault) => {
       faults.push({ method, remaining: count, fault });
+    },
+    clearFaults: () => {
+      faults = [];
     },
     enableRateLimits: (config = {}) => {
       rateLimits = {
