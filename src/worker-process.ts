@@ -51,7 +51,7 @@ export async function startWorkerProcess(
 }
 
 /** The watchdog's settings from the environment (GPU_MEDIC_WATCH_*). */
-function watchOptionsOf(env: Env, alertsChannel: string): WatchOptions {
+export function watchOptionsOf(env: Env, alertsChannel: string): WatchOptions {
   return {
     alertsChannel,
     intervalMs: env.GPU_MEDIC_WATCH_INTERVAL_SEC * 1000,

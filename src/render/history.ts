@@ -51,7 +51,7 @@ const plural = (n: number, one: string, many = `${one}s`): string => `${fmt(n)} 
 
 /** The CLI that lists a machine's whole history (the escape hatch for what does not fit). */
 function historyCliCommand(target: string, limit: number): string {
-  return `npm run -s cli -- history ${codeLine(target)} --limit ${limit}`;
+  return `gpu-medic history ${codeLine(target)} --limit ${limit}`;
 }
 
 function who(requester: string): string {
@@ -187,7 +187,7 @@ export function renderHistory(v: HistoryView, o: { maxChars?: number } = {}): st
     foot.push(
       v.scan.complete
         ? `_Also searched the ${plural(v.scan.scanned, 'incident')} logged before the per-machine index${since}._`
-        : `_Also searched the newest ${plural(v.scan.scanned, 'incident')} logged before the per-machine index${since}; older ones were not searched: \`npm run -s cli -- incidents --limit 1000\` lists them._`,
+        : `_Also searched the newest ${plural(v.scan.scanned, 'incident')} logged before the per-machine index${since}; older ones were not searched: \`gpu-medic incidents --limit 1000\` lists them._`,
     );
   }
   const lines = v.entries.map((e) => historyLine(e, v.target.id));
@@ -201,7 +201,7 @@ export function renderHistory(v: HistoryView, o: { maxChars?: number } = {}): st
   const tailFor = (rest: number): string[] => [
     ...(rest > 0
       ? [
-          `+${fmt(rest)} more${v.more ? ' (and older ones)' : ''}: \`${historyCliCommand(v.target.id, Math.max(v.limit, 100))}\` lists them; \`${codeLine('npm run -s cli -- incident <id>')}\` shows one.`,
+          `+${fmt(rest)} more${v.more ? ' (and older ones)' : ''}: \`${historyCliCommand(v.target.id, Math.max(v.limit, 100))}\` lists them; \`${codeLine('gpu-medic incident <id>')}\` shows one.`,
         ]
       : older
         ? [older]

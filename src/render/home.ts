@@ -147,7 +147,7 @@ function machineLine(m: HomeMachine, model: HomeModel): string {
 function alertLine(a: HomeAlert, model: HomeModel): string {
   const id = code(a.incidentId);
   if (a.alert === null)
-    return `:warning: alert ${id}: its events could not be read (\`npm run -s cli -- incident ${a.incidentId.replace(/[^a-z0-9_]/g, '')}\` shows what the log holds)`;
+    return `:warning: alert ${id}: its events could not be read (\`gpu-medic incident ${a.incidentId.replace(/[^a-z0-9_]/g, '')}\` shows what the log holds)`;
   const al = a.alert;
   // The watchdog's sentences name the GPU themselves ("GPU 3: …", "… on GPU 3 …"): only the machine goes before.
   const where = code(al.machineId);
@@ -248,7 +248,7 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
           Math.min(10, Math.max(1, Math.floor(blocksLeft / 4))),
           Math.floor(bytesLeft / 4),
           (n) =>
-            `+${fmt(n)} more ${n === 1 ? 'unstick' : 'unsticks'} in progress, each in its thread (\`npm run -s cli -- incidents\` lists them)`,
+            `+${fmt(n)} more ${n === 1 ? 'unstick' : 'unsticks'} in progress, each in its thread (\`gpu-medic incidents\` lists them)`,
         );
   blocksLeft -= incBlocks.length;
   bytesLeft -= bytesOf(incBlocks);

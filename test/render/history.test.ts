@@ -257,7 +257,7 @@ describe('renderHistory', () => {
     );
     const m = meta('inc_20261130_031245_hhhh8888', 'status', ['ct129']);
     expect(renderHistory(view([entry(m, [])], { more: true, limit: 1 }))).toContain(
-      'Older incidents exist: `/gpu history ct129 25` or `npm run -s cli -- history ct129 --limit 100`',
+      'Older incidents exist: `/gpu history ct129 25` or `gpu-medic history ct129 --limit 100`',
     );
     expect(renderHistory(view([], { scan: { scanned: 37, bound: 500, complete: true, before: AT } }))).toContain(
       'Also searched the 37 incidents logged before the per-machine index (it began 2026-11-30 03:12 UTC)',
@@ -277,6 +277,6 @@ describe('renderHistory', () => {
     expect(shown.length).toBeGreaterThan(0);
     expect(shown.length).toBeLessThan(25);
     expect(shown[0]).toContain('m0000000');
-    expect(out).toContain(`+${25 - shown.length} more: \`npm run -s cli -- history ct129 --limit 100\` lists them`);
+    expect(out).toContain(`+${25 - shown.length} more: \`gpu-medic history ct129 --limit 100\` lists them`);
   });
 });
