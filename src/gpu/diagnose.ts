@@ -1,12 +1,6 @@
 import type { GpuMatch } from './gpu-map.ts';
-import {
-  sameProcess,
-  type DeviceOnlyHolder,
-  type GpuHolder,
-  type HolderReport,
-  type ProcessIdentity,
-  type UnresolvedHolder,
-} from './holders.ts';
+import type { DeviceOnlyHolder, GpuHolder, HolderReport, UnresolvedHolder } from './holders.ts';
+import { sameProcess, type ProcessIdentity } from './process-ref.ts';
 import { errorAdvice } from './error-advice.ts';
 import type { RootCause } from './root-cause.ts';
 import { IDLE_MIB } from './snapshot.ts';

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import { zombieWords, type Diagnosis, type DiagnosedHolder, type GpuDiagnosis } from '../gpu/diagnose.ts';
 import { richPlain } from '../render/rich.ts';
-import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
+import { processKey, sameProcess, sameProcessAndNamespace, type ProcessIdentity } from '../gpu/process-ref.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { queryComputeApps } from './commands.ts';
 import { splitForCards } from '../render/batches.ts';
-import { signalCommand, type SignalName, type SignalSide } from './signal/template.ts';
+import { signalCommand, signalTargetOf, type SignalName, type SignalSide } from './signal/template.ts';
 import {
   GPU_UUID,
   assertSafeArgv,
@@ -256,9 +256,7 @@ export function stepCommands(
  * start time, PID namespace, and the container PID the container-side command signals by.
  */
 export function restrictStep(step: Step, keep: readonly ProcessIdentity[], t: { timeoutMs: number }): Step {
-  const targets = step.targets.filter((x) =>
-    keep.some((k) => sameProcess(k, x) && k.pidNs === x.pidNs && k.containerPid === x.containerPid),
-  );
+  const targets = step.targets.filter((x) => keep.some((k) => sameProcessAndNamespace(k, x)));
   return {
     ...step,
     targets,
@@ -274,7 +272,6 @@ export function stepId(incidentId: string, kind: StepKind, keys: readonly string
   return `${kind}-${h.slice(0, 12)}`;
 }
 
-const processKey = (p: ProcessIdentity): string => `${p.hostPid}@${p.startTimeTicks}`;
 const gpuKey = (g: TargetGpu): string => `gpu:${g.uuid ?? `host${g.hostIndex ?? '?'}`}`;
 
 /**
@@ -309,11 +306,7 @@ function signalOf(
     side,
     signal,
     pidNs,
-    targets.map((x) => ({
-      pid: side === 'host' ? x.hostPid : x.containerPid,
-      startTimeTicks: x.startTimeTicks,
-      containerPid: side === 'host' ? x.containerPid : null,
-    })),
+    targets.map((x) => signalTargetOf(x, side)),
     t,
   );
 }

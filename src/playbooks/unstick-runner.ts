@@ -1,11 +1,6 @@
 import type { ContainerFailure } from '../gpu/diagnose.ts';
-import {
-  recheckTarget,
-  staleReasonText,
-  type ProcReading,
-  type ProcessIdentity,
-  type StaleReason,
-} from '../gpu/holders.ts';
+import { recheckTarget, staleReasonText, type ProcReading, type StaleReason } from '../gpu/holders.ts';
+import type { ProcessIdentity } from '../gpu/process-ref.ts';
 import { parseComputeAppsCsv, parseQueryGpuCsv } from '../gpu/parse/index.ts';
 import { IDLE_MIB } from '../gpu/snapshot.ts';
 import type { Gpu, GpuProcess } from '../gpu/types.ts';
