@@ -1,17 +1,12 @@
 import type { GpuMatch } from './gpu-map.ts';
-import {
-  sameProcess,
-  type DeviceOnlyHolder,
-  type GpuHolder,
-  type HolderReport,
-  type ProcessIdentity,
-  type UnresolvedHolder,
-} from './holders.ts';
+import type { DeviceOnlyHolder, GpuHolder, HolderReport, UnresolvedHolder } from './holders.ts';
+import { sameProcess, type ProcessIdentity } from './process-ref.ts';
 import { errorAdvice } from './error-advice.ts';
 import type { RootCause } from './root-cause.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { Gpu, NvidiaError } from './types.ts';
 import { joinRich, richPlain, say, type Part, type Rich } from '../render/rich.ts';
+import { mib, noun } from '../render/units.ts';
 
 /**
  * What is wrong with one GPU, in the terms the plan acts on.
@@ -122,8 +117,8 @@ export interface DiagnoseInput {
   gpuMap?: readonly GpuMatch[];
 }
 
-const fmt = (n: number): string => n.toLocaleString('en-US');
-const mib = (n: number | null): string => (n === null ? '? MiB' : `${fmt(n)} MiB`);
+/** A diagnosis says the unit even when the amount is unknown: `? MiB`. */
+const UNKNOWN_MIB = '? MiB';
 
 function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'reach' | 'hostOnlyWhy'> {
   if (h.process.state === 'Z') return { reach: 'none', hostOnlyWhy: null };
@@ -174,10 +169,6 @@ export function zombieWords(h: Pick<GpuHolder, 'process' | 'zombieParent'>, targ
   return say`${who(h.process)} is a zombie (state Z): it has exited, and the driver charges its memory to it until ${parent} reaps it or ends. No signal to the zombie frees it, and gpu-medic signals only GPU holders, so it signals neither. Whoever owns that parent can make it reap its child (wait for it) or end it; the memory is freed then.`;
 }
 
-function plural(n: number, one: string, many: string): string {
-  return `${n} ${n === 1 ? one : many}`;
-}
-
 /** Distinct processes (a process can hold several GPUs; here one GPU, but rows may repeat). */
 function distinct<T extends { process: ProcessIdentity }>(hs: readonly T[]): T[] {
   const out: T[] = [];
@@ -190,7 +181,7 @@ function outsiders(hs: readonly GpuHolder[]): Part[] {
   return joinRich(
     distinct(hs).map(
       (h) =>
-        say`host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))))})`,
+        say`host PID ${h.process.hostPid} \`${h.process.cmdline.slice(0, 60)}\` (${mib(sumMiB(hs.filter((x) => sameProcess(x.process, h.process))), UNKNOWN_MIB)})`,
     ),
     ', ',
   );
@@ -198,14 +189,14 @@ function outsiders(hs: readonly GpuHolder[]): Part[] {
 
 function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: DiagnoseInput): Part[] {
   const gpu = `GPU ${d.index ?? d.hostIndex ?? '?'}`;
-  const used = mib(d.usedMiB);
+  const used = mib(d.usedMiB, UNKNOWN_MIB);
   const outsideNote =
     d.outside.length > 0
       ? say` Also used by something outside ${input.target} (${outsiders(d.outside)}): left alone.`
       : '';
   const leakNote =
     d.unaccountedMiB !== null && d.unaccountedMiB > IDLE_MIB
-      ? say` Another ${mib(d.unaccountedMiB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
+      ? say` Another ${mib(d.unaccountedMiB, UNKNOWN_MIB)} on it is held by no process anywhere on ${input.host} (a leaked context): only a host-level GPU reset frees that, once no process uses the GPU.`
       : '';
   const zombies = distinct(d.holders.filter((h) => h.reach === 'none'));
   const zNote =
@@ -230,7 +221,7 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
         : say`${gpu}: its memory could not be read. Nothing will be signalled; look at ${input.host} (\`nvidia-smi -q\`, dmesg) before anything else.`;
     case 'held_in_container': {
       const hs = distinct(d.holders);
-      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(
+      return say`${gpu}: ${used} held by ${hs.length} ${noun(hs.length, 'process', 'processes')} in ${input.target}: ${joinRich(
         hs.map((h) => who(h.process)),
         ', ',
       )}. ${containerCan(hs, input)}${zNote}${dNote}${leakNote}${outsideNote}`;
@@ -252,7 +243,7 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
               ', ',
             )}: ${containerCan(ct, input)}`
           : '';
-      return say`${gpu}: ${used} held by ${plural(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${zNote}${dNote}${leakNote}${outsideNote}`;
+      return say`${gpu}: ${used} held by ${hs.length} ${noun(hs.length, 'process', 'processes')} in ${input.target}. ${hostPart}.${ctPart}${zNote}${dNote}${leakNote}${outsideNote}`;
     }
     case 'held_by_zombie':
       return say`${gpu}: ${used} held in ${input.target}. ${joinRich(
@@ -260,10 +251,10 @@ function sentenceOf(d: Omit<GpuDiagnosis, 'sentence' | 'parts'>, input: Diagnose
         ' ',
       )}${leakNote}${outsideNote}`;
     case 'orphaned_memory':
-      return say`${gpu}: ${mib(d.unaccountedMiB ?? d.usedMiB)} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
+      return say`${gpu}: ${mib(d.unaccountedMiB ?? d.usedMiB, UNKNOWN_MIB)} in use and no process anywhere on ${input.host} holds it (a leaked context). Killing processes cannot free it; only a host-level GPU reset can, and a container cannot reset a GPU.`;
     case 'leak_beside_holders':
       return [
-        ...say`${gpu}: ${mib(d.unaccountedMiB)} of the ${used} in use is held by no process anywhere on ${input.host} (a leaked context); `,
+        ...say`${gpu}: ${mib(d.unaccountedMiB, UNKNOWN_MIB)} of the ${used} in use is held by no process anywhere on ${input.host} (a leaked context); `,
         ...say`the rest is held outside ${input.target} by ${outsiders(d.outside)}. A GPU reset would end ${distinct(d.outside).length === 1 ? 'that process' : 'those processes'} `,
         ...say`(and the driver refuses one while any process uses the GPU), so none is offered: the leak can be reset once the GPU has no process. Nothing will be signalled.`,
       ];

@@ -1,27 +1,7 @@
 import type { GpuPassing } from './gpu-map.ts';
 import type { ProcStat } from './parse/index.ts';
+import type { ProcessIdentity } from './process-ref.ts';
 import type { Gpu, GpuProcess, Holder } from './types.ts';
-
-/**
- * Who a process is, safely enough to signal it: a PID alone can be reused between plan and
- * kill, so every check compares the PID *and* its start time (`/proc/<pid>/stat` field 22).
- */
-export interface ProcessIdentity {
-  /** PID in the host's (initial) PID namespace: what the host and nvidia-smi see. */
-  hostPid: number;
-  /** Last `NSpid` entry: the PID inside the process's own (innermost) PID namespace. */
-  containerPid: number;
-  /** Field 22 of `/proc/<pid>/stat`, clock ticks after boot. */
-  startTimeTicks: number;
-  /** `/proc/<pid>/cmdline` with NULs as spaces; `[comm]` when empty (zombie, kernel thread). */
-  cmdline: string;
-  /** Real uid as seen inside the target container (decides whether container-side kill may signal it). */
-  uid?: number;
-  /** `readlink /proc/<pid>/ns/pid`, e.g. `pid:[4026532845]`; the same text inside and outside a container. */
-  pidNs: string;
-  /** Process state letter from stat (`D` = uninterruptible sleep: a kill lands only when it wakes). */
-  state?: string;
-}
 
 /**
  * One PID's readings as the reading template prints them (see `parseProcReadings` in
@@ -117,14 +97,6 @@ const PID_NS = /^pid:\[\d+\]$/;
 export function parsePidNsLink(text: string): string | null {
   const t = text.trim();
   return PID_NS.test(t) ? t : null;
-}
-
-/** Same process: same host PID and same start time (a reused PID has a later start time). */
-export function sameProcess(
-  a: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>,
-  b: Pick<ProcessIdentity, 'hostPid' | 'startTimeTicks'>,
-): boolean {
-  return a.hostPid === b.hostPid && a.startTimeTicks === b.startTimeTicks;
 }
 
 /** A host-side reading made into an identity, or null when any identifying field is missing. */

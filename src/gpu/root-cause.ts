@@ -12,6 +12,7 @@
  * cause also comes as `parts` (src/render/rich.ts), its flag names as code, for the renderers.
  */
 import type { Rich } from '../render/rich.ts';
+import { countRounded } from '../render/units.ts';
 
 export interface RootCauseInput {
   /**
@@ -159,7 +160,7 @@ function trim(n: number): string {
 }
 
 function ramWords(b: number): string {
-  return `${Math.round(b / 2 ** 30).toLocaleString('en-US')} GiB`;
+  return `${countRounded(b / 2 ** 30)} GiB`;
 }
 
 function causesOf(p: Program, raw: readonly string[], input: RootCauseInput): Array<Omit<RootCause, 'parts'>> {

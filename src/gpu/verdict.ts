@@ -3,6 +3,7 @@ import { IDLE_MIB } from './snapshot.ts';
 import { errorAdvice } from './error-advice.ts';
 import type { NvidiaError } from './types.ts';
 import { joinRich, richPlain, say, user, type Part, type Rich } from '../render/rich.ts';
+import { count } from '../render/units.ts';
 
 /** What the after-view said about a GPU the target had before. */
 export type AfterState = 'read' | 'in_error' | 'missing';
@@ -110,7 +111,6 @@ const TITLES: Record<VerdictKind, string> = {
   not_verified: 'Not verified',
 };
 
-const fmt = (n: number): string => n.toLocaleString('en-US');
 const gpuName = (g: Pick<GpuDiagnosis, 'index' | 'hostIndex'>): string => `GPU ${g.index ?? g.hostIndex ?? '?'}`;
 
 function match(a: GpuDiagnosis, bs: readonly GpuDiagnosis[]): GpuDiagnosis | undefined {
@@ -221,7 +221,7 @@ function nextFor(g: GpuDiagnosis, d: Diagnosis, c: VerdictContext): Part[] {
       return tier2Next(what, 'host_reset', step, c, d);
     }
     case 'leak_beside_holders':
-      return say`${gpu}: ${g.unaccountedMiB === null ? '?' : fmt(g.unaccountedMiB)} MiB is held by no process, beside processes outside ${d.target} (host PID ${g.outside.map((h) => h.process.hostPid).join(', ')}). A reset can only run once the GPU has no process: when they have ended, \`/gpu unstick ${d.target}\` offers it.`;
+      return say`${gpu}: ${g.unaccountedMiB === null ? '?' : count(g.unaccountedMiB)} MiB is held by no process, beside processes outside ${d.target} (host PID ${g.outside.map((h) => h.process.hostPid).join(', ')}). A reset can only run once the GPU has no process: when they have ended, \`/gpu unstick ${d.target}\` offers it.`;
     case 'gpu_error':
       return errorNext(g, g.error, d);
     case 'unidentified':
@@ -243,8 +243,8 @@ function othersNote(g: GpuChange): string | null {
   if (n === null || Math.abs(n) <= IDLE_MIB) return null;
   const gpu = `GPU ${g.index ?? '?'}`;
   return n > 0
-    ? `${gpu}: ${fmt(n)} MiB freed outside this incident.`
-    : `${gpu}: ${fmt(-n)} MiB more in use, taken by processes outside this incident.`;
+    ? `${gpu}: ${count(n)} MiB freed outside this incident.`
+    : `${gpu}: ${count(-n)} MiB more in use, taken by processes outside this incident.`;
 }
 
 const NO_CONTEXT: VerdictContext = { steps: [], approvers: null, requester: null };
@@ -322,7 +322,7 @@ export function verdictOf(before: Diagnosis, after: Diagnosis, context: VerdictC
   for (const g of missing) {
     const b = before.gpus.find((x) => (x.uuid !== null ? x.uuid === g.uuid : x.index === g.index));
     next.push(
-      say`GPU ${g.index ?? '?'}: missing from ${after.target}'s nvidia-smi after the run${after.error ? say` (${after.error.message})` : ''}, so nothing can be said about its memory${b && isStuck(b) ? say` (${b.usedMiB === null ? '?' : fmt(b.usedMiB)} MiB were in use before)` : ''}. Run \`/gpu status ${after.host}\`; if the GPU stays missing, look for Xid 79 (fallen off the bus) in dmesg on ${after.host}: then only a reboot of ${after.host} helps.`,
+      say`GPU ${g.index ?? '?'}: missing from ${after.target}'s nvidia-smi after the run${after.error ? say` (${after.error.message})` : ''}, so nothing can be said about its memory${b && isStuck(b) ? say` (${b.usedMiB === null ? '?' : count(b.usedMiB)} MiB were in use before)` : ''}. Run \`/gpu status ${after.host}\`; if the GPU stays missing, look for Xid 79 (fallen off the bus) in dmesg on ${after.host}: then only a reboot of ${after.host} helps.`,
     );
   }
   for (const g of stillStuck) {

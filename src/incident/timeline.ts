@@ -6,9 +6,8 @@
 import type { AnyLoggedEvent } from './all-events.ts';
 import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import type { IncidentMeta } from './events.ts';
+import { count, seconds } from '../render/units.ts';
 
-const mib = (n: number | null): string => (n === null ? '?' : n.toLocaleString('en-US'));
-const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 /** `2026-11-30T03:12:45.123Z` → `03:12:45.123` (the header carries the date). */
 const clock = (iso: string): string => /T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? iso;
 /** Text from the log is shown, never interpreted: keep each event on one line. */
@@ -80,7 +79,9 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
       return `taken by worker ${e.worker}`;
     case 'snapshot': {
       const s = e.snapshot;
-      const gpus = s.gpus.map((g) => `${g.index ?? '?'}:${mib(g.memoryUsedMiB)}/${mib(g.memoryTotalMiB)}`).join(' ');
+      const gpus = s.gpus
+        .map((g) => `${g.index ?? '?'}:${count(g.memoryUsedMiB)}/${count(g.memoryTotalMiB)}`)
+        .join(' ');
       const procs = s.processes.map((p) => `${p.pid}${p.name ? ` ${p.name}` : ''}`).join(', ');
       const ram = s.ram
         ? ` · RAM ${(s.ram.usedBytes / 2 ** 30).toFixed(0)}/${(s.ram.totalBytes / 2 ** 30).toFixed(0)} GiB`
@@ -93,14 +94,14 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
     case 'error':
       return `error ${e.code}: ${oneLine(e.message)}`;
     case 'finished':
-      return `finished: ${e.outcome} after ${secs(e.durationMs)}`;
+      return `finished: ${e.outcome} after ${seconds(e.durationMs)}`;
     case 'diagnosis': {
       const d = e.diagnosis;
       const gpus = d.gpus
         .filter((g) => g.kind !== 'idle')
         .map(
           (g) =>
-            `GPU ${g.index ?? '?'} ${g.kind} (${mib(g.usedMiB)} MiB, ${g.holders.length} holder${g.holders.length === 1 ? '' : 's'} inside, ${g.outside.length} outside)`,
+            `GPU ${g.index ?? '?'} ${g.kind} (${count(g.usedMiB)} MiB, ${g.holders.length} holder${g.holders.length === 1 ? '' : 's'} inside, ${g.outside.length} outside)`,
         );
       return `diagnosis (${e.label}) of ${d.target} on ${d.host}: ${d.error ? `nvidia-smi error ${d.error.kind}` : gpus.length ? gpus.join('; ') : 'every GPU idle'}`;
     }
@@ -116,7 +117,7 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
     case 'signalled':
       return `  ${e.signal} host PID ${e.hostPid} (container PID ${e.containerPid}, "${oneLine(e.cmdline)}"): ${e.result}${e.reason ? ` (${oneLine(e.reason)})` : ''}`;
     case 'step_finished':
-      return `step ${e.stepId} ${e.outcome} after ${secs(e.durationMs)}${e.message ? `: ${oneLine(e.message)}` : ''}`;
+      return `step ${e.stepId} ${e.outcome} after ${seconds(e.durationMs)}${e.message ? `: ${oneLine(e.message)}` : ''}`;
     case 'approval_requested':
       return `approval ${e.approvalId} requested for step ${e.stepId} (${e.step.kind} on ${e.host}, vmid ${e.vmid}; host PIDs ${e.step.targets.map((t) => t.hostPid).join(', ') || 'none'}), expires ${e.expiresAt}`;
     case 'approval_decided':
@@ -132,7 +133,7 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
     case 'verdict': {
       const v = e.verdict;
       const outside = v.outside ?? [];
-      return `verdict: ${v.title}, ${mib(v.totalFreedMiB)} MiB freed by this incident${outside.length > 0 ? `; outside it: ${oneLine(outside.join(' '))}` : ''}${v.nextStep ? `; next: ${oneLine(v.nextStep)}` : ''}`;
+      return `verdict: ${v.title}, ${count(v.totalFreedMiB)} MiB freed by this incident${outside.length > 0 ? `; outside it: ${oneLine(outside.join(' '))}` : ''}${v.nextStep ? `; next: ${oneLine(v.nextStep)}` : ''}`;
     }
     case 'doctor_report':
       return `doctor: ${e.failed} failed, ${e.warned} warnings on ${e.machines.join(', ')}${e.findings

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import { zombieWords, type Diagnosis, type DiagnosedHolder, type GpuDiagnosis } from '../gpu/diagnose.ts';
 import { richPlain } from '../render/rich.ts';
-import { sameProcess, type ProcessIdentity } from '../gpu/holders.ts';
+import { processKey, sameProcess, sameProcessAndNamespace, type ProcessIdentity } from '../gpu/process-ref.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { queryComputeApps } from './commands.ts';
 import { splitForCards } from '../render/batches.ts';
-import { signalCommand, type SignalName, type SignalSide } from './signal/template.ts';
+import { signalCommand, signalTargetOf, type SignalName, type SignalSide } from './signal/template.ts';
 import {
   GPU_UUID,
   assertSafeArgv,
@@ -17,6 +17,7 @@ import {
   readProcs,
   setPersistence,
 } from './unstick-commands.ts';
+import { count, wholeSeconds } from '../render/units.ts';
 
 export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
 export type Tier = 1 | 2;
@@ -255,9 +256,7 @@ export function stepCommands(
  * start time, PID namespace, and the container PID the container-side command signals by.
  */
 export function restrictStep(step: Step, keep: readonly ProcessIdentity[], t: { timeoutMs: number }): Step {
-  const targets = step.targets.filter((x) =>
-    keep.some((k) => sameProcess(k, x) && k.pidNs === x.pidNs && k.containerPid === x.containerPid),
-  );
+  const targets = step.targets.filter((x) => keep.some((k) => sameProcessAndNamespace(k, x)));
   return {
     ...step,
     targets,
@@ -273,7 +272,6 @@ export function stepId(incidentId: string, kind: StepKind, keys: readonly string
   return `${kind}-${h.slice(0, 12)}`;
 }
 
-const processKey = (p: ProcessIdentity): string => `${p.hostPid}@${p.startTimeTicks}`;
 const gpuKey = (g: TargetGpu): string => `gpu:${g.uuid ?? `host${g.hostIndex ?? '?'}`}`;
 
 /**
@@ -308,11 +306,7 @@ function signalOf(
     side,
     signal,
     pidNs,
-    targets.map((x) => ({
-      pid: side === 'host' ? x.hostPid : x.containerPid,
-      startTimeTicks: x.startTimeTicks,
-      containerPid: side === 'host' ? x.containerPid : null,
-    })),
+    targets.map((x) => signalTargetOf(x, side)),
     t,
   );
 }
@@ -335,9 +329,6 @@ function targetsOf(gpus: readonly GpuDiagnosis[], reach: DiagnosedHolder['reach'
   }
   return out.sort((a, b) => a.hostPid - b.hostPid);
 }
-
-const secs = (ms: number): string => `${Math.round(ms / 1000)} s`;
-const fmt = (n: number): string => n.toLocaleString('en-US');
 
 /**
  * From a diagnosis to the ordered steps: container-side signals (tier 1) first, then the
@@ -367,8 +358,8 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       commands: stepCommands('container_signal', ct, [], t),
       explanation:
         `Inside ${d.target}: SIGTERM exactly ${ct.length === 1 ? 'this process' : `these ${ct.length} processes`} (container PID ${pids.join(', ')}), ` +
-        `wait ${secs(timing.graceMs)}, then SIGKILL only those still running as the same process (same PID and start time). ` +
-        `Then wait up to ${secs(timing.releaseTimeoutMs)} for GPU memory to come back and take a new snapshot. ` +
+        `wait ${wholeSeconds(timing.graceMs)}, then SIGKILL only those still running as the same process (same PID and start time). ` +
+        `Then wait up to ${wholeSeconds(timing.releaseTimeoutMs)} for GPU memory to come back and take a new snapshot. ` +
         `Nothing else in ${d.target} is signalled. The requester's own request is enough for this step.`,
       ...timing,
     });
@@ -419,12 +410,11 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
       usedMiB: g.unaccountedMiB ?? g.usedMiB,
     }));
     const commands = stepCommands('host_reset', [], gpus, t);
-    const mibOf = (n: number | null): string => (n === null ? '?' : fmt(n));
     // What the card must show: how much no process holds, and which holders were ruled out and why.
     const which = orphaned
       .map((g) => {
         const held = g.usedMiB !== null && g.unaccountedMiB !== null ? g.usedMiB - g.unaccountedMiB : null;
-        return `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}): ${mibOf(g.unaccountedMiB)} MiB unaccounted: ${mibOf(g.usedMiB)} MiB in use, ${mibOf(held)} MiB held by the processes host nvidia-smi lists on it`;
+        return `GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}): ${count(g.unaccountedMiB)} MiB unaccounted: ${count(g.usedMiB)} MiB in use, ${count(held)} MiB held by the processes host nvidia-smi lists on it`;
       })
       .join('; ');
     const monitors = d.deviceOnly.map(
@@ -469,7 +459,7 @@ export function planUnstick(d: Diagnosis, o: PlanOptions): Plan {
     for (const h of g.holders.filter(isInit)) {
       const p = h.process;
       leftAlone.push(
-        `GPU ${g.index ?? '?'}: held by the init (PID 1) of ${d.target} (host PID ${p.hostPid}, \`${p.cmdline}\`, ${h.usedMiB === null ? '?' : fmt(h.usedMiB)} MiB). ` +
+        `GPU ${g.index ?? '?'}: held by the init (PID 1) of ${d.target} (host PID ${p.hostPid}, \`${p.cmdline}\`, ${h.usedMiB === null ? '?' : count(h.usedMiB)} MiB). ` +
           `Killing a container's init is not a process kill: every process in ${d.target} dies with it and the container stops. ` +
           `gpu-medic does not stop containers. If ${d.target} may stop, run \`pct stop ${o.vmid}\` on ${d.host} yourself (then \`pct start ${o.vmid}\`); ` +
           `otherwise restart that workload from inside the container.`,

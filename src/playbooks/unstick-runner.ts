@@ -1,11 +1,6 @@
 import type { ContainerFailure } from '../gpu/diagnose.ts';
-import {
-  recheckTarget,
-  staleReasonText,
-  type ProcReading,
-  type ProcessIdentity,
-  type StaleReason,
-} from '../gpu/holders.ts';
+import { recheckTarget, staleReasonText, type ProcReading, type StaleReason } from '../gpu/holders.ts';
+import type { ProcessIdentity } from '../gpu/process-ref.ts';
 import { parseComputeAppsCsv, parseQueryGpuCsv } from '../gpu/parse/index.ts';
 import { IDLE_MIB } from '../gpu/snapshot.ts';
 import type { Gpu, GpuProcess } from '../gpu/types.ts';
@@ -27,6 +22,7 @@ import {
   type TargetGpu,
 } from './unstick-plan.ts';
 import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
+import { seconds } from '../render/units.ts';
 
 /**
  * Runs one planned step through the executor, at most once (step guard), logging every command
@@ -79,8 +75,6 @@ export interface StepResult {
 }
 
 type StepRun = StepResult & { outcome: StepOutcome };
-
-const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 
 /** Runs a step exactly as planned, once; a step already claimed by an earlier attempt is reported `interrupted`. */
 export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps): Promise<StepResult> {
@@ -438,7 +432,7 @@ class Run {
         : null;
     const parts: string[] = [];
     if (termed > 0) parts.push(`SIGTERM reached ${termed} of ${step.targets.length} process(es)`);
-    if (killed > 0) parts.push(`${killed} ignored it for ${secs(step.graceMs)} and got SIGKILL`);
+    if (killed > 0) parts.push(`${killed} ignored it for ${seconds(step.graceMs)} and got SIGKILL`);
     if (failed.length > 0)
       parts.push(
         `the container could not stop ${failed.map((f) => `PID ${f.process.containerPid} (${f.reason})`).join(', ')}: only the host can`,
@@ -446,8 +440,8 @@ class Run {
     if (release)
       parts.push(
         release.released
-          ? `GPU memory came back after ${secs(release.waitedMs)}`
-          : `GPU memory was still in use after ${secs(release.waitedMs)}`,
+          ? `GPU memory came back after ${seconds(release.waitedMs)}`
+          : `GPU memory was still in use after ${seconds(release.waitedMs)}`,
       );
     if (parts.length === 0) parts.push('nothing needed a signal');
     const stopped = step.targets.length - failed.length;
@@ -539,8 +533,8 @@ class Run {
     if (release)
       parts.push(
         release.released
-          ? `GPU memory came back after ${secs(release.waitedMs)}`
-          : `GPU memory was still in use after ${secs(release.waitedMs)}`,
+          ? `GPU memory came back after ${seconds(release.waitedMs)}`
+          : `GPU memory was still in use after ${seconds(release.waitedMs)}`,
       );
     const outcome: StepOutcome =
       sent === step.targets.length ? 'done' : sent > 0 ? 'partial' : matching.length === 0 ? 'skipped' : 'failed';
@@ -622,8 +616,8 @@ class Run {
     if (release)
       notes.push(
         release.released
-          ? `memory back to idle after ${secs(release.waitedMs)}`
-          : `memory still in use after ${secs(release.waitedMs)}`,
+          ? `memory back to idle after ${seconds(release.waitedMs)}`
+          : `memory still in use after ${seconds(release.waitedMs)}`,
       );
     const outcome: StepOutcome = done.length === step.gpus.length ? 'done' : done.length > 0 ? 'partial' : 'failed';
     return {

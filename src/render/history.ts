@@ -9,6 +9,7 @@ import type { IncidentSummary, StepSummary } from '../incident/incident-summary.
 import { OUTCOME_WORDS } from '../incident/signal-outcome.ts';
 import { clipChars, code, codeLine, mention, rich, text } from './escape.ts';
 import { joinRich, user, type Part, type Rich } from './rich.ts';
+import { count, plural } from './units.ts';
 
 /** How far the scan of incidents from before the per-machine index went (src/incident/history.ts). */
 export interface HistoryScan {
@@ -43,11 +44,9 @@ export interface HistoryView {
 
 const HISTORY_TEXT_MAX = 3_000;
 
-const fmt = (n: number): string => n.toLocaleString('en-US');
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12 UTC`. */
 const when = (iso: string): string =>
   /^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(iso) ? `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC` : text(clipChars(iso, 30));
-const plural = (n: number, one: string, many = `${one}s`): string => `${fmt(n)} ${n === 1 ? one : many}`;
 
 /** The CLI that lists a machine's whole history (the escape hatch for what does not fit). */
 function historyCliCommand(target: string, limit: number): string {
@@ -80,10 +79,10 @@ function stepWords(s: StepSummary): Rich {
     ...(a?.by ? [', approved by ', user(a.by)] : []),
   ];
   const extra = [
-    ...(s.gone > 0 ? [`${fmt(s.gone)} ${OUTCOME_WORDS.gone}`] : []),
-    ...(s.notPermitted > 0 ? [`${fmt(s.notPermitted)} ${OUTCOME_WORDS.not_permitted}`] : []),
-    ...(s.failed > 0 ? [`${fmt(s.failed)} ${OUTCOME_WORDS.failed}`] : []),
-    ...(s.skipped > 0 ? [`${fmt(s.skipped)} ${OUTCOME_WORDS.refused}`] : []),
+    ...(s.gone > 0 ? [`${count(s.gone)} ${OUTCOME_WORDS.gone}`] : []),
+    ...(s.notPermitted > 0 ? [`${count(s.notPermitted)} ${OUTCOME_WORDS.not_permitted}`] : []),
+    ...(s.failed > 0 ? [`${count(s.failed)} ${OUTCOME_WORDS.failed}`] : []),
+    ...(s.skipped > 0 ? [`${count(s.skipped)} ${OUTCOME_WORDS.refused}`] : []),
   ];
   const tail = extra.length > 0 ? `; ${extra.join(', ')}` : '';
   if (s.kind === 'host_reset') {
@@ -91,8 +90,8 @@ function stepWords(s: StepSummary): Rich {
     return [`GPU reset${state} (`, ...where, ')'];
   }
   const sigs = [
-    ...(s.sent.TERM > 0 ? [`SIGTERM ${fmt(s.sent.TERM)}`] : []),
-    ...(s.sent.KILL > 0 ? [`SIGKILL ${fmt(s.sent.KILL)}`] : []),
+    ...(s.sent.TERM > 0 ? [`SIGTERM ${count(s.sent.TERM)}`] : []),
+    ...(s.sent.KILL > 0 ? [`SIGKILL ${count(s.sent.KILL)}`] : []),
   ];
   const running = s.outcome === null ? ', running' : s.outcome === 'interrupted' ? ', interrupted' : '';
   return [`${sigs.length > 0 ? sigs.join(', ') : 'no signal sent'} (`, ...where, `${running}${tail})`];
@@ -145,7 +144,7 @@ function ending(s: IncidentSummary): string {
     const gpu = a.gpu === null ? '' : ` GPU ${a.gpu}`;
     return `${text(a.kind.replace(/_/g, ' '))}${gpu}: ${text(clipChars(a.sentence, 160))} · ${a.clearedAt ? `cleared ${when(a.clearedAt)}` : 'still open'}`;
   }
-  if (s.verdict) return `*${text(s.verdict.title)}*, ${fmt(s.verdict.totalFreedMiB)} MiB freed`;
+  if (s.verdict) return `*${text(s.verdict.title)}*, ${count(s.verdict.totalFreedMiB)} MiB freed`;
   const errs = s.machineErrors.map((e) => `${code(e.machineId)} could not be read (${code(clipChars(e.code, 40))})`);
   const err = s.error ? [`error ${code(clipChars(s.error.code, 40))}: ${text(clipChars(s.error.message, 120))}`] : [];
   const doc = s.doctor ? [`${plural(s.doctor.failed, 'check')} failed, ${plural(s.doctor.warned, 'warning')}`] : [];
@@ -180,7 +179,7 @@ export function renderHistory(v: HistoryView, o: { maxChars?: number } = {}): st
     );
   }
   if (v.cappedFrom !== null)
-    head.push(`You asked for ${fmt(v.cappedFrom)}; history shows at most ${v.max} here (the CLI below lists more).`);
+    head.push(`You asked for ${count(v.cappedFrom)}; history shows at most ${v.max} here (the CLI below lists more).`);
   const foot: string[] = [];
   if (v.scan) {
     const since = v.scan.before ? ` (it began ${when(v.scan.before)})` : '';
@@ -201,7 +200,7 @@ export function renderHistory(v: HistoryView, o: { maxChars?: number } = {}): st
   const tailFor = (rest: number): string[] => [
     ...(rest > 0
       ? [
-          `+${fmt(rest)} more${v.more ? ' (and older ones)' : ''}: \`${historyCliCommand(v.target.id, Math.max(v.limit, 100))}\` lists them; \`${codeLine('gpu-medic incident <id>')}\` shows one.`,
+          `+${count(rest)} more${v.more ? ' (and older ones)' : ''}: \`${historyCliCommand(v.target.id, Math.max(v.limit, 100))}\` lists them; \`${codeLine('gpu-medic incident <id>')}\` shows one.`,
         ]
       : older
         ? [older]

@@ -3,6 +3,7 @@ import type { Alert } from '../watchdog/judge.ts';
 import type { MachineGlance } from '../watchdog/watch-glance.ts';
 import { sectionsOf } from './blocks.ts';
 import { code, mention, text } from './escape.ts';
+import { countRounded, plural } from './units.ts';
 
 /**
  * The App Home tab (issue 13): the fleet at a glance, the open alerts and the unstick incidents in
@@ -90,9 +91,6 @@ export interface HomeRenderOptions {
   maxBytes?: number;
 }
 
-const fmt = (n: number): string => Math.round(n).toLocaleString('en-US');
-const plural = (n: number, one: string, many: string): string => `${fmt(n)} ${n === 1 ? one : many}`;
-
 /** `12:03 UTC` on the day of `now`, else `2026-11-30 12:03 UTC`. */
 function clockOf(ms: number, now: number): string {
   if (!Number.isFinite(ms)) return 'an unknown time';
@@ -133,9 +131,12 @@ function machineLine(m: HomeMachine, model: HomeModel): string {
   if (!g.ok) parts.push(`not read: ${text(g.code ?? 'unknown error')}`);
   else {
     parts.push(plural(g.gpus, 'GPU', 'GPUs'));
-    if (g.gpus > 0) parts.push(`${fmt(g.gpuMemoryUsedMiB)} / ${fmt(g.gpuMemoryTotalMiB)} MiB GPU memory`);
+    if (g.gpus > 0)
+      parts.push(`${countRounded(g.gpuMemoryUsedMiB)} / ${countRounded(g.gpuMemoryTotalMiB)} MiB GPU memory`);
     parts.push(
-      g.ramPct === null ? 'RAM not read' : `RAM ${fmt(g.ramPct)} %${g.ramPct >= model.ramPct ? ' :warning:' : ''}`,
+      g.ramPct === null
+        ? 'RAM not read'
+        : `RAM ${countRounded(g.ramPct)} %${g.ramPct >= model.ramPct ? ' :warning:' : ''}`,
     );
   }
   if (g.openAlerts > 0) parts.push(`*${plural(g.openAlerts, 'open alert', 'open alerts')}*`);
@@ -206,7 +207,7 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
 
   const summary = [
     `Updated ${clockOf(model.now, model.now)}`,
-    `${plural(model.machines.length, 'machine', 'machines')}${troubled + neverRead > 0 ? ` (${[troubled > 0 ? `${fmt(troubled)} with trouble` : '', neverRead > 0 ? `${fmt(neverRead)} never read` : ''].filter(Boolean).join(', ')})` : ''}`,
+    `${plural(model.machines.length, 'machine', 'machines')}${troubled + neverRead > 0 ? ` (${[troubled > 0 ? `${countRounded(troubled)} with trouble` : '', neverRead > 0 ? `${countRounded(neverRead)} never read` : ''].filter(Boolean).join(', ')})` : ''}`,
     plural(model.alerts.length, 'open alert', 'open alerts'),
     `${plural(model.incidents.length, 'unstick', 'unsticks')} in progress`,
   ].join(' · ');
@@ -226,7 +227,7 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
   let blocksLeft = maxBlocks - fixed;
   let bytesLeft = maxBytes - bytesOf([...head, ...footer]) - 600;
 
-  const alertTitle = section(`*Open alerts* (${fmt(model.alerts.length)})`);
+  const alertTitle = section(`*Open alerts* (${countRounded(model.alerts.length)})`);
   const alertBlocks =
     model.alerts.length === 0
       ? [context('No open alerts.')]
@@ -234,12 +235,12 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
           model.alerts.map((a) => alertLine(a, model)),
           Math.min(20, Math.max(1, Math.floor(blocksLeft / 4))),
           Math.floor(bytesLeft / 4),
-          (n) => `+${fmt(n)} more open ${n === 1 ? 'alert' : 'alerts'}, each in the alerts channel`,
+          (n) => `+${countRounded(n)} more open ${n === 1 ? 'alert' : 'alerts'}, each in the alerts channel`,
         );
   blocksLeft -= alertBlocks.length;
   bytesLeft -= bytesOf(alertBlocks);
 
-  const incTitle = section(`*Unsticks in progress* (${fmt(model.incidents.length)})`);
+  const incTitle = section(`*Unsticks in progress* (${countRounded(model.incidents.length)})`);
   const incBlocks =
     model.incidents.length === 0
       ? [context('No unstick in progress.')]
@@ -248,13 +249,13 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
           Math.min(10, Math.max(1, Math.floor(blocksLeft / 4))),
           Math.floor(bytesLeft / 4),
           (n) =>
-            `+${fmt(n)} more ${n === 1 ? 'unstick' : 'unsticks'} in progress, each in its thread (\`gpu-medic incidents\` lists them)`,
+            `+${countRounded(n)} more ${n === 1 ? 'unstick' : 'unsticks'} in progress, each in its thread (\`gpu-medic incidents\` lists them)`,
         );
   blocksLeft -= incBlocks.length;
   bytesLeft -= bytesOf(incBlocks);
 
   const machTitle = section(
-    `*Machines* (${fmt(model.machines.length)}, troubled first, as the watchdog last read them)`,
+    `*Machines* (${countRounded(model.machines.length)}, troubled first, as the watchdog last read them)`,
   );
   const machBlocks =
     model.machines.length === 0
@@ -263,7 +264,7 @@ export function renderHome(model: HomeModel, o: HomeRenderOptions = {}): types.H
           machines.map((x) => machineLine(x.m, model)),
           Math.max(1, blocksLeft),
           Math.max(4_000, bytesLeft),
-          (n) => `+${fmt(n)} more ${n === 1 ? 'machine' : 'machines'}, see \`/gpu status all\``,
+          (n) => `+${countRounded(n)} more ${n === 1 ? 'machine' : 'machines'}, see \`/gpu status all\``,
         );
 
   return {

@@ -12,19 +12,13 @@ import { endOf, summarizeIncident, type IncidentSummary } from '../incident/inci
 import { describeEvent } from '../incident/timeline.ts';
 import { stepsWords } from './history.ts';
 import { mdCellCode, mdCode, mdFence, mdRich, mdText } from './markdown-escape.ts';
+import { count, duration } from './units.ts';
 
-const fmt = (n: number | null): string => (n === null ? '?' : n.toLocaleString('en-US'));
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12:45 UTC`. */
 const utc = (iso: string): string =>
   /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/.test(iso) ? `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC` : mdText(iso);
 /** `03:12:45.123` (the summary carries the date). */
 const clock = (iso: string): string => /T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? mdText(iso);
-const secs = (ms: number): string =>
-  !Number.isFinite(ms) || ms < 0
-    ? 'unknown'
-    : ms < 60_000
-      ? `${(ms / 1000).toFixed(1)} s`
-      : `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
 
 function table(head: string[], rows: string[][]): string[] {
   return [
@@ -64,13 +58,17 @@ function summaryTable(s: IncidentSummary): string[] {
     ['When', `${utc(m.createdAt)}${end ? ` to ${utc(end)}` : ' (not ended)'}`],
     [
       'Duration',
-      s.durationMs !== null ? secs(s.durationMs) : end ? secs(Date.parse(end) - Date.parse(m.createdAt)) : 'not ended',
+      s.durationMs !== null
+        ? duration(s.durationMs)
+        : end
+          ? duration(Date.parse(end) - Date.parse(m.createdAt))
+          : 'not ended',
     ],
     ['Verdict', s.verdict ? mdText(s.verdict.title) : mdText(s.state)],
     [
       'Memory freed',
       s.verdict
-        ? `${fmt(s.verdict.totalFreedMiB)} MiB`
+        ? `${count(s.verdict.totalFreedMiB)} MiB`
         : m.kind === 'unstick'
           ? 'unknown (no verdict)'
           : 'none (read only)',
@@ -163,8 +161,8 @@ function gpuTables(label: string, snaps: ReadonlyArray<{ at: string; snapshot: M
           s.gpus.map((g) => [
             g.index === null ? '?' : String(g.index),
             g.name ? mdText(g.name) : '?',
-            fmt(g.memoryUsedMiB),
-            fmt(g.memoryTotalMiB),
+            count(g.memoryUsedMiB),
+            count(g.memoryTotalMiB),
             g.utilizationPct === null ? '?' : `${g.utilizationPct} %`,
             g.uuid ? mdCellCode(g.uuid) : '?',
           ]),
@@ -180,7 +178,7 @@ function gpuTables(label: string, snaps: ReadonlyArray<{ at: string; snapshot: M
             String(p.pid),
             p.gpuIndex === null ? (p.gpuUuid ? mdCellCode(p.gpuUuid) : '?') : String(p.gpuIndex),
             p.name ? mdCellCode(p.name) : '?',
-            fmt(p.usedMiB),
+            count(p.usedMiB),
           ]),
         ),
         '',
@@ -202,7 +200,7 @@ function gpuTables(label: string, snaps: ReadonlyArray<{ at: string; snapshot: M
     }
     if (s.ram)
       out.push(
-        `RAM: ${fmt(Math.round(s.ram.usedBytes / 2 ** 30))} of ${fmt(Math.round(s.ram.totalBytes / 2 ** 30))} GiB used.`,
+        `RAM: ${count(Math.round(s.ram.usedBytes / 2 ** 30))} of ${count(Math.round(s.ram.totalBytes / 2 ** 30))} GiB used.`,
         '',
       );
   }
@@ -221,9 +219,9 @@ function perGpu(s: IncidentSummary): string[] {
         g.index === null ? '?' : String(g.index),
         mdText(g.before.replace(/_/g, ' ')),
         g.after === null ? mdText(g.afterState) : mdText(g.after.replace(/_/g, ' ')),
-        fmt(g.beforeMiB),
-        fmt(g.afterMiB),
-        fmt(g.freedMiB),
+        count(g.beforeMiB),
+        count(g.afterMiB),
+        count(g.freedMiB),
       ]),
     ),
     '',
@@ -269,7 +267,7 @@ function openAtClose(events: readonly AnyLoggedEvent[]): string[] {
   for (const snap of last.values())
     for (const f of flagsOf(snap))
       if (f.kind === 'ram_pressure') {
-        const k = `${f.usedPct} % used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB)`;
+        const k = `${f.usedPct} % used (${count(f.usedGiB)} of ${count(f.totalGiB)} GiB)`;
         const have = byFigures.get(k) ?? { machines: [], at: snap.takenAt };
         have.machines.push(snap.machineId);
         if (snap.takenAt > have.at) have.at = snap.takenAt;

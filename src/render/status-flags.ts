@@ -9,19 +9,18 @@ import { HOST_RAM_CAUSES } from '../gpu/snapshot-causes.ts';
 import { flagsOf, processesOn, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
 import type { Gpu } from '../gpu/types.ts';
 import { code, text as esc } from './escape.ts';
-
-const fmt = (n: number): string => n.toLocaleString('en-US');
+import { count } from './units.ts';
 
 /** Each GPU's holders as the Processes cell lists them: `PID [(host PID n)] command [MiB]`. */
 export function holderItems(s: MachineSnapshot, g: Gpu): string[] {
   if (s.holderRows !== undefined) {
     return s.holderRows.filter((r) => r.gpuIndex === g.index).map((r) => holderItem(s.view, r));
   }
-  return processesOn(s, g).map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : fmt(p.usedMiB)}`);
+  return processesOn(s, g).map((p) => `${p.pid} ${p.name ?? '?'} ${p.usedMiB === null ? '?' : count(p.usedMiB)}`);
 }
 
 function holderItem(view: MachineSnapshot['view'], r: GpuHolderRow): string {
-  const mib = r.usedMiB === null ? '' : ` ${fmt(r.usedMiB)} MiB`;
+  const mib = r.usedMiB === null ? '' : ` ${count(r.usedMiB)} MiB`;
   const cmd = r.command ?? '?';
   if (view === 'container') {
     const pid = r.containerPid ?? '?';
@@ -38,8 +37,8 @@ function gpuList(idx: readonly number[]): string {
 
 function mibList(ms: readonly number[]): string {
   return ms.length === 1
-    ? `${fmt(ms[0] ?? 0)} MiB`
-    : `${ms.slice(0, -1).map(fmt).join(', ')} and ${fmt(ms.at(-1) ?? 0)} MiB`;
+    ? `${count(ms[0] ?? 0)} MiB`
+    : `${ms.slice(0, -1).map(count).join(', ')} and ${count(ms.at(-1) ?? 0)} MiB`;
 }
 
 /** GPUs with memory in use that no listed holder accounts for, said in one line. */
@@ -67,7 +66,7 @@ function unheldLine(
 
 /** The RAM warning. When a Why line gives the cause, the warning does not say it again. */
 function ramPressureLine(s: MachineSnapshot, f: Extract<Flag, { kind: 'ram_pressure' }>): string {
-  const head = `:warning: RAM pressure: ${f.usedPct}% used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB): ranks may hang.`;
+  const head = `:warning: RAM pressure: ${f.usedPct}% used (${count(f.usedGiB)} of ${count(f.totalGiB)} GiB): ranks may hang.`;
   const explained = (s.rootCauses ?? []).some((c) => HOST_RAM_CAUSES.includes(c.kind));
   return explained
     ? `${head} Next step: lower the host cache the Why line names, then restart the server.`

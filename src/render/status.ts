@@ -8,6 +8,7 @@ import { explainMachineError } from './explain.ts';
 import { code, codeLine, mention, text as esc, rich } from './escape.ts';
 import { actionLines, detailLines, holderItems, PROCESSES_HEADER } from './status-flags.ts';
 import { BLOCKS_PER_MESSAGE, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
+import { count } from './units.ts';
 
 type KnownBlock = types.KnownBlock;
 
@@ -32,12 +33,10 @@ export function parentView(parentText: string, context: string): MessageView {
   };
 }
 
-const fmt = (n: number): string => n.toLocaleString('en-US');
-
 function mibCell(used: number | null, total: number | null): string {
   if (used === null && total === null) return 'N/A';
   const pct = usedPct(used, total);
-  return `${used === null ? '?' : fmt(used)} / ${total === null ? '?' : fmt(total)} MiB${pct === null ? '' : ` (${pct}%)`}`;
+  return `${used === null ? '?' : count(used)} / ${total === null ? '?' : count(total)} MiB${pct === null ? '' : ` (${pct}%)`}`;
 }
 
 function stamp(iso: string): string {
@@ -47,7 +46,7 @@ function stamp(iso: string): string {
 function ramLine(s: MachineSnapshot): string {
   if (!s.ram) return 'RAM: not read';
   const pct = s.ram.totalBytes > 0 ? Math.round((s.ram.usedBytes / s.ram.totalBytes) * 100) : 0;
-  return `RAM: ${fmt(Math.round(s.ram.usedBytes / GIB))} / ${fmt(Math.round(s.ram.totalBytes / GIB))} GiB (${pct}%)`;
+  return `RAM: ${count(Math.round(s.ram.usedBytes / GIB))} / ${count(Math.round(s.ram.totalBytes / GIB))} GiB (${pct}%)`;
 }
 
 /**
@@ -66,16 +65,16 @@ function flagText(f: Flag, s: MachineSnapshot): string {
   switch (f.kind) {
     case 'memory_without_process':
       return s.view === 'container'
-        ? `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; ${
+        ? `GPU ${f.gpuIndex}: ${count(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; ${
             s.holdersError
               ? 'fuser failed too, so its holders are unknown: see the fuser error'
               : s.holders.length > 0
                 ? 'see holders below'
                 : 'fuser lists no process holding a GPU device either'
           })`
-        : `GPU ${f.gpuIndex}: ${fmt(f.usedMiB)} MiB in use with no process holding it (leaked context: may need a host-level reset)`;
+        : `GPU ${f.gpuIndex}: ${count(f.usedMiB)} MiB in use with no process holding it (leaked context: may need a host-level reset)`;
     case 'ram_pressure':
-      return `RAM pressure: ${f.usedPct}% used (${fmt(f.usedGiB)} of ${fmt(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
+      return `RAM pressure: ${f.usedPct}% used (${count(f.usedGiB)} of ${count(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
     case 'gpu_error':
       return `nvidia-smi reported an error: ${esc(f.error.message)}${f.error.busId ? ` (GPU ${esc(f.error.busId)})` : ''}. Next step: ${rich(errorAdvice(f.error.kind, s.machineId, s.machineId))}`;
     case 'gpu_unreadable':

@@ -16,6 +16,7 @@ export { splitForCards } from './batches.ts';
 import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 import { cardTimeLeft, escalationMessage, expiryMessage, reminderMessage } from './approval-nudges.ts';
+import { count, mib, seconds } from './units.ts';
 
 type KnownBlock = types.KnownBlock;
 type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;
@@ -25,10 +26,7 @@ export const APPROVE_ACTION_ID = 'gpu_approve';
 export const DENY_ACTION_ID = 'gpu_deny';
 
 const SECTION_MAX = 3000;
-const fmt = (n: number): string => n.toLocaleString('en-US');
-const mib = (n: number | null): string => (n === null ? '?' : `${fmt(n)} MiB`);
 const stamp = (iso: string): string => `${iso.slice(0, 19).replace('T', ' ')} UTC`;
-const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 
 const READ_SCRIPT_WORD = shellQuote(READ_PROCS_SCRIPT);
 const SIGNAL_SCRIPT_WORD = shellQuote(SIGNAL_SCRIPT);
@@ -134,7 +132,7 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
   const mine = events.filter((e) => 'stepId' in e && e.stepId === start.stepId);
   const finished = mine.find((e): e is Ev<'step_finished'> => e.type === 'step_finished');
   const state = finished
-    ? `${finished.outcome === 'done' ? ':white_check_mark:' : finished.outcome === 'skipped' ? ':fast_forward:' : ':warning:'} ${finished.outcome} in ${secs(finished.durationMs)}`
+    ? `${finished.outcome === 'done' ? ':white_check_mark:' : finished.outcome === 'skipped' ? ':fast_forward:' : ':warning:'} ${finished.outcome} in ${seconds(finished.durationMs)}`
     : ':gear: running…';
   const heading = `*${KIND_TITLE[start.kind]}* (tier ${start.tier}, on ${code(start.machineId)}) · ${state}`;
   const commands = mine
@@ -142,7 +140,7 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
     .map((c) => {
       const r = c.record;
       const end = r.timedOut ? 'timed out' : r.code !== null ? `exit ${r.code}` : `signal ${r.signal ?? '?'}`;
-      return [codeLine(shortCommand(r.command)), `    → ${end} · ${secs(r.durationMs)}`];
+      return [codeLine(shortCommand(r.command)), `    → ${end} · ${seconds(r.durationMs)}`];
     });
   const signalled = mine
     .filter((e): e is Ev<'signalled'> => e.type === 'signalled')
@@ -368,9 +366,9 @@ function verdictMessage(e: Ev<'verdict'>, target: string): MessageView {
     : v.kind === 'partially_recovered'
       ? ':large_yellow_circle:'
       : ':red_circle:';
-  const heading = `${icon} *${v.title}* · ${fmt(v.totalFreedMiB)} MiB freed`;
+  const heading = `${icon} *${v.title}* · ${count(v.totalFreedMiB)} MiB freed`;
   const header = ['GPU', `Held by ${target}`, 'Left', 'Freed', 'GPU in use before → after', 'Now'];
-  const num = (n: number | null | undefined): string => (n === null || n === undefined ? '?' : fmt(n));
+  const num = (n: number | null | undefined): string => (n === null || n === undefined ? '?' : count(n));
   const rows = v.gpus.map((g) => [
     String(g.index ?? '?'),
     mib(g.heldMiB ?? null),
@@ -402,7 +400,7 @@ function summaryMessage(meta: IncidentMeta, events: readonly UnstickLoggedEvent[
   const unknown = unanswered(events);
   const verdict = [...events].reverse().find((e): e is Ev<'verdict'> => e.type === 'verdict');
   const lines = [
-    `*Summary* · ${verdict ? verdict.verdict.title : fin.outcome} · took ${secs(fin.durationMs)}`,
+    `*Summary* · ${verdict ? verdict.verdict.title : fin.outcome} · took ${seconds(fin.durationMs)}`,
     `Asked by ${mention(meta.requester)}${meta.reason ? ` (reason: ${esc(meta.reason)})` : ''}`,
     approvals.length > 0
       ? approvals

@@ -28,6 +28,7 @@ import { HOST_RAM_CAUSES, snapshotRootCauses } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { KernelLogCursor } from './kernel-log.ts';
 import { recoveryActionAdvice, type XidEvent, xidMeaning } from './xid.ts';
+import { countRounded } from '../render/units.ts';
 
 export type ConditionKind =
   | 'ghost_memory'
@@ -113,7 +114,6 @@ interface Seen {
   sentence: string;
 }
 
-const fmt = (n: number): string => Math.round(n).toLocaleString('en-US');
 const GiB = 2 ** 30;
 
 function observedKinds(r: MachineReading): Set<AlertKind> {
@@ -181,7 +181,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
         key: `${m}/ram_high`,
         kind: 'ram_high',
         gpu: null,
-        sentence: `host RAM ${pct} % used (${fmt(s.ram.usedBytes / GiB)} of ${fmt(s.ram.totalBytes / GiB)} GiB).${why}`,
+        sentence: `host RAM ${pct} % used (${countRounded(s.ram.usedBytes / GiB)} of ${countRounded(s.ram.totalBytes / GiB)} GiB).${why}`,
       });
   }
   if (s.view === 'host' && s.gpuError === null) {
@@ -197,7 +197,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
           kind: 'ghost_memory',
           gpu: g.index,
           gpuUuid: g.uuid,
-          sentence: `GPU ${g.index}: ${fmt(ghost)} MiB in use that no process on the host holds.`,
+          sentence: `GPU ${g.index}: ${countRounded(ghost)} MiB in use that no process on the host holds.`,
         });
     }
     const most = prev.gpuCount[m] ?? 0;
@@ -222,7 +222,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
         kind: 'holder_stuck',
         gpu: p.gpuIndex,
         gpuUuid: p.gpuUuid,
-        sentence: `host PID ${p.pid} holds ${fmt(p.usedMiB ?? 0)} MiB on GPU ${p.gpuIndex ?? '?'} and is ${what}.`,
+        sentence: `host PID ${p.pid} holds ${countRounded(p.usedMiB ?? 0)} MiB on GPU ${p.gpuIndex ?? '?'} and is ${what}.`,
       });
     }
   }

@@ -9,7 +9,7 @@
 import { readlinkSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { hostRouteFor, routeFor } from '../../src/config/machines.ts';
-import type { ProcessIdentity } from '../../src/gpu/holders.ts';
+import type { ProcessIdentity } from '../../src/gpu/process-ref.ts';
 import { sendSignals } from '../../src/playbooks/signal/send.ts';
 import type { SignalSide } from '../../src/playbooks/signal/template.ts';
 import type { ExecResult, Route } from '../../src/ssh/types.ts';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { buildHolders, identityOf, recheckTarget, sameProcess } from '../../src/gpu/holders.ts';
+import { buildHolders, identityOf, recheckTarget } from '../../src/gpu/holders.ts';
+import { sameProcess } from '../../src/gpu/process-ref.ts';
 import {
   CT129_INIT,
   CT129_NS,

@@ -1,10 +1,11 @@
 import { CodedError, ErrorCode } from '../../errors.ts';
-import type { ProcessIdentity } from '../../gpu/holders.ts';
+import { pidIn, type ProcessIdentity } from '../../gpu/process-ref.ts';
 import type { CommandSpec, ExecResult } from '../../ssh/types.ts';
 import {
   outcomeText,
   parseSignalReport,
   signalCommand,
+  signalTargetOf,
   type SignalName,
   type SignalOutcome,
   type SignalSide,
@@ -49,16 +50,12 @@ const NOT_RACE_FREE =
 
 export async function sendSignals(req: SendRequest, deps: SendDeps): Promise<SignalledTarget[]> {
   if (req.targets.length === 0) return [];
-  const pidOf = (t: ProcessIdentity): number => (req.side === 'host' ? t.hostPid : t.containerPid);
+  const pidOf = (t: ProcessIdentity): number => pidIn(t, req.side);
   const spec = signalCommand(
     req.side,
     req.signal,
     req.pidNs,
-    req.targets.map((t) => ({
-      pid: pidOf(t),
-      startTimeTicks: t.startTimeTicks,
-      containerPid: req.side === 'host' ? t.containerPid : null,
-    })),
+    req.targets.map((t) => signalTargetOf(t, req.side)),
     { timeoutMs: deps.commandTimeoutMs },
   );
   const r = await deps.exec(spec);

@@ -1,4 +1,5 @@
 import { CodedError, ErrorCode } from '../../errors.ts';
+import { pidIn, type ProcessIdentity } from '../../gpu/process-ref.ts';
 import type { CommandSpec } from '../../ssh/types.ts';
 
 /**
@@ -113,6 +114,18 @@ export interface SignalTarget {
   startTimeTicks: number;
   /** Host side: the innermost NSpid it must still have (its container PID); null = not checked. */
   containerPid: number | null;
+}
+
+/** A process as the signal command on `side` names and checks it (see src/gpu/process-ref.ts). */
+export function signalTargetOf(
+  p: Pick<ProcessIdentity, 'hostPid' | 'containerPid' | 'startTimeTicks'>,
+  side: SignalSide,
+): SignalTarget {
+  return {
+    pid: pidIn(p, side),
+    startTimeTicks: p.startTimeTicks,
+    containerPid: side === 'host' ? p.containerPid : null,
+  };
 }
 
 /** pidfd_open / pidfd_send_signal share one number on x86_64 and aarch64 (asm-generic table); other arches are refused. */
