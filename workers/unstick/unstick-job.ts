@@ -1,3 +1,4 @@
+import { sameProcess } from '../../src/gpu/process-ref.ts';
 import { checkRequest } from '../../src/auth/signed-jobs.ts';
 import type { ContainerFailure, Diagnosis } from '../../src/gpu/diagnose.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
@@ -161,10 +162,8 @@ function withSurvivors(
   const failed = [...containerFailed];
   for (const g of after.gpus) {
     for (const h of g.holders) {
-      const targeted =
-        h.reach === 'container' &&
-        tier1.targets.some((x) => x.hostPid === h.process.hostPid && x.startTimeTicks === h.process.startTimeTicks);
-      if (targeted && !failed.some((f) => f.process.hostPid === h.process.hostPid)) {
+      const targeted = h.reach === 'container' && tier1.targets.some((x) => sameProcess(x, h.process));
+      if (targeted && !failed.some((f) => sameProcess(f.process, h.process))) {
         failed.push({
           process: h.process,
           reason: 'it was still running after SIGTERM and SIGKILL from inside the container',
