@@ -234,6 +234,29 @@ describe('the alerts expectation', () => {
   });
 });
 
+describe('the alerts expectation with two sources of one condition', () => {
+  const channel = { channel: 'C0ALERTS01', unclaimed: [] };
+  const raisedBy = (key: string, at: string) => ({ id: at, type: 'alert_raised', at, alert: { key } });
+  it('passes the watchdog and Alertmanager each raising it once into one message, fails one source raising it twice', () => {
+    const joined = episode({
+      id: 'inc_alert_j',
+      raised: 2,
+      events: [raisedBy('kpro5/ghost_memory/gpu5', '1-0'), raisedBy('alertmanager:abc', '2-0')],
+    });
+    expect(checkAlerts([], { alerts: [joined], alertsChannel: channel }).filter((x) => !x.ok)).toEqual([]);
+    const doubled = episode({
+      id: 'inc_alert_d',
+      raised: 2,
+      events: [raisedBy('alertmanager:abc', '1-0'), raisedBy('alertmanager:abc', '2-0')],
+    });
+    expect(
+      checkAlerts([], { alerts: [doubled], alertsChannel: channel })
+        .filter((x) => !x.ok)
+        .map((x) => x.check),
+    ).toEqual(['each alert episode is one message, raised once']);
+  });
+});
+
 describe('the runner on the real stack', () => {
   it('restart: both: the worker process is SIGKILLed and a new one and a new bot answer the next command', async () => {
     const r = await runScenario(
