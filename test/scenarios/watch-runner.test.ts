@@ -85,6 +85,33 @@ expect:
     expect(msg).toContain('expect.alerts.0: an alerts expectation needs settings.watch');
   });
 
+  it('an alertmanager step without settings.watch, with no alert, a bad status or an unknown key is refused', () => {
+    const msg = problems(`
+name: bad
+users: [alice]
+${FLEET}
+steps:
+  - { alertmanager: { alerts: [{ labels: { alertname: DcgmXidError, Hostname: kpro5 } }] } }
+`);
+    expect(msg).toContain('steps.0.alertmanager: an alertmanager step needs settings.watch');
+    // Refinements run once the shapes fit: the shapes are told apart first.
+    const shapes = problems(`
+name: bad
+users: [alice]
+settings: { watch: { intervalSec: 2 } }
+${FLEET}
+steps:
+  - { alertmanager: { alerts: [{ labels: { alertname: X } }] } }
+  - { alertmanager: { alerts: [] } }
+  - { alertmanager: { alerts: [{ status: burning, labels: { alertname: X } }] } }
+  - { alertmanager: { alerts: [{ labels: { alertname: X }, lables: {} }] } }
+`);
+    expect(shapes).toContain('steps.1.alertmanager.alerts:');
+    expect(shapes).toContain('steps.2.alertmanager.alerts.0.status: must be firing or resolved');
+    expect(shapes).toContain('steps.3.alertmanager.alerts.0: Unrecognized key: "lables"');
+    expect(shapes).not.toContain('steps.0.');
+  });
+
   it('down and up steps must pair, and nobody types or clicks while the bot is down', () => {
     const msg = problems(`
 name: bad
