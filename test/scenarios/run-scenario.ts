@@ -6,6 +6,7 @@
  * the harness threw). Everything the bot did wrong (a wrong signal, a missing card, a timeout
  * waiting for a thread) is recorded in the report and leaves `broken` null.
  */
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { IncidentLog } from '../../src/incident/log.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
@@ -13,6 +14,7 @@ import type { FleetProcess, GpuMemoryReading, SignalRecord } from '../harness/fl
 import { blockActionPayload, sendInteraction, staticSelectPayload } from '../harness/slack/signed-request.ts';
 import type { RecordedCall, StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { startStack, type Stack } from '../harness/stack.ts';
+import { payload, postAlerts } from '../alertmanager/am-rig.ts';
 import {
   ALERT_SNOOZE_1D_ACTION_ID,
   ALERT_SNOOZE_1H_ACTION_ID,
@@ -27,6 +29,7 @@ import {
   toRegExp,
   userIds,
   type AlertClick,
+  type AmAlert,
   type AlertCondition,
   type Condition,
   type MachineChange,
@@ -387,9 +390,14 @@ export class ScenarioRuntime {
   /** Date.now() when the first step started (set by play or by the demo). */
   t0 = Date.now();
 
+  /** When an alert of an `alertmanager:` step first fired (its startsAt), by fingerprint. */
+  private readonly amStarts = new Map<string, string>();
+
   private constructor(
     readonly scenario: Scenario,
     readonly stack: Stack,
+    /** The bearer token the bot's Alertmanager receiver takes (set when a step posts to it). */
+    readonly alertmanagerToken: string | null,
   ) {
     this.users = userIds(scenario);
     this.approverIds = scenario.approvers.map((a) => this.users[a] ?? a);
@@ -415,6 +423,8 @@ export class ScenarioRuntime {
       if (st.watch.ghostSec !== undefined) env.GPU_MEDIC_WATCH_GHOST_SEC = String(st.watch.ghostSec);
       if (st.watch.ramPct !== undefined) env.GPU_MEDIC_WATCH_RAM_PCT = String(st.watch.ramPct);
     }
+    // An `alertmanager:` step posts to the bot's receiver: the bot (only: the token is its secret) gets one.
+    const alertmanagerToken = scenario.steps.some((x) => 'alertmanager' in x) ? randomBytes(24).toString('hex') : null;
     // A worker that a step restarts runs as its own process, so the restart is a real SIGKILL.
     const workerProcess = scenario.steps.some(
       (x) => ('restart' in x && x.restart !== 'bot') || ('down' in x && x.down !== 'bot'),
@@ -441,6 +451,7 @@ export class ScenarioRuntime {
         })),
       },
       env,
+      ...(alertmanagerToken === null ? {} : { botEnv: { GPU_MEDIC_ALERTMANAGER_TOKEN: alertmanagerToken } }),
       tweakInventory: (inv: Inventory) => {
         if (st.commandTimeoutSec !== undefined) inv.defaults.commandTimeoutSec = st.commandTimeoutSec;
         if (st.connectTimeoutSec !== undefined) inv.defaults.connectTimeoutSec = st.connectTimeoutSec;
@@ -450,7 +461,7 @@ export class ScenarioRuntime {
         }
       },
     });
-    const rt = new ScenarioRuntime(scenario, stack);
+    const rt = new ScenarioRuntime(scenario, stack, alertmanagerToken);
     try {
       await rt.setup();
     } catch (e) {
@@ -549,6 +560,38 @@ export class ScenarioRuntime {
     const id = this.users[name];
     if (id === undefined) throw new Error(`unknown user ${name}`);
     return id;
+  }
+
+  /**
+   * Delivers an Alertmanager notification (webhook v4) to the bot's /alertmanager as Alertmanager
+   * does: with the bearer token, each alert's fingerprint made from its labels unless given, and
+   * its startsAt the time it first fired here.
+   */
+  async alertmanager(alerts: readonly AmAlert[]): Promise<{ status: number; body: string }> {
+    if (this.alertmanagerToken === null)
+      throw new Error('no Alertmanager token: the scenario has no alertmanager step');
+    const now = new Date().toISOString();
+    const body = payload(
+      alerts.map((a) => {
+        const fingerprint = a.fingerprint ?? labelsFingerprint(a.labels);
+        const startsAt = this.amStarts.get(fingerprint) ?? now;
+        this.amStarts.set(fingerprint, startsAt);
+        return {
+          status: a.status,
+          labels: a.labels,
+          annotations: a.annotations,
+          fingerprint,
+          startsAt,
+          ...(a.status === 'resolved' ? { endsAt: now } : {}),
+          ...(a.generatorURL !== undefined ? { generatorURL: a.generatorURL } : {}),
+        };
+      }),
+    );
+    return postAlerts(
+      `${this.stack.eventsUrl.replace(/\/slack\/events$/, '')}/alertmanager`,
+      body,
+      this.alertmanagerToken,
+    );
   }
 
   /** Types a slash command as a user; tracks the incident it opens. */
@@ -1040,6 +1083,14 @@ function slackCall(c: RecordedCall, t: number): SlackCallReport {
 // Playing the steps
 
 const DEFAULT_STEP_TIMEOUT = 30_000;
+
+/** Alertmanager's fingerprint is a hash of the alert's labels: the same labels, the same alert. */
+function labelsFingerprint(labels: Record<string, string>): string {
+  const sorted = Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${labels[k] ?? ''}`);
+  return createHash('sha256').update(sorted.join('\n')).digest('hex').slice(0, 16);
+}
 const DEFAULT_SETTLE = 20_000;
 
 function describeCondition(c: Condition): string {
@@ -1134,6 +1185,10 @@ async function playStep(rt: ScenarioRuntime, step: Step, index: number): Promise
       rep.result = { incidentId: isAlertCondition(step.waitFor) ? null : (inc?.id ?? null), reached: ok };
       if (!ok) rep.problem = `waitFor ${describeCondition(step.waitFor)}: not reached within ${timeout} ms`;
     }
+  } else if ('alertmanager' in step) {
+    const r = await rt.alertmanager(step.alertmanager.alerts);
+    rep.result = { status: r.status, body: r.body.slice(0, 500) };
+    if (r.status !== 200) rep.problem = `alertmanager: the bot answered ${r.status}: ${r.body.slice(0, 200)}`;
   } else if ('process' in step) {
     try {
       rep.result = await rt.applyProcessChange(step.process);
@@ -1311,9 +1366,17 @@ export function checkAlerts(
   const out: ExpectationResult[] = [];
   const name = (a: { kind: string | null; machine: string | null; gpu?: number | null | undefined }) =>
     `${a.kind ?? '?'} on ${a.machine ?? '?'}${a.gpu === undefined || a.gpu === null ? '' : ` GPU ${a.gpu}`}`;
+  // An episode may have several members (the watchdog's alert and Alertmanager's for one condition,
+  // docs/alertmanager.md): "raised once" is once per member, all in the one message.
+  const members = (a: AlertReport) =>
+    new Set(
+      a.events.filter((e) => e.type === 'alert_raised').map((e) => (isRecord(e.alert) ? String(e.alert.key) : '?')),
+    ).size;
   const bad = r.alerts
-    .filter((a) => a.raised !== 1 || a.messages.length !== 1)
-    .map((a) => `${a.id} (${name(a)}): raised ${a.raised}×, ${a.messages.length} message(s)`);
+    .filter((a) => a.raised === 0 || a.raised !== members(a) || a.messages.length !== 1)
+    .map(
+      (a) => `${a.id} (${name(a)}): raised ${a.raised}× by ${members(a)} source(s), ${a.messages.length} message(s)`,
+    );
   out.push({
     check: 'each alert episode is one message, raised once',
     ok: bad.length === 0,

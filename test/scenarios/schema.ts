@@ -340,6 +340,25 @@ const procs = z.enum(['bot', 'worker', 'both'], { message: 'must be bot, worker 
 const DownStep = z.object({ ...StepCommon, down: procs }).strict();
 const UpStep = z.object({ ...StepCommon, up: procs }).strict();
 
+/** One Alertmanager alert as a scenario writes it; the runner fills in the rest of webhook v4. */
+const AmAlert = z
+  .object({
+    status: z.enum(['firing', 'resolved'], { message: 'must be firing or resolved' }).default('firing'),
+    /** dcgm-exporter's labels, e.g. `{alertname: DcgmXidError, Hostname: kpro5, gpu: "1", UUID: GPU-...}`. */
+    labels: z.record(z.string().min(1).max(100), z.string().max(1000)),
+    annotations: z.record(z.string().min(1).max(100), z.string().max(2000)).default({}),
+    /** Default: made from the labels, as Alertmanager does (a repeat of the same alert has the same one). */
+    fingerprint: z.string().min(1).max(64).optional(),
+    generatorURL: z.string().url().optional(),
+  })
+  .strict();
+export type AmAlert = z.output<typeof AmAlert>;
+
+/** An Alertmanager notification (webhook v4) POSTed to the bot's /alertmanager with the token the runner set (needs settings.watch). */
+const AlertmanagerStep = z
+  .object({ ...StepCommon, alertmanager: z.object({ alerts: z.array(AmAlert).min(1).max(200) }).strict() })
+  .strict();
+
 const WaitStep = z.object({ ...StepCommon, wait: Duration }).strict();
 const WaitForStep = z.object({ ...StepCommon, waitFor: Condition }).strict();
 const FleetStep = z.object({ ...StepCommon, fleet: MachineChange }).strict();
@@ -356,6 +375,7 @@ export const Step = z.union([
   WaitForStep,
   FleetStep,
   ProcessStep,
+  AlertmanagerStep,
 ]);
 export type Step = z.output<typeof Step>;
 
@@ -562,7 +582,7 @@ export const ScenarioSchema = z
           if (!down.has(p)) bad(['steps', i, 'up'], `the ${p} is not down (a down: step must come first)`);
           down.delete(p);
         }
-      if (('as' in st || 'restart' in st) && down.size > 0)
+      if (('as' in st || 'restart' in st || 'alertmanager' in st) && down.size > 0)
         bad(
           ['steps', i],
           `the ${[...down].join(' and ')} ${down.size > 1 ? 'are' : 'is'} down here: bring ${down.size > 1 ? 'them' : 'it'} up first`,
@@ -577,6 +597,7 @@ export const ScenarioSchema = z
       for (const [where, c] of conditionOf(st))
         if (typeof c !== 'string' && 'alert' in c)
           checkAlertTarget(['steps', i, where, 'alert'], c.alert, 'an alert condition');
+      if ('alertmanager' in st) needsWatch(['steps', i, 'alertmanager'], 'an alertmanager step');
       if ('clickAlert' in st) {
         const c = st.clickAlert;
         checkAlertTarget(['steps', i, 'clickAlert'], c, 'clickAlert');

@@ -85,6 +85,33 @@ expect:
     expect(msg).toContain('expect.alerts.0: an alerts expectation needs settings.watch');
   });
 
+  it('an alertmanager step without settings.watch, with no alert, a bad status or an unknown key is refused', () => {
+    const msg = problems(`
+name: bad
+users: [alice]
+${FLEET}
+steps:
+  - { alertmanager: { alerts: [{ labels: { alertname: DcgmXidError, Hostname: kpro5 } }] } }
+`);
+    expect(msg).toContain('steps.0.alertmanager: an alertmanager step needs settings.watch');
+    // Refinements run once the shapes fit: the shapes are told apart first.
+    const shapes = problems(`
+name: bad
+users: [alice]
+settings: { watch: { intervalSec: 2 } }
+${FLEET}
+steps:
+  - { alertmanager: { alerts: [{ labels: { alertname: X } }] } }
+  - { alertmanager: { alerts: [] } }
+  - { alertmanager: { alerts: [{ status: burning, labels: { alertname: X } }] } }
+  - { alertmanager: { alerts: [{ labels: { alertname: X }, lables: {} }] } }
+`);
+    expect(shapes).toContain('steps.1.alertmanager.alerts:');
+    expect(shapes).toContain('steps.2.alertmanager.alerts.0.status: must be firing or resolved');
+    expect(shapes).toContain('steps.3.alertmanager.alerts.0: Unrecognized key: "lables"');
+    expect(shapes).not.toContain('steps.0.');
+  });
+
   it('down and up steps must pair, and nobody types or clicks while the bot is down', () => {
     const msg = problems(`
 name: bad
@@ -231,6 +258,29 @@ describe('the alerts expectation', () => {
       'no message in the alerts channel that no incident claims',
       'alert ram_high on kpro5: 1 message(s)',
     ]);
+  });
+});
+
+describe('the alerts expectation with two sources of one condition', () => {
+  const channel = { channel: 'C0ALERTS01', unclaimed: [] };
+  const raisedBy = (key: string, at: string) => ({ id: at, type: 'alert_raised', at, alert: { key } });
+  it('passes the watchdog and Alertmanager each raising it once into one message, fails one source raising it twice', () => {
+    const joined = episode({
+      id: 'inc_alert_j',
+      raised: 2,
+      events: [raisedBy('kpro5/ghost_memory/gpu5', '1-0'), raisedBy('alertmanager:abc', '2-0')],
+    });
+    expect(checkAlerts([], { alerts: [joined], alertsChannel: channel }).filter((x) => !x.ok)).toEqual([]);
+    const doubled = episode({
+      id: 'inc_alert_d',
+      raised: 2,
+      events: [raisedBy('alertmanager:abc', '1-0'), raisedBy('alertmanager:abc', '2-0')],
+    });
+    expect(
+      checkAlerts([], { alerts: [doubled], alertsChannel: channel })
+        .filter((x) => !x.ok)
+        .map((x) => x.check),
+    ).toEqual(['each alert episode is one message, raised once']);
   });
 });
 
