@@ -60,26 +60,27 @@ export interface WorkerGroupOptions {
   keys?: WorkerKeys;
   /** Admins: alone may approve a host-level step past the blast-radius budget. Default none. */
   admins?: string[];
-  /** Host-level destructive steps allowed per host per hour. Default 3. */
+  /** Host-level destructive steps allowed per host per hour. Absent: the default of the GPU_MEDIC_HOST_BUDGET_PER_HOUR row (src/config/env.ts SETTING_ROWS). */
   hostBudgetPerHour?: number;
   /** GPU_MEDIC_WORKER_SECRET: worker-only; the plan seal key is derived from it when set. */
   workerSecret?: string;
   /** Slack user IDs who may approve host-level steps (frozen into each approval). */
   approvers?: string[];
-  /** Default 900 s. */
+  /** GPU_MEDIC_APPROVAL_TTL_SEC in ms. Absent: that row's default (src/config/env.ts SETTING_ROWS). */
   approvalTtlMs?: number;
   /** GPU_MEDIC_ESCALATION_APPROVERS: may also decide a card once it has waited `escalateAfterMs`. Default none. */
   escalationApprovers?: string[];
-  /** GPU_MEDIC_ESCALATE_AFTER_SEC in ms; 0 (default): no escalation. */
+  /** GPU_MEDIC_ESCALATE_AFTER_SEC in ms; 0: no escalation. Absent: that row's default (src/config/env.ts SETTING_ROWS). */
   escalateAfterMs?: number;
-  /** SIGTERM grace before SIGKILL. Default 10 s. */
+  /** SIGTERM grace before SIGKILL. Absent: the default of the GPU_MEDIC_TERM_GRACE_SEC row (src/config/env.ts SETTING_ROWS). */
   graceMs?: number;
-  /** How long to wait for GPU memory to be released after a kill. Default 90 s. */
+  /** How long to wait for GPU memory to be released after a kill. Absent: the default of the GPU_MEDIC_RELEASE_TIMEOUT_SEC row (src/config/env.ts SETTING_ROWS). */
   releaseTimeoutMs?: number;
+  /** How often processes and memory are re-read while waiting. Absent: the default of the GPU_MEDIC_POLL_MS row (src/config/env.ts SETTING_ROWS). */
   pollIntervalMs?: number;
-  /** BullMQ lock per running job; a dead worker's job is recovered once it lapses. Default 30 s. */
+  /** BullMQ lock per running job; a dead worker's job is recovered once it lapses. Absent: the default of the GPU_MEDIC_JOB_LOCK_MS row (src/config/env.ts SETTING_ROWS). */
   lockDurationMs?: number;
-  /** How often stalled jobs (lock lapsed) are looked for and handed back. Default 30 s. */
+  /** How often stalled jobs (lock lapsed) are looked for and handed back. Absent: the default of the GPU_MEDIC_STALLED_MS row (src/config/env.ts SETTING_ROWS). */
   stalledIntervalMs?: number;
   /** Where jobs, incidents, steps and SSH results are counted. Default: not counted. */
   metrics?: Metrics;
@@ -98,7 +99,7 @@ export interface WatchOptions {
   /** GPU_MEDIC_WATCH_INTERVAL_SEC in ms. */
   intervalMs: number;
   settings: WatchSettings;
-  /** GPU_MEDIC_WATCH_MAX_CONNECTS: machines a round reads at once (default 32). */
+  /** GPU_MEDIC_WATCH_MAX_CONNECTS: machines a round reads at once. Absent: that row's default (src/config/env.ts SETTING_ROWS). */
   maxConnects?: number;
   /** Test seam (workers/watchdog.ts `beforeCommit`). */
   beforeCommit?: (machineId: string) => Promise<void>;

@@ -22,317 +22,440 @@ const wholeNumber = (min: number, max: number, def: number) => {
 const oneOf = <const T extends readonly [string, ...string[]]>(values: T, def: T[number]) =>
   z.enum(values, { error: `must be one of ${values.join(', ')}` }).default(def);
 
-/** Everything read from the environment. Tokens never leave this object except into the Slack client. */
-export const EnvSchema = z.object({
-  GPU_MEDIC_MODE: oneOf(['socket', 'http'], 'socket'),
-  SLACK_BOT_TOKEN: z
-    .string()
-    .regex(/^xoxb-/, 'must be a bot token (xoxb-...)')
-    .optional(),
-  SLACK_APP_TOKEN: z
-    .string()
-    .regex(/^xapp-/, 'must be an app-level token (xapp-...) for Socket Mode')
-    .optional(),
-  SLACK_SIGNING_SECRET: z.string().min(8, 'is too short to be a Slack signing secret').optional(),
+/** Which process reads a setting: a role never reads (or keeps) another role's settings. */
+type Readers = 'bot' | 'worker' | 'both';
+
+/**
+ * Everything known about one setting, in one place: its schema, which process reads it, whether
+ * it is a secret one role must never hold, and whether empty means unset.
+ */
+interface SettingRow {
+  schema: z.ZodType;
+  /**
+   * Which process reads it. The worker, which holds the SSH keys, never has a Slack token;
+   * docker-compose.yml's worker `environment:` follows these.
+   */
+  readers: Readers;
+  /**
+   * A secret only one role may have: `slack` (the Slack tokens, and the token Alertmanager calls
+   * the bot with) and `bot-signing` (the bot's signing key: a worker holding it could sign its own
+   * approvals) never reach the worker; `worker` never reaches the bot.
+   */
+  secret?: 'slack' | 'worker' | 'bot-signing';
+  /** Empty means "unset" (lists, paths and keys whose default is computed or absent); any other empty value is refused. */
+  emptyIsUnset?: true;
+}
+
+/** One row per setting; EnvSchema, who reads what, the secrets and the empty-is-unset ones are built from it. */
+const SETTING_ROWS = {
+  GPU_MEDIC_MODE: {
+    schema: oneOf(['socket', 'http'], 'socket'),
+    readers: 'bot',
+  },
+  SLACK_BOT_TOKEN: {
+    schema: z
+      .string()
+      .regex(/^xoxb-/, 'must be a bot token (xoxb-...)')
+      .optional(),
+    readers: 'bot',
+    secret: 'slack',
+  },
+  SLACK_APP_TOKEN: {
+    schema: z
+      .string()
+      .regex(/^xapp-/, 'must be an app-level token (xapp-...) for Socket Mode')
+      .optional(),
+    readers: 'bot',
+    secret: 'slack',
+  },
+  SLACK_SIGNING_SECRET: {
+    schema: z.string().min(8, 'is too short to be a Slack signing secret').optional(),
+    readers: 'bot',
+    secret: 'slack',
+  },
   /** Web API base URL (ends with /api/); only tests and the demo point it elsewhere. */
-  SLACK_API_URL: z.url({ error: 'must be a URL such as https://slack.com/api/' }).optional(),
-  PORT: wholeNumber(0, 65535, 3000),
+  SLACK_API_URL: {
+    schema: z.url({ error: 'must be a URL such as https://slack.com/api/' }).optional(),
+    readers: 'bot',
+  },
+  PORT: {
+    schema: wholeNumber(0, 65535, 3000),
+    readers: 'bot',
+  },
   /** HTTP mode: the address the receiver listens on. Loopback by default: put a TLS proxy in front. */
-  GPU_MEDIC_BIND_ADDRESS: z
-    .string()
-    .regex(
-      /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
-      'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
-    )
-    .default('127.0.0.1'),
-  REDIS_URL: z
-    .string()
-    .regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379')
-    .default('redis://127.0.0.1:6379'),
+  GPU_MEDIC_BIND_ADDRESS: {
+    schema: z
+      .string()
+      .regex(
+        /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
+        'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
+      )
+      .default('127.0.0.1'),
+    readers: 'bot',
+  },
+  REDIS_URL: {
+    schema: z
+      .string()
+      .regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379')
+      .default('redis://127.0.0.1:6379'),
+    readers: 'both',
+  },
   /** Redis Sentinel: `host:port` of each sentinel (comma list); empty = REDIS_URL is the server itself. */
-  REDIS_SENTINELS: list.pipe(
-    z.array(
-      z
-        .string()
-        .regex(
-          /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/,
-          'must be host:port entries, e.g. 10.0.0.5:26379,10.0.0.6:26379',
-        ),
+  REDIS_SENTINELS: {
+    schema: list.pipe(
+      z.array(
+        z
+          .string()
+          .regex(
+            /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/,
+            'must be host:port entries, e.g. 10.0.0.5:26379,10.0.0.6:26379',
+          ),
+      ),
     ),
-  ),
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** The primary's name in the sentinels' `sentinel monitor <name> ...` (only with REDIS_SENTINELS). */
-  REDIS_SENTINEL_NAME: z
-    .string()
-    .regex(/^[A-Za-z0-9._-]+$/, 'may hold only letters, digits, ".", "_" and "-"')
-    .default('gpu-medic'),
-  GPU_MEDIC_INVENTORY: z.string().default('./inventory.yaml'),
+  REDIS_SENTINEL_NAME: {
+    schema: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]+$/, 'may hold only letters, digits, ".", "_" and "-"')
+      .default('gpu-medic'),
+    readers: 'both',
+  },
+  GPU_MEDIC_INVENTORY: {
+    schema: z.string().default('./inventory.yaml'),
+    readers: 'both',
+  },
   /** Which documented way of running this is; only changes what `config check` says and checks. */
-  GPU_MEDIC_DEPLOYMENT: oneOf(['local', 'systemd', 'compose'], 'local'),
+  GPU_MEDIC_DEPLOYMENT: {
+    schema: oneOf(['local', 'systemd', 'compose'], 'local'),
+    readers: 'both',
+  },
   /** Key prefix in Redis for queues and incidents (tests use a random one). */
-  GPU_MEDIC_PREFIX: z
-    .string()
-    .regex(/^[a-zA-Z0-9:_-]+$/, 'may hold only letters, digits, ":", "_" and "-"')
-    .default('gpu-medic'),
+  GPU_MEDIC_PREFIX: {
+    schema: z
+      .string()
+      .regex(/^[a-zA-Z0-9:_-]+$/, 'may hold only letters, digits, ":", "_" and "-"')
+      .default('gpu-medic'),
+    readers: 'both',
+  },
   /** Sites this worker serves (comma list); empty = every site in the inventory. */
-  GPU_MEDIC_SITES: list,
+  GPU_MEDIC_SITES: {
+    schema: list,
+    readers: 'worker',
+    emptyIsUnset: true,
+  },
   /** Channels where /gpu may be used (comma list of IDs); empty = any. */
-  GPU_MEDIC_ALLOWED_CHANNELS: list,
+  GPU_MEDIC_ALLOWED_CHANNELS: {
+    schema: list,
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** Users who may request (comma list of IDs); empty = any member of an allowed channel. */
-  GPU_MEDIC_ALLOWED_USERS: list,
+  GPU_MEDIC_ALLOWED_USERS: {
+    schema: list,
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** Users who may approve host-level steps (Slack user IDs, never names). */
-  GPU_MEDIC_APPROVERS: list.pipe(
-    z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
-  ),
+  GPU_MEDIC_APPROVERS: {
+    schema: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /**
    * Admins (Slack user IDs): the only ones who may approve a host-level step past the blast-radius
    * budget. Empty: nobody can lift it.
    */
-  GPU_MEDIC_ADMINS: list.pipe(
-    z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
-  ),
+  GPU_MEDIC_ADMINS: {
+    schema: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** Blast-radius budget: host-level destructive steps (kills, resets, container stops) allowed per host per hour. */
-  GPU_MEDIC_HOST_BUDGET_PER_HOUR: wholeNumber(1, 1000, 3),
+  GPU_MEDIC_HOST_BUDGET_PER_HOUR: {
+    schema: wholeNumber(1, 1000, 3),
+    readers: 'worker',
+  },
   /**
    * Worker only (never give it to the bot): the key approved plans are sealed with, so that whoever
    * writes Redis cannot change what a worker runs. Every worker of a site needs the same value.
    * Empty: derived from the SSH key files the inventory names.
    */
-  GPU_MEDIC_WORKER_SECRET: z
-    .string()
-    .min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)')
-    .optional(),
+  GPU_MEDIC_WORKER_SECRET: {
+    schema: z.string().min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)').optional(),
+    readers: 'worker',
+    secret: 'worker',
+    emptyIsUnset: true,
+  },
   /** Seconds an approval stays open. At least 5 so a test can watch a card expire; production wants minutes. */
-  GPU_MEDIC_APPROVAL_TTL_SEC: wholeNumber(5, 86_400, 900),
-  GPU_MEDIC_TERM_GRACE_SEC: wholeNumber(1, 300, 10),
+  GPU_MEDIC_APPROVAL_TTL_SEC: {
+    schema: wholeNumber(5, 86_400, 900),
+    readers: 'both',
+  },
+  GPU_MEDIC_TERM_GRACE_SEC: {
+    schema: wholeNumber(1, 300, 10),
+    readers: 'worker',
+  },
   /** How long to wait for GPU memory to be released after a kill (a dying rank can take tens of seconds). */
-  GPU_MEDIC_RELEASE_TIMEOUT_SEC: wholeNumber(1, 1800, 90),
+  GPU_MEDIC_RELEASE_TIMEOUT_SEC: {
+    schema: wholeNumber(1, 1800, 90),
+    readers: 'worker',
+  },
   /** How often the worker re-reads processes and memory while waiting. */
-  GPU_MEDIC_POLL_MS: wholeNumber(100, 60_000, 3000),
+  GPU_MEDIC_POLL_MS: {
+    schema: wholeNumber(100, 60_000, 3000),
+    readers: 'worker',
+  },
   /**
    * BullMQ job lock: a worker renews it every half of this while a job runs. A worker that died
    * mid-job is noticed once it lapses, and its job is handed to another worker (which finds the
    * destructive steps already claimed). BullMQ's default, 30 s.
    */
-  GPU_MEDIC_JOB_LOCK_MS: wholeNumber(1000, 600_000, 30_000),
+  GPU_MEDIC_JOB_LOCK_MS: {
+    schema: wholeNumber(1000, 600_000, 30_000),
+    readers: 'worker',
+  },
   /** How often workers look for jobs whose lock lapsed (stalled). BullMQ's default, 30 s. */
-  GPU_MEDIC_STALLED_MS: wholeNumber(500, 600_000, 30_000),
+  GPU_MEDIC_STALLED_MS: {
+    schema: wholeNumber(500, 600_000, 30_000),
+    readers: 'worker',
+  },
   /**
    * The watchdog (issue 13): the channel (ID) its alerts are posted to. Empty: no watchdog runs.
    * Not a secret; the worker needs it too, to open each alert's record for that channel.
    */
-  GPU_MEDIC_ALERTS_CHANNEL: z
-    .string()
-    .regex(/^[CG][A-Z0-9]{2,}$/, 'must be a Slack channel ID like C0123ABCDEF, not a name')
-    .optional(),
+  GPU_MEDIC_ALERTS_CHANNEL: {
+    schema: z
+      .string()
+      .regex(/^[CG][A-Z0-9]{2,}$/, 'must be a Slack channel ID like C0123ABCDEF, not a name')
+      .optional(),
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** Seconds between two watchdog reads of every machine of a site. */
-  GPU_MEDIC_WATCH_INTERVAL_SEC: wholeNumber(2, 86_400, 180),
+  GPU_MEDIC_WATCH_INTERVAL_SEC: {
+    schema: wholeNumber(2, 86_400, 180),
+    // The bot reads it too: App Home shows a reading older than 3 intervals as stale.
+    readers: 'both',
+  },
   /** Ghost memory (held with no process anywhere on the host) alerts once it has lasted this long. */
-  GPU_MEDIC_WATCH_GHOST_SEC: wholeNumber(0, 86_400, 600),
+  GPU_MEDIC_WATCH_GHOST_SEC: {
+    schema: wholeNumber(0, 86_400, 600),
+    readers: 'worker',
+  },
   /** Host RAM use (%) at or above which the watchdog alerts. */
-  GPU_MEDIC_WATCH_RAM_PCT: wholeNumber(1, 100, 90),
+  GPU_MEDIC_WATCH_RAM_PCT: {
+    schema: wholeNumber(1, 100, 90),
+    // The bot reads it too: App Home shows RAM at the threshold as trouble.
+    readers: 'both',
+  },
   /** Machines a watchdog round reads (so connects to) at once: a cold round over a big site must not open every SSH connection together. */
-  GPU_MEDIC_WATCH_MAX_CONNECTS: wholeNumber(1, 1000, 32),
+  GPU_MEDIC_WATCH_MAX_CONNECTS: {
+    schema: wholeNumber(1, 1000, 32),
+    readers: 'worker',
+  },
   /**
    * Approvals that don't stall: a second group (Slack user IDs) who may also approve host-level steps
    * once a card has waited GPU_MEDIC_ESCALATE_AFTER_SEC. Empty: no escalation.
    */
-  GPU_MEDIC_ESCALATION_APPROVERS: list.pipe(
-    z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names')),
-  ),
+  GPU_MEDIC_ESCALATION_APPROVERS: {
+    schema: list.pipe(z.array(z.string().regex(slackUserId, 'must be Slack user IDs like U012ABCDEF, not names'))),
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** Seconds a pending card waits before the escalation group is pinged and may approve. 0: never. */
-  GPU_MEDIC_ESCALATE_AFTER_SEC: wholeNumber(0, 86_400, 0),
+  GPU_MEDIC_ESCALATE_AFTER_SEC: {
+    schema: wholeNumber(0, 86_400, 0),
+    readers: 'both',
+  },
   /**
    * Issue 19, docs/security.md. Bot only: its Ed25519 private key (PEM file) that signs every
    * request and decision. Unset: a key of this process only (`start`: both roles in one process).
    */
-  GPU_MEDIC_BOT_KEY_FILE: z.string().optional(),
+  GPU_MEDIC_BOT_KEY_FILE: {
+    schema: z.string().optional(),
+    readers: 'bot',
+    secret: 'bot-signing',
+    emptyIsUnset: true,
+  },
   /** Worker only: the bot's public key file(s) it verifies requests and decisions with (current first, then previous). */
-  GPU_MEDIC_BOT_PUBLIC_KEY_FILES: list,
+  GPU_MEDIC_BOT_PUBLIC_KEY_FILES: {
+    schema: list,
+    readers: 'worker',
+    emptyIsUnset: true,
+  },
   /** Worker only: its Ed25519 private key (PEM file) that signs the plans it asks approval for. */
-  GPU_MEDIC_WORKER_KEY_FILE: z.string().optional(),
+  GPU_MEDIC_WORKER_KEY_FILE: {
+    schema: z.string().optional(),
+    readers: 'worker',
+    secret: 'worker',
+    emptyIsUnset: true,
+  },
   /** The workers' public key file(s): the bot checks every card's plan with them; a worker also accepts its previous ones. */
-  GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: list,
+  GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: {
+    schema: list,
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** How long a signed request or decision stays good: one that waited longer for a worker is refused. */
-  GPU_MEDIC_SIGNED_TTL_SEC: wholeNumber(10, 3600, 300),
+  GPU_MEDIC_SIGNED_TTL_SEC: {
+    schema: wholeNumber(10, 3600, 300),
+    readers: 'both',
+  },
   /** Heartbeat file the process rewrites and `gpu-medic health` reads; empty = /tmp/gpu-medic-<role>.health.json. */
-  GPU_MEDIC_HEALTH_FILE: z.string().default(''),
+  GPU_MEDIC_HEALTH_FILE: {
+    schema: z.string().default(''),
+    readers: 'both',
+    emptyIsUnset: true,
+  },
   /** Seconds between heartbeats; the healthcheck calls a process stale after three missed ones. */
-  GPU_MEDIC_HEALTH_INTERVAL_SEC: wholeNumber(1, 300, 10),
-  LOG_LEVEL: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
+  GPU_MEDIC_HEALTH_INTERVAL_SEC: {
+    schema: wholeNumber(1, 300, 10),
+    readers: 'both',
+  },
+  LOG_LEVEL: {
+    schema: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
+    readers: 'both',
+  },
   /** Port of the Prometheus endpoint (`GET /metrics`); unset = no endpoint. `start` serves bot and worker on one. */
-  GPU_MEDIC_METRICS_PORT: z.coerce
-    .number({ error: 'must be a whole number from 1 to 65535' })
-    .int({ error: 'must be a whole number from 1 to 65535' })
-    .min(1, { error: 'must be a whole number from 1 to 65535' })
-    .max(65535, { error: 'must be a whole number from 1 to 65535' })
-    .optional(),
+  GPU_MEDIC_METRICS_PORT: {
+    schema: z.coerce
+      .number({ error: 'must be a whole number from 1 to 65535' })
+      .int({ error: 'must be a whole number from 1 to 65535' })
+      .min(1, { error: 'must be a whole number from 1 to 65535' })
+      .max(65535, { error: 'must be a whole number from 1 to 65535' })
+      .optional(),
+    readers: 'both',
+    // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".
+    emptyIsUnset: true,
+  },
   /** Address the metrics endpoint listens on. Loopback by default: scrape through a proxy or set 0.0.0.0 on a trusted network. */
-  GPU_MEDIC_METRICS_BIND: z
-    .string()
-    .regex(
-      /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
-      'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
-    )
-    .default('127.0.0.1'),
+  GPU_MEDIC_METRICS_BIND: {
+    schema: z
+      .string()
+      .regex(
+        /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
+        'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
+      )
+      .default('127.0.0.1'),
+    readers: 'both',
+  },
   /**
    * The Alertmanager receiver (docs/alertmanager.md): the bearer token Alertmanager sends
    * (`http_config.authorization`). Unset: no receiver; the watchdog works alone.
    */
-  GPU_MEDIC_ALERTMANAGER_TOKEN: z
-    .string()
-    .min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)')
-    .regex(/^[\x21-\x7e]+$/, 'must be printable ASCII without spaces')
-    .optional(),
+  GPU_MEDIC_ALERTMANAGER_TOKEN: {
+    schema: z
+      .string()
+      .min(32, 'must be at least 32 characters (e.g. `openssl rand -hex 32`)')
+      .regex(/^[\x21-\x7e]+$/, 'must be printable ASCII without spaces')
+      .optional(),
+    readers: 'bot',
+    secret: 'slack',
+    emptyIsUnset: true,
+  },
   /** The receiver's own port (required in Socket Mode; in HTTP mode unset = the bot's PORT). */
-  GPU_MEDIC_ALERTMANAGER_PORT: z.coerce
-    .number({ error: 'must be a whole number from 0 to 65535' })
-    .int({ error: 'must be a whole number from 0 to 65535' })
-    .min(0, { error: 'must be a whole number from 0 to 65535' })
-    .max(65535, { error: 'must be a whole number from 0 to 65535' })
-    .optional(),
+  GPU_MEDIC_ALERTMANAGER_PORT: {
+    schema: z.coerce
+      .number({ error: 'must be a whole number from 0 to 65535' })
+      .int({ error: 'must be a whole number from 0 to 65535' })
+      .min(0, { error: 'must be a whole number from 0 to 65535' })
+      .max(65535, { error: 'must be a whole number from 0 to 65535' })
+      .optional(),
+    readers: 'bot',
+    emptyIsUnset: true,
+  },
   /** Address the receiver's own port listens on. Loopback by default. */
-  GPU_MEDIC_ALERTMANAGER_BIND: z
-    .string()
-    .regex(
-      /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
-      'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
-    )
-    .default('127.0.0.1'),
+  GPU_MEDIC_ALERTMANAGER_BIND: {
+    schema: z
+      .string()
+      .regex(
+        /^(localhost|[0-9.]+|[0-9a-fA-F:]+)$/,
+        'must be an IP address to listen on, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)',
+      )
+      .default('127.0.0.1'),
+    readers: 'bot',
+  },
   /** Alertmanager's URL (e.g. http://127.0.0.1:9093): Snooze also creates a silence there. Unset: no silences. */
-  GPU_MEDIC_ALERTMANAGER_URL: z.url({ error: 'must be a URL such as http://127.0.0.1:9093' }).optional(),
+  GPU_MEDIC_ALERTMANAGER_URL: {
+    schema: z.url({ error: 'must be a URL such as http://127.0.0.1:9093' }).optional(),
+    readers: 'bot',
+    emptyIsUnset: true,
+  },
   /** Labels naming the machine, first match wins. */
-  GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS: list
-    .pipe(z.array(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be Prometheus label names')))
-    .transform((l) => (l.length > 0 ? l : ['Hostname', 'instance'])),
+  GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS: {
+    schema: list
+      .pipe(z.array(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be Prometheus label names')))
+      .transform((l) => (l.length > 0 ? l : ['Hostname', 'instance'])),
+    readers: 'bot',
+    emptyIsUnset: true,
+  },
   /** The GPU UUID label and the GPU host-index label (DCGM exporter's `UUID` and `gpu`). */
-  GPU_MEDIC_ALERTMANAGER_UUID_LABEL: z
-    .string()
-    .regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a Prometheus label name')
-    .default('UUID'),
-  GPU_MEDIC_ALERTMANAGER_GPU_LABEL: z
-    .string()
-    .regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a Prometheus label name')
-    .default('gpu'),
+  GPU_MEDIC_ALERTMANAGER_UUID_LABEL: {
+    schema: z
+      .string()
+      .regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a Prometheus label name')
+      .default('UUID'),
+    readers: 'bot',
+  },
+  GPU_MEDIC_ALERTMANAGER_GPU_LABEL: {
+    schema: z
+      .string()
+      .regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a Prometheus label name')
+      .default('gpu'),
+    readers: 'bot',
+  },
   /** `label value=machine id` pairs (comma list), where a label names a machine otherwise than the inventory. */
-  GPU_MEDIC_ALERTMANAGER_RENAME: list.pipe(
-    z.array(
-      z
-        .string()
-        .regex(
-          /^[^=\s]{1,253}=[a-z0-9][a-z0-9._-]{0,62}$/,
-          'must be `label-value=machine-id` pairs, e.g. gpu-node-7.lab:9400=kpro5',
-        ),
+  GPU_MEDIC_ALERTMANAGER_RENAME: {
+    schema: list.pipe(
+      z.array(
+        z
+          .string()
+          .regex(
+            /^[^=\s]{1,253}=[a-z0-9][a-z0-9._-]{0,62}$/,
+            'must be `label-value=machine-id` pairs, e.g. gpu-node-7.lab:9400=kpro5',
+          ),
+      ),
     ),
-  ),
-});
+    readers: 'bot',
+    emptyIsUnset: true,
+  },
+} as const satisfies Record<string, SettingRow>;
+
+type Rows = typeof SETTING_ROWS;
+
+/** Everything read from the environment. Tokens never leave this object except into the Slack client. */
+export const EnvSchema = z.object(
+  Object.fromEntries(Object.entries(SETTING_ROWS).map(([k, row]) => [k, row.schema])) as {
+    [K in keyof Rows]: Rows[K]['schema'];
+  },
+);
 
 export type Env = z.output<typeof EnvSchema>;
 export type Setting = keyof typeof EnvSchema.shape;
 export type Role = 'bot' | 'worker' | 'start';
 
-/**
- * Which process reads each setting. A role never reads (or keeps) another role's settings: the
- * worker, which holds the SSH keys, never has a Slack token. A new setting must be placed here
- * (the compiler insists), and docker-compose.yml's worker `environment:` follows this table.
- */
-const SETTING_READERS = {
-  GPU_MEDIC_MODE: 'bot',
-  SLACK_BOT_TOKEN: 'bot',
-  SLACK_APP_TOKEN: 'bot',
-  SLACK_SIGNING_SECRET: 'bot',
-  SLACK_API_URL: 'bot',
-  PORT: 'bot',
-  GPU_MEDIC_BIND_ADDRESS: 'bot',
-  REDIS_URL: 'both',
-  REDIS_SENTINELS: 'both',
-  REDIS_SENTINEL_NAME: 'both',
-  GPU_MEDIC_INVENTORY: 'both',
-  GPU_MEDIC_DEPLOYMENT: 'both',
-  GPU_MEDIC_PREFIX: 'both',
-  GPU_MEDIC_SITES: 'worker',
-  GPU_MEDIC_ALLOWED_CHANNELS: 'both',
-  GPU_MEDIC_ALLOWED_USERS: 'both',
-  GPU_MEDIC_APPROVERS: 'both',
-  GPU_MEDIC_WORKER_SECRET: 'worker',
-  GPU_MEDIC_ADMINS: 'both',
-  GPU_MEDIC_HOST_BUDGET_PER_HOUR: 'worker',
-  GPU_MEDIC_APPROVAL_TTL_SEC: 'both',
-  GPU_MEDIC_TERM_GRACE_SEC: 'worker',
-  GPU_MEDIC_RELEASE_TIMEOUT_SEC: 'worker',
-  GPU_MEDIC_POLL_MS: 'worker',
-  GPU_MEDIC_JOB_LOCK_MS: 'worker',
-  GPU_MEDIC_STALLED_MS: 'worker',
-  GPU_MEDIC_ALERTS_CHANNEL: 'both',
-  // The bot reads the next two too: App Home shows a reading older than 3 intervals as stale, RAM at the threshold as trouble.
-  GPU_MEDIC_WATCH_INTERVAL_SEC: 'both',
-  GPU_MEDIC_WATCH_GHOST_SEC: 'worker',
-  GPU_MEDIC_WATCH_RAM_PCT: 'both',
-  GPU_MEDIC_WATCH_MAX_CONNECTS: 'worker',
-  GPU_MEDIC_ESCALATION_APPROVERS: 'both',
-  GPU_MEDIC_ESCALATE_AFTER_SEC: 'both',
-  GPU_MEDIC_BOT_KEY_FILE: 'bot',
-  GPU_MEDIC_BOT_PUBLIC_KEY_FILES: 'worker',
-  GPU_MEDIC_WORKER_KEY_FILE: 'worker',
-  GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: 'both',
-  GPU_MEDIC_SIGNED_TTL_SEC: 'both',
-  GPU_MEDIC_HEALTH_FILE: 'both',
-  GPU_MEDIC_HEALTH_INTERVAL_SEC: 'both',
-  LOG_LEVEL: 'both',
-  GPU_MEDIC_METRICS_PORT: 'both',
-  GPU_MEDIC_METRICS_BIND: 'both',
-  GPU_MEDIC_ALERTMANAGER_TOKEN: 'bot',
-  GPU_MEDIC_ALERTMANAGER_PORT: 'bot',
-  GPU_MEDIC_ALERTMANAGER_BIND: 'bot',
-  GPU_MEDIC_ALERTMANAGER_URL: 'bot',
-  GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS: 'bot',
-  GPU_MEDIC_ALERTMANAGER_UUID_LABEL: 'bot',
-  GPU_MEDIC_ALERTMANAGER_GPU_LABEL: 'bot',
-  GPU_MEDIC_ALERTMANAGER_RENAME: 'bot',
-} as const satisfies Record<Setting, 'bot' | 'worker' | 'both'>;
-
 export const SETTINGS = Object.keys(EnvSchema.shape) as Setting[];
 
 /** The settings a role reads (`start` runs both roles in one process, so it reads all of them). */
 export function settingsFor(role: Role): Setting[] {
-  return SETTINGS.filter((k) => role === 'start' || SETTING_READERS[k] === 'both' || SETTING_READERS[k] === role);
+  return SETTINGS.filter(
+    (k) => role === 'start' || SETTING_ROWS[k].readers === 'both' || SETTING_ROWS[k].readers === role,
+  );
 }
 
+const rowsWhere = (test: (row: SettingRow) => boolean): Setting[] => SETTINGS.filter((k) => test(SETTING_ROWS[k]));
 /** Settings that hold secrets only the bot may have (the Slack tokens, and the token Alertmanager calls it with). */
-const SLACK_SECRETS: readonly Setting[] = [
-  'SLACK_BOT_TOKEN',
-  'SLACK_APP_TOKEN',
-  'SLACK_SIGNING_SECRET',
-  'GPU_MEDIC_ALERTMANAGER_TOKEN',
-];
+const SLACK_SECRETS: readonly Setting[] = rowsWhere((r) => r.secret === 'slack');
 /** Settings that hold secrets only the worker may have. */
-const WORKER_SECRETS: readonly Setting[] = ['GPU_MEDIC_WORKER_SECRET', 'GPU_MEDIC_WORKER_KEY_FILE'];
+const WORKER_SECRETS: readonly Setting[] = rowsWhere((r) => r.secret === 'worker');
 /** The bot's signing key: the worker must never hold it (it would sign its own approvals). */
-const BOT_SIGNING_SECRETS: readonly Setting[] = ['GPU_MEDIC_BOT_KEY_FILE'];
+const BOT_SIGNING_SECRETS: readonly Setting[] = rowsWhere((r) => r.secret === 'bot-signing');
 
-/** Empty means "unset" for these (lists, and the heartbeat path whose default is computed); any other empty value is refused. */
-const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set([
-  'REDIS_SENTINELS',
-  'GPU_MEDIC_SITES',
-  'GPU_MEDIC_ALLOWED_CHANNELS',
-  'GPU_MEDIC_ALLOWED_USERS',
-  'GPU_MEDIC_APPROVERS',
-  'GPU_MEDIC_HEALTH_FILE',
-  'GPU_MEDIC_ALERTS_CHANNEL',
-  'GPU_MEDIC_ESCALATION_APPROVERS',
-  'GPU_MEDIC_WORKER_SECRET',
-  'GPU_MEDIC_ADMINS',
-  'GPU_MEDIC_BOT_KEY_FILE',
-  'GPU_MEDIC_BOT_PUBLIC_KEY_FILES',
-  'GPU_MEDIC_WORKER_KEY_FILE',
-  'GPU_MEDIC_WORKER_PUBLIC_KEY_FILES',
-  // compose passes `${GPU_MEDIC_METRICS_PORT:-}`: empty there means "no endpoint".
-  'GPU_MEDIC_METRICS_PORT',
-  'GPU_MEDIC_ALERTMANAGER_TOKEN',
-  'GPU_MEDIC_ALERTMANAGER_PORT',
-  'GPU_MEDIC_ALERTMANAGER_URL',
-  'GPU_MEDIC_ALERTMANAGER_MACHINE_LABELS',
-  'GPU_MEDIC_ALERTMANAGER_RENAME',
-]);
+/** Empty means "unset" for these; any other empty value is refused. */
+const EMPTY_IS_UNSET: ReadonlySet<Setting> = new Set(rowsWhere((r) => r.emptyIsUnset === true));
 
 /** Names that look like ours: an unknown one is a typo of a real setting, never ignored in silence. */
 const OURS = /^(GPU_MEDIC_|SLACK_)/;

@@ -90,7 +90,7 @@ const interpolateDefault = (v: string): string =>
   v.replace(/\$\{[A-Z0-9_]+(?::?-([^}]*))?\}/g, (_m, d: string | undefined) => d ?? '');
 
 const ENV_KEYS = Object.keys(EnvSchema.shape);
-/** Settings only the Slack-facing process reads (src/config/env.ts SETTING_READERS). */
+/** Settings only the Slack-facing process reads (src/config/env.ts SETTING_ROWS, `readers`). */
 const BOT_ONLY = ENV_KEYS.filter((k) => !(settingsFor('worker') as string[]).includes(k));
 const SIGNING_KEYS = '/etc/gpu-medic/keys';
 const SSH_DIR = '/etc/gpu-medic/ssh';

@@ -6,13 +6,16 @@ import { describe, expect, it } from 'vitest';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /**
- * Each doc comment in EnvSchema and the setting it sits on: the key on the first line after the
- * comment's end. A comment followed by another comment is paired with '(another comment)'.
+ * Each doc comment in the settings table EnvSchema is built from (SETTING_ROWS, one row per
+ * setting) and the setting it sits on: the key on the first line after the comment's end. A
+ * comment followed by another comment is paired with '(another comment)'; one inside a row, with
+ * that row's field (not a setting).
  */
 function docCommentTargets(source: string): Array<{ comment: string; on: string }> {
-  const start = source.indexOf('export const EnvSchema = z.object({');
-  const end = source.indexOf('\n});', start);
+  const start = source.indexOf('const SETTING_ROWS = {');
+  const end = source.indexOf('\n} as const', start);
   expect(start).toBeGreaterThan(-1);
+  expect(end).toBeGreaterThan(start);
   const lines = source.slice(start, end).split('\n');
   const out: Array<{ comment: string; on: string }> = [];
   for (let i = 0; i < lines.length; i++) {
