@@ -16,10 +16,11 @@ import type { Metrics } from '../src/metrics/metrics.ts';
 import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.ts';
 import { JobSchema, queueName, type WatchJob, watchSchedulerId } from '../src/queue/jobs.ts';
 import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
-import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
+import { WATCH_ALERT_KINDS, WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
 import { watchKeys } from '../src/watch-store/watch-keys.ts';
 import { MachineGlanceSchema } from '../src/watchdog/watch-glance.ts';
 import { registerGpuMetrics } from '../src/metrics/gpu-metrics.ts';
+import { registerWatchMetrics } from '../src/metrics/watchdog-metrics.ts';
 import type { WatchSettings } from '../src/watchdog/judge.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { sweepDecisions } from './decision-sweep.ts';
@@ -241,7 +242,19 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       o.logger.warn({ site: job.site }, 'watch job on a worker without GPU_MEDIC_ALERTS_CHANNEL: nothing read');
       return;
     }
-    await runWatchJob(job, watchDeps);
+    if (!metrics) {
+      await runWatchJob(job, watchDeps);
+      return;
+    }
+    const start = performance.now();
+    let outcome = 'failed';
+    try {
+      await runWatchJob(job, watchDeps);
+      outcome = 'ok';
+    } finally {
+      metrics.watchRounds.inc({ site: job.site, outcome });
+      metrics.watchRoundSeconds.observe({ site: job.site }, (performance.now() - start) / 1000);
+    }
   }
   // One scheduler per site queue (an upsert: every worker of the site writes the same one, so a
   // round is produced once per interval however many workers serve the site).
@@ -296,6 +309,21 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         });
       },
       mine,
+    );
+    for (const site of sites) for (const outcome of ['ok', 'failed']) metrics.watchRounds.inc({ site, outcome }, 0);
+    const store = new WatchRoundStore(connection, o.prefix, o.watch.alertsChannel);
+    const ids = mine.map((m) => m.id);
+    registerWatchMetrics(
+      metrics.registry,
+      async () => {
+        const [lastGood, states] = await Promise.all([
+          store.lastGoodReads(ids),
+          Promise.all(ids.map(async (id) => (await store.load(id)).state)),
+        ]);
+        return { lastGood, states };
+      },
+      WATCH_ALERT_KINDS,
+      () => now().getTime(),
     );
   }
   // A decision stored by the bot whose job it then failed to queue is not lost: queued from here.

@@ -164,6 +164,7 @@ async function watchMachine(machine: Machine, deps: WatchdogDeps): Promise<Machi
         read.reading.at,
       )
     ) {
+      if (read.reading.ok) await deps.store.markGoodRead(machine.id, read.reading.at);
       return { machineId: machine.id, changes, skipped: null, attempts: attempt };
     }
   }

@@ -31,6 +31,10 @@ export interface Metrics {
   slackRetries: Counter<'method' | 'reason'>;
   /** Approval decisions by outcome: approved, denied, expired, or refused (with the refusal reason). */
   approvals: Counter<'outcome' | 'reason'>;
+  /** Watchdog rounds, by site and outcome (ok: every machine judged; failed: some machine not judged). */
+  watchRounds: Counter<'site' | 'outcome'>;
+  /** Watchdog rounds from start to end (every machine of the site read and judged), by site. */
+  watchRoundSeconds: Histogram<'site'>;
   /** Adds a reader the queue gauge calls at each scrape (the worker's queue counts); returns its removal. */
   onScrape(reader: (queueJobs: Gauge<'site' | 'state'>) => Promise<void>): () => void;
 }
@@ -117,6 +121,19 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       name: 'gpu_medic_slack_api_retries_total',
       help: 'Slack Web API retries by method and reason (rate_limited, will_retry).',
       labelNames: ['method', 'reason'],
+      registers,
+    }),
+    watchRounds: new Counter({
+      name: 'gpu_medic_watch_rounds_total',
+      help: 'Watchdog rounds by site and outcome (ok, failed: some machine not judged).',
+      labelNames: ['site', 'outcome'],
+      registers,
+    }),
+    watchRoundSeconds: new Histogram({
+      name: 'gpu_medic_watch_round_duration_seconds',
+      help: 'Watchdog round durations (every machine of the site read and judged), by site.',
+      labelNames: ['site'],
+      buckets: DURATION_BUCKETS,
       registers,
     }),
     approvals: new Counter({

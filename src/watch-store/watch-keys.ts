@@ -13,6 +13,8 @@ export const watchKeys = (prefix: string) => ({
   open: `${prefix}:watch:open`,
   /** Hash: machineId → JSON `MachineGlance` of its last watchdog reading (src/watchdog/watch-glance.ts). */
   last: `${prefix}:watch:last`,
+  /** Hash: machineId → when its last good reading was taken (ms since epoch; only moves forward). */
+  lastGood: `${prefix}:watch:last-good`,
   /**
    * Hash: condition (src/watchdog/condition.ts: `machine|gpu|kind`) → the incident of its open
    * message, whichever source raised it first (the watchdog or Alertmanager): the second one joins it.

@@ -25,7 +25,7 @@ import { type AlertChange, type ConditionKind, EMPTY_WATCH_STATE, type WatchStat
 import type { MachineGlance } from '../watchdog/watch-glance.ts';
 import { watchKeys } from './watch-keys.ts';
 
-const KINDS = [
+export const WATCH_ALERT_KINDS = [
   'ghost_memory',
   'holder_stuck',
   'ram_high',
@@ -39,7 +39,7 @@ const KINDS = [
 
 const AlertSchema = z.object({
   key: z.string().max(300),
-  kind: z.enum([...KINDS, 'external']),
+  kind: z.enum([...WATCH_ALERT_KINDS, 'external']),
   machineId: z.string(),
   gpu: z.number().int().nullable(),
   gpuUuid: z.string().max(80).nullable().optional(),
@@ -123,6 +123,13 @@ redis.call('INCR', KEYS[4])
 return 1
 `;
 
+/** KEYS: 1 last-good hash. ARGV: 1 machine, 2 at (ms). Sets it only forward. */
+const MARK_GOOD = `
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+`;
+
 function eventOf(c: AlertChange, at: string): AlertEvent {
   if (c.type === 'clear') return { type: 'alert_cleared', at: new Date(c.at).toISOString(), alert: c.alert };
   return { type: c.type === 'raise' ? 'alert_raised' : 'alert_updated', at, alert: c.alert };
@@ -141,6 +148,23 @@ export class WatchRoundStore {
 
   private k(...parts: string[]): string {
     return [this.prefix, ...parts].join(':');
+  }
+
+  /** Records a good reading of `machineId` taken at `at` (ms), unless a later one is recorded. */
+  async markGoodRead(machineId: string, at: number): Promise<void> {
+    await this.redis.eval(MARK_GOOD, 1, this.keys.lastGood, machineId, String(at));
+  }
+
+  /** When each of `machineIds` was last read well (ms); a machine never read well, or a damaged value, is absent. */
+  async lastGoodReads(machineIds: readonly string[]): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    if (machineIds.length === 0) return out;
+    const raws = await this.redis.hmget(this.keys.lastGood, ...machineIds);
+    machineIds.forEach((id, i) => {
+      const at = Number(raws[i] ?? Number.NaN);
+      if (Number.isFinite(at) && at > 0) out.set(id, at);
+    });
+    return out;
   }
 
   async load(machineId: string): Promise<StoredWatchState> {

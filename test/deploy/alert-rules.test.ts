@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/metrics/metrics.ts';
+import { registerWatchMetrics } from '../../src/metrics/watchdog-metrics.ts';
 import { ROOT } from './build.ts';
 
 const run = promisify(execFile);
@@ -25,14 +26,21 @@ describe("docs/deploy.md's example alert rules", () => {
       const file = join(dir, 'gpu-medic.rules.yml');
       writeFileSync(file, block ?? '');
       const r = await run('promtool', ['check', 'rules', file]);
-      expect(r.stdout).toMatch(/SUCCESS: 3 rules found/);
+      expect(r.stdout).toMatch(/SUCCESS: 4 rules found/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
   it('name only metrics gpu-medic serves', async () => {
-    const served = new Set((await createMetrics().registry.getMetricsAsJSON()).map((m) => m.name));
+    const m = createMetrics();
+    registerWatchMetrics(
+      m.registry,
+      async () => ({ lastGood: new Map(), states: [] }),
+      [],
+      () => 0,
+    );
+    const served = new Set((await m.registry.getMetricsAsJSON()).map((x) => x.name));
     const named = [...(block ?? '').matchAll(/\b(gpu_medic_[a-z_]+)\b/g)].map((m) => m[1] ?? '');
     expect(named.length).toBeGreaterThan(0);
     for (const n of named) expect(served, n).toContain(n);
