@@ -198,7 +198,15 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     alertmanagerPort,
     outbox,
     health: () => ({
-      redis: async () => ((await fast.ping()) === 'PONG' ? null : 'Redis did not answer PONG'),
+      // Says what it waits for: a bot started before its Redis stays up and answers "queue unavailable".
+      redis: async () => {
+        const where = redactRedisUrl(env.REDIS_URL);
+        try {
+          return (await fast.ping()) === 'PONG' ? null : `waiting for Redis at ${where}: no PONG`;
+        } catch (err) {
+          return `waiting for Redis at ${where}: ${redisReason(lastRedisError ?? (err instanceof Error ? err : null))}`;
+        }
+      },
       outbox: async () => {
         // Counted from the start until the first pass completes.
         const age = Date.now() - (outbox.lastPassAt() ?? startedAt);

@@ -264,21 +264,66 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   }));
   for (const { queue } of schedulerQueues)
     queue.on('error', (err) => o.logger.warn({ err }, 'watch scheduler queue error'));
-  await Promise.all(
-    schedulerQueues.map(({ site, queue }) =>
-      o.watch
-        ? queue.upsertJobScheduler(
-            watchSchedulerId(site),
-            { every: o.watch.intervalMs },
-            {
-              name: 'watch',
-              data: { kind: 'watch', site } satisfies WatchJob,
-              opts: { attempts: 1, removeOnComplete: 100, removeOnFail: 100 },
-            },
-          )
-        : queue.removeJobScheduler(watchSchedulerId(site)),
-    ),
-  );
+  // Set at start, but never awaited there: a worker started before its Redis (down, or answering
+  // errors such as NOAUTH or LOADING) stays up, says what it waits for, and retries with backoff.
+  const setSchedulers = (): Promise<unknown> =>
+    Promise.all(
+      schedulerQueues.map(({ site, queue }) =>
+        o.watch
+          ? queue.upsertJobScheduler(
+              watchSchedulerId(site),
+              { every: o.watch.intervalMs },
+              {
+                name: 'watch',
+                data: { kind: 'watch', site } satisfies WatchJob,
+                opts: { attempts: 1, removeOnComplete: 100, removeOnFail: 100 },
+              },
+            )
+          : queue.removeJobScheduler(watchSchedulerId(site)),
+      ),
+    );
+  let waitingFor: string | null = 'waiting for Redis (first connection)';
+  let retry: NodeJS.Timeout | null = null;
+  let closing = false;
+  const trySchedulers = (attempt: number): Promise<void> =>
+    setSchedulers().then(
+      () => {
+        if (attempt > 0) o.logger.info('Redis answers: watch schedulers set');
+        waitingFor = null;
+      },
+      (err: unknown) => {
+        if (closing) return;
+        const delayMs = Math.min(30_000, 500 * 2 ** Math.min(attempt, 6));
+        waitingFor = `waiting for Redis: ${err instanceof Error ? err.message : String(err)}`;
+        o.logger.warn({ err }, `${waitingFor}; next try in ${Math.ceil(delayMs / 1000)} s`);
+        retry = setTimeout(() => void trySchedulers(attempt + 1), delayMs);
+      },
+    );
+  connection.on('error', (err: Error) => {
+    if (waitingFor === null) return;
+    const now = `waiting for Redis: ${err.message}`;
+    // Once per different reason: ioredis reconnects every few seconds.
+    if (now !== waitingFor) o.logger.warn({ err }, now);
+    waitingFor = now;
+  });
+  const first = trySchedulers(0);
+  // With Redis there, start returns once the schedulers are set (as before); at the first connection
+  // error it returns at once and the retries go on in the background.
+  await new Promise<void>((resolve) => {
+    const onError = (): void => {
+      connection.off('ready', onReady);
+      resolve();
+    };
+    const onReady = (): void => {
+      connection.off('error', onError);
+      void first.then(resolve);
+    };
+    if (connection.status === 'ready') onReady();
+    else {
+      connection.once('ready', onReady);
+      connection.once('error', onError);
+    }
+  });
   // Queue depth is read from Redis when Prometheus scrapes, not polled.
   const depthQueues = metrics
     ? sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) }))
@@ -349,13 +394,18 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
   o.logger.info({ sites }, 'workers started');
   return {
     health: () => ({
-      redis: async () => ((await connection.ping()) === 'PONG' ? null : 'Redis did not answer PONG'),
+      redis: async () => {
+        if (waitingFor !== null) return waitingFor;
+        return (await connection.ping()) === 'PONG' ? null : 'Redis did not answer PONG';
+      },
       queues: async () => {
         const stopped = workers.filter((w) => !w.isRunning()).map((w) => w.name);
         return stopped.length === 0 ? null : `not consuming: ${stopped.join(', ')}`;
       },
     }),
     async close(force = false) {
+      closing = true;
+      if (retry) clearTimeout(retry);
       clearInterval(sweep);
       await Promise.all(workers.map((w) => w.close(force)));
       stopReading?.();

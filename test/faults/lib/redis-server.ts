@@ -25,9 +25,12 @@ export interface PrivateRedis {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export async function startPrivateRedis(): Promise<PrivateRedis> {
+/** `port`: a given one (a test that points a process at it before it runs); `args`: extra redis-server options; `probePassword`: the one the readiness probe logs in with. */
+export async function startPrivateRedis(
+  o: { port?: number; args?: readonly string[]; probePassword?: string } = {},
+): Promise<PrivateRedis> {
   const dir = await mkdtemp(join(tmpdir(), 'gpu-medic-redis-'));
-  const port = await freePort();
+  const port = o.port ?? (await freePort());
   const url = `redis://127.0.0.1:${port}`;
   let child: ChildProcess | null = null;
   let exited: Promise<void> = Promise.resolve();
@@ -53,6 +56,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
         '',
         '--protected-mode',
         'yes',
+        ...(o.args ?? []),
       ],
       { stdio: 'ignore' },
     );
@@ -69,6 +73,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
         enableOfflineQueue: false,
         maxRetriesPerRequest: 0,
         retryStrategy: () => null,
+        ...(o.probePassword ? { password: o.probePassword } : {}),
       });
       probe.on('error', () => undefined);
       try {
