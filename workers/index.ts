@@ -16,12 +16,12 @@ import type { Metrics } from '../src/metrics/metrics.ts';
 import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.ts';
 import { JobSchema, queueName, type WatchJob, watchSchedulerId } from '../src/queue/jobs.ts';
 import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
-import { WATCH_ALERT_KINDS, WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
+import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
 import { watchKeys } from '../src/watch-store/watch-keys.ts';
 import { MachineGlanceSchema } from '../src/watchdog/watch-glance.ts';
 import { registerGpuMetrics } from '../src/metrics/gpu-metrics.ts';
 import { registerWatchMetrics } from '../src/metrics/watchdog-metrics.ts';
-import type { WatchSettings } from '../src/watchdog/judge.ts';
+import { CONDITION_KINDS, type WatchSettings } from '../src/watchdog/judge.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { sweepDecisions } from './decision-sweep.ts';
 import { type WorkerKeys, workerKeysOf } from '../src/auth/keys.ts';
@@ -367,7 +367,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         ]);
         return { lastGood, states };
       },
-      WATCH_ALERT_KINDS,
+      CONDITION_KINDS,
       () => now().getTime(),
     );
   }

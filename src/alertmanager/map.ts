@@ -1,7 +1,7 @@
 import type { Inventory } from '../config/inventory.ts';
 import type { ExternalAlert } from '../watchdog/alert-events.ts';
 import { conditionKey } from '../watchdog/condition.ts';
-import type { Alert, AlertKind } from '../watchdog/judge.ts';
+import { type Alert, type AlertKind, CONDITION_KINDS } from '../watchdog/judge.ts';
 import type { WebhookAlert } from './payload.ts';
 
 /**
@@ -45,17 +45,7 @@ export const KIND_OF_ALERTNAME: Readonly<Record<string, AlertKind>> = {
   GpuMedicHostRamHigh: 'ram_high',
 };
 
-const KINDS: ReadonlySet<string> = new Set([
-  'ghost_memory',
-  'holder_stuck',
-  'ram_high',
-  'nvidia_smi_failing',
-  'gpu_error',
-  'gpus_missing',
-  'unreachable',
-  'xid',
-  'recovery_action',
-]);
+const KINDS: ReadonlySet<string> = new Set(CONDITION_KINDS);
 
 export interface MappedAlert {
   status: 'firing' | 'resolved';

@@ -21,25 +21,13 @@ import type { AlertEvent } from '../watchdog/alert-events.ts';
 import { WATCHDOG_REQUESTER } from '../watchdog/alert-events.ts';
 import { alertIncidentId } from '../watchdog/alert-id.ts';
 import { conditionKey } from '../watchdog/condition.ts';
-import { type AlertChange, type ConditionKind, EMPTY_WATCH_STATE, type WatchState } from '../watchdog/judge.ts';
+import { type AlertChange, CONDITION_KINDS, EMPTY_WATCH_STATE, type WatchState } from '../watchdog/judge.ts';
 import type { MachineGlance } from '../watchdog/watch-glance.ts';
 import { watchKeys } from './watch-keys.ts';
 
-export const WATCH_ALERT_KINDS = [
-  'ghost_memory',
-  'holder_stuck',
-  'ram_high',
-  'nvidia_smi_failing',
-  'gpu_error',
-  'gpus_missing',
-  'unreachable',
-  'xid',
-  'recovery_action',
-] as const satisfies readonly ConditionKind[];
-
 const AlertSchema = z.object({
   key: z.string().max(300),
-  kind: z.enum([...WATCH_ALERT_KINDS, 'external']),
+  kind: z.enum([...CONDITION_KINDS, 'external']),
   machineId: z.string(),
   gpu: z.number().int().nullable(),
   gpuUuid: z.string().max(80).nullable().optional(),

@@ -30,16 +30,19 @@ import type { KernelLogCursor } from './kernel-log.ts';
 import { recoveryActionAdvice, type XidEvent, xidMeaning } from './xid.ts';
 import { countRounded } from '../render/units.ts';
 
-export type ConditionKind =
-  | 'ghost_memory'
-  | 'holder_stuck'
-  | 'ram_high'
-  | 'nvidia_smi_failing'
-  | 'gpu_error'
-  | 'gpus_missing'
-  | 'unreachable'
-  | 'xid'
-  | 'recovery_action';
+/** The watchdog's alert kinds: the one list the judge, the round store, the metrics and Alertmanager's map read. */
+export const CONDITION_KINDS = [
+  'ghost_memory',
+  'holder_stuck',
+  'ram_high',
+  'nvidia_smi_failing',
+  'gpu_error',
+  'gpus_missing',
+  'unreachable',
+  'xid',
+  'recovery_action',
+] as const;
+export type ConditionKind = (typeof CONDITION_KINDS)[number];
 
 /** What an alert message can be about: the watchdog's kinds, or an Alertmanager alert whose name maps to none. */
 export type AlertKind = ConditionKind | 'external';
