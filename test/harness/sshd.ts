@@ -5,8 +5,8 @@
  * `exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"`.
  */
 import { execFile, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { chmod, mkdir, open, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { chmod, mkdir, open, readFile, readdir, readlink, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -34,7 +34,22 @@ export interface SshdOptions {
   commandLog?: string;
   /** sshd's MaxSessions, sessions per connection (default 10, OpenSSH's own default). */
   maxSessions?: number;
+  /**
+   * Issue 21: a machine reached only through gpu-medic-agent. sshd then runs the distribution's own
+   * `sshd_config` (STOCK_SSHD_CONFIG) with no ForceCommand, no wrapper and forwarding at its
+   * defaults, preceded only by this instance's port, address, host key and pid file: every
+   * restriction must come from what the agent's install script wrote (the account, its
+   * `authorized_keys` line, the sudoers entry). It runs in a private mount namespace where each
+   * `binds` source is bound over its target (the install paths, so nothing is installed on this
+   * machine itself), after `setup` (shell lines, e.g. the install script) ran in that namespace.
+   * `authorizedKeys`, `pathPrefix`, `basePath`, `env` do not apply (the agent's config sets its PATH);
+   * `commandLog` is the file the agent's own command log writes.
+   */
+  agent?: { binds: ReadonlyArray<{ from: string; to: string }>; setup: readonly string[] };
 }
+
+/** Debian's shipped sshd_config (what a fresh install has as /etc/ssh/sshd_config). */
+const STOCK_SSHD_CONFIG = ['/usr/share/openssh/sshd_config', '/etc/ssh/sshd_config'];
 
 export interface Sshd {
   port: number;
@@ -185,6 +200,57 @@ function sshdConfig(o: {
   ].join('\n');
 }
 
+/** This instance's own lines, then the stock file verbatim (sshd takes the first value of a keyword). */
+function stockSshdConfig(o: { port: number; dir: string; hostKeyPath: string; maxSessions?: number }): string {
+  const stock = STOCK_SSHD_CONFIG.find((f) => existsSync(f));
+  if (stock === undefined) throw new Error(`no stock sshd_config at ${STOCK_SSHD_CONFIG.join(' or ')}`);
+  return [
+    `Port ${o.port}`,
+    'ListenAddress 127.0.0.1',
+    `HostKey ${o.hostKeyPath}`,
+    `PidFile ${join(o.dir, 'sshd.pid')}`,
+    // Not restrictions: many tests connect at once, and the log must name each login.
+    ...(o.maxSessions === undefined ? [] : [`MaxSessions ${o.maxSessions}`]),
+    'MaxStartups 200',
+    'LogLevel VERBOSE',
+    'UseDNS no',
+    `# --- ${stock}, as shipped ---`,
+    readFileSync(stock, 'utf8'),
+  ].join('\n');
+}
+
+/**
+ * `unshare --mount` then, in that namespace, the binds, the setup lines and sshd (one PID: unshare
+ * and the shell exec into the next). Targets are made (empty) on this machine if missing.
+ */
+async function inOwnMounts(agent: NonNullable<SshdOptions['agent']>, configPath: string): Promise<[string, string[]]> {
+  for (const b of agent.binds) {
+    await mkdir(b.from, { recursive: true });
+    await mkdir(b.to, { recursive: true });
+  }
+  const script = [
+    'set -e',
+    ...agent.binds.map((b) => `mount --bind ${shellQuote(b.from)} ${shellQuote(b.to)}`),
+    ...agent.setup,
+    `exec ${SSHD} -D -e -f ${shellQuote(configPath)}`,
+  ].join('\n');
+  return ['unshare', ['--mount', '--propagation', 'private', '--', '/bin/sh', '-c', script]];
+}
+
+/** The processes in a mount namespace (an agent-mode sshd's: its sessions, sudo, the agent, what it ran). */
+async function inMountNamespace(ns: string): Promise<number[]> {
+  const out: number[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if ((await readlink(`/proc/${name}/ns/mnt`)) === ns) out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
 async function childrenMap(): Promise<Map<number, number[]>> {
   const byParent = new Map<number, number[]>();
   for (const name of await readdir('/proc')) {
@@ -228,11 +294,15 @@ function signal(pid: number, sig: NodeJS.Signals): void {
  * SIGSTOPs the listener and everything under it, rescanning until nothing new appears, so
  * no session forks a child after the scan that would outlive the kill as an orphan.
  */
-async function freezeTree(pid: number, tag: string | null): Promise<number[]> {
+async function freezeTree(pid: number, tag: string | null, mountNs: string | null = null): Promise<number[]> {
   signal(pid, 'SIGSTOP');
   const frozen = new Set<number>();
   for (let round = 0; round < 50; round++) {
-    const found = [...(await descendantsOf(pid)), ...(tag === null ? [] : await taggedProcesses(tag))];
+    const found = [
+      ...(await descendantsOf(pid)),
+      ...(tag === null ? [] : await taggedProcesses(tag)),
+      ...(mountNs === null ? [] : await inMountNamespace(mountNs)),
+    ];
     const fresh = found.filter((p) => p !== pid && !frozen.has(p));
     if (fresh.length === 0) break;
     for (const p of fresh) {
@@ -318,33 +388,34 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
   const { stdout: hostPub } = await execFileP('ssh-keygen', ['-y', '-f', hostKeyPath]);
   const hostKeyFingerprint = publicKeyLineFingerprint(hostPub);
 
-  await writeFile(join(dir, 'authorized_keys'), `${o.authorizedKeys.map((k) => k.trim()).join('\n')}\n`, {
-    mode: 0o600,
-  });
   const commandLog = resolve(o.commandLog ?? join(dir, 'commands.jsonl'));
   await writeFile(commandLog, '', { flag: 'a' });
   const wrapper = join(dir, 'force-command.sh'); // taggedProcesses() relies on this name
-  await writeFile(wrapper, wrapperScript({ ...o, commandLog, tag: dir }), { mode: 0o755 });
-  await chmod(wrapper, 0o755);
+  if (o.agent === undefined) {
+    await writeFile(join(dir, 'authorized_keys'), `${o.authorizedKeys.map((k) => k.trim()).join('\n')}\n`, {
+      mode: 0o600,
+    });
+    await writeFile(wrapper, wrapperScript({ ...o, commandLog, tag: dir }), { mode: 0o755 });
+    await chmod(wrapper, 0o755);
+  }
 
   const logPath = join(dir, 'sshd.log');
   const configPath = join(dir, 'sshd_config');
 
   for (let attempt = 0; ; attempt++) {
     const port = o.port ?? (await freePort());
+    const sessions = o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {};
     await writeFile(
       configPath,
-      sshdConfig({
-        port,
-        dir,
-        hostKeyPath,
-        wrapper,
-        ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
-      }),
+      o.agent === undefined
+        ? sshdConfig({ port, dir, hostKeyPath, wrapper, ...sessions })
+        : stockSshdConfig({ port, dir, hostKeyPath, ...sessions }),
     );
     await writeFile(logPath, '');
     const logFd = await open(logPath, 'a');
-    const child = spawn(SSHD, ['-D', '-e', '-f', configPath], { stdio: ['ignore', logFd.fd, logFd.fd] });
+    const [file, args] =
+      o.agent === undefined ? [SSHD, ['-D', '-e', '-f', configPath]] : await inOwnMounts(o.agent, configPath);
+    const child = spawn(file, args, { stdio: ['ignore', logFd.fd, logFd.fd] });
     await logFd.close();
     const pid = child.pid;
     if (pid === undefined) throw new Error('sshd did not start');
@@ -356,6 +427,7 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
     });
 
     const listening = `Server listening on 127.0.0.1 port ${port}.`;
+    let mountNs: string | null = null;
     // 200 sshd starting at once (the bench's fleet) take longer than one on an idle machine.
     const until = Date.now() + 30_000;
     let ready = false;
@@ -380,6 +452,7 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
       if (o.port === undefined && attempt < 4 && /Address already in use|Bind to port/i.test(log)) continue;
       throw new Error(`sshd on port ${port} did not start:\n${log}`);
     }
+    if (o.agent !== undefined) mountNs = await readlink(`/proc/${pid}/ns/mnt`);
 
     const sshd: Sshd = {
       port,
@@ -401,7 +474,7 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
       descendants: () => descendantsOf(pid),
       async stop(options) {
         if (exited) return;
-        const under = await freezeTree(pid, options?.treeOnly ? null : dir);
+        const under = await freezeTree(pid, options?.treeOnly ? null : dir, options?.treeOnly ? null : mountNs);
         for (const p of [pid, ...under]) signal(p, 'SIGKILL');
         const exitedNow = new Promise<void>((r) => (exited ? r() : child.once('exit', () => r())));
         await Promise.race([exitedNow, sleep(5000)]);

@@ -1,5 +1,6 @@
 /** The real-sshd harness itself: what other suites rely on. */
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -130,6 +131,37 @@ describe('startSshd', () => {
     expect(processesMatching(`sleep ${m}`).length).toBeGreaterThan(0); // timeout and sleep
     await s.stop();
     expect(processesMatching(`sleep ${m}`)).toEqual([]);
+  });
+});
+
+describe('startSshd with agent (issue 21)', () => {
+  it('runs the stock sshd_config: the authorized_keys line, not the harness, decides what runs', async () => {
+    const home = join(root, 'agent-home');
+    await mkdir(home, { recursive: true });
+    const line = `restrict,command="echo forced-by-key" ${key.publicKey}`;
+    const s = await start('agent', {
+      agent: {
+        binds: [{ from: home, to: '/root/.ssh' }],
+        setup: [`printf '%s\\n' '${line}' > /root/.ssh/authorized_keys`, 'chmod 600 /root/.ssh/authorized_keys'],
+      },
+    });
+    const config = readFileSync(join(root, 'agent', 'sshd_config'), 'utf8');
+    expect(config).not.toMatch(/^\s*ForceCommand/im);
+    expect(config).not.toMatch(/^\s*AllowTcpForwarding/im);
+    const ex = createSshExecutor();
+    const r = await ex.exec(route(s), { argv: ['id'], timeoutMs: 10_000 });
+    await ex.close();
+    expect(r.stdout.trim()).toBe('forced-by-key');
+    // Written in the sshd's own mount namespace only: this machine's /root/.ssh never saw the line.
+    expect(readFileSync(join(home, 'authorized_keys'), 'utf8')).toContain('forced-by-key');
+    const own = (() => {
+      try {
+        return readFileSync('/root/.ssh/authorized_keys', 'utf8');
+      } catch {
+        return '';
+      }
+    })();
+    expect(own).not.toContain('forced-by-key');
   });
 });
 
