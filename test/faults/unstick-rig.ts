@@ -19,7 +19,6 @@ import { ApprovalStore } from '../../src/approval/approval-store.ts';
 import { removePrefix } from '../harness/redis-prefix.ts';
 import { startBot, type Bot } from '../../src/bot.ts';
 import { parseEnv } from '../../src/config/env.ts';
-import { writeTestKeys } from '../harness/keys.ts';
 import type { Inventory, InventoryInput } from '../../src/config/inventory.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
@@ -162,7 +161,7 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
   writeFileSync(inventoryPath, JSON.stringify(doc, null, 2));
   const signingSecret = randomBytes(16).toString('hex');
   // Issue 19: the bot's and the worker's signing keys, as files, each role its own.
-  const keys = writeTestKeys(dir, prefix);
+  const keys = fleet.keys;
   const { logger } = captureLogger('crash-bot', 'info');
   const botEnv = parseEnv(
     {

@@ -23,7 +23,6 @@ import { startFakeSlack, type FakeSlack, type StoredMessage } from './slack/fake
 import { startSlackWithSocketMode, type FakeSocketMode } from './slack/fake-socket-mode.ts';
 import { sendSlashCommand, type SignedResponse } from './slack/signed-request.ts';
 import { startWorkerChild, type WorkerChild } from './worker-child.ts';
-import { writeTestKeys } from './keys.ts';
 import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -130,8 +129,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
   o.tweakInventory?.(inventory);
-  // Issue 19: the bot's and the worker's signing keys, new for this stack, as files (docs/security.md).
-  const keys = writeTestKeys(tmpdir(), prefix);
+  // Issue 19: the bot's and the worker's signing keys, as files (docs/security.md); the fleet's, which
+  // its hosts' agents trust (issue 21).
+  const keys = fleet.keys;
   const source: Record<string, string> = {
     ...keys.botEnv,
     ...keys.workerEnv,

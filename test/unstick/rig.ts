@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
-import { type KeyPair, newKeyPair } from '../../src/auth/keys.ts';
+import type { KeyPair } from '../../src/auth/keys.ts';
 import { NonceLedger, NonceMemory } from '../../src/auth/nonce-ledger.ts';
 import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 import { BlastBudget } from '../../src/approval/blast-budget.ts';
@@ -93,8 +93,9 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
   const enqueued: Enqueued[] = [];
   // The workers' seal key: the same for every attempt in a rig, never known to a forger.
   const planKey = randomBytes(32);
-  const botKeys = newKeyPair();
-  const workerKeys = newKeyPair();
+  // The fleet's: its hosts' agents trust their public halves (issue 21).
+  const botKeys = fleet.keys.bot;
+  const workerKeys = fleet.keys.worker;
   const signer = botSigner(botKeys.privateKey);
   const nonceMemory = new NonceMemory();
   const dispatcher: Dispatcher = {

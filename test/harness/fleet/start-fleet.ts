@@ -4,6 +4,7 @@
  * as real processes. See docs in types.ts and the module comments of container.ts and
  * process-table.ts.
  */
+import { writeTestKeys } from '../keys.ts';
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -190,6 +191,7 @@ async function build(
     await writeFile(join(dir, 'lxc.json'), `${JSON.stringify({ lxcPath, cgroupTag })}\n`);
   }
   const client = await generateKeyPair(join(dir, 'keys'), 'client');
+  const signingKeys = writeTestKeys(join(dir, 'keys'), 'fleet');
   const procs = new ProcessTable(dir, tools);
   // One server answers every machine's nvidia-smi and free (a C client per call, no Node start).
   const toolSocket = join(dir, 'tools.sock');
@@ -509,6 +511,7 @@ async function build(
   const fleet: Fleet = {
     dir,
     clientKeyPath: client.privateKeyPath,
+    keys: signingKeys,
     knownHostsPath,
 
     inventory(): InventoryInput {

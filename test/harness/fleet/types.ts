@@ -1,3 +1,4 @@
+import type { TestKeys } from '../keys.ts';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 
 export interface GpuSpec {
@@ -193,6 +194,11 @@ export interface Fleet {
   dir: string;
   /** Private key the worker uses (ed25519, no passphrase). */
   clientKeyPath: string;
+  /**
+   * The bot's and the worker's signing keys for this fleet (issue 21: its hosts' agents trust their
+   * public halves, as an installed agent trusts the keys in /etc/gpu-medic/), with the settings each role gets.
+   */
+  keys: TestKeys;
   /** OpenSSH known_hosts with every machine's key as pinned at start (`[127.0.0.1]:port key`). */
   knownHostsPath: string;
   /** Matches src/config/inventory.ts InventoryInput; pins the host keys the fleet started with. */
