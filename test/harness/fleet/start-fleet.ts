@@ -8,11 +8,13 @@ import { writeTestKeys } from '../keys.ts';
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { shellQuote } from '../../../src/ssh/quote.ts';
 import { promisify } from 'node:util';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
-import { buildFleetTools, type FleetTools } from './build-tools.ts';
+import { buildFleetTools, CACHE_ROOT, type FleetTools } from './build-tools.ts';
 import { createContainerCgroup, removeContainerCgroup } from './cgroup.ts';
 import { nsenterArgs, type RunningContainer, startContainer } from './container.ts';
 import {
@@ -61,6 +63,7 @@ import type {
   ContainerEngine,
   ContainerSpec,
   Fleet,
+  FleetAccess,
   FleetOptions,
   FleetProcess,
   FleetSpec,
@@ -133,6 +136,50 @@ function containerEngine(spec: FleetSpec): ContainerEngine {
     existsSync('/bin/busybox')
     ? 'lxc'
     : 'namespaces';
+}
+
+/** See FleetSpec.access. */
+function fleetAccess(spec: FleetSpec): FleetAccess {
+  const env = process.env.GPU_MEDIC_FLEET_ACCESS;
+  if (spec.access !== undefined) return spec.access;
+  if (env === 'agent' || env === 'shell') return env;
+  return 'shell';
+}
+
+/** The account the agent's install script makes (agent/install.sh). */
+export const AGENT_USER = 'gpu-medic';
+/** Where the install script puts things, each bound to a dir of its own per fleet host. */
+const AGENT_INSTALL_DIRS = {
+  lib: '/usr/local/lib/gpu-medic',
+  etc: '/etc/gpu-medic',
+  home: '/var/lib/gpu-medic',
+  log: '/var/log/gpu-medic',
+  sudoers: '/etc/sudoers.d',
+} as const;
+const INSTALL_SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../agent/install.sh');
+
+/**
+ * The agent installed on one fleet host as an admin would (agent/install.sh), inside the host
+ * sshd's own mount namespace, then its config pointed at this host's simulated tools. Installs
+ * run one at a time on this machine (flock): they may create the account.
+ */
+function agentInstall(hostDir: string, keys: { client: string; bot: string; worker: string }, path: string) {
+  const root = join(hostDir, 'agent-root');
+  const binds = Object.entries(AGENT_INSTALL_DIRS).map(([k, to]) => ({ from: join(root, k), to }));
+  const conf = [
+    '# gpu-medic-agent config written by the test fleet after install.sh (docs/agent.md)',
+    `path=${path}`,
+    `bot_keys=${AGENT_INSTALL_DIRS.etc}/bot.pub.pem`,
+    `worker_keys=${AGENT_INSTALL_DIRS.etc}/worker.pub.pem`,
+    `audit_file=${AGENT_INSTALL_DIRS.log}/agent-audit.log`,
+    `command_log=${join(hostDir, 'commands.jsonl')}`,
+    'role=host',
+  ].join('\n');
+  const setup = [
+    `flock ${shellQuote(join(CACHE_ROOT, 'agent-install.lock'))} sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 >${shellQuote(join(hostDir, 'agent-install.log'))} 2>&1 || { cat ${shellQuote(join(hostDir, 'agent-install.log'))} >&2; exit 1; }`,
+    `printf '%s\\n' ${shellQuote(conf)} > ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+  ];
+  return { binds, setup };
 }
 
 const BASE_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root' };
@@ -208,6 +255,7 @@ async function build(
   const basePath = (mdir: string, own: boolean): Pick<SshdOptions, 'basePath'> =>
     own ? { basePath: join(mdir, 'sys') } : {};
 
+  const access = fleetAccess(spec);
   const hostSshdOptions = (h: { dir: string; spec: HostSpec }, port?: number, keepKey = false): SshdOptions => ({
     dir: join(h.dir, 'sshd'),
     ...(keepKey ? { hostKeyPath: join(h.dir, 'sshd', 'ssh_host_ed25519_key') } : {}),
@@ -216,13 +264,26 @@ async function build(
     ...basePath(h.dir, ownPath(h.spec.id)),
     commandLog: join(h.dir, 'commands.jsonl'),
     ...(port === undefined ? {} : { port }),
+    ...(access === 'agent'
+      ? {
+          agent: agentInstall(
+            h.dir,
+            {
+              client: `${client.privateKeyPath}.pub`,
+              bot: signingKeys.workerEnv.GPU_MEDIC_BOT_PUBLIC_KEY_FILES ?? '',
+              worker: signingKeys.botEnv.GPU_MEDIC_WORKER_PUBLIC_KEY_FILES ?? '',
+            },
+            `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`,
+          ),
+        }
+      : {}),
   });
 
   const startHostSshd = async (h: { dir: string; spec: HostSpec }, port?: number, keepKey = false): Promise<Sshd> => {
     const sshd = await startSshd(hostSshdOptions(h, port, keepKey));
     recordPid(dir, sshd.pid, 'sshd');
     // sshd reads authorized_keys as the user logging in: let non-root users (e.g. fleetuser) log in too.
-    await chmod(join(h.dir, 'sshd', 'authorized_keys'), 0o644);
+    if (access === 'shell') await chmod(join(h.dir, 'sshd', 'authorized_keys'), 0o644);
     await chmod(join(h.dir, 'commands.jsonl'), 0o666); // ...and have their commands logged
     return sshd;
   };
@@ -524,7 +585,7 @@ async function build(
             ...(h.spec.site === undefined ? {} : { site: h.spec.site }),
             address: '127.0.0.1',
             port: h.port,
-            user: 'root',
+            user: access === 'agent' ? AGENT_USER : 'root',
             keyFile: client.privateKeyPath,
             hostKeys: [h.pinned],
           })),

@@ -72,7 +72,17 @@ export interface FleetSpec {
   hosts: HostSpec[];
   containers?: ContainerSpec[];
   engine?: ContainerEngine;
+  /**
+   * How the worker's key reaches a host (issue 21). `agent`: the host's sshd runs the stock
+   * sshd_config and the agent is installed by `agent/install.sh` (the dedicated account, its
+   * root-owned `restrict,command=` key line, the sudoers entry), so the key runs gpu-medic-agent only;
+   * the inventory logs in as that account. `shell`: the older test wrapper (root, any command).
+   * Default: `GPU_MEDIC_FLEET_ACCESS` if set, else `shell`.
+   */
+  access?: FleetAccess;
 }
+
+export type FleetAccess = 'agent' | 'shell';
 
 export interface FleetOptions {
   /** Default: a new /tmp/gpu-medic-fleet-XXXXXX (removed by stop()). */
