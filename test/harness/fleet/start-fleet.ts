@@ -166,18 +166,11 @@ const INSTALL_SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '../../.
 function agentInstall(hostDir: string, keys: { client: string; bot: string; worker: string }, path: string) {
   const root = join(hostDir, 'agent-root');
   const binds = Object.entries(AGENT_INSTALL_DIRS).map(([k, to]) => ({ from: join(root, k), to }));
-  const conf = [
-    '# gpu-medic-agent config written by the test fleet after install.sh (docs/agent.md)',
-    `path=${path}`,
-    `bot_keys=${AGENT_INSTALL_DIRS.etc}/bot.pub.pem`,
-    `worker_keys=${AGENT_INSTALL_DIRS.etc}/worker.pub.pem`,
-    `audit_file=${AGENT_INSTALL_DIRS.log}/agent-audit.log`,
-    `command_log=${join(hostDir, 'commands.jsonl')}`,
-    'role=host',
-  ].join('\n');
+  const log = shellQuote(join(hostDir, 'agent-install.log'));
   const setup = [
-    `flock ${shellQuote(join(CACHE_ROOT, 'agent-install.lock'))} sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 >${shellQuote(join(hostDir, 'agent-install.log'))} 2>&1 || { cat ${shellQuote(join(hostDir, 'agent-install.log'))} >&2; exit 1; }`,
-    `printf '%s\\n' ${shellQuote(conf)} > ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+    `flock ${shellQuote(join(CACHE_ROOT, 'agent-install.lock'))} sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} >${log} 2>&1 || { cat ${log} >&2; exit 1; }`,
+    // The one line an admin would not add: the agent's own command log, so tests see what ran.
+    `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(hostDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
   ];
   return { binds, setup };
 }
