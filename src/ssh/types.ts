@@ -9,6 +9,8 @@ export interface SshEndpoint {
   privateKeyPath: string;
   /** Pinned host key fingerprints, `SHA256:...` as `ssh-keygen -l` prints them. */
   hostKeyFingerprints: string[];
+  /** How this endpoint is spoken to; default the executor's (`agent` unless set otherwise). */
+  access?: 'agent' | 'root-shell';
 }
 
 /** pino-compatible subset; a pino Logger fits. */
