@@ -2,6 +2,7 @@ import { CodedError, ErrorCode } from '../errors.ts';
 import { runChannel } from './channel-run.ts';
 import { createConnectionPool, NotStarted, SessionRefused } from './connection-pool.ts';
 import { unpinnedError, usablePins } from './host-key.ts';
+import { agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
 import { buildRemoteCommand } from './remote-command.ts';
 import { lostError, where } from './ssh-errors.ts';
 import type { CommandSpec, ExecResult, Executor, Route, SshLogger } from './types.ts';
@@ -9,6 +10,14 @@ import type { CommandSpec, ExecResult, Executor, Route, SshLogger } from './type
 export type { SshLogger } from './types.ts';
 
 export interface SshExecutorOptions {
+  /**
+   * `agent`: every command goes as a gpu-medic-agent line (its verb and args, src/ssh/agent-line.ts),
+   * with its envelopes on stdin; an agent's refusal is an `agent_refused` error. `root-shell`: the
+   * template's argv as an `exec timeout …` shell line (GPU_MEDIC_SSH_ACCESS=root-shell, opt-in). An
+   * endpoint's own `access` wins.
+   * @default 'agent'
+   */
+  access?: SshAccess;
   /**
    * Time allowed for TCP connect, SSH handshake, host-key check and authentication together.
    * @default 10000
@@ -83,6 +92,7 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
   const keepaliveIntervalMs = options.keepaliveIntervalMs ?? 15_000;
   const keepaliveCountMax = options.keepaliveCountMax ?? 3;
   const log = options.logger ?? NOOP_LOGGER;
+  const access = options.access ?? 'agent';
   const now = options.now ?? Date.now;
 
   const pool = createConnectionPool({
@@ -99,7 +109,12 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
   async function exec(route: Route, spec: CommandSpec): Promise<ExecResult> {
     if (shutDown) throw new CodedError(ErrorCode.Internal, 'The SSH executor is closed; nothing was run.');
     const endpoint = route.kind === 'direct' ? route.endpoint : route.host;
-    const { command, lastRemoteKillMs } = buildRemoteCommand(route, spec, killAfterMs);
+    const agent = (endpoint.access ?? access) === 'agent';
+    const { command, lastRemoteKillMs } = agent
+      ? buildAgentCommand(route, spec)
+      : buildRemoteCommand(route, spec, killAfterMs);
+    // Only the agent reads stdin (a destructive verb's envelopes); a root shell's line is left as it always was.
+    const stdin = agent ? (spec.stdin ?? '') : null;
     if (usablePins(endpoint.hostKeyFingerprints).length === 0) {
       throw unpinnedError(endpoint.machineId, endpoint.host, endpoint.port);
     }
@@ -118,7 +133,13 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         throw lostError(endpoint, e instanceof Error ? e.message : String(e));
       }
       try {
-        return await runChannel(channelRun, conn, command, spec, deadlineMs);
+        const r = await runChannel(channelRun, conn, command, spec, deadlineMs, stdin);
+        const refused = agent ? agentRefusal(r) : null;
+        if (refused) {
+          log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');
+          throw refused;
+        }
+        return r;
       } catch (e) {
         if (!(e instanceof SessionRefused)) throw e;
         refusals++;
