@@ -123,7 +123,19 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
   const bin = join(dir, 'bin');
   await execFileP('mkdir', ['-p', bin]);
   const ranLog = join(dir, 'ran.log');
-  await writeFile(join(bin, 'nvidia-smi'), `#!/bin/sh\necho "$*" >> '${ranLog}'\necho '${GPU_ROW}'\n`, { mode: 0o755 });
+  const fake = [
+    '#!/bin/sh',
+    `echo "$*" >> '${ranLog}'`,
+    // The test's switch (`mode` beside ran.log): fail with status 3, hang with a child, hang ignoring TERM.
+    `case $(cat '${join(dir, 'mode')}' 2>/dev/null) in`,
+    `  fail) echo 'NVIDIA-SMI has failed' >&2; exit 3 ;;`,
+    `  slow) sleep 30 & echo $! > '${join(dir, 'child.pid')}'; wait ;;`,
+    `  stubborn) trap '' TERM; sleep 30 & echo $! > '${join(dir, 'child.pid')}'; wait; wait ;;`,
+    'esac',
+    `echo '${GPU_ROW}'`,
+    '',
+  ];
+  await writeFile(join(bin, 'nvidia-smi'), fake.join('\n'), { mode: 0o755 });
   const port = await freePort();
   await writeFile(join(dir, 'sshd_config'), stockSshdConfig(port, dir));
   const logPath = join(dir, 'sshd.log');

@@ -54,7 +54,7 @@ const rootAk = () => readFile(join(prefix, 'root/.ssh/authorized_keys'), 'utf8')
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'gpu-medic-install-'));
   prefix = join(dir, 'root-fs');
-  pub = (await generateKeyPair(dir, 'worker')).privateKeyPath + '.pub';
+  pub = `${(await generateKeyPair(dir, 'worker')).privateKeyPath}.pub`;
 });
 
 afterAll(async () => {

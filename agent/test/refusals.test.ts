@@ -100,6 +100,76 @@ describe('the worker key reads through the agent', () => {
   });
 });
 
+describe("the agent's own timeout and status", () => {
+  const mode = (m: string) => writeFile(join(host.dir, 'mode'), m);
+  const childPid = async () => Number((await readFile(join(host.dir, 'child.pid'), 'utf8')).trim());
+
+  it("a failing tool's stderr and exit status pass through unchanged", async () => {
+    await mode('fail');
+    try {
+      const r = await host.ssh(['gpu-medic', '1', '5000', 'host', 'gpus']);
+      expect(r).toEqual({ code: 3, stdout: '', stderr: 'NVIDIA-SMI has failed\n' });
+    } finally {
+      await mode('');
+    }
+  });
+
+  it('past timeout_ms the whole process group gets TERM: status 124, the tool and its child are gone', async () => {
+    await mode('slow');
+    try {
+      const r = await host.ssh(['gpu-medic', '1', '300', 'host', 'gpus']);
+      expect(r.code).toBe(124);
+      const child = await childPid();
+      for (let i = 0; i < 100 && isAlive(child); i++) await sleep(20);
+      expect(isAlive(child)).toBe(false);
+    } finally {
+      await mode('');
+    }
+  });
+
+  it('a tool that ignores TERM gets KILL one second later: status 137', async () => {
+    await mode('stubborn');
+    try {
+      const r = await host.ssh(['gpu-medic', '1', '300', 'host', 'gpus']);
+      expect(r.code).toBe(137);
+      const child = await childPid();
+      for (let i = 0; i < 100 && isAlive(child); i++) await sleep(20);
+      expect(isAlive(child)).toBe(false);
+    } finally {
+      await mode('');
+    }
+  });
+
+  it('a batch part past its own timeout answers 124 in its frame; the other part answers normally', async () => {
+    await mode('slow');
+    try {
+      const r = await host.ssh([
+        'gpu-medic',
+        '1',
+        '5000',
+        'host',
+        'batch',
+        '300',
+        'gpus',
+        '+',
+        '2000',
+        'procs',
+        String(process.pid),
+      ]);
+      expect(r.code).toBe(0);
+      const spec = { argv: ['x'], timeoutMs: 1000 };
+      const parsed = parseMachineRead([spec, spec], r.stdout);
+      expect(parsed.ok && parsed.parts.map((p) => [p.code, p.timedOut])).toEqual([
+        [124, true],
+        [0, false],
+      ]);
+      expect(parsed.ok && parsed.parts[1]?.stdout).toContain(`@pid ${process.pid}\n`);
+    } finally {
+      await mode('');
+    }
+  });
+});
+
 describe('a stolen worker key cannot do anything else', () => {
   it('`ssh host id`: refused by the agent, id never ran', async () => {
     const r = await refusedAndNothingRan(() => host.ssh(['id']));
