@@ -83,7 +83,9 @@ ensure_sudo() {
   if command -v sudo >/dev/null 2>&1 && command -v visudo >/dev/null 2>&1; then return; fi
   command -v apt-get >/dev/null 2>&1 || die "sudo is missing and there is no apt-get: install sudo by hand, then run this again"
   say "installing sudo (apt-get)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null || die "apt-get install sudo failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null ||
+    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null; } ||
+    die "apt-get install sudo failed: install sudo by hand, then run this again"
 }
 
 ensure_account() {
@@ -159,7 +161,8 @@ write_root_forced() {
   install -d -m 0700 "$prefix/root/.ssh"
   drop_root_line
   echo "$line" >>"$rootak"
-  chmod 0600 "$rootak"
+  # On Proxmox the file is a link into pmxcfs (/etc/pve/priv), whose modes are its own.
+  [ -L "$rootak" ] || chmod 0600 "$rootak"
   say "$rootak: $line"
 }
 

@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMachineRead } from '../../src/playbooks/machine-read.ts';
+import { freePort } from '../../test/harness/sshd.ts';
 import { type AgentHost, GPU_UUID, isAlive, startAgentHost } from './agent-host.ts';
 import { APPROVAL, decision, INCIDENT, plan, request, stdinOf, target } from './envelopes.ts';
 
@@ -243,6 +244,12 @@ describe('a stolen worker key cannot do anything else', () => {
     expect(r.code).toBe(126);
   });
 
+  it('the sftp subsystem: refused by the agent (sshd hands it the subsystem as the command)', async () => {
+    const r = await refusedAndNothingRan(() => host.ssh(['sftp'], { sshArgs: ['-s'] }));
+    expect(r.code).toBe(126);
+    expect(r.audit).toContain('reason=the front refused the line: a byte outside');
+  });
+
   it('a pty request (-tt): refused by sshd (restrict), the command did not run', async () => {
     const r = await refusedAndNothingRan(
       () => host.ssh(['gpu-medic', '1', '5000', 'host', 'gpus'], { sshArgs: ['-tt'] }),
@@ -277,7 +284,7 @@ describe('a stolen worker key cannot do anything else', () => {
     });
     await new Promise<void>((r) => target.listen(0, '127.0.0.1', () => r()));
     const targetPort = (target.address() as { port: number }).port;
-    const localPort = targetPort + 1 < 65535 ? targetPort + 1 : targetPort - 1;
+    const localPort = await freePort();
     const fwd = spawn(
       'ssh',
       [
@@ -306,7 +313,8 @@ describe('a stolen worker key cannot do anything else', () => {
     );
     try {
       let refusedSeen = false;
-      for (let i = 0; i < 100 && !refusedSeen; i++) {
+      // Until ssh has logged in and listens on localPort (each try before that is refused by the OS).
+      for (let i = 0; i < 300 && !refusedSeen; i++) {
         await new Promise<void>((r) => {
           const c = connect(localPort, '127.0.0.1');
           c.once('error', () => r());
