@@ -51,7 +51,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'suite',
-          include: ['test/**/*.test.ts'],
+          include: ['test/**/*.test.ts', 'agent/**/*.test.ts'],
           exclude: [...configDefaults.exclude, ...ALONE],
           // End-to-end suites start real sshd, Redis queues and HTTP servers; two cores only.
           fileParallelism: true,

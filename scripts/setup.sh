@@ -54,6 +54,7 @@ fi
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v fuser >/dev/null || need+=(psmisc)
+command -v sudo >/dev/null || need+=(sudo) # agent/test installs the host agent as on Proxmox: with sudo
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v redis-server >/dev/null || need+=(redis-server)

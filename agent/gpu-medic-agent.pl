@@ -1,0 +1,617 @@
+#!/usr/bin/perl
+# gpu-medic-agent core (protocol v1, AGENT-PROTOCOL.md; docs/agent.md).
+#
+# Runs as root (through the sudoers entry, or directly in the root-forced mode). The sh front
+# (gpu-medic-agent) checked the SSH command line's bytes and split it into words; this core checks
+# every word again against the grammar (agent/grammar.json, root-owned), builds the argv from the
+# grammar's run template only, resolves the program through the config's path= only and execs it
+# with no shell for the words. Destructive verbs need signed envelopes on stdin, verified with
+# OpenSSL, and write an audit line before and after. A refusal is one line on stderr and exit 126.
+#
+# Options (only before `--`): --config FILE (the front's own constant), --refuse WORD (the front
+# refused the line: audit it here, as root), --explain (root only, never through sudo: read one
+# JSON string per line on stdin, each a whole command line, and print per line the argv it would
+# run, as JSON; runs nothing). Everything after `--` is the command's words.
+use v5.36;
+use JSON::PP ();
+use MIME::Base64 qw(encode_base64 decode_base64);
+use Digest::SHA qw(sha256_hex);
+use POSIX qw(:sys_wait_h setpgid _exit);
+use File::Temp qw(tempdir);
+use Time::HiRes qw(time sleep);
+no warnings qw(exec);
+
+use constant {
+  REFUSED_STATUS  => 126,
+  MAX_LINE        => 4096,
+  MAX_WORD        => 128,
+  MAX_VARIADIC    => 256,
+  MAX_TIMEOUT_MS  => 600000,
+  MAX_STDIN       => 262144,
+  PART_CAP        => 262144,
+  CT_EXTRA_MS     => 2000,
+  KILL_AFTER_S    => 1,
+  STDIN_WAIT_S    => 30,
+};
+use constant DEFAULT_CONFIG => '/etc/gpu-medic/agent.conf';
+use constant WORD_RE => qr/\A[A-Za-z0-9_.:+-]{1,128}\z/;
+# The front's own refusal reasons (--refuse WORD): a fixed list, so nothing the caller sent reaches the audit line.
+my %FRONT_REASONS = (
+  none   => 'no command (an interactive login or a subsystem)',
+  bytes  => 'a byte outside [A-Za-z0-9 _.:+-]',
+  length => 'longer than 4096 bytes',
+  spaces => 'words not separated by single spaces',
+  word   => 'a word longer than 128 bytes',
+);
+
+my $JSON = JSON::PP->new->canonical(1);
+my %audit_ctx = (verb => '-', where => '-', incident => '-', approval => '-', targets => '-');
+my $CFG;
+
+# ---------------------------------------------------------------- refusals and audit
+
+package Refusal { sub new ($c, $why) { bless { why => $why }, $c } }
+sub refuse ($why) { die Refusal->new($why) }
+
+sub clean ($s) { $s = "$s"; $s =~ s/[^\x20-\x7e]/?/g; return substr($s, 0, 300) }
+
+sub audit_line ($what, %f) {
+  my %a = (%audit_ctx, %f);
+  my $line = "gpu-medic-agent[$$]: $what verb=$a{verb} where=$a{where} incident=$a{incident}"
+    . " approval=$a{approval} targets=$a{targets} reason=" . clean($a{reason} // '-')
+    . " status=" . ($a{status} // '-');
+  return $line;
+}
+
+# One audit line: via logger when /dev/log is a socket, else appended to audit_file. False when neither worked.
+sub audit ($what, %f) {
+  my $line = audit_line($what, %f);
+  if (-S '/dev/log') {
+    my $logger = $CFG ? find_program('logger') : undef;
+    if (defined $logger) {
+      my $pid = fork;
+      if (defined $pid && $pid == 0) {
+        open(STDIN, '<', '/dev/null'); open(STDOUT, '>', '/dev/null'); open(STDERR, '>', '/dev/null');
+        exec { $logger } 'logger', '-t', 'gpu-medic-agent', '-p', 'auth.notice', '--', $line;
+        _exit(127);
+      }
+      if (defined $pid) { waitpid($pid, 0); return 1 if $? == 0; }
+    }
+  }
+  my $file = $CFG ? $CFG->{audit_file} : '/var/log/gpu-medic/agent-audit.log';
+  return 0 unless defined $file && $file =~ m{\A/};
+  my $ok = open(my $h, '>>', $file);
+  return 0 unless $ok;
+  $ok = print {$h} "$line\n";
+  $ok = close($h) && $ok;
+  return $ok ? 1 : 0;
+}
+
+sub refused_exit ($why) {
+  audit('refused', reason => $why);
+  print STDERR "gpu-medic-agent: refused: " . clean($why) . "\n";
+  exit REFUSED_STATUS;
+}
+
+# ---------------------------------------------------------------- config and grammar
+
+sub root_owned_file ($path, $what) {
+  my @st = stat($path);
+  refuse("$what $path is missing") unless @st;
+  refuse("$what $path is not a plain file") unless -f _;
+  refuse("$what $path is not owned by root") unless $st[4] == 0;
+  refuse("$what $path is writable by others than root") if $st[2] & 022;
+  return 1;
+}
+
+sub slurp ($path) {
+  open(my $h, '<', $path) or refuse("cannot read $path");
+  local $/; my $s = <$h>; close $h; return $s // '';
+}
+
+sub load_config ($path) {
+  root_owned_file($path, 'config');
+  my %c = (
+    path => '/usr/sbin:/usr/bin:/sbin:/bin',
+    bot_keys => '/etc/gpu-medic/bot.pub.pem',
+    worker_keys => '/etc/gpu-medic/worker.pub.pem',
+    audit_file => '/var/log/gpu-medic/agent-audit.log',
+    role => 'host',
+    grammar => '/usr/local/lib/gpu-medic/grammar.json',
+  );
+  for my $raw (split /\n/, slurp($path)) {
+    my $l = $raw =~ s/\A\s+|\s+\z//gr;
+    next if $l eq '' || $l =~ /\A#/;
+    my ($k, $v) = $l =~ /\A([a-z_]+)\s*=\s*(.*)\z/ or refuse("config $path: unreadable line");
+    refuse("config $path: unknown key $k") unless exists $c{$k};
+    $c{$k} = $v;
+  }
+  refuse("config $path: role must be host or self") unless $c{role} =~ /\A(host|self)\z/;
+  for my $d (split /:/, $c{path}) { refuse("config $path: path= holds a relative dir") unless $d =~ m{\A/}; }
+  return \%c;
+}
+
+sub load_grammar ($path) {
+  root_owned_file($path, 'grammar');
+  my $g = eval { JSON::PP->new->decode(slurp($path)) };
+  refuse("grammar $path is not JSON") unless ref $g eq 'HASH';
+  refuse("grammar $path is not protocol 1") unless ($g->{protocol} // '') eq '1';
+  my %re;
+  for my $t (keys %{ $g->{types} // {} }) { $re{$t} = qr/$g->{types}{$t}/; }
+  $g->{re} = \%re;
+  for my $v (keys %{ $g->{verbs} // {} }) {
+    my $d = $g->{verbs}{$v};
+    for my $t (@{ $d->{args} }, defined $d->{variadic} ? ($d->{variadic}) : ()) {
+      refuse("grammar: verb $v names unknown type $t") unless $re{$t};
+    }
+    my $r0 = $d->{run}[0];
+    refuse("grammar: verb $v: run[0] must be a program name") unless defined $r0 && !ref $r0 && $r0 =~ /\A[A-Za-z0-9_.+-]+\z/;
+  }
+  return $g;
+}
+
+# run[0] through the config's path= only (never the caller's PATH).
+sub find_program ($name) {
+  return undef unless $name =~ /\A[A-Za-z0-9_.+-]+\z/;
+  for my $d (split /:/, $CFG->{path}) {
+    my $p = "$d/$name";
+    return $p if -f $p && -x _;
+  }
+  return undef;
+}
+
+# ---------------------------------------------------------------- parsing
+
+sub typed ($g, $type, $w) {
+  my $re = $g->{re}{$type};
+  refuse("grammar: no type $type") unless defined $re;
+  return $w =~ $re;
+}
+
+# One verb and its arguments against the grammar: the argv its run template makes, and what the checks need.
+sub parse_verb ($g, $where, $words) {
+  my ($verb, @args) = @$words;
+  refuse('no verb') unless defined $verb;
+  my $d = $g->{verbs}{$verb};
+  refuse("unknown verb $verb") unless ref $d eq 'HASH' && $verb =~ /\A[a-z][a-z0-9-]*\z/;
+  $audit_ctx{verb} = $verb;
+  my $on = $where->{kind};
+  $on = 'self' if $on eq 'host' && $CFG->{role} eq 'self';
+  refuse("verb $verb is not allowed on $on") unless grep { $_ eq $on } @{ $d->{on} };
+  my @fixed = @{ $d->{args} };
+  refuse("verb $verb takes at least " . scalar(@fixed) . " arguments") if @args < @fixed;
+  if (!defined $d->{variadic}) {
+    refuse("verb $verb takes " . scalar(@fixed) . " arguments") if @args != @fixed;
+  } else {
+    my $n = @args - @fixed;
+    refuse("verb $verb needs at least one more argument") if $n < 1;
+    refuse("verb $verb takes at most " . MAX_VARIADIC . " more arguments") if $n > MAX_VARIADIC;
+  }
+  for my $i (0 .. $#args) {
+    my $t = $i < @fixed ? $fixed[$i] : $d->{variadic};
+    refuse("argument " . ($i + 1) . " of $verb is not a $t") unless typed($g, $t, $args[$i]);
+  }
+  my @argv;
+  for my $part (@{ $d->{run} }) {
+    if (!ref $part) { push @argv, $part; next; }
+    if (exists $part->{arg}) {
+      my $w = $args[$part->{arg}];
+      refuse("grammar: verb $verb uses a missing argument") unless defined $w;
+      push @argv, ($part->{prefix} // '') . $w . ($part->{suffix} // '');
+    } elsif (exists $part->{rest}) {
+      push @argv, @args[$part->{rest} .. $#args] if $part->{rest} <= $#args;
+    } else {
+      refuse("grammar: verb $verb has an unknown run part");
+    }
+  }
+  return { verb => $verb, def => $d, args => \@args, argv => \@argv };
+}
+
+sub timeout_word ($w, $what) {
+  refuse("$what is not a timeout in ms") unless $w =~ /\A[1-9][0-9]{0,5}\z/ && $w <= MAX_TIMEOUT_MS;
+  return $w + 0;
+}
+
+# The whole command: `gpu-medic 1 version` or `gpu-medic 1 <ms> <where...> <verb|batch> ...`.
+sub parse_command ($g, @w) {
+  refuse('empty command') unless @w;
+  for my $w (@w) { refuse('a word outside [A-Za-z0-9_.:+-] or longer than 128 bytes') unless $w =~ WORD_RE; }
+  refuse('longer than 4096 bytes') if length(join ' ', @w) > MAX_LINE;
+  refuse('not a gpu-medic command') unless $w[0] eq 'gpu-medic';
+  refuse('not protocol 1') unless defined $w[1] && $w[1] eq '1';
+  if (defined $w[2] && $w[2] eq 'version') {
+    refuse('version takes no arguments') if @w != 3;
+    return { version => 1 };
+  }
+  my $ms = timeout_word($w[2] // '', 'the third word');
+  my $i = 3;
+  my $where;
+  my $wk = $w[$i] // '';
+  if ($wk eq 'host') { $where = { kind => 'host' }; $i++; }
+  elsif ($wk eq 'ct') {
+    my $vmid = $w[$i + 1] // '';
+    refuse('ct needs a container id') unless typed($g, 'vmid', $vmid);
+    refuse('ct is not allowed on an agent with role=self') if $CFG->{role} eq 'self';
+    $where = { kind => 'ct', vmid => $vmid }; $i += 2;
+  } else { refuse('where must be host or ct <vmid>'); }
+  $audit_ctx{where} = $where->{kind} eq 'ct' ? "ct:$where->{vmid}" : $where->{kind};
+  my @rest = @w[$i .. $#w];
+  if (@rest && $rest[0] eq 'batch') {
+    shift @rest;
+    $audit_ctx{verb} = 'batch';
+    my @parts;
+    my @cur;
+    for my $x (@rest, '+') {
+      if ($x eq '+') {
+        refuse('an empty part in batch') unless @cur;
+        my ($t, @vw) = @cur;
+        my $pms = timeout_word($t, 'a batch part\'s timeout');
+        my $p = parse_verb($g, $where, \@vw);
+        refuse("destructive verb $p->{verb} in a batch") if $p->{def}{destructive};
+        push @parts, { %$p, ms => $pms };
+        @cur = ();
+        $audit_ctx{verb} = 'batch';
+      } else { push @cur, $x; }
+    }
+    return { batch => \@parts, where => $where, ms => $ms };
+  }
+  my $p = parse_verb($g, $where, \@rest);
+  return { %$p, where => $where, ms => $ms };
+}
+
+# What the agent runs for one parsed verb: [program path or name, argv...] and its own timeout.
+sub command_of ($p, $where, $ms, $resolve) {
+  my @argv = @{ $p->{argv} };
+  if ($where->{kind} eq 'ct') {
+    my $secs = int(($ms + 999) / 1000); $secs = 1 if $secs < 1;
+    my $pct = $resolve ? find_program('pct') : 'pct';
+    refuse('pct is not on the configured path') unless defined $pct;
+    return { prog => $pct, argv => ['pct', 'exec', $where->{vmid}, '--', 'timeout', '-k', '1', "$secs", @argv], ms => $ms + CT_EXTRA_MS };
+  }
+  my $prog = $resolve ? find_program($argv[0]) : $argv[0];
+  refuse("$argv[0] is not on the configured path") unless defined $prog;
+  return { prog => $prog, argv => \@argv, ms => $ms };
+}
+
+# ---------------------------------------------------------------- running
+
+# Forks the program in its own process group with stdin from /dev/null and stdout/stderr as given.
+sub spawn ($c, $out, $err) {
+  my $pid = fork;
+  refuse('cannot fork') unless defined $pid;
+  if ($pid == 0) {
+    setpgid(0, 0);
+    $SIG{$_} = 'DEFAULT' for qw(TERM INT HUP PIPE ALRM CHLD);
+    open(STDIN, '<', '/dev/null') or _exit(127);
+    if (defined $out) { open(STDOUT, '>&', $out) or _exit(127); }
+    if (defined $err) { open(STDERR, '>&', $err) or _exit(127); }
+    %ENV = (PATH => $CFG->{path});
+    exec { $c->{prog} } @{ $c->{argv} };
+    print STDERR "gpu-medic-agent: cannot run $c->{argv}[0]: $!\n";
+    _exit(127);
+  }
+  setpgid($pid, $pid);
+  return { pid => $pid, deadline => time + $c->{ms} / 1000, termed => 0, killed => 0, status => undef };
+}
+
+# Waits for every child; TERM to its process group at its deadline, KILL one second later.
+sub wait_all (@kids) {
+  for (;;) {
+    my $left = 0;
+    for my $k (@kids) {
+      next if defined $k->{status};
+      my $r = waitpid($k->{pid}, WNOHANG);
+      if ($r == $k->{pid}) { $k->{status} = $?; kill('KILL', -$k->{pid}) if $k->{termed}; next; }
+      $left++;
+      my $now = time;
+      if (!$k->{termed} && $now >= $k->{deadline}) { kill('TERM', -$k->{pid}); $k->{termed} = $now; }
+      elsif ($k->{termed} && !$k->{killed} && $now >= $k->{termed} + KILL_AFTER_S) { kill('KILL', -$k->{pid}); $k->{killed} = 1; }
+    }
+    return unless $left;
+    sleep 0.01;
+  }
+}
+
+# GNU timeout's statuses: 124 after TERM, 137 after KILL; else the program's exit code or 128+signal.
+sub code_of ($k) {
+  return 137 if $k->{killed};
+  return 124 if $k->{termed};
+  my $s = $k->{status};
+  return ($s & 127) ? 128 + ($s & 127) : $s >> 8;
+}
+
+sub run_one ($c) {
+  my $k = spawn($c, undef, undef);
+  wait_all($k);
+  exit code_of($k) if $k->{termed};
+  my $s = $k->{status};
+  if ($s & 127) {
+    my $sig = $s & 127;
+    $SIG{$_} = 'DEFAULT' for keys %SIG;
+    kill($sig, $$);
+    exit 128 + $sig;
+  }
+  exit($s >> 8);
+}
+
+sub read_capped ($path) {
+  my $size = -s $path // 0;
+  open(my $h, '<:raw', $path) or return ('', 0);
+  my $buf = '';
+  read($h, $buf, PART_CAP);
+  close $h;
+  return ($buf, $size);
+}
+
+sub run_batch ($cmd) {
+  my $dir = tempdir('gpu-medic-agent.XXXXXX', TMPDIR => 1, CLEANUP => 1);
+  my @kids;
+  my $i = 0;
+  for my $p (@{ $cmd->{batch} }) {
+    my $c = command_of($p, $cmd->{where}, $p->{ms}, 1);
+    open(my $o, '>:raw', "$dir/o$i") or refuse('cannot write a temporary file');
+    open(my $e, '>:raw', "$dir/e$i") or refuse('cannot write a temporary file');
+    push @kids, { c => $c, o => $o, e => $e };
+    $i++;
+  }
+  my @running = map { spawn($_->{c}, $_->{o}, $_->{e}) } @kids;
+  close($_->{o}), close($_->{e}) for @kids;
+  wait_all(@running);
+  binmode(STDOUT, ':raw');
+  for my $n (0 .. $#running) {
+    my ($out, $osz) = read_capped("$dir/o$n");
+    my ($err, $esz) = read_capped("$dir/e$n");
+    print "gpu-medic-part $n " . code_of($running[$n]) . " $osz $esz " . encode_base64($out, '') . ' ' . encode_base64($err, '') . "\n";
+  }
+  exit 0;
+}
+
+# ---------------------------------------------------------------- envelopes (destructive verbs)
+
+sub read_stdin () {
+  my $buf = '';
+  local $SIG{ALRM} = sub { die "stdin-timeout\n" };
+  alarm STDIN_WAIT_S;
+  my $ok = eval {
+    while (length($buf) <= MAX_STDIN) {
+      my $n = sysread(STDIN, $buf, 65536, length $buf);
+      die "stdin-error\n" unless defined $n;
+      last if $n == 0;
+    }
+    1;
+  };
+  alarm 0;
+  refuse('the envelopes on stdin did not end (no EOF)') unless $ok;
+  refuse('more than 256 KiB on stdin') if length($buf) > MAX_STDIN;
+  return $buf;
+}
+
+sub envelopes () {
+  my %env;
+  for my $l (split /\n/, read_stdin()) {
+    next if $l eq '';
+    my ($kind, $body, $sig) = $l =~ m{\A(request|decision|plan) ([A-Za-z0-9+/=]+) ([A-Za-z0-9+/]{86}==)\z}
+      or refuse('an unreadable line on stdin (want: request|decision|plan <base64 body> <base64 sig>)');
+    refuse("two ${kind}s on stdin") if $env{$kind};
+    $env{$kind} = { body => decode_base64($body), sig => decode_base64($sig) };
+  }
+  return \%env;
+}
+
+sub write_file ($path, $bytes) {
+  open(my $h, '>:raw', $path) or refuse('cannot write a temporary file');
+  print {$h} $bytes; close($h) or refuse('cannot write a temporary file');
+}
+
+# OpenSSL 3 verifies (never this program's own crypto); any one of the keys is enough.
+sub verified ($env, $keys_cfg) {
+  my $openssl = find_program('openssl');
+  refuse('openssl is not on the configured path') unless defined $openssl;
+  my $dir = tempdir('gpu-medic-agent.XXXXXX', TMPDIR => 1, CLEANUP => 1);
+  write_file("$dir/body", $env->{body});
+  write_file("$dir/sig", $env->{sig});
+  for my $key (grep { $_ ne '' } split /\s*,\s*/, $keys_cfg) {
+    next unless eval { root_owned_file($key, 'key') };
+    my $pid = fork;
+    refuse('cannot fork') unless defined $pid;
+    if ($pid == 0) {
+      open(STDIN, '<', '/dev/null'); open(STDOUT, '>', '/dev/null'); open(STDERR, '>', '/dev/null');
+      %ENV = (PATH => $CFG->{path});
+      exec { $openssl } 'openssl', 'pkeyutl', '-verify', '-pubin', '-inkey', $key, '-rawin', '-in', "$dir/body", '-sigfile', "$dir/sig";
+      _exit(127);
+    }
+    waitpid($pid, 0);
+    return 1 if $? == 0;
+  }
+  return 0;
+}
+
+my %FIELDS = (
+  request => [qw(incident target requester channel signed_at expires_at nonce)],
+  decision => [qw(approval incident plan decision decider channel signed_at expires_at nonce)],
+);
+
+sub fields_of ($kind, $body) {
+  my $h = "gpu-medic $kind v1\n";
+  refuse("the signed text is not a $kind") unless substr($body, 0, length $h) eq $h && $body =~ /\n\z/;
+  my @lines = split /\n/, substr($body, length $h), -1;
+  pop @lines;
+  my @names = @{ $FIELDS{$kind} };
+  refuse("the signed $kind has unexpected fields") unless @lines == @names;
+  my %f;
+  for my $i (0 .. $#names) {
+    my $n = $names[$i];
+    refuse("the signed $kind has unexpected fields") unless substr($lines[$i], 0, length($n) + 1) eq "$n=";
+    $f{$n} = substr($lines[$i], length($n) + 1);
+  }
+  return \%f;
+}
+
+sub not_expired ($f, $kind) {
+  my $exp = $f->{expires_at} // '';
+  refuse("the signed $kind has no expiry") unless $exp =~ /\A[0-9]{1,16}\z/;
+  refuse("the signed $kind has expired") unless $exp > int(time * 1000);
+}
+
+sub as_int ($v) { return defined $v && !ref $v && "$v" =~ /\A(0|[1-9][0-9]{0,15})\z/ ? "$v" : undef }
+
+# The protocol's checks 1-3, in order; the first failure refuses.
+sub check_destructive ($p, $where) {
+  my $verb = $p->{verb};
+  my @a = @{ $p->{args} };
+  my @types = @{ $p->{def}{args} };
+  # Arguments are found by type, so the grammar's order is the grammar's business.
+  my $at = sub ($t) { my ($i) = grep { $types[$_] eq $t } 0 .. $#types; return defined $i ? $a[$i] : undef };
+  my @rest = @a[@types .. $#a];
+  my ($incident, $approval) = ($at->('incident'), $at->('approval'));
+  refuse("destructive verb $verb carries no incident and approval") unless defined $incident && defined $approval;
+  refuse("destructive verb $verb has no checks in this agent") unless $verb =~ /\A(signal|reset|persistence)\z/;
+  $audit_ctx{incident} = $incident;
+  $audit_ctx{approval} = $approval;
+  if ($verb eq 'signal') {
+    refuse('signal targets must come in threes (pid start ctpid)') if @rest % 3 || !@rest;
+    $audit_ctx{targets} = join(',', map { "$rest[3 * $_]:$rest[3 * $_ + 1]" } 0 .. @rest / 3 - 1);
+  } else {
+    refuse("$verb names no GPU") unless defined $at->('uuid');
+    $audit_ctx{targets} = $at->('uuid');
+  }
+  my $env = envelopes();
+  refuse('no signed plan on stdin') unless $env->{plan};
+  refuse('the plan does not carry a valid worker signature') unless verified($env->{plan}, $CFG->{worker_keys});
+  my $tier1 = $approval eq 'none';
+  my $kind = $tier1 ? 'request' : 'decision';
+  refuse("no signed $kind on stdin") unless $env->{$kind};
+  refuse("the $kind does not carry a valid signature of the bot") unless verified($env->{$kind}, $CFG->{bot_keys});
+
+  # 1. the plan
+  my $pb = $env->{plan}{body};
+  my $ph = "gpu-medic plan v1\n";
+  refuse('the signed plan is not a plan') unless substr($pb, 0, length $ph) eq $ph;
+  my $plan = eval { JSON::PP->new->utf8->decode(substr($pb, length $ph)) };
+  refuse('the signed plan is not readable') unless ref $plan eq 'HASH' && ref $plan->{step} eq 'HASH';
+  refuse('the plan is for another incident') unless ($plan->{incidentId} // '') eq $incident;
+  refuse('the plan is for another approval') if !$tier1 && ($plan->{approvalId} // '') ne $approval;
+
+  # 2. the request or decision
+  my $f = fields_of($kind, $env->{$kind}{body});
+  if ($tier1) {
+    refuse('the request is for another incident') unless $f->{incident} eq $incident;
+    refuse('the request is for another container than the plan') unless $f->{target} eq ($plan->{container} // '');
+  } else {
+    refuse('the decision is for another approval') unless $f->{approval} eq $approval;
+    refuse('the decision is for another incident') unless $f->{incident} eq $incident;
+    refuse('the decision is not an approval') unless $f->{decision} eq 'approved';
+    refuse('the decision is for another plan') unless $f->{plan} eq sha256_hex($pb);
+  }
+  not_expired($f, $kind);
+
+  # 3. the targets
+  my $step = $plan->{step};
+  my $pvmid = as_int($plan->{vmid}) // '';
+  refuse('the container is not the plan\'s') if $where->{kind} eq 'ct' && $where->{vmid} ne $pvmid;
+  if ($verb eq 'signal') {
+    my ($side, $inode) = ($at->('side') // '', $at->('int') // '');
+    refuse("signal $side is not allowed on $where->{kind}")
+      if ($side eq 'host') != ($where->{kind} eq 'host' && $CFG->{role} eq 'host');
+    my @targets = grep { ref $_ eq 'HASH' } @{ ref $step->{targets} eq 'ARRAY' ? $step->{targets} : [] };
+    for (my $i = 0; $i < @rest; $i += 3) {
+      my ($pid, $start, $ct) = @rest[$i .. $i + 2];
+      my $hit;
+      for my $t (@targets) {
+        my ($hp, $cp, $st) = map { as_int($t->{$_}) // '' } qw(hostPid containerPid startTimeTicks);
+        if ($side eq 'host') { $hit = $t if $hp eq $pid && $st eq $start && $cp eq $ct; }
+        else { $hit = $t if $cp eq $pid && $st eq $start && $ct eq '0'; }
+        last if $hit;
+      }
+      refuse("target $pid:$start is not in the signed plan") unless $hit;
+      if ($side eq 'host') {
+        refuse("target $pid:$start is in another PID namespace than the plan says")
+          unless ($hit->{pidNs} // '') eq "pid:[$inode]";
+      }
+    }
+  } else {
+    my $uuid = $at->('uuid');
+    refuse('the plan\'s step is not a host reset') unless ($step->{kind} // '') eq 'host_reset';
+    my @gpus = grep { ref $_ eq 'HASH' } @{ ref $step->{gpus} eq 'ARRAY' ? $step->{gpus} : [] };
+    refuse("GPU $uuid is not in the signed plan") unless grep { lc($_->{uuid} // '') eq lc $uuid } @gpus;
+  }
+}
+
+# ---------------------------------------------------------------- explain (tests only)
+
+sub explain_line ($g, $line) {
+  my $r = eval {
+    # The front's checks, then its split, exactly.
+    refuse('bytes') if $line =~ /[^A-Za-z0-9 _.:+-]/;
+    refuse('length') if length($line) > MAX_LINE;
+    refuse('spaces') if $line =~ /\A | \z|  /;
+    my @w = split / /, $line;
+    my $cmd = parse_command($g, @w);
+    return { ok => JSON::PP::true, version => 1 } if $cmd->{version};
+    my @parts = $cmd->{batch} ? @{ $cmd->{batch} } : ($cmd);
+    my @out = map {
+      my $c = command_of($_, $cmd->{where}, $cmd->{batch} ? $_->{ms} : $cmd->{ms}, 0);
+      { verb => $_->{verb}, argv => $c->{argv}, timeoutMs => $c->{ms}, destructive => $_->{def}{destructive} ? JSON::PP::true : JSON::PP::false }
+    } @parts;
+    return { ok => JSON::PP::true, batch => $cmd->{batch} ? JSON::PP::true : JSON::PP::false, parts => \@out };
+  };
+  return $r if $r;
+  my $e = $@;
+  return { ok => JSON::PP::false, reason => ref $e eq 'Refusal' ? $e->{why} : "internal: $e" };
+}
+
+sub explain_main ($g) {
+  binmode(STDOUT, ':raw');
+  my $dec = JSON::PP->new->allow_nonref;
+  while (my $l = <STDIN>) {
+    chomp $l;
+    my $s = eval { $dec->decode($l) };
+    my $r = defined $s && !ref $s ? explain_line($g, $s) : { ok => JSON::PP::false, reason => 'not a JSON string' };
+    print $JSON->encode($r), "\n";
+  }
+  exit 0;
+}
+
+# ---------------------------------------------------------------- main
+
+sub main (@argv) {
+  my ($config, $explain, $front) = (DEFAULT_CONFIG, 0, undef);
+  my $via_sudo = exists $ENV{SUDO_USER} || exists $ENV{SUDO_UID};
+  while (@argv) {
+    my $o = shift @argv;
+    last if $o eq '--';
+    if ($o eq '--config' && @argv) { $config = shift @argv; }
+    elsif ($o eq '--refuse' && @argv) { $front = shift @argv; }
+    elsif ($o eq '--explain') { $explain = 1; }
+    else { refuse('options are the front\'s own'); }
+  }
+  refuse('the agent must run as root') unless $> == 0;
+  refuse('--explain is for root on the host, never through sudo') if $explain && ($via_sudo || $< != 0);
+  refuse("config $config: not an absolute path") unless $config =~ m{\A/};
+  $CFG = load_config($config);
+  if (defined $front) { refuse('the front refused the line: ' . ($FRONT_REASONS{$front} // 'unknown reason')); }
+  my $g = load_grammar($CFG->{grammar});
+  explain_main($g) if $explain;
+  my $cmd = parse_command($g, @argv);
+  if ($cmd->{version}) {
+    print "gpu-medic-agent $g->{agentVersion} protocol 1\n";
+    exit 0;
+  }
+  run_batch($cmd) if $cmd->{batch};
+  my $c = command_of($cmd, $cmd->{where}, $cmd->{ms}, 1);
+  if ($cmd->{def}{destructive}) {
+    check_destructive($cmd, $cmd->{where});
+    refuse('no audit line can be written (no syslog socket, audit file not writable)') unless audit('accepted');
+    my $k = spawn($c, undef, undef);
+    wait_all($k);
+    audit('done', status => code_of($k));
+    exit code_of($k);
+  }
+  run_one($c);
+}
+
+$SIG{PIPE} = 'IGNORE';
+eval { main(@ARGV); 1 } or do {
+  my $e = $@;
+  refused_exit(ref $e eq 'Refusal' ? $e->{why} : 'internal error: ' . clean($e));
+};

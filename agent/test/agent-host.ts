@@ -1,0 +1,241 @@
+/**
+ * One simulated Proxmox host for the agent's tests: a REAL sshd with a stock sshd_config (no
+ * ForceCommand, no AuthorizedKeysFile, forwarding left at its defaults) and the agent installed by
+ * the REAL `agent/install.sh`, both inside a private mount namespace (host-ns.sh): the account, the
+ * sudoers entry, the agent's files, its config and its audit file live in overlays that vanish with
+ * the namespace. Every restriction a client meets comes from what install.sh wrote.
+ *
+ * The agent's config points `path=` at this host's `bin/` first, where `nvidia-smi` is a recorder:
+ * each run appends its arguments to `ran.log`, so "nothing ran" is a file that did not grow.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { freePort, generateKeyPair } from '../../test/harness/sshd.ts';
+
+const execFileP = promisify(execFile);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export const AGENT_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const SAMPLE_GRAMMAR = join(AGENT_DIR, 'test', 'grammar.sample.json');
+/** agentw's generated grammar once it is on this branch, else the sample in the same format. */
+const GRAMMAR = existsSync(join(AGENT_DIR, 'grammar.json')) ? join(AGENT_DIR, 'grammar.json') : SAMPLE_GRAMMAR;
+
+/** What the fake nvidia-smi prints for the GPU table: one GPU. */
+export const GPU_UUID = 'GPU-12345678-1234-1234-1234-123456789012';
+const GPU_ROW = `0, ${GPU_UUID}, NVIDIA Fake, 00000000:01:00.0, 10, 81559, 0`;
+
+export interface SshResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface SshOptions {
+  sshArgs?: readonly string[];
+  input?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+}
+
+export interface AgentHost {
+  dir: string;
+  port: number;
+  user: string;
+  /** The worker's SSH key (private key file) that install.sh forced to the agent. */
+  clientKey: string;
+  bot: { privateKey: KeyObject };
+  worker: { privateKey: KeyObject };
+  /** PID (this PID namespace) of a `sleep` holding /dev/nvidia0 inside the host's mount namespace. */
+  holderPid: number;
+  /** sshd's PID: its /proc/<pid>/root is the host's view of the file system. */
+  sshdPid: number;
+  installLog: string;
+  /** `ssh` (OpenSSH client) with the worker's key: `sshArgs` before the host, then the command words; `input` on stdin. */
+  ssh(words: readonly string[], o?: SshOptions): Promise<SshResult>;
+  /** A path inside the host's mount namespace, as this process reads it. */
+  inHost(path: string): string;
+  /** The audit file's lines. */
+  audit(): Promise<string[]>;
+  /** The recorder's runs (one line of arguments each). */
+  ran(): Promise<string[]>;
+  sshdLog(): Promise<string>;
+  stop(): Promise<void>;
+}
+
+/** Debian 12's stock sshd_config, but for where it listens, its host key and pid file, and no PAM. */
+function stockSshdConfig(port: number, dir: string): string {
+  return [
+    `Port ${port}`,
+    'ListenAddress 127.0.0.1',
+    `HostKey ${join(dir, 'ssh_host_ed25519_key')}`,
+    `PidFile ${join(dir, 'sshd.pid')}`,
+    'UsePAM no',
+    // DEBUG1: the log says what sshd refused (pty, agent forwarding, port forwarding) and why.
+    'LogLevel DEBUG1',
+    'KbdInteractiveAuthentication no',
+    'X11Forwarding yes',
+    'PrintMotd no',
+    'AcceptEnv LANG LC_*',
+    'Subsystem sftp /usr/lib/openssh/sftp-server',
+    '',
+  ].join('\n');
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return !/^\S+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'latin1'));
+  } catch {
+    return false;
+  }
+}
+
+export function isAlive(pid: number): boolean {
+  return alive(pid);
+}
+
+export async function startAgentHost(o: { grammar?: string } = {}): Promise<AgentHost> {
+  const dir = await mkdtemp(join(tmpdir(), 'gpu-medic-agent-'));
+  const user = `gmt${Math.random().toString(36).slice(2, 8)}`;
+  const client = await generateKeyPair(dir, 'worker_ssh');
+  await execFileP('ssh-keygen', [
+    '-q',
+    '-t',
+    'ed25519',
+    '-N',
+    '',
+    '-C',
+    'host',
+    '-f',
+    join(dir, 'ssh_host_ed25519_key'),
+  ]);
+  const bot = generateKeyPairSync('ed25519');
+  const worker = generateKeyPairSync('ed25519');
+  await writeFile(join(dir, 'bot.pub.pem'), bot.publicKey.export({ type: 'spki', format: 'pem' }));
+  await writeFile(join(dir, 'worker.pub.pem'), worker.publicKey.export({ type: 'spki', format: 'pem' }));
+  await writeFile(join(dir, 'env'), `AGENT='${AGENT_DIR}'\nGRAMMAR='${o.grammar ?? GRAMMAR}'\nUSER_NAME='${user}'\n`);
+  const bin = join(dir, 'bin');
+  await execFileP('mkdir', ['-p', bin]);
+  const ranLog = join(dir, 'ran.log');
+  const fake = [
+    '#!/bin/sh',
+    `echo "$*" >> '${ranLog}'`,
+    // The test's switch (`mode` beside ran.log): fail with status 3, hang with a child, hang ignoring TERM.
+    `case $(cat '${join(dir, 'mode')}' 2>/dev/null) in`,
+    `  fail) echo 'NVIDIA-SMI has failed' >&2; exit 3 ;;`,
+    `  slow) sleep 30 & echo $! > '${join(dir, 'child.pid')}'; wait ;;`,
+    `  stubborn) trap '' TERM; sleep 30 & echo $! > '${join(dir, 'child.pid')}'; wait; wait ;;`,
+    'esac',
+    `echo '${GPU_ROW}'`,
+    '',
+  ];
+  await writeFile(join(bin, 'nvidia-smi'), fake.join('\n'), { mode: 0o755 });
+  const port = await freePort();
+  await writeFile(join(dir, 'sshd_config'), stockSshdConfig(port, dir));
+  const logPath = join(dir, 'sshd.log');
+  const fd = openSync(logPath, 'a');
+  const child = spawn(
+    'unshare',
+    ['-m', '--propagation', 'private', 'bash', join(AGENT_DIR, 'test', 'host-ns.sh'), dir],
+    { stdio: ['ignore', fd, fd] },
+  );
+  closeSync(fd);
+  let exited = false;
+  child.once('exit', () => {
+    exited = true;
+  });
+  const until = Date.now() + 30_000;
+  while (!(await readFile(logPath, 'utf8')).includes(`Server listening on 127.0.0.1 port ${port}.`)) {
+    if (exited || Date.now() > until) {
+      const install = await readFile(join(dir, 'install.log'), 'utf8').catch(() => '');
+      throw new Error(`the agent host did not start:\n${install}\n${await readFile(logPath, 'utf8')}`);
+    }
+    await sleep(50);
+  }
+  const sshdPid = child.pid as number; // unshare execs bash, which execs sshd: the same PID
+  const holderPid = Number((await readFile(join(dir, 'holder.pid'), 'utf8')).trim());
+  const installLog = await readFile(join(dir, 'install.log'), 'utf8');
+  const inHost = (p: string) => `/proc/${sshdPid}/root${p}`;
+
+  return {
+    dir,
+    port,
+    user,
+    clientKey: client.privateKeyPath,
+    bot,
+    worker,
+    holderPid,
+    sshdPid,
+    installLog,
+    inHost,
+    ssh(words, so = {}) {
+      const argv = [
+        '-F',
+        '/dev/null',
+        '-i',
+        client.privateKeyPath,
+        '-o',
+        'IdentitiesOnly=yes',
+        '-o',
+        'StrictHostKeyChecking=no',
+        '-o',
+        'UserKnownHostsFile=/dev/null',
+        '-o',
+        'LogLevel=ERROR',
+        '-o',
+        'BatchMode=yes',
+        '-p',
+        String(port),
+        '-l',
+        user,
+        ...(so.sshArgs ?? []),
+        '127.0.0.1',
+        ...words,
+      ];
+      return new Promise((res, rej) => {
+        const c = spawn('ssh', argv, {
+          stdio: ['pipe', 'pipe', 'pipe'],
+          env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...(so.env ?? {}) },
+        });
+        let stdout = '';
+        let stderr = '';
+        c.stdout.on('data', (b: Buffer) => (stdout += b.toString('utf8')));
+        c.stderr.on('data', (b: Buffer) => (stderr += b.toString('utf8')));
+        const timer = setTimeout(() => c.kill('SIGKILL'), so.timeoutMs ?? 20_000);
+        c.once('error', rej);
+        c.once('close', (code) => {
+          clearTimeout(timer);
+          res({ code, stdout, stderr });
+        });
+        c.stdin.end(so.input ?? '');
+      });
+    },
+    async audit() {
+      const text = await readFile(inHost('/var/log/gpu-medic/agent-audit.log'), 'utf8');
+      return text.split('\n').filter((l) => l !== '');
+    },
+    async ran() {
+      const text = await readFile(ranLog, 'utf8').catch(() => '');
+      return text.split('\n').filter((l) => l !== '');
+    },
+    sshdLog: () => readFile(logPath, 'utf8'),
+    async stop() {
+      for (const p of [holderPid, sshdPid]) {
+        try {
+          process.kill(p, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      const end = Date.now() + 5000;
+      while ((alive(sshdPid) || alive(holderPid)) && Date.now() < end) await sleep(20);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}

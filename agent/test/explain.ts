@@ -1,0 +1,56 @@
+/**
+ * The agent's `--explain` mode (root on this machine, never through the forced command): one JSON
+ * string per line in, one JSON answer per line out, the argv it WOULD run, nothing run. The config
+ * and grammar are copied into a fresh root-owned dir, as the agent requires.
+ */
+import { execFile } from 'node:child_process';
+import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { AGENT_DIR } from './agent-host.ts';
+
+const execFileP = promisify(execFile);
+
+export type Explained =
+  | { ok: true; version: 1 }
+  | {
+      ok: true;
+      batch: boolean;
+      parts: Array<{ verb: string; argv: string[]; timeoutMs: number; destructive: boolean }>;
+    }
+  | { ok: false; reason: string };
+
+export async function explain(
+  grammarFile: string,
+  lines: readonly string[],
+  role: 'host' | 'self' = 'host',
+): Promise<Explained[]> {
+  const dir = await mkdtemp(join(tmpdir(), 'gpu-medic-explain-'));
+  try {
+    await copyFile(grammarFile, join(dir, 'grammar.json'));
+    await writeFile(
+      join(dir, 'agent.conf'),
+      `path=/usr/sbin:/usr/bin:/sbin:/bin\ngrammar=${join(dir, 'grammar.json')}\naudit_file=${join(dir, 'audit.log')}\nrole=${role}\n`,
+      { mode: 0o644 },
+    );
+    const child = execFileP(
+      'perl',
+      [join(AGENT_DIR, 'gpu-medic-agent.pl'), '--config', join(dir, 'agent.conf'), '--explain'],
+      {
+        env: { PATH: '/usr/bin:/bin' },
+        maxBuffer: 256 * 1024 * 1024,
+      },
+    );
+    child.child.stdin?.end(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+    const { stdout } = await child;
+    const out = stdout
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Explained);
+    if (out.length !== lines.length) throw new Error(`explain answered ${out.length} of ${lines.length} lines`);
+    return out;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
