@@ -118,6 +118,7 @@ sub load_config ($path) {
     audit_file => '/var/log/gpu-medic/agent-audit.log',
     role => 'host',
     grammar => '/usr/local/lib/gpu-medic/grammar.json',
+    command_log => '',
   );
   for my $raw (split /\n/, slurp($path)) {
     my $l = $raw =~ s/\A\s+|\s+\z//gr;
@@ -129,6 +130,16 @@ sub load_config ($path) {
   refuse("config $path: role must be host or self") unless $c{role} =~ /\A(host|self)\z/;
   for my $d (split /:/, $c{path}) { refuse("config $path: path= holds a relative dir") unless $d =~ m{\A/}; }
   return \%c;
+}
+
+# Optional (command_log=, off by default): one JSON line {ts, cmd} per line received, before it is
+# checked, so a test fleet (or a curious admin) sees every line the key was asked to run.
+sub log_command (@w) {
+  return if $CFG->{command_log} eq '';
+  my ($s, $us) = Time::HiRes::gettimeofday();
+  my $ts = POSIX::strftime('%Y-%m-%dT%H:%M:%S', gmtime $s) . sprintf('.%03dZ', int($us / 1000));
+  my $line = JSON::PP->new->canonical->encode({ ts => $ts, cmd => join(' ', @w) });
+  if (open(my $h, '>>', $CFG->{command_log})) { print $h "$line\n"; close $h; }
 }
 
 sub load_grammar ($path) {
@@ -589,6 +600,7 @@ sub main (@argv) {
   refuse('--explain is for root on the host, never through sudo') if $explain && ($via_sudo || $< != 0);
   refuse("config $config: not an absolute path") unless $config =~ m{\A/};
   $CFG = load_config($config);
+  log_command(@argv);
   if (defined $front) { refuse('the front refused the line: ' . ($FRONT_REASONS{$front} // 'unknown reason')); }
   my $g = load_grammar($CFG->{grammar});
   explain_main($g) if $explain;

@@ -33,6 +33,12 @@ const sshFields = {
     .optional(),
   /** Path to the private key on the worker's machine. */
   keyFile: text('the path of a private key file').optional(),
+  /**
+   * How this machine takes commands (issue 21), when it differs from the worker's
+   * GPU_MEDIC_SSH_ACCESS: `agent` (the key is forced to gpu-medic-agent) or `root-shell` (opt-in:
+   * a login that runs any command), so an install can move one machine at a time.
+   */
+  access: z.enum(['agent', 'root-shell'], { error: 'must be agent or root-shell' }).optional(),
   /** Pinned host keys; at least one. */
   hostKeys: z
     .array(fingerprint, { error: 'must be a list of SHA256:... fingerprints' })
@@ -59,6 +65,7 @@ export const ContainerSchema = z
     port: sshFields.port,
     user: sshFields.user,
     keyFile: sshFields.keyFile,
+    access: sshFields.access,
     hostKeys: z.array(fingerprint, { error: 'must be a list of SHA256:... fingerprints' }).optional(),
   })
   .strict();

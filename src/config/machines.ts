@@ -40,9 +40,11 @@ function endpointOf(
     user?: string | undefined;
     keyFile?: string | undefined;
     hostKeys?: string[] | undefined;
+    access?: SshEndpoint['access'] | undefined;
   },
 ): SshEndpoint {
   return {
+    ...(e.access === undefined ? {} : { access: e.access }),
     machineId: e.id,
     host: e.address,
     port: e.port,

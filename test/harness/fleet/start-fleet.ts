@@ -579,6 +579,7 @@ async function build(
             address: '127.0.0.1',
             port: h.port,
             user: access === 'agent' ? AGENT_USER : 'root',
+            access: access === 'agent' ? 'agent' : 'root-shell',
             keyFile: client.privateKeyPath,
             hostKeys: [h.pinned],
           })),
@@ -593,6 +594,8 @@ async function build(
                   address: '127.0.0.1',
                   port: c.port ?? 22,
                   user: 'root',
+                  // Its own sshd is the harness's wrapper (any command as root), as before issue 21.
+                  access: 'root-shell',
                   keyFile: client.privateKeyPath,
                   hostKeys: [c.pinned],
                 }
