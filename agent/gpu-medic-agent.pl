@@ -276,11 +276,11 @@ sub command_of ($p, $where, $ms, $resolve) {
   if ($where->{kind} eq 'ct') {
     my $secs = int(($ms + 999) / 1000); $secs = 1 if $secs < 1;
     my $pct = $resolve ? find_program('pct') : 'pct';
-    refuse('pct is not on the configured path') unless defined $pct;
     return { prog => $pct, argv => ['pct', 'exec', $where->{vmid}, '--', 'timeout', '-k', '1', "$secs", @argv], ms => $ms + CT_EXTRA_MS };
   }
+  # A program missing from path= is the command's own failure (127, as a shell says it), not a refusal:
+  # a host without `free` still answers the rest of a batch.
   my $prog = $resolve ? find_program($argv[0]) : $argv[0];
-  refuse("$argv[0] is not on the configured path") unless defined $prog;
   return { prog => $prog, argv => \@argv, ms => $ms };
 }
 
@@ -297,6 +297,10 @@ sub spawn ($c, $out, $err) {
     if (defined $out) { open(STDOUT, '>&', $out) or _exit(127); }
     if (defined $err) { open(STDERR, '>&', $err) or _exit(127); }
     %ENV = (PATH => $CFG->{path});
+    if (!defined $c->{prog}) {
+      print STDERR "gpu-medic-agent: $c->{argv}[0]: not found (not in the config's path=)\n";
+      _exit(127);
+    }
     exec { $c->{prog} } @{ $c->{argv} };
     print STDERR "gpu-medic-agent: cannot run $c->{argv}[0]: $!\n";
     _exit(127);
