@@ -7,7 +7,11 @@ import type { Fleet } from '../harness/fleet/types.ts';
 
 let fleet: Fleet;
 beforeAll(async () => {
-  fleet = await startFleet({ access: 'agent', hosts: [{ id: 'kpro5', gpus: 2 }], containers: [{ id: 'ct130', vmid: 130, host: 'kpro5' }] });
+  fleet = await startFleet({
+    access: 'agent',
+    hosts: [{ id: 'kpro5', gpus: 2 }],
+    containers: [{ id: 'ct130', vmid: 130, host: 'kpro5' }],
+  });
 }, 120_000);
 afterAll(async () => fleet?.stop());
 
@@ -15,7 +19,14 @@ it('reads through the agent', async () => {
   const inv = fleet.inventory();
   const h = inv.hosts?.[0];
   if (!h) throw new Error('no host');
-  const endpoint = { machineId: 'kpro5', host: '127.0.0.1', port: h.port ?? 22, username: h.user ?? 'root', privateKeyPath: fleet.clientKeyPath, hostKeyFingerprints: h.hostKeys ?? [] };
+  const endpoint = {
+    machineId: 'kpro5',
+    host: '127.0.0.1',
+    port: h.port ?? 22,
+    username: h.user ?? 'root',
+    privateKeyPath: fleet.clientKeyPath,
+    hostKeyFingerprints: h.hostKeys ?? [],
+  };
   const ex = createSshExecutor({ access: 'agent' });
   const r = await ex.exec({ kind: 'direct', endpoint } as Route, queryGpus({ timeoutMs: 5000 }));
   console.log(r);

@@ -18,6 +18,8 @@ let fleet: Fleet;
 
 beforeAll(async () => {
   fleet = await startFleet({
+    // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+    access: 'shell',
     hosts: [{ id: 'kpro5', gpus: 8, ramTotalGiB: 449, ramUsedGiB: 20 }],
     containers: [
       { id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true },

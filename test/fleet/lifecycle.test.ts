@@ -25,6 +25,8 @@ describe('fleet lifecycle', () => {
   it('starts in seconds and stop() leaves no process, no mount and no dir', async () => {
     const t0 = Date.now();
     const fleet = await startFleet({
+      // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+      access: 'shell',
       hosts: [{ id: 'life-host', gpus: 8 }],
       containers: [
         { id: 'life-ct', vmid: 129, host: 'life-host', ownAddress: true },
@@ -61,6 +63,8 @@ describe('fleet lifecycle', () => {
 
   it('stopMachine: a host becomes unreachable; a container reports stopped to pct', async () => {
     const fleet = await startFleet({
+      // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+      access: 'shell',
       hosts: [{ id: 'down-host', gpus: 1 }],
       containers: [{ id: 'down-ct', vmid: 140, host: 'down-host' }],
     });
@@ -100,7 +104,11 @@ describe('fleet lifecycle', () => {
     expect(pids.every(alive)).toBe(true);
     expect((await processesMentioning(`${dir}/`)).length).toBeGreaterThan(3);
 
-    const next = await startFleet({ hosts: [{ id: 'after-crash', gpus: 1 }] });
+    const next = await startFleet({
+      // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+      access: 'shell',
+      hosts: [{ id: 'after-crash', gpus: 1 }],
+    });
     try {
       expect(pids.some(alive)).toBe(false);
       expect(await processesMentioning(`${dir}/`)).toEqual([]);

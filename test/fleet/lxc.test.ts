@@ -16,6 +16,8 @@ let fleet: Fleet;
 
 beforeAll(async () => {
   fleet = await startFleet({
+    // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+    access: 'shell',
     engine: 'lxc',
     hosts: [{ id: 'kpro5', gpus: 4 }],
     containers: [
@@ -155,6 +157,8 @@ describe('tools are per machine', () => {
 describe('cleanup', () => {
   it('stop() removes the containers, their lxcpath and the fleet cgroup tree from every hierarchy', async () => {
     const f = await startFleet({
+      // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+      access: 'shell',
       engine: 'lxc',
       hosts: [{ id: 'h1', gpus: 1 }],
       containers: [{ id: 'c1', vmid: 140, host: 'h1' }],

@@ -51,6 +51,8 @@ describe('fleet tool server: the same bytes as the standalone tool', () => {
   let standalone: string;
   beforeAll(async () => {
     fleet = await startFleet({
+      // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+      access: 'shell',
       hosts: [{ id: 'kpro5', gpus: 4, ramTotalGiB: 449, ramUsedGiB: 440 }],
       containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
     });

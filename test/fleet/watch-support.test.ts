@@ -14,6 +14,8 @@ let fleet: Fleet;
 
 beforeAll(async () => {
   fleet = await startFleet({
+    // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
+    access: 'shell',
     hosts: [
       { id: 'kpro5', gpus: 2 },
       { id: 'kpro6', gpus: 2 },
