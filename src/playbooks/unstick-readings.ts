@@ -2,6 +2,7 @@ import type { Machine } from '../config/machines.ts';
 import { diagnose, type ContainerFailure, type Diagnosis } from '../gpu/diagnose.ts';
 import { matchContainerGpus, type GpuPassing } from '../gpu/gpu-map.ts';
 import { buildHolders, type ContainerReadings, type HostReadings, type ProcReading } from '../gpu/holders.ts';
+import { parsePctUidMap, type UidMap } from '../gpu/id-map.ts';
 import { rootCauses } from '../gpu/root-cause.ts';
 import { commandLinesOf, gpusSeen } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
@@ -147,15 +148,17 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
 }
 
 /**
- * What the host says the container was given: `pct config <vmid>` (its `/dev/nvidiaM` devices)
- * and host `nvidia-smi -q -x` (each GPU's device minor, by UUID). A failed read leaves
- * `minors` null with the reason: its GPUs are then matched to none.
+ * What the host says the container was given: `pct config <vmid>` (its `/dev/nvidiaM` devices,
+ * and its uid map: `unprivileged`, `lxc.idmap`) and host `nvidia-smi -q -x` (each GPU's device
+ * minor, by UUID). A failed read leaves `minors` null with the reason: its GPUs are then matched
+ * to none; a failed or malformed config leaves `uidMap` null (host uids are then not shown as the
+ * container's).
  */
 async function readGpuPassing(
   hostRoute: Route,
   vmid: number,
   deps: ReadingDeps,
-): Promise<{ passing: GpuPassing; results: ExecResult[] }> {
+): Promise<{ passing: GpuPassing; uidMap: UidMap | null; results: ExecResult[] }> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const cfgSpec = containerConfig(vmid, t);
   const xmlSpec = hostGpuReport(t);
@@ -168,7 +171,13 @@ async function readGpuPassing(
     return `\`${what}\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
   };
   if (cfg.code !== 0)
-    return { passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] }, results };
+    return {
+      passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] },
+      uidMap: null,
+      results,
+    };
+  const idMap = parsePctUidMap(cfg.stdout);
+  const uidMap = idMap.ok ? idMap.map : null;
   if (xml.code !== 0 || xml.truncated)
     return {
       passing: {
@@ -177,6 +186,7 @@ async function readGpuPassing(
         problem: `${failed(xml, 'nvidia-smi -q -x')}, so the GPUs' device minors are unknown`,
         hostMinors: [],
       },
+      uidMap,
       results,
     };
   return {
@@ -186,6 +196,7 @@ async function readGpuPassing(
       problem: null,
       hostMinors: parseXmlGpuMinors(xml.stdout),
     },
+    uidMap,
     results,
   };
 }
@@ -228,7 +239,9 @@ async function readContainer(
 
 /**
  * Host view: its status snapshot (GPUs, compute apps by host PID), the target container's PID
- * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app.
+ * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app. The compute
+ * apps are every GPU process of the host (other containers' too): which are the container's is
+ * decided from the readings, by PID namespace and cgroup `lxc/<vmid>` (buildHolders).
  */
 export async function readHost(
   host: Machine,
@@ -273,7 +286,9 @@ export async function readHost(
         apps: snap.snapshot.processes,
         procs: procs?.readings ?? [],
         targetPidNs: init.pidNs,
+        targetVmid: vmid,
         passing: passing.passing,
+        uidMap: passing.uidMap,
       },
       commands,
     };
