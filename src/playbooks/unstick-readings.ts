@@ -1,6 +1,7 @@
 import type { Machine } from '../config/machines.ts';
 import { diagnose, type ContainerFailure, type Diagnosis } from '../gpu/diagnose.ts';
 import { matchContainerGpus, type GpuPassing } from '../gpu/gpu-map.ts';
+import { inContainerCgroup } from '../gpu/container-cgroup.ts';
 import { buildHolders, type ContainerReadings, type HostReadings, type ProcReading } from '../gpu/holders.ts';
 import { parsePctUidMap, type UidMap } from '../gpu/id-map.ts';
 import { rootCauses } from '../gpu/root-cause.ts';
@@ -101,7 +102,8 @@ export function lxcInfoProblem(vmid: number, r: ExecResult): string | null {
 
 /**
  * What is wrong with the host's /proc reading of the container's init, or null when it is PID 1
- * of its own namespace with a readable `ns/pid` link. Names the field that failed. Pure.
+ * of its own namespace with a readable `ns/pid` link, in the container's cgroup `lxc/<vmid>`.
+ * Names the field that failed. Pure.
  */
 export function initReadingProblem(
   vmid: number,
@@ -120,6 +122,11 @@ export function initReadingProblem(
     return `host PID ${initHostPid} is not PID 1 of its PID namespace (NSpid ${r.nsPids.join(' ')}): \`lxc-info\` named a process that is not container ${vmid}'s init`;
   if (r.pidNs === null)
     return `\`readlink /proc/${initHostPid}/ns/pid\` printed nothing: the host login may not read ${who}'s namespace link (log in as root)`;
+  // Proxmox puts a container's processes, its init too, under lxc/<vmid>: anything else is not its init.
+  if (r.cgroup === undefined)
+    return `/proc/${initHostPid}/cgroup could not be read, so ${who} could not be placed in the container's cgroup`;
+  if (!inContainerCgroup(r.cgroup, vmid))
+    return `host PID ${initHostPid} is not in container ${vmid}'s cgroup (lxc/${vmid}): its cgroup is \`${(r.cgroup.trim().split('\n')[0] ?? '').slice(0, 120)}\``;
   return null;
 }
 
