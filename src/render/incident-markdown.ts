@@ -13,6 +13,9 @@ import { describeEvent } from '../incident/timeline.ts';
 import { stepsWords } from './history.ts';
 import { mdCellCode, mdCode, mdFence, mdRich, mdText } from './markdown-escape.ts';
 import { count, duration } from './units.ts';
+import { sentenceParts } from './rich-text.ts';
+import { ALERT_TITLES } from './alert.ts';
+import type { AlertKind } from '../watchdog/judge.ts';
 
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12:45 UTC`. */
 const utc = (iso: string): string =>
@@ -334,8 +337,62 @@ function openAtClose(events: readonly AnyLoggedEvent[]): string[] {
   );
 }
 
-function followUp(s: IncidentSummary, events: readonly AnyLoggedEvent[], people: People): string[] {
-  const items: string[] = [...openAtClose(events)];
+/**
+ * A watchdog (or Alertmanager) alert still open when the post-mortem is written, as the watch
+ * store keeps it (src/watch-store/open-alerts.ts reads it; the CLI passes it in).
+ */
+export interface OpenAlertNote {
+  incidentId: string;
+  kind: string;
+  machineId: string;
+  gpu: number | null;
+  sentence: string;
+  /** When it was raised (ISO). */
+  raisedAt: string;
+}
+
+/** Every machine the incident is about or read: its targets, and the machine of each reading and command (a container's host). */
+function machinesOf(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): Set<string> {
+  const out = new Set(meta.targets);
+  for (const e of events) {
+    if (e.type === 'snapshot') {
+      out.add(e.snapshot.machineId);
+      for (const c of e.commands) out.add(c.machineId);
+    } else if (e.type === 'machine_error') {
+      out.add(e.machineId);
+      for (const c of e.commands) out.add(c.machineId);
+    } else if (e.type === 'command') out.add(e.record.machineId);
+  }
+  return out;
+}
+
+/**
+ * The alerts on the incident's machines that were raised before it ended (or while it runs) and
+ * are still open: they were open when it closed, whatever its verdict says about its own target.
+ */
+function openAlertLines(
+  meta: IncidentMeta,
+  events: readonly AnyLoggedEvent[],
+  s: IncidentSummary,
+  alerts: readonly OpenAlertNote[],
+): string[] {
+  const machines = machinesOf(meta, events);
+  const end = endOf(s);
+  return alerts
+    .filter((a) => machines.has(a.machineId) && a.incidentId !== meta.id && (end === null || a.raisedAt <= end))
+    .map(
+      (a) =>
+        `${mdText(ALERT_TITLES[a.kind as AlertKind] ?? a.kind)} on ${mdCode(a.machineId)}${a.gpu === null ? '' : ` (GPU ${a.gpu})`} is still open (raised ${utc(a.raisedAt)}, alert ${mdCode(a.incidentId)}): ${mdRich(sentenceParts(a.sentence))}`,
+    );
+}
+
+function followUp(
+  s: IncidentSummary,
+  events: readonly AnyLoggedEvent[],
+  people: People,
+  alerts: readonly OpenAlertNote[],
+): string[] {
+  const items: string[] = [...openAlertLines(s.meta, events, s, alerts), ...openAtClose(events)];
   const v = s.verdict;
   if (v?.advice) items.push(mdRich(v.advice, { user: people.md }));
   else if (v?.nextStep) items.push(mdText(v.nextStep));
@@ -364,7 +421,12 @@ function followUp(s: IncidentSummary, events: readonly AnyLoggedEvent[], people:
   return ['## What to follow up', '', ...items.map((i) => `- ${i}`), ''];
 }
 
-export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): string {
+/** `openAlerts`: the alerts open now (the watch store's); those on this incident's machines are what it left open. */
+export function renderIncidentMarkdown(
+  meta: IncidentMeta,
+  events: readonly AnyLoggedEvent[],
+  opts: { openAlerts?: readonly OpenAlertNote[] } = {},
+): string {
   const s = summarizeIncident(meta, events);
   const people = new People(meta, events);
   const { list, byEvent } = commandsOf(events, meta.kind === 'unstick' ? (meta.targets[0] ?? null) : null);
@@ -392,7 +454,7 @@ export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyL
     ...gpuTables('after', onePerMachine(snaps('after'), 'last')),
     ...perGpu(s),
     ...commandBlocks(list),
-    ...followUp(s, events, people),
+    ...followUp(s, events, people, opts.openAlerts ?? []),
     ...footnotes(people),
   ].join('\n');
 }
