@@ -496,9 +496,13 @@ describe('renderIncidentMarkdown', () => {
       fc.property(hostiles, (h) => {
         // Hostile Slack names too: they are data like the rest.
         const { meta, events } = unstick(h, { requester: h.name, approver: h.reason });
-        expect(problems(renderIncidentMarkdown(meta, events), [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual(
-          [],
-        );
+        // And an alert still open on its target, its sentence and kind hostile too.
+        const openAlerts = [
+          { incidentId: 'inc_alert_1', kind: h.name, machineId: 'ct129', gpu: 0, sentence: h.detail, raisedAt: AT },
+        ];
+        const md = renderIncidentMarkdown(meta, events, { openAlerts });
+        expect(md).toContain('is still open (raised 2026-11-30 03:12:45 UTC, alert `inc_alert_1`)');
+        expect(problems(md, [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual([]);
       }),
       { numRuns: 200, seed: 20261201 },
     );
