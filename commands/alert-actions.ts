@@ -32,6 +32,8 @@ export interface AlertClick {
   /** The button's value (the alert's incident id), or the picked option's (`<id>|<container>`). */
   value: string;
   user: string;
+  /** The clicker's Slack user name; an incident the click opens records it as its requester's. */
+  userName?: string | undefined;
   channel: string | null;
   messageTs: string | null;
 }
@@ -119,7 +121,7 @@ async function handleAlertClick(click: AlertClick, deps: CommandDeps): Promise<s
     return `:zzz: ${what} is snoozed until ${stamp(until)}${until > deps.now().getTime() + snooze.ms ? ' (an earlier, longer snooze is kept)' : ''}: the watchdog raises no new alert there until then.${silenced} Nothing was signalled or reset; this message stays as it is and still says when the condition clears.`;
   }
   const channel = deps.alertsChannel ?? meta.channel;
-  const input = { userId: click.user, channelId: channel };
+  const input = { userId: click.user, userName: click.userName, channelId: channel };
   const started =
     action === 'status'
       ? await startStatus(machineId, { ...input, text: `status ${machineId}` }, deps)
@@ -173,6 +175,7 @@ export function registerAlertActions(app: App, deps: CommandDeps): void {
           button,
           value,
           user: body.user.id,
+          userName: body.user.username ?? body.user.name,
           channel: body.channel?.id ?? body.container?.channel_id ?? null,
           messageTs: body.message?.ts ?? body.container?.message_ts ?? null,
         },

@@ -4,7 +4,7 @@ import { findMachine } from '../src/config/machines.ts';
 import type { Approval } from '../src/approval/approval-store.ts';
 import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/render/unstick.ts';
 import { decisionJobId } from '../src/queue/jobs.ts';
-import type { CommandDeps } from './deps.ts';
+import { nameField, type CommandDeps } from './deps.ts';
 import { mention } from '../src/render/escape.ts';
 import { planDigest } from '../src/playbooks/plan-seal.ts';
 
@@ -14,6 +14,8 @@ export interface Click {
   planDigest?: string | null;
   decision: 'approved' | 'denied';
   user: string;
+  /** The clicker's Slack user name (`user.username`, else `user.name`), recorded with what they did. */
+  userName?: string | undefined;
   channel: string | null;
   messageTs: string | null;
 }
@@ -62,6 +64,7 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
       at,
       approvalId: approval.id,
       by: click.user,
+      ...nameField(click.userName),
       reason: code === 'wrong_card' ? 'approval_not_found' : code,
     });
     deps.logger.warn(
@@ -109,6 +112,7 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
     stepId: approval.stepId,
     decision: click.decision,
     by: click.user,
+    ...nameField(click.userName),
   });
   try {
     await enqueue();
@@ -145,6 +149,7 @@ export function registerApprovalActions(app: App, deps: CommandDeps): void {
               planDigest: digest ?? null,
               decision,
               user: body.user.id,
+              userName: body.user.username ?? body.user.name,
               channel: body.channel?.id ?? body.container?.channel_id ?? null,
               messageTs: body.message?.ts ?? body.container?.message_ts ?? null,
             },

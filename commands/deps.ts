@@ -41,5 +41,15 @@ export interface CommandDeps {
 export interface SlashInput {
   text: string;
   userId: string;
+  /** The Slack user name the payload carried (`user_name`, or `user.username` of a click); recorded for the post-mortem. */
+  userName?: string | undefined;
   channelId: string;
+}
+
+/**
+ * A Slack user name as a log field: `{ name }` when the payload carried one, else nothing. Kept as
+ * data (every renderer escapes it), cut to 80 characters; no Slack call and no scope is needed.
+ */
+export function nameField(name: string | undefined): { name?: string } {
+  return typeof name === 'string' && name !== '' ? { name: name.slice(0, 80) } : {};
 }

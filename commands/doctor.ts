@@ -1,7 +1,7 @@
 import { findMachine, listMachines, type Machine } from '../src/config/machines.ts';
 import { closest } from '../src/config/suggest.ts';
 import { code } from '../src/render/escape.ts';
-import type { CommandDeps, SlashInput } from './deps.ts';
+import { nameField, type CommandDeps, type SlashInput } from './deps.ts';
 import { readOnlyIncident } from './read-only-incident.ts';
 import { QUEUE_DOWN } from './status.ts';
 
@@ -33,7 +33,7 @@ export async function doctorCommand(target: string, input: SlashInput, deps: Com
   const id = meta.id;
   try {
     await deps.log.create(meta);
-    await deps.log.append(id, { type: 'requested', at: meta.createdAt });
+    await deps.log.append(id, { type: 'requested', at: meta.createdAt, ...nameField(input.userName) });
     for (const [site, ids] of bySite)
       await deps.dispatcher.enqueue(site, { kind: 'doctor', incidentId: id, machines: ids }, `${id}-doctor-${site}`);
   } catch (e) {

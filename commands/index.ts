@@ -36,7 +36,12 @@ export function registerCommands(app: App, deps: CommandDeps): void {
     let text: string;
     try {
       text = await handleSlash(
-        { text: command.text ?? '', userId: command.user_id, channelId: command.channel_id },
+        {
+          text: command.text ?? '',
+          userId: command.user_id,
+          userName: command.user_name,
+          channelId: command.channel_id,
+        },
         deps,
       );
     } catch (err) {

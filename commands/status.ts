@@ -1,7 +1,7 @@
 import { findMachine, listMachines, type Machine } from '../src/config/machines.ts';
 import { closest } from '../src/config/suggest.ts';
 import { isCodedError } from '../src/errors.ts';
-import type { CommandDeps, SlashInput } from './deps.ts';
+import { nameField, type CommandDeps, type SlashInput } from './deps.ts';
 import { readOnlyIncident } from './read-only-incident.ts';
 import { code } from '../src/render/escape.ts';
 
@@ -52,7 +52,7 @@ export async function startStatus(target: string, input: SlashInput, deps: Comma
     await deps.log.create(meta);
     for (const [site, ids] of bySite)
       await deps.dispatcher.enqueue(site, { kind: 'status', incidentId: id, machines: ids }, `${id}-${site}`);
-    await deps.log.append(id, { type: 'requested', at: meta.createdAt });
+    await deps.log.append(id, { type: 'requested', at: meta.createdAt, ...nameField(input.userName) });
   } catch (e) {
     deps.logger.error({ err: e, incident: id, code: isCodedError(e) ? e.code : 'internal' }, 'could not queue status');
     return { text: QUEUE_DOWN, incidentId: null, refused: 'queue_unavailable' };

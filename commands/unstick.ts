@@ -1,7 +1,7 @@
 import { findMachine, listMachines } from '../src/config/machines.ts';
 import { nearCertainTypo } from '../src/config/suggest.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
-import type { CommandDeps, SlashInput } from './deps.ts';
+import { nameField, type CommandDeps, type SlashInput } from './deps.ts';
 import { QUEUE_DOWN, type Started } from './status.ts';
 import { code, codeLine, mention, text } from '../src/render/escape.ts';
 
@@ -79,7 +79,7 @@ export async function startUnstick(
       Date.parse(now),
     );
     await deps.log.create(meta, request);
-    await deps.log.append(id, { type: 'requested', at: now });
+    await deps.log.append(id, { type: 'requested', at: now, ...nameField(input.userName) });
     await deps.dispatcher.enqueue(m.site, { kind: 'unstick', incidentId: id, machineId: m.id }, `${id}-unstick`);
   } catch (e) {
     deps.logger.error({ err: e, incident: id }, 'could not queue unstick');

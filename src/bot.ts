@@ -82,12 +82,24 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   });
   steady.on('error', (err) => logger.debug({ err }, 'redis (outbox) error'));
   // Without an offline queue, commands sent before the first connect would fail: wait for it (bounded).
-  await waitReady(fast, 5000).catch(() =>
-    logger.warn(
-      { redis: redactRedisUrl(env.REDIS_URL), reason: redisReason(lastRedisError) },
-      `Redis not reachable at start (${redactRedisUrl(env.REDIS_URL)}: ${redisReason(lastRedisError)}); commands will answer "queue unavailable" until it is`,
-    ),
+  const reachedAtStart = await waitReady(fast, 5000).then(
+    () => true,
+    () => {
+      logger.warn(
+        { redis: redactRedisUrl(env.REDIS_URL), reason: redisReason(lastRedisError) },
+        `Redis not reachable at start (${redactRedisUrl(env.REDIS_URL)}: ${redisReason(lastRedisError)}); commands will answer "queue unavailable" until it is`,
+      );
+      return false;
+    },
   );
+  // The operator who read the line above learns when the wait is over (issue 24).
+  if (!reachedAtStart)
+    fast.once('ready', () =>
+      logger.info(
+        { redis: redactRedisUrl(env.REDIS_URL) },
+        `Redis reachable now (${redactRedisUrl(env.REDIS_URL)}): commands are queued from now on`,
+      ),
+    );
   // The Alertmanager receiver (src/alertmanager/), when configured: a route here or a port of its own.
   const alertmanager = alertmanagerReceiver(
     env,

@@ -2,6 +2,8 @@
  * `incidents [--limit N]`, `incident <id> [--json|--markdown]` and `history <machine> [--limit N]`:
  * the durable incident log read straight from Redis, without Slack. For post-mortems, and for the
  * night Slack itself is down. Read-only: it never appends, renders into Slack or queues anything.
+ * `--markdown` also reads the alerts open now (src/watch-store/open-alerts.ts): the post-mortem
+ * lists those on the incident's machines.
  */
 import { EnvSchema } from '../config/env.ts';
 import { IncidentLog } from '../incident/log.ts';
@@ -12,6 +14,7 @@ import { findMachine, listMachines, type Machine } from '../config/machines.ts';
 import { closest } from '../config/suggest.ts';
 import { readHistory } from '../incident/history.ts';
 import { renderIncidentMarkdown } from '../render/incident-markdown.ts';
+import { readOpenAlerts } from '../watch-store/open-alerts.ts';
 
 const ReadEnv = EnvSchema.pick({
   REDIS_URL: true,
@@ -173,11 +176,13 @@ export async function runIncidentsCommand(
       return 1;
     }
     const events = await log.events(incident);
+    // The post-mortem says which alerts were still open on the incident's machines (issue 23).
+    const openAlerts = format === 'markdown' ? await readOpenAlerts(redis, env.data.GPU_MEDIC_PREFIX) : [];
     io.out.write(
       format === 'json'
         ? `${JSON.stringify({ meta, events }, null, 2)}\n`
         : format === 'markdown'
-          ? renderIncidentMarkdown(meta, events)
+          ? renderIncidentMarkdown(meta, events, { openAlerts })
           : renderTimeline(meta, events),
     );
     return 0;

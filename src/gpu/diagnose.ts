@@ -120,6 +120,11 @@ export interface DiagnoseInput {
 /** A diagnosis says the unit even when the amount is unknown: `? MiB`. */
 const UNKNOWN_MIB = '? MiB';
 
+/** ` (host uid N)` when the host sees it under another uid (an unprivileged container's shift), else nothing. */
+function hostUidNote(p: ProcessIdentity): string {
+  return p.hostUid !== undefined && p.hostUid !== p.uid ? ` (host uid ${p.hostUid})` : '';
+}
+
 function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'reach' | 'hostOnlyWhy'> {
   if (h.process.state === 'Z') return { reach: 'none', hostOnlyWhy: null };
   if (h.isContainerInit)
@@ -133,7 +138,7 @@ function reachOf(h: GpuHolder, input: DiagnoseInput): Pick<DiagnosedHolder, 'rea
   if (execUid !== 0 && h.process.uid !== undefined && h.process.uid !== execUid)
     return {
       reach: 'host',
-      hostOnlyWhy: `it runs as uid ${h.process.uid} and container commands run as uid ${execUid}`,
+      hostOnlyWhy: `it runs as uid ${h.process.uid}${hostUidNote(h.process)} and container commands run as uid ${execUid}`,
     };
   return { reach: 'container', hostOnlyWhy: null };
 }

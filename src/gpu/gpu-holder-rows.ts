@@ -12,6 +12,7 @@
  * A command is named from its command line, not from the kernel's 15-character comm, and only
  * its program (and a Python module or script): arguments may hold tokens and are never kept.
  */
+import { inContainerCgroup } from './container-cgroup.ts';
 import { type GpuPassing, matchContainerGpus } from './gpu-map.ts';
 import type { HostReadings, ProcReading } from './holders.ts';
 import type { Gpu, GpuProcess, Holder } from './types.ts';
@@ -100,12 +101,13 @@ export interface HostSide {
   hostId: string;
   gpus: readonly Gpu[];
   passing: GpuPassing;
-  readings: Pick<HostReadings, 'apps' | 'procs' | 'targetPidNs'>;
+  readings: Pick<HostReadings, 'apps' | 'procs' | 'targetPidNs' | 'targetVmid'>;
 }
 
 /**
  * Container view: the container's fuser holders on GPU device nodes, placed by the host's GPU
- * map, with host PID and MiB from the host's compute apps in the container's PID namespace (and
+ * map, with host PID and MiB from the host's compute apps in the container's PID namespace and
+ * cgroup `lxc/<vmid>` (and
  * those apps fuser did not list, too). `host` null: the host could not be read (`hostProblem`),
  * so no holder is placed and the note says which processes hold which device.
  */
@@ -144,6 +146,9 @@ export function containerHolderRows(
   for (const app of host.readings.apps) {
     const r = host.readings.procs.find((x) => x.pid === app.pid);
     if (!r || r.pidNs !== host.readings.targetPidNs || !r.nsPids || r.nsPids.length === 0) continue;
+    // The container's only in its cgroup too (another container's process shows in the same host /proc).
+    const vmid = host.readings.targetVmid;
+    if (vmid !== undefined && (r.cgroup === undefined || !inContainerCgroup(r.cgroup, vmid))) continue;
     const cpid = r.nsPids[r.nsPids.length - 1];
     if (cpid === undefined) continue;
     const ct = readings.get(cpid);

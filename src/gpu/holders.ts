@@ -1,4 +1,6 @@
+import { inContainerCgroup } from './container-cgroup.ts';
 import type { GpuPassing } from './gpu-map.ts';
+import { containerUidOf, type UidMap } from './id-map.ts';
 import type { ProcStat } from './parse/index.ts';
 import type { ProcessIdentity } from './process-ref.ts';
 import type { Gpu, GpuProcess, Holder } from './types.ts';
@@ -14,9 +16,12 @@ export interface ProcReading {
   stat: ProcStat | null;
   /** `NSpid:` values, outermost namespace first. */
   nsPids: number[] | null;
+  /** Real uid (`Uid:`) as the namespace the reading ran in sees it (on the host: the shifted host uid). */
   uid: number | null;
   pidNs: string | null;
   cmdline: string | null;
+  /** `/proc/<pid>/cgroup` text (one `<id>:<controllers>:<path>` line per hierarchy); absent: not read. */
+  cgroup?: string;
   /**
    * Its parents, nearest first, below PID 1 and below a container's init: PIDs in the same
    * namespace as `pid`, and their command lines (the launcher above a TP rank). Absent: none read.
@@ -36,6 +41,18 @@ export interface HostReadings {
    * (`nvidia-smi -q -x`): the host's own view that container GPUs are matched by. Absent = not read.
    */
   passing?: GpuPassing;
+  /**
+   * The target container's uid map from its `pct config` (src/gpu/id-map.ts): host uids are shown
+   * as the container's users through it, never through an assumed shift. Null: the config could
+   * not be read or its map is malformed; absent: not read (container uids stay unknown).
+   */
+  uidMap?: UidMap | null;
+  /**
+   * The target's vmid: a host process is the container's only when its cgroup is `lxc/<vmid>`
+   * as well as its PID namespace the init's (src/gpu/container-cgroup.ts). The unstick and status
+   * reads always set it; absent (hand-made readings) leaves membership to the PID namespace.
+   */
+  targetVmid?: number;
 }
 
 /** What the container tells: `fuser -v /dev/nvidia*` holders (container PIDs) and their /proc readings. */
@@ -116,6 +133,23 @@ export function identityOf(r: ProcReading): ProcessIdentity | null {
 }
 
 /**
+ * The target container's process: in its init's PID namespace and, when the vmid is known, in its
+ * cgroup `lxc/<vmid>` (on a shared host the same /proc shows every container's processes, and a
+ * host root `nsenter`ed into the namespace is not the container's).
+ */
+function inTargetContainer(r: ProcReading, id: ProcessIdentity, host: HostReadings): boolean {
+  if (id.pidNs !== host.targetPidNs) return false;
+  if (host.targetVmid === undefined) return true;
+  return r.cgroup !== undefined && inContainerCgroup(r.cgroup, host.targetVmid);
+}
+
+/** A host uid as the target container's uid, by the map its config says; null when either is unknown. */
+function mappedUid(hostUid: number | null, map: UidMap | null | undefined): number | null {
+  if (hostUid === null || map === null || map === undefined) return null;
+  return containerUidOf(map, hostUid);
+}
+
+/**
  * GPU holders from both points of view. Host nvidia-smi decides *what holds memory* (it is the
  * only view with every PID); the container's readings add what it can see (fuser) and the uid
  * as the container knows it. A container process with a device open but no memory in use
@@ -142,7 +176,7 @@ export function buildHolders(host: HostReadings, container: ContainerReadings): 
       unresolved.push({ ...where, hostPid: app.pid, reason: 'unreadable' });
       continue;
     }
-    const inTarget = id.pidNs === host.targetPidNs;
+    const inTarget = inTargetContainer(reading, id, host);
     // The container's own reading counts only if it is the same process (PID + start time):
     // a container PID reused between the two reads must not lend its uid or visibility.
     const ct = inTarget ? ctProcs.get(id.containerPid) : undefined;
@@ -151,7 +185,12 @@ export function buildHolders(host: HostReadings, container: ContainerReadings): 
       ct.stat !== null &&
       ct.stat.startTimeTicks === id.startTimeTicks &&
       (ct.pidNs === null || ct.pidNs === id.pidNs);
-    const process: ProcessIdentity = ctSame && ct.uid !== null ? { ...id, uid: ct.uid } : id;
+    const uid = ctSame && ct.uid !== null ? ct.uid : inTarget ? mappedUid(reading.uid, host.uidMap) : null;
+    const process: ProcessIdentity = {
+      ...id,
+      ...(uid !== null ? { uid } : {}),
+      ...(reading.uid !== null ? { hostUid: reading.uid } : {}),
+    };
     const parent = reading.parents?.[0];
     holders.push({
       ...where,
@@ -180,7 +219,7 @@ export function buildHolders(host: HostReadings, container: ContainerReadings): 
 }
 
 /** Why a planned target may no longer be signalled; null = still the same process, still a target. */
-export type StaleReason = 'gone' | 'pid_reused' | 'left_namespace' | 'no_gpu_memory' | 'unreadable';
+export type StaleReason = 'gone' | 'pid_reused' | 'left_namespace' | 'left_cgroup' | 'no_gpu_memory' | 'unreadable';
 
 export interface RecheckInput {
   /** Fresh reading of the PID in the namespace the signal will be sent from. */
@@ -190,6 +229,8 @@ export interface RecheckInput {
   targetPidNs: string;
   /** Host PIDs host nvidia-smi lists right now; null when the step does not require it (tier-1 SIGKILL of survivors). */
   gpuHostPids: ReadonlySet<number> | null;
+  /** Host view: the target's vmid, so the process must still be in its cgroup `lxc/<vmid>`. */
+  vmid?: number;
 }
 
 /**
@@ -207,6 +248,7 @@ export function recheckTarget(planned: ProcessIdentity, x: RecheckInput): StaleR
   if (x.view === 'host') {
     const last = r.nsPids?.[r.nsPids.length - 1];
     if (last !== planned.containerPid) return 'left_namespace';
+    if (x.vmid !== undefined && (r.cgroup === undefined || !inContainerCgroup(r.cgroup, x.vmid))) return 'left_cgroup';
   }
   if (x.gpuHostPids !== null && !x.gpuHostPids.has(planned.hostPid)) return 'no_gpu_memory';
   return null;
@@ -221,6 +263,8 @@ export function staleReasonText(r: StaleReason): string {
       return 'its PID now belongs to a different process (start time changed)';
     case 'left_namespace':
       return 'no longer in the container’s PID namespace';
+    case 'left_cgroup':
+      return 'not in the container’s cgroup, so not the container’s process';
     case 'no_gpu_memory':
       return 'no longer holds GPU memory';
     case 'unreadable':

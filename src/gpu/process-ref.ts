@@ -29,6 +29,12 @@ export interface ProcessIdentity {
   cmdline: string;
   /** Real uid as seen inside the target container (decides whether container-side kill may signal it). */
   uid?: number;
+  /**
+   * Real uid as the host sees it (an unprivileged container's uids are shifted by its id map);
+   * `uid` is this read through the container's map (src/gpu/id-map.ts) when the container's own
+   * reading did not say it.
+   */
+  hostUid?: number;
   /** `readlink /proc/<pid>/ns/pid`, e.g. `pid:[4026532845]`; the same text inside and outside a container. */
   pidNs: string;
   /** Process state letter from stat (`D` = uninterruptible sleep: a kill lands only when it wakes). */

@@ -31,7 +31,11 @@ export interface CommandRecord {
 }
 
 export type IncidentEvent =
-  | { type: 'requested'; at: string }
+  /**
+   * `name`: the requester's Slack user name as the slash command carried it (`user_name`), for the
+   * post-mortem's `@name`; the id stays in the meta. Absent in logs from before it was recorded.
+   */
+  | { type: 'requested'; at: string; name?: string }
   | { type: 'started'; at: string; worker: string }
   | {
       type: 'snapshot';

@@ -7,6 +7,7 @@ import type { AnyLoggedEvent } from './all-events.ts';
 import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import type { IncidentMeta } from './events.ts';
 import { count, seconds } from '../render/units.ts';
+import { OUTCOME_WORDS, signalOutcome } from './signal-outcome.ts';
 
 /** `2026-11-30T03:12:45.123Z` → `03:12:45.123` (the header carries the date). */
 const clock = (iso: string): string => /T(\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(iso)?.[1] ?? iso;
@@ -115,7 +116,7 @@ export function describeEvent(meta: IncidentMeta, e: AnyLoggedEvent): string {
     case 'signal_intent':
       return `  about to send SIG${e.signal} on the ${e.on} to host PID${e.targets.length === 1 ? '' : 's'} ${e.targets.map((t) => `${t.hostPid} (container PID ${t.containerPid}, start ${t.startTimeTicks})`).join(', ')}`;
     case 'signalled':
-      return `  ${e.signal} host PID ${e.hostPid} (container PID ${e.containerPid}, "${oneLine(e.cmdline)}"): ${e.result}${e.reason ? ` (${oneLine(e.reason)})` : ''}`;
+      return `  ${e.signal} host PID ${e.hostPid} (container PID ${e.containerPid}, "${oneLine(e.cmdline)}"): ${e.result === 'sent' ? 'sent' : OUTCOME_WORDS[signalOutcome(e)]}${e.reason ? ` (${oneLine(e.reason)})` : ''}`;
     case 'step_finished':
       return `step ${e.stepId} ${e.outcome} after ${seconds(e.durationMs)}${e.message ? `: ${oneLine(e.message)}` : ''}`;
     case 'approval_requested':

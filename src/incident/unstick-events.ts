@@ -96,6 +96,8 @@ export type UnstickEvent =
       stepId: string;
       decision: 'approved' | 'denied';
       by: string;
+      /** The decider's Slack user name from the click (`user.username`); absent in older logs. */
+      name?: string;
     }
   | { type: 'approval_expired'; at: string; approvalId: string; stepId: string }
   /** Half the card's time to live passed undecided: `pinged` were mentioned again in the thread. */
@@ -107,6 +109,8 @@ export type UnstickEvent =
       at: string;
       approvalId: string;
       by: string;
+      /** The clicker's Slack user name from the click; absent in older logs. */
+      name?: string;
       reason: DecideRefusalCode | StoreRefusalCode;
     }
   | { type: 'verdict'; at: string; verdict: Verdict };

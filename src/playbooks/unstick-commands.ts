@@ -50,6 +50,8 @@ const PARENT_LEVELS = 4;
  * init (NSpid ending in 1), so it never leaves the container it started in; a parent already
  * named (8 ranks share one launcher) is named once, under the first PID that reached it, and the
  * walk stops there. Command lines are read up to CMDLINE_CAP_BYTES + 1 bytes. `@done` proves the output is complete.
+ * `@cgroup` is `/proc/<pid>/cgroup`, hex-encoded (a cgroup's name may hold any byte but `/`):
+ * a host process is a container's only when its cgroup is the container's `lxc/<vmid>` too.
  */
 export const READ_PROCS_SCRIPT = [
   'for p in "$@"; do',
@@ -57,6 +59,7 @@ export const READ_PROCS_SCRIPT = [
   'echo "@stat $(od -An -v -tx1 "/proc/$p/stat" 2>/dev/null | tr -d " \\n")"',
   'grep -E "^(NSpid|Uid):" "/proc/$p/status" 2>/dev/null | sed "s/^/@status /"',
   'echo "@ns $(readlink "/proc/$p/ns/pid" 2>/dev/null)"',
+  'echo "@cgroup $(od -An -v -tx1 "/proc/$p/cgroup" 2>/dev/null | tr -d " \\n")"',
   'done',
   'for p in "$@"; do',
   `echo "@cmdline $p $(head -c ${CMDLINE_CAP_BYTES + 1} "/proc/$p/cmdline" 2>/dev/null | od -An -v -tx1 | tr -d " \\n")"`,
@@ -295,6 +298,9 @@ export function parseProcReadings(text: string): ProcReadings {
       else current.uid = nums[0] ?? null;
     } else if (tag === '@ns' && current) {
       current.pidNs = parsePidNsLink(rest);
+    } else if (tag === '@cgroup' && current) {
+      const bytes = hexToBytes(rest.trim());
+      if (bytes && bytes.length > 0) current.cgroup = bytes.toString('utf8');
     } else if (tag === '@cmdline') {
       const [pidText, hex = ''] = rest.split(' ');
       const r = byPid.get(int(pidText ?? '') ?? -1);

@@ -1,7 +1,9 @@
 import type { Machine } from '../config/machines.ts';
 import { diagnose, type ContainerFailure, type Diagnosis } from '../gpu/diagnose.ts';
 import { matchContainerGpus, type GpuPassing } from '../gpu/gpu-map.ts';
+import { inContainerCgroup } from '../gpu/container-cgroup.ts';
 import { buildHolders, type ContainerReadings, type HostReadings, type ProcReading } from '../gpu/holders.ts';
+import { parsePctUidMap, type UidMap } from '../gpu/id-map.ts';
 import { rootCauses } from '../gpu/root-cause.ts';
 import { commandLinesOf, gpusSeen } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
@@ -100,7 +102,8 @@ export function lxcInfoProblem(vmid: number, r: ExecResult): string | null {
 
 /**
  * What is wrong with the host's /proc reading of the container's init, or null when it is PID 1
- * of its own namespace with a readable `ns/pid` link. Names the field that failed. Pure.
+ * of its own namespace with a readable `ns/pid` link, in the container's cgroup `lxc/<vmid>`.
+ * Names the field that failed. Pure.
  */
 export function initReadingProblem(
   vmid: number,
@@ -119,6 +122,11 @@ export function initReadingProblem(
     return `host PID ${initHostPid} is not PID 1 of its PID namespace (NSpid ${r.nsPids.join(' ')}): \`lxc-info\` named a process that is not container ${vmid}'s init`;
   if (r.pidNs === null)
     return `\`readlink /proc/${initHostPid}/ns/pid\` printed nothing: the host login may not read ${who}'s namespace link (log in as root)`;
+  // Proxmox puts a container's processes, its init too, under lxc/<vmid>: anything else is not its init.
+  if (r.cgroup === undefined)
+    return `/proc/${initHostPid}/cgroup could not be read, so ${who} could not be placed in the container's cgroup`;
+  if (!inContainerCgroup(r.cgroup, vmid))
+    return `host PID ${initHostPid} is not in container ${vmid}'s cgroup (lxc/${vmid}): its cgroup is \`${(r.cgroup.trim().split('\n')[0] ?? '').slice(0, 120)}\``;
   return null;
 }
 
@@ -147,15 +155,17 @@ export async function readContainerInit(hostRoute: Route, vmid: number, deps: Re
 }
 
 /**
- * What the host says the container was given: `pct config <vmid>` (its `/dev/nvidiaM` devices)
- * and host `nvidia-smi -q -x` (each GPU's device minor, by UUID). A failed read leaves
- * `minors` null with the reason: its GPUs are then matched to none.
+ * What the host says the container was given: `pct config <vmid>` (its `/dev/nvidiaM` devices,
+ * and its uid map: `unprivileged`, `lxc.idmap`) and host `nvidia-smi -q -x` (each GPU's device
+ * minor, by UUID). A failed read leaves `minors` null with the reason: its GPUs are then matched
+ * to none; a failed or malformed config leaves `uidMap` null (host uids are then not shown as the
+ * container's).
  */
 async function readGpuPassing(
   hostRoute: Route,
   vmid: number,
   deps: ReadingDeps,
-): Promise<{ passing: GpuPassing; results: ExecResult[] }> {
+): Promise<{ passing: GpuPassing; uidMap: UidMap | null; results: ExecResult[] }> {
   const t = { timeoutMs: deps.commandTimeoutMs };
   const cfgSpec = containerConfig(vmid, t);
   const xmlSpec = hostGpuReport(t);
@@ -168,7 +178,13 @@ async function readGpuPassing(
     return `\`${what}\` failed on ${r.machineId} (exit ${r.code ?? r.signal ?? '?'}${said ? `: ${said}` : ''})`;
   };
   if (cfg.code !== 0)
-    return { passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] }, results };
+    return {
+      passing: { vmid, minors: null, problem: failed(cfg, `pct config ${vmid}`), hostMinors: [] },
+      uidMap: null,
+      results,
+    };
+  const idMap = parsePctUidMap(cfg.stdout);
+  const uidMap = idMap.ok ? idMap.map : null;
   if (xml.code !== 0 || xml.truncated)
     return {
       passing: {
@@ -177,6 +193,7 @@ async function readGpuPassing(
         problem: `${failed(xml, 'nvidia-smi -q -x')}, so the GPUs' device minors are unknown`,
         hostMinors: [],
       },
+      uidMap,
       results,
     };
   return {
@@ -186,6 +203,7 @@ async function readGpuPassing(
       problem: null,
       hostMinors: parseXmlGpuMinors(xml.stdout),
     },
+    uidMap,
     results,
   };
 }
@@ -228,7 +246,9 @@ async function readContainer(
 
 /**
  * Host view: its status snapshot (GPUs, compute apps by host PID), the target container's PID
- * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app.
+ * namespace (`lxc-info`, then its init's `ns/pid`) and /proc of every compute app. The compute
+ * apps are every GPU process of the host (other containers' too): which are the container's is
+ * decided from the readings, by PID namespace and cgroup `lxc/<vmid>` (buildHolders).
  */
 export async function readHost(
   host: Machine,
@@ -273,7 +293,9 @@ export async function readHost(
         apps: snap.snapshot.processes,
         procs: procs?.readings ?? [],
         targetPidNs: init.pidNs,
+        targetVmid: vmid,
         passing: passing.passing,
+        uidMap: passing.uidMap,
       },
       commands,
     };

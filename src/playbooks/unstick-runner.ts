@@ -549,6 +549,7 @@ class Run {
           view: 'host',
           targetPidNs: init.pidNs,
           gpuHostPids: gpuPids,
+          vmid: this.ctx.vmid,
         });
         if (stale !== null) reason = staleText(stale);
       }

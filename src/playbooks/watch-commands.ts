@@ -40,6 +40,11 @@ export function kernelLogRead(o: TemplateOptions & { sinceSec: number }): Comman
  * Every thread of the host in uninterruptible sleep (D) or a zombie (Z), as `<pid> <state>` (the
  * PID of its process, from the /proc path), then `end`. One fixed scan of /proc: the holders' PIDs
  * are matched by the worker, so no PID read from the machine is put into a command.
+ *
+ * Host-wide by design, not scoped to a container's cgroup: the watchdog watches a host, and the
+ * PIDs it keeps are the host nvidia-smi's compute apps, whichever container (or the host) they
+ * belong to; a state is kept only for a PID that list names (readForWatch), so other processes
+ * the scan sees are dropped, and nothing here acts on a container's behalf.
  */
 export function stuckProcesses(o: TemplateOptions): CommandSpec {
   const script = [

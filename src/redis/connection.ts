@@ -5,8 +5,16 @@
  * and treats a READONLY answer (a demoted primary still reachable) as a reason to reconnect and
  * resend, so a failover needs no restart of bot or workers. BullMQ duplicates these connections for
  * its blocking ones, options included. Credentials and db come from REDIS_URL in both cases.
+ *
+ * ioredis (5.11) keeps a connection's failover detector subscribed after that connection closed. When
+ * its `+switch-master` arrives while the client is reconnecting and asking a sentinel for the new
+ * primary, the detector's disconnect aborts that attempt and the client ends for good (status
+ * `end`, every command "Connection is closed.", no further retry): a bot that answers "queue
+ * unavailable" until restarted (test/faults/failover.test.ts, docs/deploy.md "Redis failover").
+ * `FreshDetectorSentinelConnector` retires the old detector before each connect, so only the
+ * connection that is up listens for a failover.
  */
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis, type RedisOptions, SentinelConnector, type SentinelConnectionOptions } from 'ioredis';
 
 export interface RedisSettings {
   REDIS_URL: string;
@@ -25,6 +33,23 @@ export function parseSentinel(s: string): { host: string; port: number } | null 
   return { host: m[1].replace(/^\[|\]$/g, ''), port };
 }
 
+/** ioredis's Sentinel connector whose failover detector never outlives the connection it watches (see above). */
+class FreshDetectorSentinelConnector extends SentinelConnector {
+  // ioredis passes the client's whole options (a superset of the Sentinel ones) as `unknown`.
+  constructor(options: unknown) {
+    super(options as SentinelConnectionOptions);
+  }
+
+  override connect(...args: Parameters<SentinelConnector['connect']>): ReturnType<SentinelConnector['connect']> {
+    // The detector belongs to the previous connection (set on its 'connect'); it is private in ioredis.
+    const stale: unknown = Reflect.get(this, 'failoverDetector');
+    if (typeof stale === 'object' && stale !== null && 'cleanup' in stale && typeof stale.cleanup === 'function')
+      stale.cleanup();
+    Reflect.set(this, 'failoverDetector', null);
+    return super.connect(...args);
+  }
+}
+
 /** ioredis options for Sentinel mode (credentials and db from the URL), or null without sentinels. Pure. */
 export function sentinelOptions(s: RedisSettings): RedisOptions | null {
   if (s.REDIS_SENTINELS.length === 0) return null;
@@ -40,6 +65,7 @@ export function sentinelOptions(s: RedisSettings): RedisOptions | null {
     ...(Number.isInteger(db) && db > 0 ? { db } : {}),
     ...(url.protocol === 'rediss:' ? { tls: {}, enableTLSForSentinelMode: true } : {}),
     failoverDetector: true,
+    Connector: FreshDetectorSentinelConnector,
     // A primary demoted by a failover answers writes with READONLY: reconnect (to the new one) and resend.
     reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 2 : false),
   };

@@ -32,7 +32,8 @@ export interface RenderContext {
 /** Slack's limit of options in one static_select. */
 const SELECT_OPTIONS_MAX = 100;
 
-const TITLE: Record<AlertKind, string> = {
+/** Each alert kind's title (the message's heading; the post-mortem's name for an alert still open). */
+export const ALERT_TITLES: Record<AlertKind, string> = {
   ghost_memory: 'GPU memory held with no process',
   holder_stuck: 'GPU holder stuck',
   ram_high: 'Host RAM high',
@@ -206,7 +207,7 @@ export function renderAlert(
   const title =
     alert.kind === 'external' && external
       ? text(clipChars(external.alertname, 120))
-      : (TITLE[alert.kind] ?? text(alert.kind));
+      : (ALERT_TITLES[alert.kind] ?? text(alert.kind));
   const head =
     clearedAt === null
       ? `:rotating_light: *${title}* on ${where}`

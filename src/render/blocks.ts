@@ -50,7 +50,7 @@ function splitLine(line: string, max: number, isCode: boolean): string[] {
 }
 
 /** Groups lines into texts of at most `max` characters each (joined with '\n'), splitting only over-long lines. */
-function packLines(lines: readonly string[], max: number, isCode = false): string[] {
+export function packLines(lines: readonly string[], max: number, isCode = false): string[] {
   const out: string[] = [];
   let cur: string[] = [];
   let len = 0;

@@ -18,6 +18,8 @@
  *   can never close the span; `&<>` and control characters as in `text`.
  * - `codeLine(s)`: one line of a ``` block (the literal commands): like `code` without the
  *   backticks around it. Join lines with '\n' yourself; the data cannot add lines or close the fence.
+ * - `richData(s)`: a rich_text `text` element, where Slack parses nothing: kept as it is, controls
+ *   made visible (src/render/rich-text.ts builds the elements).
  * - `cell(s)`: a table block `raw_text` cell or a `plain_text` object. Slack renders those as plain
  *   text: no mrkdwn, no mention or link parsing, so `&<>` are NOT entity-escaped there (that would
  *   show `&lt;` to the reader: the double escape). As a second guard `<` and `>` become ‹ ›, so a
@@ -83,6 +85,16 @@ export function code(s: string): string {
   const inner = codeLine(s);
   // An empty span (two backticks) would not render as a span; show a visible placeholder.
   return `\`${inner === '' ? '∅' : inner}\``;
+}
+
+/**
+ * A Block Kit rich_text `text` element (src/render/rich-text.ts): Slack parses nothing in it, no
+ * mrkdwn, no `<…>` token, no entity (a mention is a `user` element of its own), so the data is
+ * kept exactly as it is, `&<>*_~` and backticks included; only controls become visible symbols
+ * so it stays on its line and cannot forge another.
+ */
+export function richData(s: string): string {
+  return visibleControls(s);
 }
 
 /** A table `raw_text` cell or a `plain_text` object: plain text, one line, no mention token. */

@@ -13,6 +13,9 @@ import { describeEvent } from '../incident/timeline.ts';
 import { stepsWords } from './history.ts';
 import { mdCellCode, mdCode, mdFence, mdRich, mdText } from './markdown-escape.ts';
 import { count, duration } from './units.ts';
+import { sentenceParts } from './rich-text.ts';
+import { ALERT_TITLES } from './alert.ts';
+import type { AlertKind } from '../watchdog/judge.ts';
 
 /** `2026-11-30T03:12:45.123Z` → `2026-11-30 03:12:45 UTC`. */
 const utc = (iso: string): string =>
@@ -28,6 +31,39 @@ function table(head: string[], rows: string[][]): string[] {
   ];
 }
 
+/**
+ * The people of an incident as the post-mortem names them (issue 23): `@name` where the log
+ * recorded the Slack user name the payload carried (the request, a decision, a refused click),
+ * each with a footnote giving the Slack user id; a person whose name was never recorded (older
+ * logs) is shown by the id. Footnotes are numbered in the order people first appear.
+ */
+class People {
+  private readonly names = new Map<string, string>();
+  private readonly order: string[] = [];
+
+  constructor(meta: IncidentMeta, events: readonly AnyLoggedEvent[]) {
+    for (const e of events) {
+      if (e.type === 'requested' && e.name) this.names.set(meta.requester, e.name);
+      if ((e.type === 'approval_decided' || e.type === 'approval_refused') && e.name) this.names.set(e.by, e.name);
+    }
+  }
+
+  /** A person as Markdown (safe in a table cell): `@name`[^n], or the id as code. */
+  md = (id: string): string => {
+    const name = this.names.get(id);
+    if (name === undefined) return mdCellCode(id);
+    if (!this.order.includes(id)) this.order.push(id);
+    return `${mdCellCode(`@${name}`)}[^${this.order.indexOf(id) + 1}]`;
+  };
+
+  /** The footnotes of the people shown so far: which Slack user each `@name` is. */
+  footnotes(): string[] {
+    return this.order.map(
+      (id, i) => `[^${i + 1}]: ${mdCode(`@${this.names.get(id) ?? ''}`)} is Slack user ${mdCode(id)}.`,
+    );
+  }
+}
+
 function title(s: IncidentSummary): string {
   const m = s.meta;
   const what =
@@ -38,18 +74,18 @@ function title(s: IncidentSummary): string {
   return `# Incident ${mdText(m.id)}: ${what}, ${mdText(end)}`;
 }
 
-function summaryTable(s: IncidentSummary): string[] {
+function summaryTable(s: IncidentSummary, people: People): string[] {
   const m = s.meta;
   const end = endOf(s);
   const rows: string[][] = [
     ['Incident', mdCellCode(m.id)],
     ['Kind', mdText(m.kind)],
     ['Target', m.targets.map(mdCellCode).join(', ') || 'none'],
-    ['Requester', m.requester === 'watchdog' ? 'the watchdog' : mdCellCode(m.requester)],
+    ['Requester', m.requester === 'watchdog' ? 'the watchdog' : people.md(m.requester)],
     [
       'Approver',
       s.approvers.length > 0
-        ? s.approvers.map(mdCellCode).join(', ')
+        ? s.approvers.map(people.md).join(', ')
         : s.steps.some((x) => x.tier === 2)
           ? 'nobody approved a host-level step'
           : 'none needed (no host-level step)',
@@ -75,7 +111,7 @@ function summaryTable(s: IncidentSummary): string[] {
     ],
   ];
   if (m.reason) rows.splice(4, 0, ['Reason', mdText(m.reason)]);
-  if (m.kind === 'unstick') rows.push(['What ran', mdRich(stepsWords(s.steps), { cell: true })]);
+  if (m.kind === 'unstick') rows.push(['What ran', mdRich(stepsWords(s.steps), { cell: true, user: people.md })]);
   if (s.alert)
     rows.push([
       'Alert',
@@ -135,13 +171,35 @@ function ended(r: CommandRecord): string {
   return r.timedOut ? 'timed out' : r.code !== null ? `exit ${r.code}` : `signal ${r.signal ?? '?'}`;
 }
 
-function timeline(meta: IncidentMeta, events: readonly AnyLoggedEvent[], byEvent: Map<string, number[]>): string[] {
+/** The timeline's words for an event a person did, naming them as `people` does; null for the rest. */
+function personWords(meta: IncidentMeta, e: AnyLoggedEvent, people: People): string | null {
+  switch (e.type) {
+    case 'requested':
+      return `requested by ${people.md(meta.requester)} in ${mdText(`${meta.channel}: "${meta.text}"${meta.reason ? ` (reason: ${meta.reason})` : ''}`)}`;
+    case 'approval_decided':
+      return `${mdText(`approval ${e.approvalId} ${e.decision} by `)}${people.md(e.by)}`;
+    case 'approval_refused':
+      return `${mdText(`a click on approval ${e.approvalId} by `)}${people.md(e.by)}${mdText(` was refused: ${e.reason}`)}`;
+    default:
+      return null;
+  }
+}
+
+function timeline(
+  meta: IncidentMeta,
+  events: readonly AnyLoggedEvent[],
+  byEvent: Map<string, number[]>,
+  people: People,
+): string[] {
   const rows = events.map((e) => {
     const refs = byEvent.get(e.id);
+    const person = personWords(meta, e, people);
     const words =
-      e.type === 'command'
-        ? `${mdText(e.role)} ${whereRan(e.on, e.record.machineId, meta.kind === 'unstick' ? (meta.targets[0] ?? null) : null, mdCellCode)}: ${mdText(ended(e.record))}, ${e.record.durationMs} ms (command ${refs?.[0] ?? '?'} below)`
-        : `${mdText(describeEvent(meta, e))}${refs && refs.length > 0 ? ` (command${refs.length === 1 ? '' : 's'} ${refs.join(', ')} below)` : ''}`;
+      person !== null
+        ? person
+        : e.type === 'command'
+          ? `${mdText(e.role)} ${whereRan(e.on, e.record.machineId, meta.kind === 'unstick' ? (meta.targets[0] ?? null) : null, mdCellCode)}: ${mdText(ended(e.record))}, ${e.record.durationMs} ms (command ${refs?.[0] ?? '?'} below)`
+          : `${mdText(describeEvent(meta, e))}${refs && refs.length > 0 ? ` (command${refs.length === 1 ? '' : 's'} ${refs.join(', ')} below)` : ''}`;
     return [clock(e.at), words];
   });
   return table(['Time (UTC)', 'What happened'], rows);
@@ -279,10 +337,64 @@ function openAtClose(events: readonly AnyLoggedEvent[]): string[] {
   );
 }
 
-function followUp(s: IncidentSummary, events: readonly AnyLoggedEvent[]): string[] {
-  const items: string[] = [...openAtClose(events)];
+/**
+ * A watchdog (or Alertmanager) alert still open when the post-mortem is written, as the watch
+ * store keeps it (src/watch-store/open-alerts.ts reads it; the CLI passes it in).
+ */
+export interface OpenAlertNote {
+  incidentId: string;
+  kind: string;
+  machineId: string;
+  gpu: number | null;
+  sentence: string;
+  /** When it was raised (ISO). */
+  raisedAt: string;
+}
+
+/** Every machine the incident is about or read: its targets, and the machine of each reading and command (a container's host). */
+function machinesOf(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): Set<string> {
+  const out = new Set(meta.targets);
+  for (const e of events) {
+    if (e.type === 'snapshot') {
+      out.add(e.snapshot.machineId);
+      for (const c of e.commands) out.add(c.machineId);
+    } else if (e.type === 'machine_error') {
+      out.add(e.machineId);
+      for (const c of e.commands) out.add(c.machineId);
+    } else if (e.type === 'command') out.add(e.record.machineId);
+  }
+  return out;
+}
+
+/**
+ * The alerts on the incident's machines that were raised before it ended (or while it runs) and
+ * are still open: they were open when it closed, whatever its verdict says about its own target.
+ */
+function openAlertLines(
+  meta: IncidentMeta,
+  events: readonly AnyLoggedEvent[],
+  s: IncidentSummary,
+  alerts: readonly OpenAlertNote[],
+): string[] {
+  const machines = machinesOf(meta, events);
+  const end = endOf(s);
+  return alerts
+    .filter((a) => machines.has(a.machineId) && a.incidentId !== meta.id && (end === null || a.raisedAt <= end))
+    .map(
+      (a) =>
+        `${mdText(ALERT_TITLES[a.kind as AlertKind] ?? a.kind)} on ${mdCode(a.machineId)}${a.gpu === null ? '' : ` (GPU ${a.gpu})`} is still open (raised ${utc(a.raisedAt)}, alert ${mdCode(a.incidentId)}): ${mdRich(sentenceParts(a.sentence))}`,
+    );
+}
+
+function followUp(
+  s: IncidentSummary,
+  events: readonly AnyLoggedEvent[],
+  people: People,
+  alerts: readonly OpenAlertNote[],
+): string[] {
+  const items: string[] = [...openAlertLines(s.meta, events, s, alerts), ...openAtClose(events)];
   const v = s.verdict;
-  if (v?.advice) items.push(mdRich(v.advice));
+  if (v?.advice) items.push(mdRich(v.advice, { user: people.md }));
   else if (v?.nextStep) items.push(mdText(v.nextStep));
   for (const o of v?.outside ?? []) items.push(mdText(o));
   for (const e of s.machineErrors)
@@ -309,8 +421,14 @@ function followUp(s: IncidentSummary, events: readonly AnyLoggedEvent[]): string
   return ['## What to follow up', '', ...items.map((i) => `- ${i}`), ''];
 }
 
-export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyLoggedEvent[]): string {
+/** `openAlerts`: the alerts open now (the watch store's); those on this incident's machines are what it left open. */
+export function renderIncidentMarkdown(
+  meta: IncidentMeta,
+  events: readonly AnyLoggedEvent[],
+  opts: { openAlerts?: readonly OpenAlertNote[] } = {},
+): string {
   const s = summarizeIncident(meta, events);
+  const people = new People(meta, events);
   const { list, byEvent } = commandsOf(events, meta.kind === 'unstick' ? (meta.targets[0] ?? null) : null);
   const snaps = (label: 'status' | 'before' | 'after') =>
     events.flatMap((e) => (e.type === 'snapshot' && e.label === label ? [{ at: e.at, snapshot: e.snapshot }] : []));
@@ -324,11 +442,11 @@ export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyL
   return [
     title(s),
     '',
-    ...summaryTable(s),
+    ...summaryTable(s, people),
     '',
     `## Timeline (UTC, ${/^\d{4}-\d\d-\d\d/.test(meta.createdAt) ? meta.createdAt.slice(0, 10) : mdText(meta.createdAt)})`,
     '',
-    ...timeline(meta, events, byEvent),
+    ...timeline(meta, events, byEvent, people),
     '',
     ...rootCauseLines(events),
     ...gpuTables('read', snaps('status')),
@@ -336,6 +454,12 @@ export function renderIncidentMarkdown(meta: IncidentMeta, events: readonly AnyL
     ...gpuTables('after', onePerMachine(snaps('after'), 'last')),
     ...perGpu(s),
     ...commandBlocks(list),
-    ...followUp(s, events),
+    ...followUp(s, events, people, opts.openAlerts ?? []),
+    ...footnotes(people),
   ].join('\n');
+}
+
+function footnotes(people: People): string[] {
+  const notes = people.footnotes();
+  return notes.length > 0 ? [...notes, ''] : [];
 }

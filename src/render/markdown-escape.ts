@@ -17,7 +17,8 @@
  *   longer than any backtick run in the data, so no line of it can close the block; controls other
  *   than newline and tab become visible, a CR included (it would end a line).
  * - `mdRich(parts)`: a sentence gpu-medic composed (src/render/rich.ts): words via `mdText`, code via
- *   `mdCode`, a user as the code span of their Slack ID (Markdown has no mentions).
+ *   `mdCode`, a user as the code span of their Slack ID (Markdown has no mentions), or as the
+ *   caller writes people (the post-mortem's `@name`, src/render/incident-markdown.ts).
  */
 import type { Rich } from './rich.ts';
 
@@ -79,8 +80,12 @@ export function mdFence(s: string, info = ''): string {
   return `${fence}${info}\n${body}\n${fence}`;
 }
 
-/** `cell`: the sentence goes into a table cell (code parts as `mdCellCode`). */
-export function mdRich(parts: Rich, o: { cell?: boolean } = {}): string {
+/**
+ * `cell`: the sentence goes into a table cell (code parts as `mdCellCode`). `user`: how a person
+ * is written (the post-mortem's `@name` with a footnote); by default the code span of their id.
+ */
+export function mdRich(parts: Rich, o: { cell?: boolean; user?: (id: string) => string } = {}): string {
   const c = o.cell ? mdCellCode : mdCode;
-  return parts.map((p) => (typeof p === 'string' ? mdText(p) : 'code' in p ? c(p.code) : c(p.user))).join('');
+  const who = o.user ?? c;
+  return parts.map((p) => (typeof p === 'string' ? mdText(p) : 'code' in p ? c(p.code) : who(p.user))).join('');
 }

@@ -17,6 +17,17 @@ import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitB
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 import { cardTimeLeft, escalationMessage, expiryMessage, reminderMessage } from './approval-nudges.ts';
 import { count, mib, seconds } from './units.ts';
+import {
+  inlineOf,
+  richLinesBlock,
+  richListBlocks,
+  richPreformattedBlocks,
+  rtCode,
+  rtEmoji,
+  rtText,
+  sentenceParts,
+  type Inline,
+} from './rich-text.ts';
 
 type KnownBlock = types.KnownBlock;
 type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;
@@ -170,6 +181,7 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
   return { key: `step:${start.stepId}`, placement: 'reply', text, blocks: limitBlocks(blocks) };
 }
 
+/** The card's targets as the fallback text's lines (mrkdwn, escaped). */
 function cardTargets(step: Step): string[] {
   const lines = step.targets.map((t) => {
     const gpus = t.gpus.map((g) => `GPU ${g.index ?? '?'} ${mib(g.usedMiB)}`).join(', ');
@@ -183,6 +195,28 @@ function cardTargets(step: Step): string[] {
   return lines;
 }
 
+/** The same targets as rich_text list items: the cmdline, the UUID and the reason are data elements. */
+function cardTargetsRich(step: Step): Inline[][] {
+  const bold = { bold: true } as const;
+  const items = step.targets.map((t): Inline[] => [
+    rtText('host PID '),
+    rtText(String(t.hostPid), bold),
+    rtText(' · container PID '),
+    rtText(String(t.containerPid), bold),
+    rtText(` · start ${t.startTimeTicks} ticks after boot · `),
+    rtCode(clipChars(t.cmdline, 120)),
+    rtText(` · ${t.gpus.map((g) => `GPU ${g.index ?? '?'} ${mib(g.usedMiB)}`).join(', ')}`),
+    ...(t.hostOnlyWhy ? [rtText('\n'), rtText(`why the host: ${t.hostOnlyWhy}`, { italic: true })] : []),
+  ]);
+  for (const g of step.gpus)
+    items.push([
+      rtText(`GPU ${g.index ?? '?'} (host GPU ${g.hostIndex ?? '?'}`),
+      ...(g.uuid ? [rtText(', '), rtCode(g.uuid)] : []),
+      rtText(`) · ${mib(g.usedMiB)} held, no process`),
+    ]);
+  return items;
+}
+
 const WHEN_NOTE: Record<Step['commands'][number]['when'], string> = {
   always: '',
   survivors: '   # only PIDs still alive and unchanged',
@@ -190,32 +224,57 @@ const WHEN_NOTE: Record<Step['commands'][number]['when'], string> = {
   persistence_was_on: '   # only if persistence mode was on',
 };
 
+/**
+ * A card in two renderings of the same facts: `fallback`, the message text (mrkdwn, every piece of
+ * machine text escaped), and the blocks' rich_text, where machine text is data by construction
+ * (issue 23: no look-alike characters on the card): code-styled elements and the literal commands
+ * in a preformatted element.
+ */
 interface CardParts {
-  heading: string;
-  explanation: string;
-  targets: string[];
-  commandsHeading: string;
+  fallback: { heading: string; explanation: string; targets: string[]; commandsHeading: string; commands: string[] };
+  heading: Inline[];
+  explanation: Inline[];
+  targets: Inline[][];
+  commandsHeading: Inline[];
   commands: string[];
 }
 
 function cardParts(step: Step, host: string, vmid: number): CardParts {
+  const onHost = step.kind !== 'container_signal';
+  const commands = step.commands.map((c) => `[${c.on}] ${shortCommand(c.display)}${WHEN_NOTE[c.when]}`);
   return {
-    heading: `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host ${code(host)} · container vmid ${vmid}`,
-    explanation: esc(step.explanation),
-    targets: cardTargets(step),
-    commandsHeading: `Commands that will run${step.kind === 'container_signal' ? '' : ` on ${code(host)}`}:`,
-    commands: step.commands.map((c) => `[${c.on}] ${codeLine(shortCommand(c.display))}${WHEN_NOTE[c.when]}`),
+    fallback: {
+      heading: `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host ${code(host)} · container vmid ${vmid}`,
+      explanation: esc(step.explanation),
+      targets: cardTargets(step),
+      commandsHeading: `Commands that will run${onHost ? ` on ${code(host)}` : ''}:`,
+      commands: commands.map(codeLine),
+    },
+    heading: [
+      ...rtEmoji('lock'),
+      rtText(`${KIND_TITLE[step.kind]} needs a second person`, { bold: true }),
+      rtText(' · host '),
+      rtCode(host),
+      rtText(` · container vmid ${vmid}`),
+    ],
+    explanation: inlineOf(sentenceParts(step.explanation)),
+    targets: cardTargetsRich(step),
+    commandsHeading: [
+      rtText(`Commands that will run${onHost ? ' on ' : ':'}`),
+      ...(onHost ? [rtCode(host), rtText(':')] : []),
+    ],
+    commands,
   };
 }
 
-/** The card's body: every target and every command, over as many sections as they need. */
+/** The card's body: every target and every command, over as many blocks as they need. */
 function cardBody(p: CardParts): KnownBlock[] {
   return [
-    section(p.heading),
-    section(p.explanation),
-    ...(p.targets.length > 0 ? sectionsOf(p.targets) : [section('_no targets_')]),
-    section(p.commandsHeading),
-    ...sectionsOf(p.commands, { code: true }),
+    richLinesBlock([p.heading, p.explanation]),
+    ...(p.targets.length > 0
+      ? richListBlocks(p.targets)
+      : [richLinesBlock([[rtText('no targets', { italic: true })]])]),
+    ...richPreformattedBlocks(p.commands, p.commandsHeading),
   ];
 }
 
@@ -267,11 +326,18 @@ function approvalCard(
     // Never a button under a list the approver cannot see whole: this card cannot be approved.
     const what = `${step.targets.length} ${step.targets.length === 1 ? 'process' : 'processes'}${step.gpus.length > 0 ? ` and ${step.gpus.length} GPUs` : ''}`;
     blocks = [
-      section(parts.heading),
-      section(parts.explanation),
-      section(
-        `:no_entry: This step covers ${what} and ${step.commands.length} commands: more than one Slack message can show, so it cannot be approved from here (an approver must see every target a button runs). Nothing from this card will run; it expires on its own. Stop fewer processes at a time, or run the step by hand on ${code(req.host)} after checking each PID.`,
-      ),
+      richLinesBlock([
+        parts.heading,
+        parts.explanation,
+        [
+          ...rtEmoji('no_entry'),
+          rtText(
+            `This step covers ${what} and ${step.commands.length} commands: more than one Slack message can show, so it cannot be approved from here (an approver must see every target a button runs). Nothing from this card will run; it expires on its own. Stop fewer processes at a time, or run the step by hand on `,
+          ),
+          rtCode(req.host),
+          rtText(' after checking each PID.'),
+        ],
+      ]),
     ];
   }
   let status: string;
@@ -334,12 +400,12 @@ function approvalCard(
   }
   const text = fallbackText(
     [
-      parts.heading,
-      parts.explanation,
-      ...parts.targets,
-      parts.commandsHeading,
+      parts.fallback.heading,
+      parts.fallback.explanation,
+      ...parts.fallback.targets,
+      parts.fallback.commandsHeading,
       '```',
-      ...parts.commands,
+      ...parts.fallback.commands,
       '```',
       status,
     ],

@@ -183,14 +183,19 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     expect(lines[0]).toBe(`# Incident ${hostKillId.replace(/_/g, '\\_')}: unstick of ct129, Recovered`);
     for (const row of [
       '| Target | `ct129` |',
-      `| Requester | \`${ALICE}\` |`,
-      `| Approver | \`${BOB}\` |`,
+      // Issue 23: people by the Slack name their payloads carried (the harness sends the id in lower case), ids in footnotes.
+      `| Requester | \`@${ALICE.toLowerCase()}\`[^1] |`,
+      `| Approver | \`@${BOB.toLowerCase()}\`[^2] |`,
       '| Reason | hung rank |',
       '| Verdict | Recovered |',
       '| Memory freed | 40,000 MiB |',
     ])
       expect(lines).toContain(row);
-    expect(lines.find((l) => l.startsWith('| What ran |'))).toContain(`SIGKILL 1 (host, approved by \`${BOB}\`)`);
+    expect(lines.find((l) => l.startsWith('| What ran |'))).toContain(
+      `SIGKILL 1 (host, approved by \`@${BOB.toLowerCase()}\`[^2])`,
+    );
+    expect(lines).toContain(`[^1]: \`@${ALICE.toLowerCase()}\` is Slack user \`${ALICE}\`.`);
+    expect(lines).toContain(`[^2]: \`@${BOB.toLowerCase()}\` is Slack user \`${BOB}\`.`);
     const t = lines.indexOf('| Time (UTC) | What happened |');
     expect(lines.slice(t + 2).findIndex((l) => !l.startsWith('| '))).toBe(events.length);
     expect(r.out).toMatch(/## GPUs before\n\n### `ct129`/);

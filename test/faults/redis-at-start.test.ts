@@ -3,8 +3,8 @@
  * two ways: nothing listens on its port yet, and a server answers but fails every command
  * (`--requirepass`: NOAUTH). Each role is its own OS process (`src/main.ts bot|worker`, configured
  * by environment only). Each must stay up, say what it waits for (log and health file), and once a
- * good Redis is on that port serve: the bot acks and queues a signed slash command, the worker
- * takes the job and the incident finishes.
+ * good Redis is on that port serve: the bot logs that Redis is reachable now, acks and queues a
+ * signed slash command, the worker takes the job and the incident finishes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -112,7 +112,7 @@ describe.each(OUTAGES)('bot and worker started while Redis is not usable: $name'
     rmSync(workerHealth, { force: true });
   }, 60_000);
 
-  it('both stay up saying they wait for Redis; once Redis is there the bot queues a signed command and the worker finishes it', async () => {
+  it('both stay up saying they wait for Redis; once Redis is there the bot logs that it is reachable, queues a signed command and the worker finishes it', async () => {
     await expect.poll(() => bot.output() + (bot.alive() ? '' : ' EXITED'), { timeout: 60_000 }).toMatch(/Redis/);
     await expect.poll(() => healthProblems(botHealth), { timeout: 60_000 }).toMatch(/waiting for Redis/);
     await expect.poll(() => healthProblems(workerHealth), { timeout: 60_000 }).toMatch(/waiting for Redis/);
@@ -121,6 +121,7 @@ describe.each(OUTAGES)('bot and worker started while Redis is not usable: $name'
     expect(bot.output()).toMatch(/waiting for Redis|Redis not reachable/);
     expect(worker.output()).toMatch(/waiting for Redis|Redis not reachable/);
 
+    expect(bot.output()).not.toMatch(/Redis reachable now/);
     await bad?.destroy();
     bad = null;
     good = await startPrivateRedis({ port });
@@ -133,6 +134,10 @@ describe.each(OUTAGES)('bot and worker started while Redis is not usable: $name'
         await new Promise((r) => setTimeout(r, 100));
       }
     })();
+    // The wait the bot logged at start is over, and its log says so (issue 24).
+    await expect
+      .poll(() => bot.output(), { timeout: 60_000 })
+      .toMatch(/"msg":"Redis reachable now \(redis:\/\/127\.0\.0\.1:\d+\): commands are queued from now on"/);
     const url = `http://127.0.0.1:${started}/slack/events`;
     let id: string | undefined;
     await expect

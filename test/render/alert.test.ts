@@ -92,14 +92,19 @@ const elementsOf = (blocks: unknown[]): El[] =>
     .filter((b) => b.type === 'actions')
     .flatMap((b) => b.elements ?? []);
 /** Every text Slack shows: the fallback, and each text object of the blocks (not values: they are never shown). */
-function slackStrings(v: { text: string; blocks: unknown[] }): Array<{ mrkdwn: boolean; s: string }> {
-  const out = [{ mrkdwn: true, s: v.text }];
+/**
+ * Every string of a message with what Slack does with it: `mrkdwn` is parsed for markup and
+ * `<…>` tokens, plain_text and table cells for `<…>` tokens at most, and a rich_text `text`
+ * element (`rich`) for nothing at all (a mention there is an element of its own).
+ */
+function slackStrings(v: { text: string; blocks: unknown[] }): Array<{ mrkdwn: boolean; rich: boolean; s: string }> {
+  const out = [{ mrkdwn: true, rich: false, s: v.text }];
   const walk = (node: unknown): void => {
     if (Array.isArray(node)) node.forEach(walk);
     else if (node !== null && typeof node === 'object') {
       const o = node as Record<string, unknown>;
       if (typeof o.text === 'string' && typeof o.type === 'string')
-        out.push({ mrkdwn: o.type === 'mrkdwn', s: o.text });
+        out.push({ mrkdwn: o.type === 'mrkdwn', rich: o.type === 'text', s: o.text });
       Object.values(o).forEach(walk);
     }
   };
@@ -351,12 +356,14 @@ describe('alert message (src/render/alert.ts)', () => {
     ];
     expect(views).toHaveLength(2);
     for (const v of views) {
-      for (const { mrkdwn, s } of slackStrings(v)) {
-        expect(s).not.toContain('<');
+      for (const { mrkdwn, rich, s } of slackStrings(v)) {
+        if (!rich) expect(s).not.toContain('<');
         for (const line of s.split('\n')) expect(line).not.toMatch(/^[\s>]*FORGED/);
         if (mrkdwn) expect(outsideCode(s)).not.toContain('*LIVE');
       }
       expect(slackRefusal(v)).toBeNull();
+      // In rich_text the data is literal text: no broadcast, link or user element came from it.
+      expect(JSON.stringify(v.blocks)).not.toMatch(/"type":"(broadcast|link|user|channel)"/);
     }
   });
 

@@ -11,6 +11,7 @@ import type { IncidentMeta, LoggedEvent } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import type { Step } from '../../src/playbooks/unstick-plan.ts';
 import { explainMachineError } from '../../src/render/explain.ts';
+import { clipChars, richData } from '../../src/render/escape.ts';
 import { renderIncident, type MessageView } from '../../src/render/status.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { renderDoctor } from '../../src/render/doctor.ts';
@@ -325,17 +326,21 @@ function statusEvents(h: Hostile, machines: string[]): LoggedEvent[] {
   return list;
 }
 
-/** Every string Slack will read: message `text`, mrkdwn/plain text objects, table cells. */
-function slackStrings(v: MessageView): Array<{ where: string; mrkdwn: boolean; s: string }> {
-  const out: Array<{ where: string; mrkdwn: boolean; s: string }> = [
-    { where: `${v.key}.text`, mrkdwn: true, s: v.text },
+/**
+ * Every string Slack will read: message `text`, mrkdwn/plain text objects, table cells, and the
+ * `text` elements of rich_text blocks (`rich`: Slack parses nothing in those, so `<…>` there is
+ * letters; a mention is a `user` element, which `richElementProblems` checks).
+ */
+function slackStrings(v: MessageView): Array<{ where: string; mrkdwn: boolean; rich: boolean; s: string }> {
+  const out: Array<{ where: string; mrkdwn: boolean; rich: boolean; s: string }> = [
+    { where: `${v.key}.text`, mrkdwn: true, rich: false, s: v.text },
   ];
   const walk = (node: unknown, path: string): void => {
     if (Array.isArray(node)) node.forEach((n, i) => walk(n, `${path}[${i}]`));
     else if (node !== null && typeof node === 'object') {
       const o = node as Record<string, unknown>;
       if (typeof o.text === 'string' && typeof o.type === 'string')
-        out.push({ where: path, mrkdwn: o.type === 'mrkdwn', s: o.text });
+        out.push({ where: path, mrkdwn: o.type === 'mrkdwn', rich: o.type === 'text', s: o.text });
       for (const [k, val] of Object.entries(o)) walk(val, `${path}.${k}`);
     }
   };
@@ -343,16 +348,34 @@ function slackStrings(v: MessageView): Array<{ where: string; mrkdwn: boolean; s
   return out;
 }
 
+/** rich_text elements that Slack would make live: a broadcast, link, channel or group, or a user that is not gpu-medic's own mention. */
+function richElementProblems(v: MessageView): string[] {
+  const found: string[] = [];
+  const walk = (node: unknown, path: string): void => {
+    if (Array.isArray(node)) node.forEach((n, i) => walk(n, `${path}[${i}]`));
+    else if (node !== null && typeof node === 'object') {
+      const o = node as Record<string, unknown>;
+      if (['broadcast', 'link', 'channel', 'usergroup', 'team'].includes(String(o.type)))
+        found.push(`${path}: a live ${String(o.type)} element`);
+      if (o.type === 'user' && !OWN_MENTIONS.includes(`<@${String(o.user_id)}>`))
+        found.push(`${path}: a mention of ${String(o.user_id)}`);
+      for (const [k, val] of Object.entries(o)) walk(val, `${path}.${k}`);
+    }
+  };
+  walk(v.blocks, `${v.key}.blocks`);
+  return found;
+}
+
 /** Removes code blocks and code spans the way Slack pairs them, left to right. */
 function outsideCode(s: string): string {
   return s.replace(/```[\s\S]*?```/g, ' ').replace(/`[^`\n]*`/g, ' ');
 }
 
-function problems(where: string, mrkdwn: boolean, s: string): string[] {
+function problems(where: string, mrkdwn: boolean, rich: boolean, s: string): string[] {
   const found: string[] = [];
   let rest = s;
   for (const m of OWN_MENTIONS) rest = rest.split(m).join('');
-  if (rest.includes('<'))
+  if (!rich && rest.includes('<'))
     found.push(
       `${where}: a <…> token survives: ${JSON.stringify(s.slice(Math.max(0, rest.indexOf('<') - 20), rest.indexOf('<') + 40))}`,
     );
@@ -370,7 +393,10 @@ function problems(where: string, mrkdwn: boolean, s: string): string[] {
 }
 
 function check(views: readonly MessageView[]): string[] {
-  return views.flatMap((v) => slackStrings(v).flatMap(({ where, mrkdwn, s }) => problems(where, mrkdwn, s)));
+  return views.flatMap((v) => [
+    ...slackStrings(v).flatMap(({ where, mrkdwn, rich, s }) => problems(where, mrkdwn, rich, s)),
+    ...richElementProblems(v),
+  ]);
 }
 
 const RUNS = { numRuns: 150, seed: 20261201 };
@@ -406,6 +432,13 @@ describe('machine and user text is data, never markup, in every renderer', () =>
         (h, decision) => {
           const views = renderUnstick(meta('unstick', h, ['ct129']), unstickEvents(h, decision));
           expect(check(views)).toEqual([]);
+          // Issue 23: the approval card's machine text is rich_text data, kept as it is: the cmdline
+          // is one code-styled element holding exactly the (clipped) data, with no look-alikes.
+          const card = views.find((v) => v.key === `approval:${APR}`);
+          const codeTexts =
+            JSON.stringify(card?.blocks ?? []).match(/"text":"(?:[^"\\]|\\.)*","style":\{"code":true\}/g) ?? [];
+          const shown = codeTexts.map((t) => JSON.parse(`{${t}}`).text as string);
+          expect(shown).toContain(richData(clipChars(h.cmdline, 120)));
           // gpu-medic's own mentions are written once, not escaped.
           expect(views[0]?.text).toContain(`<@${REQUESTER}>`);
           if (decision !== 'pending')
@@ -597,7 +630,7 @@ describe('machine and user text is data, never markup, in every renderer', () =>
               { id: 'inc_gone', at: h.detail, via: null, summary: null },
             ],
           });
-          expect(problems('history', true, out)).toEqual([]);
+          expect(problems('history', true, false, out)).toEqual([]);
           // One line per incident between the header and the notes: data cannot add or split lines.
           expect(out.split('\n').filter((l) => l.startsWith('• '))).toHaveLength(4);
           expect(out).toContain(`<@${REQUESTER}>`);
@@ -632,7 +665,7 @@ describe('machine and user text is data, never markup, in every renderer', () =>
             const c = parseCommandText(typed);
             if (c.kind === 'invalid') texts.push(c.message);
           }
-          expect(texts.flatMap((s, i) => problems(`text ${i}`, true, s))).toEqual([]);
+          expect(texts.flatMap((s, i) => problems(`text ${i}`, true, false, s))).toEqual([]);
         },
       ),
       RUNS,

@@ -98,7 +98,13 @@ function verdict(h: Hostile): Verdict {
   };
 }
 
-function unstick(h: Hostile): { meta: IncidentMeta; events: AnyLoggedEvent[] } {
+/** The Slack user names the payloads carried (issue 23): absent in logs from before they were recorded. */
+interface Names {
+  requester?: string;
+  approver?: string;
+}
+
+function unstick(h: Hostile, names: Names = {}): { meta: IncidentMeta; events: AnyLoggedEvent[] } {
   const meta: IncidentMeta = {
     id: 'inc_20261130_031245_k3x9q2',
     kind: 'unstick',
@@ -118,7 +124,7 @@ function unstick(h: Hostile): { meta: IncidentMeta; events: AnyLoggedEvent[] } {
     timedOut: false,
   });
   const events = logged([
-    { type: 'requested', at: AT },
+    { type: 'requested', at: AT, ...(names.requester !== undefined ? { name: names.requester } : {}) },
     { type: 'started', at: AT, worker: 'w1' },
     {
       type: 'snapshot',
@@ -138,7 +144,15 @@ function unstick(h: Hostile): { meta: IncidentMeta; events: AnyLoggedEvent[] } {
       host: 'kpro5',
       vmid: 129,
     },
-    { type: 'approval_decided', at: AT, approvalId: 'apr_1', stepId: 's2', decision: 'approved', by: BOB },
+    {
+      type: 'approval_decided',
+      at: AT,
+      approvalId: 'apr_1',
+      stepId: 's2',
+      decision: 'approved',
+      by: BOB,
+      ...(names.approver !== undefined ? { name: names.approver } : {}),
+    },
     {
       type: 'step_started',
       at: AT,
@@ -229,7 +243,10 @@ function outsideSpans(line: string): string {
   return out;
 }
 
-/** What would be live markup outside code: an unescaped special character. */
+/**
+ * What would be live markup outside code: an unescaped special character. gpu-medic's own footnote
+ * marks (`[^1]`, and `[^1]:` opening a footnote) are the one markup it writes with brackets.
+ */
 function liveMarkup(line: string): string[] {
   const rest = outsideSpans(line);
   const found: string[] = [];
@@ -237,6 +254,11 @@ function liveMarkup(line: string): string[] {
     const c = rest[i] ?? '';
     if (c === '\\') {
       i++;
+      continue;
+    }
+    const footnote = /^\[\^\d+\]/.exec(rest.slice(i));
+    if (footnote) {
+      i += footnote[0].length - 1;
       continue;
     }
     if ('<>[]!&'.includes(c)) found.push(`${c} in ${JSON.stringify(line.slice(0, 120))}`);
@@ -274,7 +296,7 @@ function problems(md: string, commands: readonly string[]): string[] {
     if (
       !line.startsWith('|') &&
       line.trim() !== '' &&
-      !/^(#|- |\d+\. |RAM:|No GPU|Each command|nvidia-smi reported)/.test(line)
+      !/^(#|- |\d+\. |RAM:|No GPU|Each command|nvidia-smi reported|\[\^\d+\]: )/.test(line)
     )
       found.push(`stray line ${JSON.stringify(line)}`);
     found.push(...liveMarkup(line));
@@ -402,6 +424,35 @@ describe('renderIncidentMarkdown', () => {
     );
   });
 
+  it('people are @name where the log recorded their Slack name, with their ids in footnotes; a log without names shows the ids', () => {
+    const h: Hostile = {
+      name: 'H200',
+      cmdline: 'sglang::scheduler_TP0',
+      reason: 'hung',
+      detail: 'done',
+      command: 'kill',
+    };
+    const { meta, events } = unstick(h, { requester: 'alice', approver: 'bob' });
+    const md = renderIncidentMarkdown(meta, events);
+    const lines = md.split('\n');
+    expect(lines).toContain('| Requester | `@alice`[^1] |');
+    expect(lines).toContain('| Approver | `@bob`[^2] |');
+    expect(lines).toContain('| What ran | SIGKILL 1 (host, approved by `@bob`[^2]) |');
+    expect(lines.some((l) => l.includes('requested by `@alice`[^1] in'))).toBe(true);
+    expect(lines.some((l) => l.includes('approved by `@bob`[^2]'))).toBe(true);
+    expect(md).toContain('- check `sglang::scheduler_TP0` with `@bob`[^2] (done)');
+    expect(
+      md.endsWith(`[^1]: \`@alice\` is Slack user \`${ALICE}\`.\n[^2]: \`@bob\` is Slack user \`${BOB}\`.\n`),
+    ).toBe(true);
+    // The ids are said once each, in the footnotes.
+    expect(lines.filter((l) => l.includes(ALICE))).toEqual([`[^1]: \`@alice\` is Slack user \`${ALICE}\`.`]);
+    expect(lines.filter((l) => l.includes(BOB))).toEqual([`[^2]: \`@bob\` is Slack user \`${BOB}\`.`]);
+    // An old log (no names): the ids, and no footnotes.
+    const old = renderIncidentMarkdown(unstick(h).meta, unstick(h).events);
+    expect(old).toContain(`| Requester | \`${ALICE}\` |`);
+    expect(old).not.toContain('[^1]');
+  });
+
   it('nothing left to do is said as such; an incident that has not ended says so', () => {
     const meta: IncidentMeta = {
       id: 'inc_20261130_031245_aaaaaaaa',
@@ -443,10 +494,15 @@ describe('renderIncidentMarkdown', () => {
   it('machine and user text never breaks the document: fences close, rows keep their cells, no forged heading, list, link, HTML or emphasis', () => {
     fc.assert(
       fc.property(hostiles, (h) => {
-        const { meta, events } = unstick(h);
-        expect(problems(renderIncidentMarkdown(meta, events), [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual(
-          [],
-        );
+        // Hostile Slack names too: they are data like the rest.
+        const { meta, events } = unstick(h, { requester: h.name, approver: h.reason });
+        // And an alert still open on its target, its sentence and kind hostile too.
+        const openAlerts = [
+          { incidentId: 'inc_alert_1', kind: h.name, machineId: 'ct129', gpu: 0, sentence: h.detail, raisedAt: AT },
+        ];
+        const md = renderIncidentMarkdown(meta, events, { openAlerts });
+        expect(md).toContain('is still open (raised 2026-11-30 03:12:45 UTC, alert `inc_alert_1`)');
+        expect(problems(md, [`nvidia-smi -q -x # ${h.command}`, h.command])).toEqual([]);
       }),
       { numRuns: 200, seed: 20261201 },
     );

@@ -39,13 +39,23 @@ async function post(views: readonly MessageView[]): Promise<void> {
   for (const v of views) await client.chat.postMessage({ channel: C, text: v.text, blocks: v.blocks });
 }
 
-/** Every string a reader can see in the blocks (section, context, table cells). */
+/** Every string a reader can see in the blocks (section, context, table cells, a rich_text section as one line). */
 function visible(v: MessageView): string {
   const out: string[] = [];
   const walk = (n: unknown): void => {
     if (Array.isArray(n)) n.forEach(walk);
     else if (n !== null && typeof n === 'object') {
       const o = n as Record<string, unknown>;
+      if (o.type === 'rich_text_section' && Array.isArray(o.elements)) {
+        out.push(
+          o.elements
+            .map((e: { type?: string; text?: string; user_id?: string; name?: string }) =>
+              e.type === 'user' ? `<@${e.user_id}>` : e.type === 'emoji' ? `:${e.name}:` : (e.text ?? ''),
+            )
+            .join(''),
+        );
+        return;
+      }
       if (typeof o.text === 'string') out.push(o.text);
       Object.values(o).forEach(walk);
     }
@@ -146,7 +156,7 @@ describe('an approval card lists every target it approves', () => {
     await post(views);
     const shown = visible(card);
     for (const t of step.targets) {
-      expect(shown).toContain(`host PID *${t.hostPid}* · container PID *${t.containerPid}*`);
+      expect(shown).toContain(`host PID ${t.hostPid} · container PID ${t.containerPid}`);
       expect(shown).toContain(t.cmdline);
     }
     // The kill command, continued over blocks if need be, still names every PID once.

@@ -70,6 +70,47 @@ describe('the post-mortem carries the thread’s facts (issue 23)', () => {
     expect(md).not.toContain('Nothing was left open');
   });
 
+  it('the watchdog alerts still open on the incident’s machines are what to follow up; not those of another machine or raised after it ended', () => {
+    const rec = {
+      machineId: 'kpro5',
+      command: 'nvidia-smi -q -x',
+      code: 0,
+      signal: null,
+      durationMs: 90,
+      timedOut: false,
+    };
+    const events = logged([
+      { type: 'requested', at: AT },
+      // The status read the container and, for its GPU map, its host kpro5.
+      { type: 'snapshot', at: AT, label: 'status', snapshot: { ...seedSnapshot(), ram: null }, commands: [rec] },
+      { type: 'finished', at: AT, outcome: 'ok', durationMs: 900 },
+    ]);
+    const alert = (machineId: string, raisedAt: string) => ({
+      incidentId: `inc_alert_${machineId}`,
+      kind: 'ram_high',
+      machineId,
+      gpu: null,
+      sentence: 'Host RAM 98 % used (439 of 449 GiB). Why: `--hicache-size` is per rank.',
+      raisedAt,
+    });
+    const md = renderIncidentMarkdown(meta('status'), events, {
+      openAlerts: [
+        alert('kpro5', '2026-12-01T20:40:00.000Z'),
+        alert('kpro9', '2026-12-01T20:40:00.000Z'),
+        { ...alert('ct129', '2026-12-01T21:30:00.000Z'), kind: 'xid' },
+      ],
+    });
+    const follow = md.slice(md.indexOf('## What to follow up'));
+    expect(follow).toContain(
+      '- Host RAM high on `kpro5` is still open (raised 2026-12-01 20:40:00 UTC, alert `inc_alert_kpro5`): Host RAM 98 % used (439 of 449 GiB). Why: `--hicache-size` is per rank.',
+    );
+    expect(follow).not.toContain('kpro9');
+    expect(follow).not.toContain('NVIDIA Xid');
+    expect(md).not.toContain('Nothing was left open');
+    // Without alerts (or none open) the document says nothing was left open.
+    expect(renderIncidentMarkdown(meta('status'), events)).toContain('- Nothing was left open.');
+  });
+
   it('S3-like unstick: a command through pct exec is said to run in the container, through its host', () => {
     const rec = (machineId: string, command: string) => ({
       machineId,

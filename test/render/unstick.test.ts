@@ -9,6 +9,7 @@ import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
 import { gpus } from '../unstick/seed-fleet.ts';
 import { allClean, s3HostKill } from '../unstick/scenarios.ts';
+import { slackRefusal } from '../harness/slack/fake-slack-api.ts';
 
 const INC = 'inc_20261130_092000_k3x9q2';
 const APR = 'apr_Qm9vYmFyYmF6cXV4MTIzNA';
@@ -182,6 +183,20 @@ const upTo = (events: UnstickLoggedEvent[], type: string, nth = 1): UnstickLogge
   return events.slice(0, i + 1);
 };
 const blockText = (b: types.KnownBlock): string => JSON.stringify(b);
+/** The block texts Slack parses for mentions and links: mrkdwn and plain_text objects, not rich_text elements. */
+const parsedTexts = (blocks: unknown): string[] => {
+  const out: string[] = [];
+  const walk = (n: unknown): void => {
+    if (Array.isArray(n)) n.forEach(walk);
+    else if (n !== null && typeof n === 'object') {
+      const o = n as Record<string, unknown>;
+      if ((o.type === 'mrkdwn' || o.type === 'plain_text') && typeof o.text === 'string') out.push(o.text);
+      Object.values(o).forEach(walk);
+    }
+  };
+  walk(blocks);
+  return out;
+};
 const actionsOf = (blocks: types.KnownBlock[]) => blocks.filter((b): b is types.ActionsBlock => b.type === 'actions');
 
 describe('renderUnstick', () => {
@@ -330,6 +345,66 @@ describe('renderUnstick', () => {
     expect(views.find((v) => v.key === 'ev:1764494400000-15')?.text).toMatch(/^\*After · `ct129`\*/);
   });
 
+  it('an approval card built from hostile machine text shows it as literal data in rich_text, with no look-alike characters, and Slack accepts it', () => {
+    const evil = 'x`<!here>` *bold* &lt; _i_ ~s~ ```';
+    const events = upTo(s3Events(), 'approval_requested').map((e): UnstickLoggedEvent => {
+      if (e.type !== 'approval_requested') return e;
+      return {
+        ...e,
+        step: {
+          ...e.step,
+          explanation: `Kill ${evil} on the host.`,
+          targets: e.step.targets.map((t) => ({ ...t, cmdline: evil, hostOnlyWhy: evil })),
+          commands: e.step.commands.map((c) => ({ ...c, display: `kill -s KILL 811900 # ${evil}` })),
+        },
+      };
+    });
+    const card = renderUnstick(meta, events).find((v) => v.key === `approval:${APR}`);
+    if (!card) throw new Error('no card');
+    expect(slackRefusal(card)).toBeNull();
+    // Every string of the card's blocks, by what Slack does with it.
+    const mrkdwn: string[] = [];
+    const richText: Array<{ text: string; style?: Record<string, boolean>; pre: boolean }> = [];
+    const inlineTypes = new Set<string>();
+    const walk = (n: unknown, pre: boolean): void => {
+      if (Array.isArray(n)) n.forEach((x) => walk(x, pre));
+      else if (n !== null && typeof n === 'object') {
+        const o = n as Record<string, unknown>;
+        const inPre = pre || o.type === 'rich_text_preformatted';
+        if (o.type === 'mrkdwn' && typeof o.text === 'string') mrkdwn.push(o.text);
+        if (o.type === 'text' && typeof o.text === 'string')
+          richText.push({
+            text: o.text,
+            pre: inPre,
+            ...(o.style ? { style: o.style as Record<string, boolean> } : {}),
+          });
+        if (typeof o.type === 'string') inlineTypes.add(o.type);
+        for (const v of Object.values(o)) walk(v, inPre);
+      }
+    };
+    walk(card.blocks, false);
+    // The cmdline is one code-styled element holding the data exactly; the host-only reason is plain text.
+    expect(richText.filter((t) => t.style?.code && t.text === evil)).toHaveLength(1);
+    expect(richText.some((t) => !t.style?.code && t.text.includes(evil))).toBe(true);
+    // The commands are a preformatted element: verbatim, one per line.
+    const pre = richText
+      .filter((t) => t.pre)
+      .map((t) => t.text)
+      .join('');
+    expect(pre.split('\n').filter((l) => l.includes(`kill -s KILL 811900 # ${evil}`))).toHaveLength(
+      events.flatMap((e) => (e.type === 'approval_requested' ? e.step.commands : [])).length,
+    );
+    // No mrkdwn on the card carries any of it, so nothing needed look-alikes.
+    for (const t of mrkdwn)
+      for (const bit of ['<!here>', '*bold*', '&lt;', 'ˋ', '∗', 'ˍ', '∼']) expect(t).not.toContain(bit);
+    expect(JSON.stringify(card.blocks)).not.toMatch(/[ˋ∗ˍ∼‹›]/);
+    // rich_text has no broadcast, link or channel element here: `<!here>` is letters, not a mention.
+    expect([...inlineTypes].filter((t) => ['broadcast', 'link', 'channel', 'usergroup'].includes(t))).toEqual([]);
+    // The fallback text (notifications) is mrkdwn: there the data stays escaped.
+    expect(card.text).not.toContain('<!here>');
+    expect(card.text).toContain('&lt;!here&gt;');
+  });
+
   it('the reason and machine text cannot mention @channel or break code spans', () => {
     const evil = '<!channel> `*rm -rf*` & co';
     const events = s3Events().map((e): UnstickLoggedEvent => {
@@ -353,7 +428,8 @@ describe('renderUnstick', () => {
     expect(views.find((v) => v.key === `approval:${APR}`)?.text).toContain('`&lt;!channel&gt; ˋ*rm -rf*ˋ &amp; co`');
     for (const v of views) {
       expect(v.text).not.toContain('<!channel>');
-      expect(JSON.stringify(v.blocks)).not.toContain('<!channel>');
+      // Slack parses mrkdwn and plain_text; a rich_text text element it shows as it is (the card's data).
+      expect(parsedTexts(v.blocks).join('\n')).not.toContain('<!channel>');
       expect(v.text).not.toContain('`*rm');
     }
   });

@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { cardButtons, ScenarioRuntime } from './run-scenario.ts';
 import { loadScenario, type Scenario } from './schema.ts';
+import { demoBlocksHtml } from './demo-blocks.ts';
 
 export interface PrivateNote {
   at: number;
@@ -268,6 +269,12 @@ input[type=text]{width:55%}
 .error{color:#b00}
 .alerts{margin:10px 0;padding:6px 10px;background:#fff8f0;border-left:3px solid #e01e5a}
 .ctl{display:inline-block;margin:4px 6px 0 0;padding:1px 8px;border:1px solid #bbb;border-radius:4px;font-size:12px;background:#f4f4f4}
+.ctx{color:#666;font-size:12px}
+code{background:#f3f3f3;border:1px solid #e1e1e1;border-radius:3px;padding:0 2px;font-size:12px;color:#c01343}
+pre{background:#f8f8f8;border:1px solid #e1e1e1;border-radius:4px;padding:6px;margin:4px 0;font-size:12px;white-space:pre-wrap}
+pre code{border:0;background:none;color:inherit}
+.mention{background:#e8f5fa;color:#1264a3;border-radius:3px;padding:0 2px}
+.rich ul{margin:2px 0;padding-left:22px}
 </style></head><body>
 <main>
 <form id="f">as <select id="user"></select>
@@ -284,17 +291,18 @@ const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({'&':'&amp;','<':'&lt;'
 // gpu-medic's own <@U…> mentions as @U…, Slack's three entities decoded once, then HTML-escaped once.
 const slackText = (s) => esc(String(s).replace(/<@([UW][A-Z0-9]+)>/g, '@$1').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&'));
 let usersSet = false;
+// A message is drawn from its blocks as Slack draws them (test/scenarios/demo-blocks.ts, the same function);
+// one without blocks shows its text.
+const __name = (f) => f;
+${demoBlocksHtml.toString()}
 function blocksHtml(m) {
-  let h = '';
-  for (const b of m.blocks || []) {
-    if (b.type === 'table') h += '<table>' + b.rows.map((r) => '<tr>' + r.map((c) => '<td>' + esc(c.text ?? '') + '</td>').join('') + '</tr>').join('') + '</table>';
-  }
+  let h = m.blocks && m.blocks.length > 0 ? demoBlocksHtml(m.blocks) : slackText(m.text);
   for (const c of m.controls || []) h += '<span class="ctl">' + esc(c) + '</span>';
   for (const btn of m.buttons) h += '<button data-ts="' + esc(m.ts) + '" data-which="' + btn.which + '">' + esc(btn.text) + '</button>';
   return h;
 }
 function msgHtml(m, cls) {
-  return '<div class="msg ' + cls + '"><div class="meta">' + esc(m.ts) + (m.edits ? ' · edited ' + m.edits + '×' : '') + '</div>' + slackText(m.text) + blocksHtml(m) + '</div>';
+  return '<div class="msg ' + cls + '"><div class="meta">' + esc(m.ts) + (m.edits ? ' · edited ' + m.edits + '×' : '') + '</div>' + blocksHtml(m) + '</div>';
 }
 async function refresh() {
   const s = await (await fetch('/state')).json();

@@ -68,7 +68,7 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     const ack = await unstickCommand(
       'ct129',
       'hung TP ranks',
-      { text: 'unstick ct129 hung TP ranks', userId: REQ, channelId: CH },
+      { text: 'unstick ct129 hung TP ranks', userId: REQ, userName: 'alice', channelId: CH },
       deps,
     );
     incidentId = /incident `(inc_[a-z0-9_]+)`/.exec(ack)?.[1] ?? '';
@@ -86,6 +86,8 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     await log.setSlackRef(incidentId, `approval:${a.id}`, { ts: '1796000000.000100', hash: 'x' });
   });
 
+  /** The Slack user name each clicker's payload carries (`user.username`). */
+  const NAMES: Record<string, string> = { [REQ]: 'alice', [APPROVER]: 'bob', [OTHER]: 'carol' };
   const click = (
     user: string,
     o: Partial<{ ts: string; channel: string; id: string; decision: 'approved' | 'denied' }> = {},
@@ -95,6 +97,7 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
         approvalId: o.id ?? approvalId,
         decision: o.decision ?? 'approved',
         user,
+        ...(NAMES[user] ? { userName: NAMES[user] } : {}),
         channel: o.channel ?? CH,
         messageTs: o.ts ?? '1796000000.000100',
       },
@@ -151,6 +154,13 @@ describe('unstick command and approval clicks (real Redis, real BullMQ queue)', 
     const jobs = await queue.getJobs(['waiting', 'delayed', 'active']);
     expect(jobs.filter((j) => j.data.kind === 'decision')).toHaveLength(1);
     expect((await log.events(incidentId)).filter((e) => e.type === 'approval_decided')).toHaveLength(1);
+  });
+
+  it("records the Slack user name where a person acts: the requester's on the request, the decider's on the decision, the clicker's on a refusal", async () => {
+    const events = await log.events(incidentId);
+    expect(events.find((e) => e.type === 'requested')).toMatchObject({ type: 'requested', name: 'alice' });
+    expect(events.find((e) => e.type === 'approval_decided')).toMatchObject({ by: APPROVER, name: 'bob' });
+    expect(events.find((e) => e.type === 'approval_refused')).toMatchObject({ by: REQ, name: 'alice' });
   });
 
   it('a click after expiry is refused and runs nothing', async () => {

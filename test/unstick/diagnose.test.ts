@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { isStuck } from '../../src/gpu/diagnose.ts';
 import { buildHolders } from '../../src/gpu/holders.ts';
 import { diagnose } from '../../src/gpu/diagnose.ts';
-import { CT129_NS, TP0, TP2, app, gpus, readings, seedS2, uuid } from './seed-fleet.ts';
+import { CT129_NS, CT131_JOB, TP0, TP2, app, gpus, readings, seedS2, uuid } from './seed-fleet.ts';
 import { allClean, diagnoseWith, s2, s3, s5 } from './scenarios.ts';
 
 const kinds = (d: ReturnType<typeof s2>): string[] => d.gpus.map((g) => g.kind);
@@ -65,10 +65,41 @@ describe('diagnose', () => {
         ],
       ),
     };
-    const d = diagnoseWith(host, ctUser, { containerExecUid: 1000 });
+    // As the host sees them: shifted by the default map (container uid 1001 = host uid 101001).
+    const hostShifted = {
+      ...host,
+      procs: readings(
+        [TP0.pid, TP2.pid, CT131_JOB.pid],
+        [{ ...TP0, uid: 101_001 }, { ...TP2, uid: 101_000 }, CT131_JOB],
+      ),
+    };
+    const d = diagnoseWith(hostShifted, ctUser, { containerExecUid: 1000 });
     expect(d.gpus[0]?.kind).toBe('held_host_only');
-    expect(d.gpus[0]?.holders[0]?.hostOnlyWhy).toBe('it runs as uid 1001 and container commands run as uid 1000');
+    expect(d.gpus[0]?.holders[0]?.hostOnlyWhy).toBe(
+      'it runs as uid 1001 (host uid 101001) and container commands run as uid 1000',
+    );
     expect(d.gpus[2]?.kind).toBe('held_in_container');
+  });
+
+  it('a holder the container did not read: its uid from the host’s, through the container’s map from pct config', () => {
+    const { host } = seedS2();
+    const shifted = {
+      ...host,
+      procs: readings(
+        [TP0.pid, TP2.pid, CT131_JOB.pid],
+        [{ ...TP0, uid: 201_001 }, { ...TP2, uid: 201_000 }, CT131_JOB],
+      ),
+      uidMap: { kind: 'custom' as const, ranges: [{ inside: 0, host: 200_000, count: 65_536 }] },
+    };
+    const d = diagnoseWith(shifted, { holders: [], procs: [] }, { containerExecUid: 1000 });
+    expect(d.gpus[0]?.holders[0]?.reach).toBe('host');
+    expect(d.gpus[0]?.holders[0]?.hostOnlyWhy).toBe(
+      'it runs as uid 1001 (host uid 201001) and container commands run as uid 1000',
+    );
+    expect(d.gpus[2]?.holders[0]?.reach).toBe('container');
+    // Without the map the uid is unknown: no claim about it.
+    const unmapped = diagnoseWith({ ...shifted, uidMap: null }, { holders: [], procs: [] }, { containerExecUid: 1000 });
+    expect(unmapped.gpus[0]?.holders[0]?.reach).toBe('container');
   });
 
   it('issue 23: a login that is not root is never said to be able to stop a holder it may not signal', () => {

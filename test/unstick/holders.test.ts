@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { buildHolders, identityOf, recheckTarget } from '../../src/gpu/holders.ts';
+import { containerHolderRows } from '../../src/gpu/gpu-holder-rows.ts';
 import { sameProcess } from '../../src/gpu/process-ref.ts';
 import {
   CT129_INIT,
@@ -125,5 +126,96 @@ describe('sameProcess and recheckTarget', () => {
         reading: readings([57], [{ ...ctView(TP0), start: 1 }])[0],
       }),
     ).toBe('pid_reused');
+  });
+});
+
+describe('buildHolders: users through the container’s uid map, membership through its cgroup', () => {
+  const DEFAULT_MAP = { kind: 'default' as const, ranges: [{ inside: 0, host: 100_000, count: 65_536 }] };
+  const OWN_MAP = { kind: 'custom' as const, ranges: [{ inside: 0, host: 200_000, count: 65_536 }] };
+  const noContainerView = { holders: [], procs: [] };
+
+  it('a holder the container did not read is shown as the container’s user by its map, with its host uid', () => {
+    const { host } = seedS2();
+    const r = buildHolders({ ...host, uidMap: DEFAULT_MAP }, noContainerView);
+    const tp0 = r.holders.find((h) => h.process.hostPid === TP0.pid);
+    expect(tp0?.process).toMatchObject({ uid: 0, hostUid: 100_000 });
+  });
+
+  it('a container with its own map: host uid 201001 is its uid 1001; the default shift is not assumed', () => {
+    const { host } = seedS2();
+    const procs = readings([TP0.pid, TP2.pid], [{ ...TP0, uid: 201_001 }, TP2]);
+    const r = buildHolders({ ...host, procs, uidMap: OWN_MAP }, noContainerView);
+    expect(r.holders.find((h) => h.process.hostPid === TP0.pid)?.process).toMatchObject({
+      uid: 1001,
+      hostUid: 201_001,
+    });
+    // Host uid 100000 is outside this map: its container uid is unknown, not 0.
+    const tp2 = r.holders.find((h) => h.process.hostPid === TP2.pid)?.process;
+    expect(tp2?.hostUid).toBe(100_000);
+    expect(tp2?.uid).toBeUndefined();
+  });
+
+  it('without the map (pct config not read) the container uid stays unknown', () => {
+    const { host } = seedS2();
+    const r = buildHolders({ ...host, uidMap: null }, noContainerView);
+    const tp0 = r.holders.find((h) => h.process.hostPid === TP0.pid)?.process;
+    expect(tp0?.uid).toBeUndefined();
+    expect(tp0?.hostUid).toBe(100_000);
+  });
+
+  it('in the target only when its cgroup is lxc/<vmid> too: same PID namespace in another cgroup, or none read, is outside', () => {
+    const { host, container } = seedS2();
+    const procs = readings(
+      [TP0.pid, TP2.pid, CT131_JOB.pid],
+      [
+        { ...TP0, cgroup: '0::/lxc/129/ns\n' },
+        { ...TP2, cgroup: '0::/lxc/130/ns\n' },
+        { ...CT131_JOB, cgroup: '0::/lxc/131/ns\n' },
+      ],
+    );
+    const r = buildHolders({ ...host, procs, targetVmid: 129 }, container);
+    expect(r.holders.filter((h) => h.inTarget).map((h) => h.process.hostPid)).toEqual([TP0.pid]);
+    const noCgroup = buildHolders({ ...host, targetVmid: 129 }, container);
+    expect(noCgroup.holders.filter((h) => h.inTarget)).toEqual([]);
+  });
+
+  it('recheckTarget on the host refuses a process no longer in the container’s cgroup', () => {
+    const planned = identityOf(
+      readings([TP0.pid], [TP0])[0] ?? { pid: 0, stat: null, nsPids: null, uid: null, pidNs: null, cmdline: null },
+    );
+    if (planned === null) throw new Error('fixture');
+    const x = { view: 'host' as const, targetPidNs: CT129_NS, gpuHostPids: new Set([TP0.pid]), vmid: 129 };
+    expect(
+      recheckTarget(planned, { ...x, reading: readings([TP0.pid], [{ ...TP0, cgroup: '0::/lxc/129/ns\n' }])[0] }),
+    ).toBeNull();
+    expect(
+      recheckTarget(planned, { ...x, reading: readings([TP0.pid], [{ ...TP0, cgroup: '0::/lxc/130/ns\n' }])[0] }),
+    ).toBe('left_cgroup');
+    expect(recheckTarget(planned, { ...x, reading: readings([TP0.pid], [TP0])[0] })).toBe('left_cgroup');
+  });
+});
+
+describe('containerHolderRows (status): the host’s apps placed in the container only by its PID namespace and cgroup', () => {
+  it('a host app in the container’s PID namespace but in lxc/130 gets no row in ct129', () => {
+    const { host } = seedS2();
+    const procs = readings(
+      [TP0.pid, TP2.pid],
+      [
+        { ...TP0, cgroup: '0::/lxc/129/ns\n' },
+        { ...TP2, cgroup: '0::/lxc/130/ns\n' },
+      ],
+    );
+    const passing = {
+      vmid: 129,
+      minors: [0, 1, 2, 3, 4, 5, 6, 7],
+      problem: null,
+      hostMinors: host.gpus.map((g, i) => ({ uuid: g.uuid, busId: null, minor: i })),
+    };
+    const side = { hostId: 'kpro5', gpus: host.gpus, passing, readings: { ...host, procs, targetVmid: 129 } };
+    const rows = containerHolderRows(host.gpus, [], [], side, null).rows;
+    expect(rows.map((r) => [r.gpuIndex, r.containerPid, r.hostPid])).toEqual([[0, 57, TP0.pid]]);
+    // Without the vmid (membership by PID namespace alone) both were placed.
+    const loose = containerHolderRows(host.gpus, [], [], { ...side, readings: { ...host, procs } }, null).rows;
+    expect(loose.map((r) => r.hostPid)).toEqual([TP0.pid, TP2.pid]);
   });
 });

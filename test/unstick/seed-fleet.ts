@@ -68,6 +68,8 @@ export interface FakeProc {
   state?: string;
   start: number;
   cmdline: string[];
+  /** `/proc/<pid>/cgroup` as the host reads it; absent: the reading has no cgroup line. */
+  cgroup?: string;
 }
 
 const hex = (s: string): string => Buffer.from(s, 'utf8').toString('hex');
@@ -86,6 +88,7 @@ export function readProcsOutput(
     lines.push(`@stat ${p ? hex(statLine(pid, p.comm, p.state ?? 'S', p.start)) : ''}`);
     if (p) lines.push(`@status NSpid:\t${p.nsPids.join('\t')}`, `@status Uid:\t${p.uid}\t${p.uid}\t${p.uid}\t${p.uid}`);
     lines.push(`@ns ${p ? p.ns : ''}`);
+    if (p?.cgroup !== undefined) lines.push(`@cgroup ${hex(p.cgroup)}`);
   }
   for (const pid of pids) {
     const p = byPid.get(pid);

@@ -108,6 +108,7 @@ describe('readProcs on this machine (real /proc, real sh, od, grep, readlink)', 
     expect(live?.uid).toBe(process.getuid?.());
     expect(live?.pidNs).toBe(readlinkSync(`/proc/${pid}/ns/pid`));
     expect(live?.cmdline).toBe('sglang::scheduler_TP0 (rank 0)\nx 30');
+    expect(live?.cgroup).toBe(readFileSync(`/proc/${pid}/cgroup`, 'utf8'));
     expect(gone).toEqual({ pid: 4_000_000, stat: null, nsPids: null, uid: null, pidNs: null, cmdline: null });
   });
 

@@ -11,12 +11,20 @@ import type { ExecResult } from '../../src/ssh/types.ts';
 const hex = (s: string): string => Buffer.from(s, 'latin1').toString('hex');
 const stat = (pid: number, start: number): string =>
   `${pid} (init) S 0 ${pid} ${pid} 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 ${start} 1 1 0 0 0\n`;
-function reading(o: { pid: number; nspid?: string | null; ns?: string; stat?: boolean; done?: boolean }): string {
+function reading(o: {
+  pid: number;
+  nspid?: string | null;
+  ns?: string;
+  stat?: boolean;
+  done?: boolean;
+  cgroup?: string | null;
+}): string {
   const lines = [`@pid ${o.pid}`, `@stat ${o.stat === false ? '' : hex(stat(o.pid, 4242))}`];
   if (o.nspid !== null) lines.push(`@status NSpid:\t${o.nspid ?? `${o.pid}\t1`}`);
   lines.push(
     `@status Uid:\t0\t0\t0\t0`,
     `@ns ${o.ns ?? 'pid:[4026532845]'}`,
+    `@cgroup ${o.cgroup === null ? '' : hex(o.cgroup ?? '0::/lxc/129/ns/init.scope\n')}`,
     `@cmdline ${o.pid} ${hex('/sbin/init\0')}`,
   );
   if (o.done !== false) lines.push('@done');
@@ -89,6 +97,14 @@ describe('initReadingProblem', () => {
   it('the namespace link is unreadable (the login may not read it)', () => {
     expect(initReadingProblem(129, 81234, read(reading({ pid: 81234, ns: '' })))).toMatch(
       /`readlink \/proc\/81234\/ns\/pid` printed nothing/,
+    );
+  });
+  it('an init outside the container’s cgroup lxc/<vmid>, or whose cgroup could not be read, does not name its namespace', () => {
+    expect(initReadingProblem(129, 81234, read(reading({ pid: 81234, cgroup: '0::/lxc/130/ns\n' })))).toMatch(
+      /host PID 81234 is not in container 129's cgroup \(lxc\/129\): its cgroup is `0::\/lxc\/130\/ns`/,
+    );
+    expect(initReadingProblem(129, 81234, read(reading({ pid: 81234, cgroup: null })))).toMatch(
+      /\/proc\/81234\/cgroup could not be read/,
     );
   });
   it('the read was cut short', () => {

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { IncidentLog } from '../../../src/incident/log.ts';
 import { startStack, type Stack } from '../../harness/stack.ts';
-import { checker, emptyFigures, mergeFigures, pollUntil, sleep, type Figures } from '../lib/figures.ts';
+import { checker, emptyFigures, mergeFigures, type Figures } from '../lib/figures.ts';
 import { settleThread } from '../lib/threads.ts';
 import { finalChecks } from './requests.ts';
 
@@ -65,7 +65,12 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
     await s.fleet.stopMachine('down');
     await s.fleet.replaceHostKey('keychg');
     await s.fleet.setHang('hang', true);
+    // The fleet drops the connection to `drop` the moment its nvidia-smi starts (the tool server
+    // kills the host's per-connection sshd), and that nvidia-smi hangs, so nothing else can end the
+    // command first. (The test used to stop the machine itself after seeing the call in the tool log:
+    // on a loaded machine its 2 s command timeout, or the connect, ran out before the test got there.)
     await s.fleet.setHang('drop', true);
+    await s.fleet.setDrop('drop', true);
     f.faultsInjected += 5;
     const started = Date.now();
     const asked = new Map<string, string>();
@@ -74,14 +79,6 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
       f.ackMs.push(r.elapsedMs);
       if (r.incidentId) asked.set(m, r.incidentId);
     }
-    // The connection to `drop` dies while its nvidia-smi runs.
-    await pollUntil(
-      () => s.fleet.commandLog('drop').some((e) => e.via === 'tool' && e.cmd.startsWith('nvidia-smi')),
-      5000,
-      20,
-    );
-    await sleep(200);
-    await s.fleet.stopMachine('drop');
     // Meanwhile a healthy machine is served at once.
     const okStart = Date.now();
     const ok = await s.slash('status ok1');
@@ -111,6 +108,12 @@ async function oneRound(o: SshFaultOptions, round: number): Promise<Figures> {
         `round ${round}: ${m}: the thread does not say why: ${reply?.text.slice(0, 200)}`,
       );
     }
+    // `drop` is down from here on (a machine that did not come back): status all cannot connect.
+    check(
+      s.fleet.commandLog('drop').some((e) => e.via === 'tool' && e.cmd.startsWith('nvidia-smi')),
+      `round ${round}: drop: the connection was lost before its nvidia-smi started`,
+    );
+    await s.fleet.stopMachine('drop');
     // status all with every fault at once: one row per machine, bounded, healthy ones read.
     const all = await s.slash('status all');
     f.ackMs.push(all.elapsedMs);

@@ -728,6 +728,12 @@ async function build(
       else await rm(path, { force: true });
     },
 
+    async setDrop(hostId, on) {
+      const path = join(hostOf(hostId).dir, 'drop');
+      if (on) await writeFile(path, '');
+      else await rm(path, { force: true });
+    },
+
     async setRam(hostId, ram) {
       await updateState(hostId, (s) => {
         s.ram = { totalBytes: Math.round(ram.totalGiB * GiB), usedBytes: Math.round(ram.usedGiB * GiB) };

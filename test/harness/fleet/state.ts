@@ -7,6 +7,7 @@
  *   m/<id>/bin/               fake tools first on that machine's PATH
  *   m/<id>/tools.log          JSON lines: every fake-tool invocation (ToolLogEntry)
  *   m/<id>/hang               present = nvidia-smi hangs on this machine (a host's flag hangs its containers too)
+ *   m/<host>/drop             present = each nvidia-smi call on this host first drops its SSH connections (tool server)
  *   m/<host>/state.json       HostState (GPUs, leaks, errors, RAM)
  *   m/<host>/holders/*.json   HolderRecord, one per GPU holder ever spawned on that host
  *   m/<host>/dev/             device files (nvidia0..N, nvidiactl, nvidia-uvm, nvidia-uvm-tools)

@@ -241,6 +241,12 @@ export interface Fleet {
   setGpuError(hostId: string, kind: 'gpu_lost' | 'nvml_version_mismatch' | null, gpuIndex?: number): Promise<void>;
   /** nvidia-smi hangs on that machine (a host's flag hangs its containers too). */
   setHang(machineId: string, on: boolean): Promise<void>;
+  /**
+   * Host only: while on, every nvidia-smi call on it drops its SSH connections the moment it starts
+   * (the tool server SIGKILLs each per-connection sshd under the listener, which stays up): a
+   * connection lost mid-command, at a known point rather than at a test's guess of one.
+   */
+  setDrop(hostId: string, on: boolean): Promise<void>;
   setRam(hostId: string, ram: { totalGiB: number; usedGiB: number }): Promise<void>;
   /** Restarts the machine's sshd on the same port with a NEW host key (inventory keeps the old pin). */
   replaceHostKey(machineId: string): Promise<void>;

@@ -6,7 +6,7 @@ import { silentSlackLogger } from './silent-logger.ts';
 import { WebClient } from '@slack/web-api';
 import type { WebClientOptions } from '@slack/web-api';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeSlack } from './fake-slack-api.ts';
+import { slackRefusal, startFakeSlack } from './fake-slack-api.ts';
 import type { FakeSlack } from './fake-slack-api.ts';
 
 const C = 'C0GPUOPS01';
@@ -227,6 +227,69 @@ describe('fake Slack Web API', () => {
           },
         },
       });
+    });
+
+    it('checks a rich_text block the way Slack documents it: its four sub-element types, a list of sections (bullet or ordered), preformatted text and links only, each element with its required field', async () => {
+      const rich = (...elements: unknown[]) => ({ type: 'rich_text', elements });
+      const good = rich(
+        { type: 'rich_text_section', elements: [{ type: 'text', text: 'a', style: { bold: true, code: true } }] },
+        {
+          type: 'rich_text_list',
+          style: 'bullet',
+          elements: [
+            {
+              type: 'rich_text_section',
+              elements: [
+                { type: 'user', user_id: 'U0APPROV1' },
+                { type: 'emoji', name: 'lock' },
+              ],
+            },
+          ],
+        },
+        { type: 'rich_text_preformatted', elements: [{ type: 'text', text: 'kill -s KILL 1' }], border: 0 },
+        { type: 'rich_text_quote', elements: [{ type: 'link', url: 'https://example.com', text: 'x' }] },
+      );
+      await expect(client.chat.postMessage({ channel: C, text: 't', blocks: [good] })).resolves.toMatchObject({
+        ok: true,
+      });
+      const refused = (block: unknown): string[] => slackRefusal({ text: 't', blocks: [block] })?.messages ?? [];
+      expect(refused({ type: 'rich_text' })).toEqual([
+        '[ERROR] must provide at least 1 item [json-pointer:/blocks/0/elements]',
+      ]);
+      expect(refused(rich({ type: 'rich_text_table', elements: [] }))).toEqual([
+        '[ERROR] must be one of: rich_text_section, rich_text_list, rich_text_preformatted, rich_text_quote [json-pointer:/blocks/0/elements/0/type]',
+      ]);
+      expect(
+        refused(rich({ type: 'rich_text_preformatted', elements: [{ type: 'user', user_id: 'U0APPROV1' }] })),
+      ).toEqual(['[ERROR] must be one of: text, link [json-pointer:/blocks/0/elements/0/elements/0/type]']);
+      expect(
+        refused(rich({ type: 'rich_text_list', style: 'dots', elements: [{ type: 'text', text: 'not a section' }] })),
+      ).toEqual([
+        '[ERROR] must be one of: bullet, ordered [json-pointer:/blocks/0/elements/0/style]',
+        '[ERROR] must be one of: rich_text_section [json-pointer:/blocks/0/elements/0/elements/0/type]',
+      ]);
+      expect(
+        refused(
+          rich({
+            type: 'rich_text_section',
+            elements: [
+              { type: 'text' },
+              { type: 'text', text: 'x', style: { bold: 'yes' } },
+              { type: 'user' },
+              { type: 'emoji' },
+              { type: 'broadcast', range: 'world' },
+              { type: 'mrkdwn', text: '*x*' },
+            ],
+          }),
+        ),
+      ).toEqual([
+        '[ERROR] missing required field: text [json-pointer:/blocks/0/elements/0/elements/0]',
+        '[ERROR] must be a boolean [json-pointer:/blocks/0/elements/0/elements/1/style/bold]',
+        '[ERROR] missing required field: user_id [json-pointer:/blocks/0/elements/0/elements/2]',
+        '[ERROR] missing required field: name [json-pointer:/blocks/0/elements/0/elements/3]',
+        '[ERROR] must be one of: here, channel, everyone [json-pointer:/blocks/0/elements/0/elements/4/range]',
+        '[ERROR] unsupported type: mrkdwn [json-pointer:/blocks/0/elements/0/elements/5/type]',
+      ]);
     });
 
     it('enforces the static_select limits in an actions block: 1 to 100 options, option text 75 and value 150 characters, a plain_text placeholder', async () => {

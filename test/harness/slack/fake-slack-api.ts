@@ -20,6 +20,9 @@
  *   `invalid_attachments` / `only_one_table_allowed` (reported by several integrators, e.g.
  *   netclaw-dev/netclaw#55, openclaw/openclaw#57717), so the fake answers that too. Reported but
  *   undocumented: empty raw_text cells are rejected; we reject them as well.
+ * - rich_text block (docs.slack.dev/reference/block-kit/blocks/rich-text-block): its four
+ *   sub-element types, lists of sections, preformatted with text and links only, each inline
+ *   element's required field and boolean styles (checkRichText); no length limit (none documented).
  * - 429 carries `Retry-After: <seconds>` and `{ok:false,error:'ratelimited'}`.
  * - response_url: usable up to 5 times within 30 minutes.
  * - Message metadata (docs.slack.dev/messaging/message-metadata): `metadata` on chat.postMessage /
@@ -538,6 +541,126 @@ function checkTable(block: Json, pointer: string, out: BlockCheck): void {
   }
 }
 
+/**
+ * The rich_text block (docs.slack.dev/reference/block-kit/blocks/rich-text-block and its
+ * sub-element pages; @slack/types RichText*): `elements` holds rich_text_section, rich_text_list,
+ * rich_text_preformatted and rich_text_quote; a list's items are sections and its style is bullet
+ * or ordered (indent 0-8, border 0|1); preformatted holds text and link elements only. Inline
+ * elements are the @slack/types set, each with its required field (text.text, link.url,
+ * user.user_id, emoji.name, broadcast.range here|channel|everyone, …); a style is booleans. Slack
+ * documents no length limit for rich_text, so none is checked here.
+ */
+const RICH_SUB_ELEMENTS = ['rich_text_section', 'rich_text_list', 'rich_text_preformatted', 'rich_text_quote'];
+const RICH_INLINE_REQUIRED: Record<string, readonly string[]> = {
+  text: ['text'],
+  link: ['url'],
+  user: ['user_id'],
+  usergroup: ['usergroup_id'],
+  channel: ['channel_id'],
+  team: ['team_id'],
+  emoji: ['name'],
+  broadcast: ['range'],
+  date: ['timestamp', 'format'],
+  color: ['value'],
+};
+const RICH_STYLE_KEYS = ['bold', 'italic', 'strike', 'code', 'underline'];
+
+function checkRichInline(el: unknown, pointer: string, allowed: readonly string[] | null, out: BlockCheck): void {
+  if (!isRecord(el)) {
+    out.errors.push(err('must provide an object', pointer));
+    return;
+  }
+  const type = str(el.type) ?? '';
+  if (allowed !== null && !allowed.includes(type)) {
+    out.errors.push(err(`must be one of: ${allowed.join(', ')}`, `${pointer}/type`));
+    return;
+  }
+  const required = RICH_INLINE_REQUIRED[type];
+  if (required === undefined) {
+    out.errors.push(err(`unsupported type: ${type}`, `${pointer}/type`));
+    return;
+  }
+  for (const field of required)
+    if (el[field] === undefined) out.errors.push(err(`missing required field: ${field}`, pointer));
+  if (type === 'broadcast' && el.range !== undefined && !['here', 'channel', 'everyone'].includes(String(el.range)))
+    out.errors.push(err('must be one of: here, channel, everyone', `${pointer}/range`));
+  if (el.style !== undefined) {
+    if (!isRecord(el.style)) out.errors.push(err('must provide an object', `${pointer}/style`));
+    else
+      for (const [k, v] of Object.entries(el.style)) {
+        if (!RICH_STYLE_KEYS.includes(k)) out.errors.push(err(`unsupported style: ${k}`, `${pointer}/style/${k}`));
+        else if (typeof v !== 'boolean') out.errors.push(err('must be a boolean', `${pointer}/style/${k}`));
+      }
+  }
+}
+
+function checkRichElements(v: unknown, pointer: string, allowed: readonly string[] | null, out: BlockCheck): void {
+  if (!Array.isArray(v)) {
+    out.errors.push(err('must provide an array', pointer));
+    return;
+  }
+  v.forEach((el: unknown, i) => checkRichInline(el, `${pointer}/${i}`, allowed, out));
+}
+
+function checkRichBorder(sub: Json, pointer: string, out: BlockCheck): void {
+  if (sub.border !== undefined && sub.border !== 0 && sub.border !== 1)
+    out.errors.push(err('must be one of: 0, 1', `${pointer}/border`));
+}
+
+function checkRichText(block: Json, pointer: string, out: BlockCheck): void {
+  const els = block.elements;
+  if (!Array.isArray(els) || els.length === 0) {
+    out.errors.push(err('must provide at least 1 item', `${pointer}/elements`));
+    return;
+  }
+  els.forEach((sub: unknown, i) => {
+    const sp = `${pointer}/elements/${i}`;
+    if (!isRecord(sub)) {
+      out.errors.push(err('must provide an object', sp));
+      return;
+    }
+    switch (sub.type) {
+      case 'rich_text_section':
+        checkRichElements(sub.elements, `${sp}/elements`, null, out);
+        break;
+      case 'rich_text_quote':
+        checkRichBorder(sub, sp, out);
+        checkRichElements(sub.elements, `${sp}/elements`, null, out);
+        break;
+      case 'rich_text_preformatted':
+        checkRichBorder(sub, sp, out);
+        checkRichElements(sub.elements, `${sp}/elements`, ['text', 'link'], out);
+        break;
+      case 'rich_text_list': {
+        if (sub.style !== 'bullet' && sub.style !== 'ordered')
+          out.errors.push(err('must be one of: bullet, ordered', `${sp}/style`));
+        if (
+          sub.indent !== undefined &&
+          !(Number.isInteger(sub.indent) && Number(sub.indent) >= 0 && Number(sub.indent) <= 8)
+        )
+          out.errors.push(err('must be a number from 0 to 8', `${sp}/indent`));
+        checkRichBorder(sub, sp, out);
+        const items = sub.elements;
+        if (!Array.isArray(items)) {
+          out.errors.push(err('must provide an array', `${sp}/elements`));
+          break;
+        }
+        items.forEach((item: unknown, j) => {
+          const ip = `${sp}/elements/${j}`;
+          if (!isRecord(item) || item.type !== 'rich_text_section') {
+            out.errors.push(err('must be one of: rich_text_section', `${ip}/type`));
+            return;
+          }
+          checkRichElements(item.elements, `${ip}/elements`, null, out);
+        });
+        break;
+      }
+      default:
+        out.errors.push(err(`must be one of: ${RICH_SUB_ELEMENTS.join(', ')}`, `${sp}/type`));
+    }
+  });
+}
+
 function checkBlocks(
   blocks: unknown,
   pointer: string,
@@ -635,6 +758,9 @@ function checkBlocks(
       }
       case 'table':
         checkTable(block, p, out);
+        break;
+      case 'rich_text':
+        checkRichText(block, p, out);
         break;
       default:
         break;

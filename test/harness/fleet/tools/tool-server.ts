@@ -9,8 +9,9 @@
  * usage: node tool-server.mjs SOCKET PARENT_PID   prints "ready" once listening; exits when the
  * parent is gone (a test process that died without fleet.stop()).
  */
-import { chmodSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
 import { machineContextAt } from './machine-context.ts';
 import { isServedTool, runTool } from './run-tool.ts';
 
@@ -30,6 +31,58 @@ function answer(sock: Socket, code: number, stdout: string, stderr: string): voi
   sock.end(Buffer.concat([Buffer.from(`${code} ${out.length} ${err.length}\n`), out, err]));
 }
 
+/** Field `n` (1-based, after the command) of /proc/<pid>/stat, or null when it is gone. */
+function statField(pid: string, n: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[n - 3] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A dropped connection (`m/<host>/drop`, fleet.setDrop): SIGKILLs every per-connection sshd under
+ * the host's listener (its PidFile), here, while the nvidia-smi call that found the flag has only
+ * just started; the listener stays. The client sees its connection close mid-command, before any
+ * timeout of the command could end it. The command itself is left running, as a real drop leaves it.
+ */
+function dropConnections(machineDir: string): void {
+  let listener: string;
+  try {
+    listener = readFileSync(join(machineDir, 'sshd', 'sshd.pid'), 'utf8').trim();
+  } catch {
+    return; // no sshd running: nothing to drop
+  }
+  const children = new Map<string, string[]>();
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const ppid = statField(pid, 4);
+    if (ppid !== null) children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  }
+  const under: string[] = [];
+  const stack = [...(children.get(listener) ?? [])];
+  while (stack.length > 0) {
+    const pid = stack.pop() as string;
+    let comm = '';
+    try {
+      comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    } catch {
+      continue;
+    }
+    if (comm !== 'sshd') continue; // the session's command: below the sshd processes, left alone
+    under.push(pid);
+    stack.push(...(children.get(pid) ?? []));
+  }
+  for (const pid of under) {
+    try {
+      process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+}
+
 function serve(sock: Socket): void {
   const chunks: Buffer[] = [];
   sock.on('data', (c: Buffer) => chunks.push(c));
@@ -42,6 +95,7 @@ function serve(sock: Socket): void {
       answer(sock, 255, '', `fleet tool server: bad request for ${tool ?? '?'}\n`);
       return;
     }
+    if (tool === 'nvidia-smi' && existsSync(join(dir, 'drop'))) dropConnections(dir);
     try {
       const r = runTool(tool, argv, machineContextAt(dir, { hostProc: '/proc' }));
       if (r === 'hang') {

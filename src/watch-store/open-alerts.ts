@@ -1,0 +1,52 @@
+/**
+ * The alerts open now, as the watch store keeps them (`watchKeys.open`: the incidents of raised,
+ * not yet cleared alert messages, from the watchdog or Alertmanager), each as its events last
+ * described it. Read by `gpu-medic incident <id> --markdown` so the post-mortem says what was
+ * still open on the incident's machines (issue 23). Read-only.
+ */
+import type { Redis } from 'ioredis';
+import { IncidentLog } from '../incident/log.ts';
+import { alertEpisode } from '../watchdog/alert-state.ts';
+import { watchKeys } from './watch-keys.ts';
+
+/** At most this many open alerts are read (App Home reads as many). */
+const OPEN_READ = 500;
+
+export interface OpenAlert {
+  incidentId: string;
+  kind: string;
+  machineId: string;
+  gpu: number | null;
+  sentence: string;
+  /** When it was raised (ISO). */
+  raisedAt: string;
+}
+
+const isState = (e: { type: string }): boolean =>
+  e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
+
+export async function readOpenAlerts(redis: Redis, prefix: string): Promise<OpenAlert[]> {
+  const log = new IncidentLog(redis, prefix);
+  const ids = await redis.zrange(watchKeys(prefix).open, 0, OPEN_READ - 1);
+  const alerts = await Promise.all(
+    ids.map(async (incidentId): Promise<OpenAlert | null> => {
+      // The newest events hold its latest state, unless many clicks or snoozes came after it: then all of them.
+      let events = (await log.lastEvents(incidentId, 50)) as Array<{ type: string; at: string }>;
+      if (events.length === 50 && !events.some(isState))
+        events = (await log.events(incidentId)) as Array<{ type: string; at: string }>;
+      const episode = alertEpisode(events);
+      const a = episode.alert;
+      if (!a || episode.clearedAt !== null) return null;
+      const raised = a.raisedAt ?? a.since;
+      return {
+        incidentId,
+        kind: a.kind,
+        machineId: a.machineId,
+        gpu: a.gpu,
+        sentence: a.sentence,
+        raisedAt: new Date(raised).toISOString(),
+      };
+    }),
+  );
+  return alerts.filter((a): a is OpenAlert => a !== null);
+}
