@@ -147,7 +147,7 @@ function fleetAccess(spec: FleetSpec): FleetAccess {
 }
 
 /** The account the agent's install script makes (agent/install.sh). */
-export const AGENT_USER = 'gpu-medic';
+const AGENT_USER = 'gpu-medic';
 /** Where the install script puts things, each bound to a dir of its own per fleet host. */
 const AGENT_INSTALL_DIRS = {
   lib: '/usr/local/lib/gpu-medic',
