@@ -5,7 +5,7 @@ import { unpinnedError, usablePins } from './host-key.ts';
 import { agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
 import { buildRemoteCommand } from './remote-command.ts';
 import { lostError, where } from './ssh-errors.ts';
-import type { CommandSpec, ExecResult, Executor, Route, SshLogger } from './types.ts';
+import type { CommandSpec, ExecResult, Executor, Route, SshEndpoint, SshLogger } from './types.ts';
 
 export type { SshLogger } from './types.ts';
 
@@ -114,7 +114,27 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
       ? buildAgentCommand(route, spec)
       : buildRemoteCommand(route, spec, killAfterMs);
     // Only the agent reads stdin (a destructive verb's envelopes); a root shell's line is left as it always was.
-    const stdin = agent ? (spec.stdin ?? '') : null;
+    const r = await send(endpoint, command, lastRemoteKillMs, spec, agent ? (spec.stdin ?? '') : null);
+    const refused = agent ? agentRefusal(r) : null;
+    if (refused) {
+      log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');
+      throw refused;
+    }
+    return r;
+  }
+
+  async function probeLine(endpoint: SshEndpoint, line: string, timeoutMs: number): Promise<ExecResult> {
+    if (shutDown) throw new CodedError(ErrorCode.Internal, 'The SSH executor is closed; nothing was run.');
+    return send(endpoint, line, timeoutMs, { argv: [], timeoutMs }, '');
+  }
+
+  async function send(
+    endpoint: SshEndpoint,
+    command: string,
+    lastRemoteKillMs: number,
+    spec: CommandSpec,
+    stdin: string | null,
+  ): Promise<ExecResult> {
     if (usablePins(endpoint.hostKeyFingerprints).length === 0) {
       throw unpinnedError(endpoint.machineId, endpoint.host, endpoint.port);
     }
@@ -133,13 +153,7 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         throw lostError(endpoint, e instanceof Error ? e.message : String(e));
       }
       try {
-        const r = await runChannel(channelRun, conn, command, spec, deadlineMs, stdin);
-        const refused = agent ? agentRefusal(r) : null;
-        if (refused) {
-          log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');
-          throw refused;
-        }
-        return r;
+        return await runChannel(channelRun, conn, command, spec, deadlineMs, stdin);
       } catch (e) {
         if (!(e instanceof SessionRefused)) throw e;
         refusals++;
@@ -168,5 +182,5 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
     await pool.close();
   }
 
-  return { exec, close };
+  return { exec, probeLine, close, access };
 }

@@ -64,6 +64,14 @@ export interface ExecResult {
 export interface Executor {
   /** Runs one command; rejects with a CodedError (connect/auth/host-key/connection-lost) when it could not run. */
   exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
+  /**
+   * Sends `line` exactly as it is, with an empty stdin, and returns whatever came back (a refusal
+   * included): only the doctor's forced-key probes use it (src/doctor/probes.ts AGENT_PROBES), to
+   * see what the machine does with a line that is not a template's.
+   */
+  probeLine?(endpoint: SshEndpoint, line: string, timeoutMs: number): Promise<ExecResult>;
+  /** How it speaks to machines whose endpoint does not say (GPU_MEDIC_SSH_ACCESS). */
+  readonly access?: 'agent' | 'root-shell';
   /** Closes every pooled connection. */
   close(): Promise<void>;
 }
