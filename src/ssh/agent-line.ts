@@ -64,21 +64,35 @@ export function buildAgentCommand(route: Route, spec: CommandSpec): RemoteComman
 
 const REFUSED = /^gpu-medic-agent: refused: (.{1,300})$/m;
 
+/** What the worker asks an agent that did not know a verb (AGENT-PROTOCOL.md: `version` first). */
+export const AGENT_VERSION_LINE = `gpu-medic ${AGENT_PROTOCOL} version`;
+
 /**
  * The agent refused the line (exit 126 and its one stderr line): nothing ran. An agent older than
  * the verb answers `unknown verb`: the message names the version this worker needs.
  */
-export function agentRefusal(r: Pick<ExecResult, 'code' | 'stderr' | 'command' | 'machineId'>): CodedError | null {
+export function agentRefusal(
+  r: Pick<ExecResult, 'code' | 'stderr' | 'command' | 'machineId'>,
+  /** The agent's own `version` line, when it was read after an `unknown verb`. */
+  versionLine: string | null = null,
+): CodedError | null {
   if (r.code !== 126) return null;
   const m = REFUSED.exec(r.stderr);
   if (!m) return null;
   const reason = (m[1] ?? '').trim();
   const older = /^unknown verb\b/.test(reason);
+  const installed =
+    versionLine === null ? null : (/^gpu-medic-agent (\S{1,32}) protocol /m.exec(versionLine)?.[1] ?? null);
   return new CodedError(
     ErrorCode.AgentRefused,
     older
-      ? `The gpu-medic agent on ${r.machineId} does not know this verb (${reason}): it is older than this worker needs. Install gpu-medic-agent ${AGENT_VERSION} there (agent/install.sh upgrade); nothing was run.`
+      ? `The gpu-medic agent on ${r.machineId}${installed ? ` (${installed})` : ''} does not know this verb (${reason}): it is older than this worker needs. Install gpu-medic-agent ${AGENT_VERSION} there (agent/install.sh upgrade); nothing was run.`
       : `The gpu-medic agent on ${r.machineId} refused \`${r.command}\`: ${reason}. Nothing was run.`,
-    { machineId: r.machineId, command: r.command, reason, ...(older ? { needVersion: AGENT_VERSION } : {}) },
+    {
+      machineId: r.machineId,
+      command: r.command,
+      reason,
+      ...(older ? { needVersion: AGENT_VERSION, installedVersion: installed } : {}),
+    },
   );
 }

@@ -2,7 +2,7 @@ import { CodedError, ErrorCode } from '../errors.ts';
 import { runChannel } from './channel-run.ts';
 import { createConnectionPool, NotStarted, SessionRefused } from './connection-pool.ts';
 import { unpinnedError, usablePins } from './host-key.ts';
-import { agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
+import { AGENT_VERSION_LINE, agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
 import { buildRemoteCommand } from './remote-command.ts';
 import { lostError, where } from './ssh-errors.ts';
 import type { CommandSpec, ExecResult, Executor, Route, SshEndpoint, SshLogger } from './types.ts';
@@ -116,11 +116,12 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
     // Only the agent reads stdin (a destructive verb's envelopes); a root shell's line is left as it always was.
     const r = await send(endpoint, command, lastRemoteKillMs, spec, agent ? (spec.stdin ?? '') : null);
     const refused = agent ? agentRefusal(r) : null;
-    if (refused) {
-      log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');
-      throw refused;
-    }
-    return r;
+    if (refused === null) return r;
+    log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');
+    if (refused.detail.needVersion === undefined) throw refused;
+    // An older agent: its own version, so the message says what is there and what to install.
+    const v = await send(endpoint, AGENT_VERSION_LINE, 5000, { argv: [], timeoutMs: 5000 }, '').catch(() => null);
+    throw agentRefusal(r, v !== null && v.code === 0 ? v.stdout : null) ?? refused;
   }
 
   async function probeLine(endpoint: SshEndpoint, line: string, timeoutMs: number): Promise<ExecResult> {

@@ -16,9 +16,10 @@ import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor, Route, SshEndpoint } from '../../src/ssh/types.ts';
 import { generateKeyPair, startSshd, type Sshd } from '../harness/sshd.ts';
 
-// Records its words and its whole stdin (so it returns only after EOF); `nosuch`/`gpu-report` are refused.
+// Records its words and its whole stdin (so it returns only after EOF); an old agent: `nosuch` is refused.
 const FAKE_AGENT = `#!/bin/sh
 printf '%s\\n' "$*" >> "$AGENT_LOG"
+[ "$2" = version ] && { echo "gpu-medic-agent 0.9.0 protocol 1"; exit 0; }
 case "$4" in
   nosuch) echo "gpu-medic-agent: refused: unknown verb nosuch" >&2; exit 126;;
   gpus) echo "0, GPU-x"; exit 0;;
@@ -85,7 +86,7 @@ describe('agent access mode (the default)', () => {
     expect(await readFile(join(root, 'agent.log.stdin'), 'utf8')).toBe(spec.stdin);
   });
 
-  it("turns the agent's refusal (exit 126, `refused:`) into agent_refused naming the version to install", async () => {
+  it("turns the agent's refusal (exit 126, `refused:`) into agent_refused naming what is there and the version to install", async () => {
     const spec = { argv: ['x'], timeoutMs: 5000, agent: { verb: 'nosuch', args: [] } };
     const e = await ex.exec(direct(), spec).then(
       () => null,
@@ -94,6 +95,8 @@ describe('agent access mode (the default)', () => {
     expect(e).toBeInstanceOf(CodedError);
     expect((e as CodedError).code).toBe(ErrorCode.AgentRefused);
     expect((e as CodedError).message).toContain(AGENT_VERSION);
+    // It read the agent's own version first (AGENT-PROTOCOL.md), and says what is there.
+    expect((e as CodedError).message).toContain('kpro5 (0.9.0) does not know this verb');
   });
 
   it('an endpoint set to root-shell gets the `exec timeout …` line instead', async () => {

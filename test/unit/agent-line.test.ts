@@ -86,6 +86,12 @@ describe("an agent's refusal", () => {
     expect(e?.code).toBe(ErrorCode.AgentRefused);
     expect(e?.message).toContain(`Install gpu-medic-agent ${AGENT_VERSION}`);
     expect(e?.detail.needVersion).toBe(AGENT_VERSION);
+    const named = agentRefusal(
+      { ...base, code: 126, stderr: 'gpu-medic-agent: refused: unknown verb gpu-report\n' },
+      'gpu-medic-agent 0.9.0 protocol 1\n',
+    );
+    expect(named?.message).toContain('kpro5 (0.9.0) does not know this verb');
+    expect(named?.detail.installedVersion).toBe('0.9.0');
   });
 
   it("is not an exit 126 without the agent's line, nor the line with another exit", () => {

@@ -9,7 +9,7 @@ import type { IncidentMeta } from '../../src/incident/events.ts';
 import { type KnownDecision, verdictContextOf } from '../../src/incident/verdict-context.ts';
 import type { Envelope } from '../../src/auth/envelope.ts';
 import { sealStep } from '../../src/playbooks/plan-seal.ts';
-import { parsePersistenceMode } from '../../src/playbooks/unstick-commands.ts';
+import { parsePersistenceMode, persistenceMode } from '../../src/playbooks/unstick-commands.ts';
 import { planUnstick, restrictStep, type Step, type StepTarget, stepHash } from '../../src/playbooks/unstick-plan.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../../src/playbooks/unstick-readings.ts';
 import {
@@ -365,7 +365,8 @@ export class IncidentRun extends AttemptFence {
     const out: NonNullable<Step['persistence']> = [];
     for (const c of step.commands.filter((x) => x.role === 'read_persistence' && x.gpuUuid !== undefined)) {
       const r = await this.deps.executor
-        .exec(t.routes.host, { argv: c.argv, timeoutMs: c.timeoutMs })
+        // From the template (its agent verb too), for the GPU the planned command names.
+        .exec(t.routes.host, persistenceMode(c.gpuUuid ?? '', { timeoutMs: c.timeoutMs }))
         .catch(() => null);
       const on = r !== null && r.code === 0 && !r.timedOut ? parsePersistenceMode(r.stdout) : null;
       out.push({ uuid: c.gpuUuid ?? '', on });
