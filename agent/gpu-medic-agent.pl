@@ -137,7 +137,8 @@ sub load_grammar ($path) {
   refuse("grammar $path is not JSON") unless ref $g eq 'HASH';
   refuse("grammar $path is not protocol 1") unless ($g->{protocol} // '') eq '1';
   my %re;
-  for my $t (keys %{ $g->{types} // {} }) { $re{$t} = qr/$g->{types}{$t}/; }
+  # Anchored here whatever the grammar wrote: a type matches a whole word or nothing.
+  for my $t (keys %{ $g->{types} // {} }) { my $src = $g->{types}{$t}; $re{$t} = qr/\A(?:$src)\z/; }
   $g->{re} = \%re;
   for my $v (keys %{ $g->{verbs} // {} }) {
     my $d = $g->{verbs}{$v};

@@ -225,7 +225,9 @@ do_uninstall() {
     rm -f "$sudoers" "$ak"
     [ ! -d "$akdir" ] || rmdir "$akdir" 2>/dev/null || say "kept $akdir (it holds other files)"
     [ ! -d "$prefix$home" ] || rmdir "$prefix$home" 2>/dev/null || say "kept $prefix$home (it holds other files)"
-    if id -u "$user" >/dev/null 2>&1; then userdel "$user" && say "account $user removed"; fi
+    if id -u "$user" >/dev/null 2>&1; then
+      if userdel "$user"; then say "account $user removed"; else say "could not remove the account $user (a process of it still running?): run userdel $user"; fi
+    fi
   fi
   rm -f "$front" "$core" "$prefix$libdir/grammar.json"
   rmdir "$prefix$libdir" 2>/dev/null || true

@@ -49,7 +49,7 @@ function modelVerb(g: Grammar, on: string, ct: string | null, ms: number, words:
   const n = args.length - d.args.length;
   if (n < 0 || (d.variadic === null ? n !== 0 : n < 1 || n > 256)) return null;
   const ok = args.every((a, i) =>
-    new RegExp(g.types[(i < d.args.length ? d.args[i] : d.variadic) as string] as string).test(a),
+    new RegExp(`^(?:${g.types[(i < d.args.length ? d.args[i] : d.variadic) as string]})$`).test(a),
   );
   if (!ok) return null;
   const argv = d.run.flatMap((p): string[] => {
@@ -259,7 +259,7 @@ function wordsFromGrammar(g: Grammar, line: string, e: Explained): string[] {
       (x): x is { arg: number; prefix?: string; suffix?: string } => typeof x !== 'string' && 'arg' in x,
     );
     const types = [...d.args, ...(d.variadic === null ? [] : [d.variadic])];
-    const typed = (w: string) => lineWords.includes(w) && types.some((t) => new RegExp(g.types[t] as string).test(w));
+    const typed = (w: string) => lineWords.includes(w) && types.some((t) => new RegExp(`^(?:${g.types[t]})$`).test(w));
     const ctWords = new Set(['pct', 'exec', '--', 'timeout', '-k', '1']);
     let argv = p.argv;
     if (lineWords[3] === 'ct') {
