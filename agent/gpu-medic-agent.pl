@@ -173,9 +173,9 @@ sub typed ($g, $type, $w) {
 sub parse_verb ($g, $where, $words) {
   my ($verb, @args) = @$words;
   refuse('no verb') unless defined $verb;
+  $audit_ctx{verb} = $verb;    # a word the front and parse_command already checked: [A-Za-z0-9_.:+-]{1,128}
   my $d = $g->{verbs}{$verb};
   refuse("unknown verb $verb") unless ref $d eq 'HASH' && $verb =~ /\A[a-z][a-z0-9-]*\z/;
-  $audit_ctx{verb} = $verb;
   my $on = $where->{kind};
   $on = 'self' if $on eq 'host' && $CFG->{role} eq 'self';
   refuse("verb $verb is not allowed on $on") unless grep { $_ eq $on } @{ $d->{on} };

@@ -6,7 +6,7 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, connect } from 'node:net';
 import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
@@ -364,6 +364,39 @@ describe('a stolen worker key cannot do anything else', () => {
     });
     expect(r.code).toBe(255);
     expect(r.stderr).toContain('remote port forwarding failed');
+  });
+});
+
+describe('the audit line with a syslog socket', () => {
+  it('when /dev/log exists the refusal goes to it through logger (auth.notice, tag gpu-medic-agent), not to the file', async () => {
+    const sock = host.inHost('/dev/log');
+    // A syslog socket inside the host's namespace, served by Perl (core IO::Socket::UNIX): one datagram a line.
+    const listener = spawn(
+      'perl',
+      [
+        '-MIO::Socket::UNIX',
+        '-e',
+        '$|=1; my $s = IO::Socket::UNIX->new(Type => SOCK_DGRAM, Local => $ARGV[0]) or die $!; print "ready\n"; while (1) { $s->recv(my $m, 65536); $m =~ s/\n/ /g; print "$m\n"; }',
+        sock,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let got = '';
+    listener.stdout.on('data', (b: Buffer) => (got += b.toString('utf8')));
+    try {
+      for (let i = 0; i < 100 && !got.includes('ready'); i++) await sleep(20);
+      const auditBefore = (await host.audit()).length;
+      const r = await host.ssh(['gpu-medic', '1', '5000', 'host', 'shell']);
+      expect(r.code).toBe(126);
+      for (let i = 0; i < 100 && !got.includes('reason=unknown verb shell'); i++) await sleep(20);
+      expect(got).toMatch(
+        /<37>.*gpu-medic-agent: gpu-medic-agent\[\d+\]: refused verb=shell where=host .*reason=unknown verb shell status=-/,
+      );
+      expect(await host.audit()).toHaveLength(auditBefore);
+    } finally {
+      listener.kill('SIGKILL');
+      await rm(sock, { force: true });
+    }
   });
 });
 
