@@ -6,7 +6,8 @@
 #   sh install.sh upgrade   [--user gpu-medic] [--grammar FILE]
 #   sh install.sh uninstall [--user gpu-medic] [--root-forced]
 #   sh install.sh status    [--user gpu-medic]
-#   any of them with --prefix DIR (tests): every file under DIR instead of /, the account itself real.
+#   any of them with --prefix DIR (tests): every file under DIR instead of /, the account itself real
+#   (its home DIR/var/lib/<user>, so sshd's default AuthorizedKeysFile finds the forced key there).
 #
 # Run as root. Safe to run again: install rewrites what it owns and keeps an existing agent.conf.
 set -eu
@@ -89,12 +90,13 @@ ensure_sudo() {
 }
 
 ensure_account() {
+  # Under --prefix the home is the prefixed one too, so a stock sshd finds its authorized_keys there.
   if id -u "$user" >/dev/null 2>&1; then
-    usermod -s /bin/sh -d "$home" "$user"
-    say "account $user exists: shell set to /bin/sh, home $home"
+    usermod -s /bin/sh -d "$prefix$home" "$user"
+    say "account $user exists: shell set to /bin/sh, home $prefix$home"
   else
-    useradd --system --home-dir "$home" --no-create-home --shell /bin/sh --user-group "$user"
-    say "account $user created (shell /bin/sh, home $home)"
+    useradd --system --home-dir "$prefix$home" --no-create-home --shell /bin/sh --user-group "$user"
+    say "account $user created (shell /bin/sh, home $prefix$home)"
   fi
   # No password can match `*`; `!` (passwd -l) would also make an sshd without PAM refuse its key.
   usermod -p '*' "$user"
