@@ -2,7 +2,7 @@
 # Installs, upgrades, removes or shows gpu-medic-agent on one host (docs/agent.md, AGENT-PROTOCOL.md).
 #
 #   sh install.sh install --key worker.pub [--from CIDRS] [--user gpu-medic] [--bot-key bot.pub.pem]
-#                         [--worker-key worker.pub.pem] [--path DIRS] [--root-forced] [--grammar FILE]
+#                         [--worker-key worker.pub.pem] [--path DIRS] [--role host|self] [--root-forced] [--grammar FILE]
 #   sh install.sh upgrade   [--user gpu-medic] [--grammar FILE]
 #   sh install.sh uninstall [--user gpu-medic] [--root-forced]
 #   sh install.sh status    [--user gpu-medic]
@@ -23,7 +23,7 @@ die() { echo "gpu-medic-agent install: error: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: sh install.sh install|upgrade|uninstall|status [options] (see the top of this file)"
 action=$1
 shift
-key='' from='' user=gpu-medic bot_key='' worker_key='' root_forced=0 prefix='' path_dirs='' grammar="$here/grammar.json"
+key='' from='' user=gpu-medic bot_key='' worker_key='' root_forced=0 prefix='' path_dirs='' role=host grammar="$here/grammar.json"
 while [ $# -gt 0 ]; do
   case $1 in
     --key) key=${2:?--key needs a file}; shift 2 ;;
@@ -32,6 +32,7 @@ while [ $# -gt 0 ]; do
     --bot-key) bot_key=${2:?--bot-key needs a file}; shift 2 ;;
     --worker-key) worker_key=${2:?--worker-key needs a file}; shift 2 ;;
     --path) path_dirs=${2:?--path needs dirs}; shift 2 ;;
+    --role) role=${2:?--role needs host or self}; shift 2 ;;
     --grammar) grammar=${2:?--grammar needs a file}; shift 2 ;;
     --prefix) prefix=${2:?--prefix needs a dir}; shift 2 ;;
     --root-forced) root_forced=1; shift ;;
@@ -44,6 +45,7 @@ case $user in [a-z_]*[a-z0-9_-] | [a-z_]) ;; *) die "--user: not an account name
 case $user in *[!a-z0-9_-]*) die "--user: not an account name: $user" ;; esac
 case $from in *[!0-9A-Fa-f.:/,*!?]*) die "--from: only addresses, CIDRs and patterns separated by commas: $from" ;; esac
 case $path_dirs in *[!A-Za-z0-9/_.:+-]*) die "--path: only absolute dirs separated by colons: $path_dirs" ;; esac
+case $role in host | self) ;; *) die "--role: host (a Proxmox host) or self (a container reached at its own address), not $role" ;; esac
 if [ -n "$prefix" ]; then
   case $prefix in /*) ;; *) die "--prefix must be absolute" ;; esac
   prefix=${prefix%/}
@@ -187,6 +189,7 @@ write_config() {
       -e "s|^bot_keys=.*|bot_keys=$prefix$etcdir/bot.pub.pem|" \
       -e "s|^worker_keys=.*|worker_keys=$prefix$etcdir/worker.pub.pem|" \
       -e "s|^audit_file=.*|audit_file=$audit_file|" \
+      -e "s|^role=.*|role=$role|" \
       -e "s|^grammar=.*|grammar=$prefix$libdir/grammar.json|" "$here/agent.conf.example" >"$tmp"
     chown root:root "$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$conf"
     say "config $conf written"
