@@ -149,7 +149,8 @@ export async function watchBench(): Promise<void> {
       inv.hosts = inv.hosts.map((h, i) => ({ ...h, site: i < n ? `w${n}` : 'idle' }));
       return inv;
     };
-    const newExecutor = () => createSshExecutor({ connectTimeoutMs: base.defaults.connectTimeoutSec * 1000 });
+    const newExecutor = () =>
+      createSshExecutor({ access: 'root-shell', connectTimeoutMs: base.defaults.connectTimeoutSec * 1000 });
     const depsOf = (n: number, executor: Executor): WatchdogDeps => {
       const prefix = `bw${n}`;
       return {

@@ -45,6 +45,8 @@ export const ErrorCode = {
   DecisionUnverified: 'decision_unverified',
   /** A decision made after the card's expiry, or one that waited past its own: nothing ran. */
   ApprovalLapsed: 'approval_lapsed',
+  /** The machine's gpu-medic-agent refused the command (exit 126, `refused:`): nothing ran there. */
+  AgentRefused: 'agent_refused',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

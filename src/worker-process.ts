@@ -16,6 +16,7 @@ export async function startWorkerProcess(
 ): Promise<WorkerGroup> {
   const executor = createSshExecutor({
     connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
+    access: env.GPU_MEDIC_SSH_ACCESS,
     logger: logger.child({ component: 'ssh' }),
   });
   // Checked by `config check` before a role starts; here a failure stops the start with its reason.

@@ -27,6 +27,9 @@ export async function runDoctorJob(job: DoctorJob, deps: DoctorWorkerDeps): Prom
   if (known.length > 0) {
     const report = await runDoctor(deps.inventory, known, {
       exec: (r, s) => deps.executor.exec(r, s),
+      ...(deps.executor.probeLine
+        ? { probeLine: deps.executor.probeLine.bind(deps.executor), access: deps.executor.access ?? 'agent' }
+        : {}),
       commandTimeoutMs: deps.commandTimeoutMs,
     });
     await deps.log.append(job.incidentId, {

@@ -37,10 +37,17 @@ export async function runDoctorCommand(args: string[], io: DoctorIo): Promise<nu
     io.err.write(`gpu-medic doctor: ${target.message}\n`);
     return 2;
   }
-  const executor = createSshExecutor({ connectTimeoutMs: inv.inventory.defaults.connectTimeoutSec * 1000 });
+  const access = io.env.GPU_MEDIC_SSH_ACCESS === 'root-shell' ? 'root-shell' : 'agent';
+  const executor = createSshExecutor({
+    connectTimeoutMs: inv.inventory.defaults.connectTimeoutSec * 1000,
+    // The worker's setting (GPU_MEDIC_SSH_ACCESS): the doctor speaks to the machines as the worker does.
+    access,
+  });
   try {
     const report = await runDoctor(inv.inventory, target.machines, {
       exec: executor.exec,
+      probeLine: executor.probeLine,
+      access,
       commandTimeoutMs: inv.inventory.defaults.commandTimeoutSec * 1000,
     });
     io.out.write(json ? `${JSON.stringify(report, null, 2)}\n` : reportText(report, target.machines.length));

@@ -62,6 +62,10 @@ export async function checkConfig(
   };
 }
 
+/** What GPU_MEDIC_SSH_ACCESS=root-shell gives up (issue 21), said on every `config check` that has it. */
+const ROOT_SHELL =
+  '  SSH access root-shell (GPU_MEDIC_SSH_ACCESS): the worker sends shell lines, so its key must open a shell on every machine: a stolen worker key (or a bug in the worker) is a root shell on the whole fleet, and no host checks that a signal or reset was requested and approved. Install gpu-medic-agent on each host (agent/install.sh, docs/deploy.md) and unset it to go back to the default, agent.\n';
+
 /** "assuming ..." line plus either the problems or a one-line summary. */
 export function formatReport(r: ConfigReport, heading: string): string {
   const assumed = `  assuming ${ASSUMED[r.deployment]} (GPU_MEDIC_DEPLOYMENT=${r.deployment})\n`;
@@ -70,7 +74,7 @@ export function formatReport(r: ConfigReport, heading: string): string {
   const machines = r.inventory ? listMachines(r.inventory) : [];
   const hosts = machines.filter((m) => m.kind === 'host').length;
   const mode = r.role === 'worker' ? '' : `; mode ${r.env?.GPU_MEDIC_MODE}`;
-  return `${heading}: ok. ${machines.length} machines (${hosts} hosts, ${machines.length - hosts} containers) in sites ${r.inventory ? sitesOf(r.inventory).join(', ') || '-' : '-'}${mode}\n${assumed}`;
+  return `${heading}: ok. ${machines.length} machines (${hosts} hosts, ${machines.length - hosts} containers) in sites ${r.inventory ? sitesOf(r.inventory).join(', ') || '-' : '-'}${mode}\n${assumed}${r.role !== 'bot' && r.env?.GPU_MEDIC_SSH_ACCESS === 'root-shell' ? ROOT_SHELL : ''}`;
 }
 
 /** Which names a role takes from a .env file: its own settings, and unknown names that look like ours (to name the typo). Never another role's secret. */

@@ -209,6 +209,16 @@ const SETTING_ROWS = {
     readers: 'worker',
   },
   /**
+   * How the worker's key reaches a machine (issue 21). `agent`: it speaks only gpu-medic-agent's verbs
+   * (agent/install.sh puts a forced-command key in front of it), and every signal or reset carries the
+   * signed request or decision and plan. `root-shell`: shell lines as before (opt-in; `config check`
+   * says what it gives up: a stolen worker key is a root shell on every machine).
+   */
+  GPU_MEDIC_SSH_ACCESS: {
+    schema: oneOf(['agent', 'root-shell'], 'agent'),
+    readers: 'worker',
+  },
+  /**
    * BullMQ job lock: a worker renews it every half of this while a job runs. A worker that died
    * mid-job is noticed once it lapses, and its job is handed to another worker (which finds the
    * destructive steps already claimed). BullMQ's default, 30 s.

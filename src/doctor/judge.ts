@@ -1,6 +1,7 @@
+import { AGENT_VERSION } from '../agent-grammar/arg-types.ts';
 import type { ErrorCode } from '../errors.ts';
 import { detectNvidiaError } from '../gpu/parse/detect-nvidia-error.ts';
-import type { ProbeName } from './probes.ts';
+import { AGENT_PROBES, type ProbeName } from './probes.ts';
 
 /**
  * The doctor's judgement: a pure function of what the fixed probes printed. Every problem names
@@ -20,11 +21,19 @@ export interface Login {
   where: string;
 }
 
+/** The forced-key probes' results (src/doctor/probes.ts AGENT_PROBES); null: the worker does not speak to agents here. */
+export interface AgentReading {
+  version: ProbeRun;
+  unknownVerb: ProbeRun;
+  shell: ProbeRun;
+}
+
 export interface HostReading {
   kind: 'host';
   machineId: string;
   login: Login;
   probes: Partial<Record<ProbeName, ProbeRun>>;
+  agent?: AgentReading | null;
   /** One per inventory container of this host: its init's PID (lxc-info) and that PID's namespace. */
   inits: Array<{ containerId: string; vmid: number; lxcInfo: ProbeRun | null; ns: ProbeRun | null }>;
 }
@@ -36,6 +45,7 @@ export interface ContainerReading {
   vmid: number;
   login: Login;
   probes: Partial<Record<ProbeName, ProbeRun>>;
+  agent?: AgentReading | null;
 }
 
 export type MachineReading = HostReading | ContainerReading;
@@ -54,6 +64,8 @@ export const CHECKS = [
   'lxc-info',
   'pid namespace',
   'GPU UUIDs',
+  'agent',
+  'forced key',
 ] as const;
 export type CheckName = (typeof CHECKS)[number];
 
@@ -134,7 +146,76 @@ const SSH_HINTS: Record<string, string> = {
   connect_failed: 'Check address and port in the inventory and that sshd runs on the machine.',
   connection_lost: 'The connection dropped: check the machine and the network, then run doctor again.',
   config_invalid: 'Check keyFile in the inventory: the worker must be able to read an unencrypted private key there.',
+  agent_refused: `Install or upgrade gpu-medic-agent ${AGENT_VERSION} on this machine (agent/install.sh, docs/deploy.md).`,
 };
+
+const VERSION_LINE = /^gpu-medic-agent (\d+)\.(\d+)\.(\d+) protocol (\d+)$/m;
+
+/** -1, 0, 1 as a is older than, the same as, newer than b (`x.y.z`). */
+function compareVersions(a: readonly number[], b: readonly number[]): number {
+  for (let i = 0; i < 3; i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return Math.sign(d);
+  }
+  return 0;
+}
+
+const INSTALL_HINT = `Install gpu-medic-agent ${AGENT_VERSION} with its forced-command key (agent/install.sh install, docs/deploy.md), or set GPU_MEDIC_SSH_ACCESS=root-shell to keep the old way (config check says what it gives up).`;
+
+/**
+ * The agent and the key (issue 21): the agent's version against the one this worker needs, a verb
+ * no agent has refused (exit 126 and the agent's `refused:` line), and `true` not run. A key that
+ * runs `true` (exit 0, no output) still opens a shell: a stolen worker key is a root shell there.
+ */
+function judgeAgent(a: AgentReading, f: Findings): void {
+  const v = a.version;
+  const m = v.ran && v.code === 0 ? VERSION_LINE.exec(v.stdout) : null;
+  if (!v.ran) f.add('agent', 'fail', oneLine(v.message, 240), INSTALL_HINT);
+  else if (m === null)
+    f.add(
+      'agent',
+      'fail',
+      `no gpu-medic-agent answered \`${AGENT_PROBES.version}\` (${exitText(v)}: ${said(v)})`,
+      INSTALL_HINT,
+    );
+  else {
+    const have = [Number(m[1]), Number(m[2]), Number(m[3])];
+    const need = AGENT_VERSION.split('.').map(Number);
+    const ver = have.join('.');
+    if (compareVersions(have, need) < 0)
+      f.add(
+        'agent',
+        'fail',
+        `gpu-medic-agent ${ver} is older than the ${AGENT_VERSION} this worker needs: reads it knows still work, newer verbs are refused`,
+        `Upgrade it: agent/install.sh upgrade on this machine (docs/deploy.md).`,
+      );
+    else f.add('agent', 'ok', `gpu-medic-agent ${ver} (protocol ${m[4]}; this worker needs ${AGENT_VERSION})`);
+  }
+  const u = a.unknownVerb;
+  const refused = u.ran && u.code === 126 && /^gpu-medic-agent: refused: /m.test(u.stderr);
+  const s = a.shell;
+  const shellRan = s.ran && s.code === 0 && !s.timedOut && s.stdout === '' && s.stderr === '';
+  if (shellRan)
+    f.add(
+      'forced key',
+      'fail',
+      "`true` ran: the worker's key still opens a shell here (a stolen key is a shell on this machine)",
+      "Log in with the agent's account and forced-command key only (agent/install.sh install), and remove the worker key from root's authorized_keys (on a Proxmox cluster: /etc/pve/priv/authorized_keys).",
+    );
+  else if (!refused)
+    f.add(
+      'forced key',
+      'fail',
+      `a verb no agent has was not refused as the agent refuses (${u.ran ? `${exitText(u)}: ${said(u)}` : oneLine(u.message)})`,
+      INSTALL_HINT,
+    );
+  else
+    f.add(
+      'forced key',
+      'ok',
+      `forced to the agent: an unknown verb is refused, \`true\` does not run (${s.ran ? exitText(s) : 'refused'})`,
+    );
+}
 
 interface NvidiaRow {
   index: number;
@@ -350,6 +431,11 @@ function judgeProc(m: MachineReading, f: Findings): void {
     );
     return;
   }
+  // Issue 21: behind the agent the login is its own account, and what runs runs as the agent makes it.
+  if (m.agent) {
+    f.add('/proc', 'ok', `uid ${uid} through gpu-medic-agent${opts}`);
+    return;
+  }
   f.add(
     '/proc',
     'warn',
@@ -521,6 +607,7 @@ export function judge(readings: readonly MachineReading[]): DoctorReport {
   const findings: Finding[] = [];
   for (const m of [...readings].sort((a, b) => (a.kind === b.kind ? 0 : a.kind === 'host' ? -1 : 1))) {
     const f = new Findings(m.machineId, m.kind);
+    if (m.agent) judgeAgent(m.agent, f);
     if (judgeLogin(m, f)) {
       if (m.kind === 'host') judgeHost(m, f);
       else judgeContainer(m, hosts.get(m.hostId), f);

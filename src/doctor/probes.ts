@@ -1,4 +1,17 @@
+import { AGENT_PROTOCOL } from '../agent-grammar/arg-types.ts';
 import type { CommandSpec } from '../ssh/types.ts';
+
+/**
+ * The forced-key probes (issue 21), sent as they are (Executor.probeLine) to every machine the
+ * worker's key logs into when it speaks to agents: the agent's version; a verb no agent has, which a
+ * forced key must refuse (exit 126, `gpu-medic-agent: refused:`); and what a shell would run, which a
+ * forced key must not run (`true` exiting 0 with no output means the key still opens a shell).
+ */
+export const AGENT_PROBES = {
+  version: `gpu-medic ${AGENT_PROTOCOL} version`,
+  unknownVerb: `gpu-medic ${AGENT_PROTOCOL} 5000 host doctor-no-such-verb`,
+  shell: 'true',
+} as const;
 
 /**
  * The doctor's fixed, read-only command templates. Every word is a constant, a vmid from the
@@ -31,27 +44,46 @@ const PROC_SCRIPT = [
 ].join('; ');
 
 export function probeSpecs(kind: 'host' | 'container', timeoutMs: number): Partial<Record<ProbeName, CommandSpec>> {
-  const spec = (argv: string[]): CommandSpec => ({ argv, timeoutMs, maxOutputBytes: 64 * 1024 });
+  const spec = (verb: string, argv: string[]): CommandSpec => ({
+    argv,
+    timeoutMs,
+    maxOutputBytes: 64 * 1024,
+    agent: { verb, args: [] },
+  });
   const common = {
-    uname: spec(['uname', '-r']),
-    nvidia: spec(['nvidia-smi', `--query-gpu=${NVIDIA_FIELDS.join(',')}`, '--format=csv,noheader']),
-    perl: spec(['perl', '-e', PERL_PIDFD]),
-    python3: spec(['python3', '-c', PYTHON_PIDFD]),
-    proc: spec(['sh', '-c', PROC_SCRIPT]),
+    uname: spec('probe-uname', ['uname', '-r']),
+    nvidia: spec('probe-nvidia', ['nvidia-smi', `--query-gpu=${NVIDIA_FIELDS.join(',')}`, '--format=csv,noheader']),
+    perl: spec('probe-perl', ['perl', '-e', PERL_PIDFD]),
+    python3: spec('probe-python3', ['python3', '-c', PYTHON_PIDFD]),
+    proc: spec('probe-proc', ['sh', '-c', PROC_SCRIPT]),
   };
   return kind === 'host'
-    ? { ...common, pct: spec(['pct', 'list']) }
-    : { ...common, fuser: spec(['fuser', '-V']), ns: spec(['readlink', '/proc/self/ns/pid']) };
+    ? { ...common, pct: spec('pct-list', ['pct', 'list']) }
+    : {
+        ...common,
+        fuser: spec('probe-fuser', ['fuser', '-V']),
+        ns: spec('probe-ns', ['readlink', '/proc/self/ns/pid']),
+      };
 }
 
 /** On a host: the host PID of a container's init (`lxc-info -n <vmid> -p -H` prints the bare number). */
 export function lxcInitPid(vmid: number, timeoutMs: number): CommandSpec {
   if (!Number.isInteger(vmid) || vmid <= 0) throw new RangeError(`vmid must be a positive integer, got ${vmid}`);
-  return { argv: ['lxc-info', '-n', String(vmid), '-p', '-H'], timeoutMs, maxOutputBytes: 4096 };
+  return {
+    argv: ['lxc-info', '-n', String(vmid), '-p', '-H'],
+    timeoutMs,
+    maxOutputBytes: 4096,
+    agent: { verb: 'probe-init', args: [String(vmid)] },
+  };
 }
 
 /** On a host: the PID namespace of a process, `pid:[4026531836]`. */
 export function pidNamespaceOf(pid: number, timeoutMs: number): CommandSpec {
   if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`pid must be a positive integer, got ${pid}`);
-  return { argv: ['readlink', `/proc/${pid}/ns/pid`], timeoutMs, maxOutputBytes: 4096 };
+  return {
+    argv: ['readlink', `/proc/${pid}/ns/pid`],
+    timeoutMs,
+    maxOutputBytes: 4096,
+    agent: { verb: 'probe-pidns', args: [String(pid)] },
+  };
 }

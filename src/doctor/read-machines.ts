@@ -1,21 +1,48 @@
 import type { Inventory } from '../config/inventory.ts';
 import { findMachine, hostRouteFor, listMachines, routeFor, type Machine } from '../config/machines.ts';
 import { asCodedError } from '../errors.ts';
+import type { SshAccess } from '../ssh/agent-line.ts';
 import type { CommandSpec, Executor, Route } from '../ssh/types.ts';
 import {
   initPidOf,
+  type AgentReading,
   type ContainerReading,
   type HostReading,
   type Login,
   type MachineReading,
   type ProbeRun,
 } from './judge.ts';
-import { lxcInitPid, pidNamespaceOf, probeSpecs, type ProbeName } from './probes.ts';
+import { AGENT_PROBES, lxcInitPid, pidNamespaceOf, probeSpecs, type ProbeName } from './probes.ts';
 
 /** The doctor's I/O edge: runs the fixed probes through the same executor (pinned keys, timeouts) as the worker. */
 export interface ReadDeps {
   exec: Executor['exec'];
   commandTimeoutMs: number;
+  /** How the worker speaks to the machines (GPU_MEDIC_SSH_ACCESS); `agent` adds the forced-key probes. Default agent. */
+  access?: SshAccess;
+  /** The executor's raw line sender (Executor.probeLine), for the forced-key probes only. */
+  probeLine?: Executor['probeLine'];
+}
+
+/** The forced-key probes, on a machine the key logs into (not through pct exec: that is its host's agent). */
+async function agentProbes(deps: ReadDeps, route: Route): Promise<AgentReading | null> {
+  const send = deps.probeLine;
+  if ((deps.access ?? 'agent') !== 'agent' || route.kind !== 'direct' || send === undefined) return null;
+  const run = async (line: string): Promise<ProbeRun> => {
+    try {
+      const r = await send(route.endpoint, line, deps.commandTimeoutMs);
+      return { ran: true, code: r.code, signal: r.signal, stdout: r.stdout, stderr: r.stderr, timedOut: r.timedOut };
+    } catch (e) {
+      const c = asCodedError(e);
+      return { ran: false, code: c.code, message: c.message };
+    }
+  };
+  const [version, unknownVerb, shell] = await Promise.all([
+    run(AGENT_PROBES.version),
+    run(AGENT_PROBES.unknownVerb),
+    run(AGENT_PROBES.shell),
+  ]);
+  return { version, unknownVerb, shell };
 }
 
 async function probe(deps: ReadDeps, route: Route, spec: CommandSpec): Promise<ProbeRun> {
@@ -63,7 +90,7 @@ async function runProbes(
 async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, deps: ReadDeps): Promise<HostReading> {
   const route = hostRouteFor(inv, m.id);
   if (route === null) throw new Error(`no route to host ${m.id}`);
-  const probes = await runProbes(deps, route, 'host');
+  const [probes, agent] = await Promise.all([runProbes(deps, route, 'host'), agentProbes(deps, route)]);
   const mine = listMachines(inv).filter(
     (c): c is Extract<Machine, { kind: 'container' }> => c.kind === 'container' && c.hostId === m.id,
   );
@@ -78,7 +105,7 @@ async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, d
       return { containerId: c.id, vmid: c.vmid, lxcInfo, ns };
     }),
   );
-  return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits };
+  return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits, agent };
 }
 
 async function readContainer(
@@ -88,8 +115,9 @@ async function readContainer(
 ): Promise<ContainerReading> {
   const route = routeFor(inv, m.id);
   if (route === null) throw new Error(`no route to container ${m.id}`);
-  const probes = await runProbes(deps, route, 'container');
+  const [probes, agent] = await Promise.all([runProbes(deps, route, 'container'), agentProbes(deps, route)]);
   return {
+    agent,
     kind: 'container',
     machineId: m.id,
     hostId: m.hostId,

@@ -37,13 +37,36 @@ function textTable(header: readonly string[], rows: readonly (readonly string[])
   return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
 }
 
-/** Everything the CLI prints: table, fixes, summary. */
+/**
+ * The fleet's agent rollout at a glance (issue 21): the machines whose agent is older than this
+ * worker needs (or missing), and those whose key still opens a shell. Empty when neither.
+ */
+export function agentLines(findings: readonly Finding[]): string[] {
+  const older = findings
+    .filter((f) => f.check === 'agent' && f.status === 'fail')
+    .map((f) => {
+      const v = /^gpu-medic-agent (\S+) is older/.exec(f.detail)?.[1];
+      return v ? `${f.machineId} (${v})` : `${f.machineId} (none answered)`;
+    });
+  const forced = findings.filter((f) => f.check === 'forced key' && f.status === 'fail');
+  const shell = forced.filter((f) => f.detail.startsWith('`true` ran')).map((f) => f.machineId);
+  const notForced = forced.map((f) => f.machineId).filter((id) => !shell.includes(id));
+  return [
+    ...(older.length > 0 ? [`Agent older than this worker needs, or missing: ${older.join(', ')}`] : []),
+    ...(shell.length > 0 ? [`Still allows a shell with the worker's key: ${shell.join(', ')}`] : []),
+    ...(notForced.length > 0 ? [`Key not forced to the agent: ${notForced.join(', ')}`] : []),
+  ];
+}
+
+/** Everything the CLI prints: table, fixes, the agent rollout, summary. */
 export function reportText(r: DoctorReport, machines: number): string {
   const hints = hintLines(r.findings);
+  const agents = agentLines(r.findings);
   return [
     textTable(TABLE_HEADER, tableRows(r.findings)),
     '',
     ...(hints.length > 0 ? ['How to fix:', ...hints.map((h) => `  ${h}`), ''] : []),
+    ...(agents.length > 0 ? [...agents, ''] : []),
     summaryLine(r, machines),
     '',
   ].join('\n');

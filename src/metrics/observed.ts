@@ -52,6 +52,9 @@ export function observedExecutor(inner: Executor, m: Metrics): Executor {
         throw e;
       }
     },
+    // The doctor's forced-key probes and the access mode pass through uncounted (they are not commands of a job).
+    ...(inner.probeLine ? { probeLine: inner.probeLine.bind(inner) } : {}),
+    ...(inner.access ? { access: inner.access } : {}),
     close: () => inner.close(),
   };
 }

@@ -23,6 +23,7 @@ export function queryGpus(o: TemplateOptions): CommandSpec {
   return {
     argv: ['nvidia-smi', `--query-gpu=${GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
     timeoutMs: o.timeoutMs,
+    agent: { verb: 'gpus', args: [] },
   };
 }
 
@@ -30,15 +31,20 @@ export function queryComputeApps(o: TemplateOptions): CommandSpec {
   return {
     argv: ['nvidia-smi', `--query-compute-apps=${APP_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
     timeoutMs: o.timeoutMs,
+    agent: { verb: 'apps', args: [] },
   };
 }
 
 export function hostMemory(o: TemplateOptions): CommandSpec {
-  return { argv: ['free', '-b'], timeoutMs: o.timeoutMs };
+  return { argv: ['free', '-b'], timeoutMs: o.timeoutMs, agent: { verb: 'ram', args: [] } };
 }
 
 /** Holders of the device nodes, as the container sees them (container PIDs). `-v` puts details on stderr. */
 export function fuserDevices(o: TemplateOptions): CommandSpec {
   // A glob must be expanded by the remote shell: the one template that is not a plain argv.
-  return { argv: ['sh', '-c', 'fuser -v /dev/nvidia* 2>&1; true'], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['sh', '-c', 'fuser -v /dev/nvidia* 2>&1; true'],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'holders', args: [] },
+  };
 }

@@ -42,8 +42,14 @@ export function machineRead(parts: readonly CommandSpec[]): CommandSpec {
   lines.push(`  head -c ${PART_CAP_BYTES} "$d/e$i" | base64 -w0; printf '\\n'`);
   lines.push('done');
   const slowest = Math.max(...parts.map((p) => p.timeoutMs));
+  // The agent's `batch`: each part its own verb under its own timeout, the same output framing.
+  const calls = parts.map((p) => p.agent);
+  const batch = calls.every((c) => c !== undefined)
+    ? calls.flatMap((c, i) => [...(i > 0 ? ['+'] : []), String(Math.ceil(parts[i]?.timeoutMs ?? 0)), c.verb, ...c.args])
+    : null;
   return {
     argv: ['sh', '-c', lines.join('\n')],
+    ...(batch ? { agent: { verb: 'batch', args: batch } } : {}),
     timeoutMs: slowest + (PART_KILL_AFTER_S + 1) * 1000,
     maxOutputBytes: parts.length * (Math.ceil((PART_CAP_BYTES * 4) / 3) + 256) + 4096,
   };

@@ -2,6 +2,7 @@ import { CodedError, ErrorCode } from '../errors.ts';
 import type { ProcReading } from '../gpu/holders.ts';
 import { parsePidNsLink } from '../gpu/holders.ts';
 import { parseProcStat } from '../gpu/parse/index.ts';
+import type { DestructiveIds } from '../agent-grammar/arg-types.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS } from './commands.ts';
 import { SIGNAL_SCRIPT, SIGNAL_SIDES, type SignalName } from './signal/template.ts';
@@ -77,7 +78,12 @@ export const READ_PROCS_SCRIPT = [
 ].join('\n');
 
 export function readProcs(pids: readonly number[], o: TemplateOptions): CommandSpec {
-  return { argv: ['sh', '-c', READ_PROCS_SCRIPT, 'sh', ...pidWords(pids)], timeoutMs: o.timeoutMs };
+  const words = pidWords(pids);
+  return {
+    argv: ['sh', '-c', READ_PROCS_SCRIPT, 'sh', ...words],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'procs', args: words },
+  };
 }
 
 /** The container's init PID on the host: `lxc-info -n <vmid> -p` → `PID:  12345`. */
@@ -87,7 +93,11 @@ export function containerInitPid(vmid: number, o: TemplateOptions): CommandSpec 
       ErrorCode.BadCommand,
       `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`,
     );
-  return { argv: ['lxc-info', '-n', String(vmid), '-p'], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['lxc-info', '-n', String(vmid), '-p'],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'ct-init', args: [String(vmid)] },
+  };
 }
 
 /** `GPU-` + 8-4-4-4-12 hex, as nvidia-smi prints a UUID. */
@@ -114,6 +124,7 @@ export function hostGpuByUuid(uuid: string, o: TemplateOptions): CommandSpec {
       gpuUuidWord(uuid),
     ],
     timeoutMs: o.timeoutMs,
+    agent: { verb: 'gpu', args: [uuid] },
   };
 }
 
@@ -128,6 +139,7 @@ export function hostGpuApps(uuid: string, o: TemplateOptions): CommandSpec {
       gpuUuidWord(uuid),
     ],
     timeoutMs: o.timeoutMs,
+    agent: { verb: 'gpu-apps', args: [uuid] },
   };
 }
 
@@ -136,16 +148,27 @@ export function persistenceMode(uuid: string, o: TemplateOptions): CommandSpec {
   return {
     argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', gpuUuidWord(uuid)],
     timeoutMs: o.timeoutMs,
+    agent: { verb: 'pm-read', args: [uuid] },
   };
 }
 
-export function setPersistence(uuid: string, on: boolean, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '-pm', on ? '1' : '0', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
+/** Destructive: carries the incident and approval ids (the agent's checks and audit line; not passed to nvidia-smi). */
+export function setPersistence(uuid: string, on: boolean, o: TemplateOptions & DestructiveIds): CommandSpec {
+  const bit = on ? '1' : '0';
+  return {
+    argv: ['nvidia-smi', '-pm', bit, '-i', gpuUuidWord(uuid)],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'persistence', args: [bit, uuid, o.incidentId, o.approvalId] },
+  };
 }
 
-/** Host only: a container is refused (`Resetting GPU ... is not supported.`), and must never be asked. */
-export function gpuReset(uuid: string, o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '--gpu-reset', '-i', gpuUuidWord(uuid)], timeoutMs: o.timeoutMs };
+/** Host only: a container is refused (`Resetting GPU ... is not supported.`), and must never be asked. Destructive (ids as setPersistence). */
+export function gpuReset(uuid: string, o: TemplateOptions & DestructiveIds): CommandSpec {
+  return {
+    argv: ['nvidia-smi', '--gpu-reset', '-i', gpuUuidWord(uuid)],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'reset', args: [uuid, o.incidentId, o.approvalId] },
+  };
 }
 
 /** The container's Proxmox configuration on its host (`devN: /dev/nvidiaM`: which GPUs it was given). */
@@ -155,12 +178,21 @@ export function containerConfig(vmid: number, o: TemplateOptions): CommandSpec {
       ErrorCode.BadCommand,
       `A container id must be a positive integer, got ${String(vmid)}; nothing was run.`,
     );
-  return { argv: ['pct', 'config', String(vmid)], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['pct', 'config', String(vmid)],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'pct-config', args: [String(vmid)] },
+  };
 }
 
 /** The host's full GPU report: the device minor (`/dev/nvidia<minor>`) of each GPU, by UUID. */
 export function hostGpuReport(o: TemplateOptions): CommandSpec {
-  return { argv: ['nvidia-smi', '-q', '-x'], timeoutMs: o.timeoutMs, maxOutputBytes: 8 * 1024 * 1024 };
+  return {
+    argv: ['nvidia-smi', '-q', '-x'],
+    timeoutMs: o.timeoutMs,
+    maxOutputBytes: 8 * 1024 * 1024,
+    agent: { verb: 'gpu-report', args: [] },
+  };
 }
 
 /** Every constant word the templates above may use. */

@@ -18,6 +18,14 @@ import {
   setPersistence,
 } from './unstick-commands.ts';
 import { count, wholeSeconds } from '../render/units.ts';
+import { NO_APPROVAL, type DestructiveIds } from '../agent-grammar/arg-types.ts';
+
+/**
+ * A plan lists each command's argv only (shown, hashed, sealed); the ids a destructive template
+ * also takes are its agent call's, which the runner builds again at run time with the step's own
+ * incident and approval (unstick-runner.ts). These stand in for them while planning.
+ */
+const PLANNING: DestructiveIds = { incidentId: 'planning', approvalId: NO_APPROVAL };
 
 export type StepKind = 'container_signal' | 'host_kill' | 'host_reset';
 export type Tier = 1 | 2;
@@ -242,9 +250,9 @@ export function stepCommands(
           planned('read_gpus', 'host', hostGpuByUuid(u, t), 'always', id),
           planned('check_apps', 'host', hostGpuApps(u, t), 'always', id),
           planned('read_persistence', 'host', persistenceMode(u, t), 'always', id),
-          planned('persistence_off', 'host', setPersistence(u, false, t), 'persistence_was_on', id),
-          planned('reset', 'host', gpuReset(u, t), 'always', id),
-          planned('persistence_on', 'host', setPersistence(u, true, t), 'persistence_was_on', id),
+          planned('persistence_off', 'host', setPersistence(u, false, { ...t, ...PLANNING }), 'persistence_was_on', id),
+          planned('reset', 'host', gpuReset(u, { ...t, ...PLANNING }), 'always', id),
+          planned('persistence_on', 'host', setPersistence(u, true, { ...t, ...PLANNING }), 'persistence_was_on', id),
         ];
       });
   }
@@ -307,7 +315,7 @@ function signalOf(
     signal,
     pidNs,
     targets.map((x) => signalTargetOf(x, side)),
-    t,
+    { ...t, ...PLANNING },
   );
 }
 

@@ -12,7 +12,18 @@ import { recordOf } from './snapshot.ts';
 import type { StepOutcome } from './step-guard.ts';
 import { sendSignals, type SignalledTarget } from './signal/send.ts';
 import { outcomeText } from './signal/template.ts';
-import { assertSafeArgv, parsePersistenceMode, parseProcReadings, readProcs, type Signal } from './unstick-commands.ts';
+import {
+  assertSafeArgv,
+  gpuReset,
+  hostGpuApps,
+  hostGpuByUuid,
+  parsePersistenceMode,
+  parseProcReadings,
+  persistenceMode,
+  readProcs,
+  setPersistence,
+  type Signal,
+} from './unstick-commands.ts';
 import {
   sealedPersistence,
   type CommandRole,
@@ -23,6 +34,8 @@ import {
 } from './unstick-plan.ts';
 import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
 import { seconds } from '../render/units.ts';
+import type { DestructiveIds } from '../agent-grammar/arg-types.ts';
+import { withEnvelopes, type StepEnvelopes } from '../agent-grammar/envelopes.ts';
 
 /**
  * Runs one planned step through the executor, at most once (step guard), logging every command
@@ -59,6 +72,12 @@ export interface StepContext {
    */
   hostGpus: readonly Gpu[];
   hostApps: readonly GpuProcess[];
+  /**
+   * What the step acts with (issue 21): its approval id (`none`: tier 1) and the envelopes every
+   * destructive command carries to the host's agent. Null envelopes: a destructive command is
+   * refused before it is sent.
+   */
+  authority: { approvalId: string; envelopes: StepEnvelopes | null };
 }
 
 export interface StepResult {
@@ -89,6 +108,23 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
     machineId: step.machineId,
     explanation: step.explanation,
   });
+
+  // Issue 21: every step signals or resets, and the host's agent does that only with the bot-signed
+  // request (tier 1) or decision (tier 2) and the worker-signed plan: without them nothing is sent at all.
+  const want = step.tier === 1 ? 'request' : 'decision';
+  const have = ctx.authority.envelopes?.authority.kind ?? null;
+  if (have !== want) {
+    const message = `Not run: this tier-${step.tier} step has ${have === null ? 'no signed envelopes' : `the signed ${have} instead of the signed ${want}`} for the host's agent, so nothing was sent to any machine.`;
+    await deps.append({
+      type: 'step_finished',
+      at: at(),
+      stepId: step.id,
+      outcome: 'failed',
+      durationMs: deps.now().getTime() - started,
+      message,
+    });
+    return { outcome: 'failed', containerFailed: [], sent: 0, released: null, message, error: message };
+  }
 
   // Claimed before the first command, so a job BullMQ re-runs after a worker died never signals twice.
   if (!(await deps.steps.claimStep(ctx.incidentId, step.id, deps.workerId, started))) {
@@ -213,8 +249,42 @@ class Run {
     return on === 'container' ? this.ctx.containerRoute : this.ctx.hostRoute;
   }
 
-  /** Every command: template-only argv, never a reset inside a container, one `command` event. */
-  private async exec(role: CommandRole, on: PlannedCommand['on'], spec: CommandSpec): Promise<ExecResult> {
+  private get ids(): DestructiveIds {
+    return { incidentId: this.ctx.incidentId, approvalId: this.ctx.authority.approvalId };
+  }
+
+  /**
+   * A planned command rebuilt from its template (with this step's incident and approval ids, which
+   * a destructive agent verb carries); refused when the rebuilt argv is not the planned one.
+   */
+  private specOf(c: PlannedCommand): CommandSpec {
+    const t = { timeoutMs: c.timeoutMs };
+    const u = c.gpuUuid ?? '';
+    const spec: CommandSpec | null =
+      c.gpuUuid === undefined
+        ? null
+        : c.role === 'read_gpus'
+          ? hostGpuByUuid(u, t)
+          : c.role === 'check_apps'
+            ? hostGpuApps(u, t)
+            : c.role === 'read_persistence'
+              ? persistenceMode(u, t)
+              : c.role === 'persistence_off' || c.role === 'persistence_on'
+                ? setPersistence(u, c.role === 'persistence_on', { ...t, ...this.ids })
+                : c.role === 'reset'
+                  ? gpuReset(u, { ...t, ...this.ids })
+                  : null;
+    if (spec === null || spec.argv.join('\0') !== c.argv.join('\0'))
+      throw new CodedError(
+        ErrorCode.BadCommand,
+        `The planned ${c.role} command is not the one its template makes; nothing was run.`,
+      );
+    return spec;
+  }
+
+  /** Every command: template-only argv, never a reset inside a container, envelopes on a destructive one, one `command` event. */
+  private async exec(role: CommandRole, on: PlannedCommand['on'], plain: CommandSpec): Promise<ExecResult> {
+    const spec = withEnvelopes(plain, this.ctx.authority.envelopes);
     if (!isStatusRead(spec.argv)) assertSafeArgv(spec.argv);
     if (
       on === 'container' &&
@@ -236,7 +306,7 @@ class Run {
 
   /** One planned host command as planned. */
   async command(role: CommandRole, c: PlannedCommand): Promise<ExecResult> {
-    return this.exec(role, c.on, { argv: c.argv, timeoutMs: c.timeoutMs });
+    return this.exec(role, c.on, this.specOf(c));
   }
 
   private async readProcs(on: PlannedCommand['on'], pids: readonly number[]): Promise<ProcsRead | null> {
@@ -310,7 +380,7 @@ class Run {
     const pidNs = targets[0]?.pidNs ?? null;
     await this.intent('container', signal, targets);
     const done = await sendSignals(
-      { side: 'container', signal, pidNs, targets },
+      { side: 'container', signal, pidNs, targets, ids: this.ids },
       {
         exec: (spec) => this.exec(signal === 'TERM' ? 'term' : 'kill', 'container', spec),
         commandTimeoutMs: this.deps.commandTimeoutMs,
@@ -507,7 +577,7 @@ class Run {
     // namespace as read just now, its container PID, an open GPU device; then SIGKILL.
     await this.intent('host', 'KILL', matching);
     const done = await sendSignals(
-      { side: 'host', signal: 'KILL', pidNs: init.pidNs, targets: matching },
+      { side: 'host', signal: 'KILL', pidNs: init.pidNs, targets: matching, ids: this.ids },
       { exec: (spec) => this.exec('kill', 'host', spec), commandTimeoutMs: this.deps.commandTimeoutMs },
     );
     this.inFlight = 0;
@@ -567,7 +637,7 @@ class Run {
         notes.push(`${label}: skipped, its commands are missing from the plan`);
         continue;
       }
-      const p = await this.exec('read_gpus', 'host', { argv: present.argv, timeoutMs: present.timeoutMs });
+      const p = await this.exec('read_gpus', 'host', this.specOf(present));
       const seen = p.code === 0 && !p.timedOut ? parseQueryGpuCsv(p.stdout, [...GPU_FIELDS]) : null;
       const now = seen?.ok && seen.value.error === null ? seen.value.gpus.find((x) => x.uuid === g.uuid) : undefined;
       if (now === undefined) {
@@ -577,7 +647,7 @@ class Run {
         );
         continue;
       }
-      const c = await this.exec('check_apps', 'host', { argv: check.argv, timeoutMs: check.timeoutMs });
+      const c = await this.exec('check_apps', 'host', this.specOf(check));
       const apps = c.code === 0 && !c.timedOut ? parseComputeAppsCsv(c.stdout, [...APP_FIELDS]) : null;
       if (!apps?.ok || apps.value.error !== null) {
         notes.push(`${label}: skipped, could not confirm that no process holds it`);
@@ -587,7 +657,7 @@ class Run {
         notes.push(`${label}: skipped, host PID ${apps.value.processes.map((p) => p.pid).join(', ')} now holds it`);
         continue;
       }
-      const pm = await this.exec('read_persistence', 'host', { argv: readPm.argv, timeoutMs: readPm.timeoutMs });
+      const pm = await this.exec('read_persistence', 'host', this.specOf(readPm));
       // The original is the sealed one (an earlier attempt may have switched it off and died); a
       // plan without it reads it now. Unknown counts as on: switched off and restored, to be safe.
       const wasOn =
@@ -595,12 +665,12 @@ class Run {
         (pm.code === 0 && !pm.timedOut ? (parsePersistenceMode(pm.stdout) ?? true) : true);
       const off = get('persistence_off');
       const on = get('persistence_on');
-      if (wasOn && off) await this.exec('persistence_off', 'host', { argv: off.argv, timeoutMs: off.timeoutMs });
+      if (wasOn && off) await this.exec('persistence_off', 'host', this.specOf(off));
       let r: ExecResult | null = null;
       try {
-        r = await this.exec('reset', 'host', { argv: reset.argv, timeoutMs: reset.timeoutMs });
+        r = await this.exec('reset', 'host', this.specOf(reset));
       } finally {
-        if (wasOn && on) await this.exec('persistence_on', 'host', { argv: on.argv, timeoutMs: on.timeoutMs });
+        if (wasOn && on) await this.exec('persistence_on', 'host', this.specOf(on));
       }
       if (r.code === 0 && !r.timedOut) {
         done.push(g);

@@ -21,14 +21,19 @@ export function kernelLogRead(o: TemplateOptions & { sinceSec: number }): Comman
   const script = [
     `printf 'now %s\\n' "$(date +%s)"`,
     `printf 'boot %s %s\\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" "$(cut -d' ' -f1 /proc/uptime 2>/dev/null)"`,
-    `s=${since}; [ "$s" -gt 0 ] || s=$(( $(date +%s) - ${FIRST_READ_LOOKBACK_SEC} ))`,
+    // The cursor is the script's one positional parameter, never spliced into it (one constant script: an agent verb).
+    `s=$1; [ "$s" -gt 0 ] || s=$(( $(date +%s) - ${FIRST_READ_LOOKBACK_SEC} ))`,
     `if out=$(journalctl -k -q -o short-unix --no-pager --since=@"$s" 2>/dev/null); then echo 'source journal'; printf '%s\\n' "$out" | grep -F 'NVRM' | tail -n 1000`,
     `elif d=$(dmesg 2>/dev/null); then echo 'source dmesg'; printf '%s\n' "$d" | grep -F 'NVRM' | tail -n 1000`,
     // Neither could be read (no journal for this login, and dmesg_restrict): said, not taken as "no Xid".
     `else echo 'source none'; fi`,
     'true',
   ].join('\n');
-  return { argv: ['sh', '-c', script], timeoutMs: o.timeoutMs };
+  return {
+    argv: ['sh', '-c', script, 'sh', String(since)],
+    timeoutMs: o.timeoutMs,
+    agent: { verb: 'kernel-log', args: [String(since)] },
+  };
 }
 
 /**
@@ -41,7 +46,7 @@ export function stuckProcesses(o: TemplateOptions): CommandSpec {
     `grep -s -H -E '^[0-9]+ \\(.*\\) [DZ] ' /proc/[0-9]*/task/[0-9]*/stat | sed -n 's|^/proc/\\([0-9][0-9]*\\)/task/[0-9]*/stat:[0-9]* (.*) \\([DZ]\\) .*|\\1 \\2|p'`,
     'echo end',
   ].join('\n');
-  return { argv: ['sh', '-c', script], timeoutMs: o.timeoutMs };
+  return { argv: ['sh', '-c', script], timeoutMs: o.timeoutMs, agent: { verb: 'stuck', args: [] } };
 }
 
 /** Each GPU's recovery action (drivers that support the field; older ones refuse the query, exit 2). */
@@ -49,5 +54,6 @@ export function queryRecoveryAction(o: TemplateOptions): CommandSpec {
   return {
     argv: ['nvidia-smi', '--query-gpu=index,uuid,gpu_recovery_action', '--format=csv,noheader,nounits'],
     timeoutMs: o.timeoutMs,
+    agent: { verb: 'recovery', args: [] },
   };
 }

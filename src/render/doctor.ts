@@ -1,5 +1,5 @@
 import type { types } from '@slack/bolt';
-import { hintLines, summaryLine, TABLE_HEADER, tableRows } from '../doctor/report-table.ts';
+import { agentLines, hintLines, summaryLine, TABLE_HEADER, tableRows } from '../doctor/report-table.ts';
 import type { Finding } from '../doctor/judge.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
@@ -37,7 +37,7 @@ export function renderDoctor(meta: IncidentMeta, events: readonly LoggedEvent[])
   ];
   if (reports.length > 0) {
     const rows = tableRows(findings);
-    const hints = hintLines(findings).map(text);
+    const hints = [...hintLines(findings), ...agentLines(findings)].map(text);
     const heading = `*Checks on ${checked.size} machine${checked.size === 1 ? '' : 's'}*`;
     const table = buildTableBlock(TABLE_HEADER, rows);
     const more =

@@ -139,6 +139,8 @@ export function runChannel(
   command: string,
   spec: CommandSpec,
   deadlineMs: number,
+  /** Written to the command's stdin, then EOF; null leaves stdin open and unwritten (root-shell lines). */
+  stdin: string | null = null,
 ): Promise<ExecResult> {
   const endpoint = conn.endpoint;
   const { log, pool } = o;
@@ -208,6 +210,10 @@ export function runChannel(
         s.channelClosed = true;
         finish(s);
       });
+      if (stdin !== null) {
+        if (stdin === '') ch.end();
+        else ch.end(stdin);
+      }
     };
     // The deadline runs from the exec request, not from the session's opening: a pooled
     // connection to a server that stopped answering (frozen host, SIGSTOPped sshd) never opens

@@ -2,13 +2,22 @@ import { CodedError, ErrorCode } from '../errors.ts';
 import { runChannel } from './channel-run.ts';
 import { createConnectionPool, NotStarted, SessionRefused } from './connection-pool.ts';
 import { unpinnedError, usablePins } from './host-key.ts';
+import { AGENT_VERSION_LINE, agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
 import { buildRemoteCommand } from './remote-command.ts';
 import { lostError, where } from './ssh-errors.ts';
-import type { CommandSpec, ExecResult, Executor, Route, SshLogger } from './types.ts';
+import type { CommandSpec, ExecResult, Executor, Route, SshEndpoint, SshLogger } from './types.ts';
 
 export type { SshLogger } from './types.ts';
 
 export interface SshExecutorOptions {
+  /**
+   * `agent`: every command goes as a gpu-medic-agent line (its verb and args, src/ssh/agent-line.ts),
+   * with its envelopes on stdin; an agent's refusal is an `agent_refused` error. `root-shell`: the
+   * template's argv as an `exec timeout …` shell line (GPU_MEDIC_SSH_ACCESS=root-shell, opt-in). An
+   * endpoint's own `access` wins.
+   * @default 'agent'
+   */
+  access?: SshAccess;
   /**
    * Time allowed for TCP connect, SSH handshake, host-key check and authentication together.
    * @default 10000
@@ -83,6 +92,7 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
   const keepaliveIntervalMs = options.keepaliveIntervalMs ?? 15_000;
   const keepaliveCountMax = options.keepaliveCountMax ?? 3;
   const log = options.logger ?? NOOP_LOGGER;
+  const access = options.access ?? 'agent';
   const now = options.now ?? Date.now;
 
   const pool = createConnectionPool({
@@ -99,7 +109,33 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
   async function exec(route: Route, spec: CommandSpec): Promise<ExecResult> {
     if (shutDown) throw new CodedError(ErrorCode.Internal, 'The SSH executor is closed; nothing was run.');
     const endpoint = route.kind === 'direct' ? route.endpoint : route.host;
-    const { command, lastRemoteKillMs } = buildRemoteCommand(route, spec, killAfterMs);
+    const agent = (endpoint.access ?? access) === 'agent';
+    const { command, lastRemoteKillMs } = agent
+      ? buildAgentCommand(route, spec)
+      : buildRemoteCommand(route, spec, killAfterMs);
+    // Only the agent reads stdin (a destructive verb's envelopes); a root shell's line is left as it always was.
+    const r = await send(endpoint, command, lastRemoteKillMs, spec, agent ? (spec.stdin ?? '') : null);
+    const refused = agent ? agentRefusal(r) : null;
+    if (refused === null) return r;
+    log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');
+    if (refused.detail.needVersion === undefined) throw refused;
+    // An older agent: its own version, so the message says what is there and what to install.
+    const v = await send(endpoint, AGENT_VERSION_LINE, 5000, { argv: [], timeoutMs: 5000 }, '').catch(() => null);
+    throw agentRefusal(r, v !== null && v.code === 0 ? v.stdout : null) ?? refused;
+  }
+
+  async function probeLine(endpoint: SshEndpoint, line: string, timeoutMs: number): Promise<ExecResult> {
+    if (shutDown) throw new CodedError(ErrorCode.Internal, 'The SSH executor is closed; nothing was run.');
+    return send(endpoint, line, timeoutMs, { argv: [], timeoutMs }, '');
+  }
+
+  async function send(
+    endpoint: SshEndpoint,
+    command: string,
+    lastRemoteKillMs: number,
+    spec: CommandSpec,
+    stdin: string | null,
+  ): Promise<ExecResult> {
     if (usablePins(endpoint.hostKeyFingerprints).length === 0) {
       throw unpinnedError(endpoint.machineId, endpoint.host, endpoint.port);
     }
@@ -118,7 +154,7 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
         throw lostError(endpoint, e instanceof Error ? e.message : String(e));
       }
       try {
-        return await runChannel(channelRun, conn, command, spec, deadlineMs);
+        return await runChannel(channelRun, conn, command, spec, deadlineMs, stdin);
       } catch (e) {
         if (!(e instanceof SessionRefused)) throw e;
         refusals++;
@@ -147,5 +183,5 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
     await pool.close();
   }
 
-  return { exec, close };
+  return { exec, probeLine, close, access };
 }

@@ -9,6 +9,8 @@ export interface SshEndpoint {
   privateKeyPath: string;
   /** Pinned host key fingerprints, `SHA256:...` as `ssh-keygen -l` prints them. */
   hostKeyFingerprints: string[];
+  /** How this endpoint is spoken to; default the executor's (`agent` unless set otherwise). */
+  access?: 'agent' | 'root-shell';
 }
 
 /** pino-compatible subset; a pino Logger fits. */
@@ -24,9 +26,22 @@ export type Route =
   /** A container with no address of its own: `pct exec <vmid> -- argv` on its Proxmox host. */
   | { kind: 'pct'; host: SshEndpoint; vmid: number };
 
+/**
+ * The agent verb a template is (agent/grammar.json, src/agent-grammar/): what the worker sends in
+ * `agent` access mode instead of argv. The agent runs the grammar's `run` for it, which is argv.
+ */
+export interface AgentCall {
+  verb: string;
+  args: string[];
+}
+
 /** A command from a fixed template: argv words are quoted by the executor, never interpolated. */
 export interface CommandSpec {
   argv: string[];
+  /** The same command as an agent verb; every template sets it. Agent mode refuses a spec without one. */
+  agent?: AgentCall;
+  /** Written to the command's stdin, then EOF (the envelopes of a destructive verb). None: stdin is closed at once. */
+  stdin?: string;
   /** Per-command timeout; the remote side is wrapped in `timeout -k` and the client signals too. */
   timeoutMs: number;
   /** Output cap per stream; past it the command is ended and `truncated` is set. Default 1 MiB. */
@@ -49,6 +64,14 @@ export interface ExecResult {
 export interface Executor {
   /** Runs one command; rejects with a CodedError (connect/auth/host-key/connection-lost) when it could not run. */
   exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
+  /**
+   * Sends `line` exactly as it is, with an empty stdin, and returns whatever came back (a refusal
+   * included): only the doctor's forced-key probes use it (src/doctor/probes.ts AGENT_PROBES), to
+   * see what the machine does with a line that is not a template's.
+   */
+  probeLine?(endpoint: SshEndpoint, line: string, timeoutMs: number): Promise<ExecResult>;
+  /** How it speaks to machines whose endpoint does not say (GPU_MEDIC_SSH_ACCESS). */
+  readonly access?: 'agent' | 'root-shell';
   /** Closes every pooled connection. */
   close(): Promise<void>;
 }

@@ -34,7 +34,7 @@ async function doctor(args: string[]): Promise<{ code: number; out: string; err:
   const out = sink();
   const err = sink();
   const code = await runDoctorCommand(args, {
-    env: { GPU_MEDIC_INVENTORY: inventoryPath },
+    env: { GPU_MEDIC_INVENTORY: inventoryPath, GPU_MEDIC_SSH_ACCESS: 'root-shell' },
     out: out.stream,
     err: err.stream,
   });

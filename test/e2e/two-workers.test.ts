@@ -32,7 +32,13 @@ function startWorker(env: Record<string, string>): WorkerProc {
   const chunks: string[] = [];
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'worker'], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', LOG_LEVEL: 'warn', ...env },
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/root',
+      LOG_LEVEL: 'warn',
+      GPU_MEDIC_SSH_ACCESS: 'root-shell',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout?.on('data', (c: Buffer) => chunks.push(c.toString()));

@@ -50,6 +50,8 @@ const WORKER_ENV: Record<string, string> = {
   GPU_MEDIC_TERM_GRACE_SEC: '1',
   GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
   GPU_MEDIC_POLL_MS: '300',
+  // Issue 21: the fleet's hosts take shell lines until they run the agent.
+  GPU_MEDIC_SSH_ACCESS: 'root-shell',
   GPU_MEDIC_APPROVAL_TTL_SEC: '300',
   // Many host kills on one host within minutes: the blast-radius budget (default 3 an hour) is not what this rig tests.
   GPU_MEDIC_HOST_BUDGET_PER_HOUR: '1000',

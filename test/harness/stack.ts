@@ -143,6 +143,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     PORT: '0',
     REDIS_URL: redisUrl,
     GPU_MEDIC_PREFIX: prefix,
+    // Issue 21: the fleet's hosts take shell lines until they run the agent; then this line goes.
+    GPU_MEDIC_SSH_ACCESS: 'root-shell',
     ...o.env,
   };
   const e = parseEnv(source, 'start');

@@ -30,7 +30,13 @@ export async function startWorkerChild(
   const chunks: string[] = [];
   const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'worker'], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },
+    // Issue 21: the fleet's hosts take shell lines until they run the agent (env may say otherwise).
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/root',
+      GPU_MEDIC_SSH_ACCESS: 'root-shell',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const keep = (c: Buffer): void => {

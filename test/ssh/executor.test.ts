@@ -55,7 +55,7 @@ afterEach(async () => {
 });
 
 function executor(opts: SshExecutorOptions = {}): Executor {
-  const e = createSshExecutor(opts);
+  const e = createSshExecutor({ access: 'root-shell', ...opts });
   executors.push(e);
   return e;
 }
@@ -215,7 +215,7 @@ describe('host keys and connecting', () => {
   it('close() during a pending connect rejects it at once, not at the connect timeout', async () => {
     const srv = await silentServer();
     try {
-      const ex = createSshExecutor({ connectTimeoutMs: 10_000 });
+      const ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 10_000 });
       const pending = rejection(ex.exec(direct({ port: srv.port }), { argv: ['true'], timeoutMs: 5000 }));
       await waitFor(() => srv.connections() === 1, 2000);
       const t0 = Date.now();
@@ -356,7 +356,7 @@ describe('connection pool', () => {
   });
 
   it('close() ends every connection; later execs are refused', async () => {
-    const ex = createSshExecutor();
+    const ex = createSshExecutor({ access: 'root-shell' });
     await ex.exec(direct(), { argv: ['true'], timeoutMs: 5000 });
     expect((await sshd.descendants()).length).toBeGreaterThan(0);
     await ex.close();

@@ -87,7 +87,7 @@ describe('startSshd', () => {
       env: { GPU_STATE: `/tmp/it's "here"` },
       commandLog: join(root, 'env-commands.jsonl'),
     });
-    const ex = createSshExecutor();
+    const ex = createSshExecutor({ access: 'root-shell' });
     try {
       const r = await ex.exec(route(s), {
         argv: ['sh', '-c', 'id; printf "%s\\n" "$GPU_STATE"', 'tab\there', 'nl\nx', 'ctl\u0001', 'bs\\', 'é🙂'],
@@ -105,7 +105,7 @@ describe('startSshd', () => {
 
   it('stop() ends the listener and every session process under it', async () => {
     const s = await start('stop');
-    const ex = createSshExecutor();
+    const ex = createSshExecutor({ access: 'root-shell' });
     const m = marker();
     const running = ex.exec(route(s), { argv: ['sleep', m], timeoutMs: 30_000 }).catch((e: unknown) => e);
     expect(await waitFor(() => processesMatching(`sleep ${m}`).length > 0, 5000)).toBe(true);
@@ -119,7 +119,7 @@ describe('startSshd', () => {
 
   it('stop() also ends what sessions left behind when their connection closed', async () => {
     const s = await start('orphans');
-    const ex = createSshExecutor();
+    const ex = createSshExecutor({ access: 'root-shell' });
     const m = marker();
     const running = ex.exec(route(s), { argv: ['sleep', m], timeoutMs: 30_000 }).catch((e: unknown) => e);
     expect(await waitFor(() => processesMatching(`sleep ${m}`).length > 0, 5000)).toBe(true);

@@ -171,6 +171,19 @@ containers:
     expect(compose.out).toContain('assuming docker compose');
   });
 
+  it('says what root-shell SSH access gives up, and says nothing of it under the default (agent)', async () => {
+    const ok = `defaults: { keyFile: /k }\nhosts: [{ id: h1, address: 10.0.0.1, hostKeys: [${FP}] }]\n`;
+    const shell = await check(['worker'], { GPU_MEDIC_SSH_ACCESS: 'root-shell' }, ok);
+    expect(shell.code).toBe(0);
+    expect(shell.out).toContain('SSH access root-shell (GPU_MEDIC_SSH_ACCESS)');
+    expect(shell.out).toContain('a stolen worker key (or a bug in the worker) is a root shell on the whole fleet');
+    const agent = await check(['worker'], {}, ok);
+    expect(agent.code).toBe(0);
+    expect(agent.out).not.toContain('root-shell');
+    const wrong = await check(['worker'], { GPU_MEDIC_SSH_ACCESS: 'root' }, ok);
+    expect(wrong.out).toContain('GPU_MEDIC_SSH_ACCESS must be one of agent, root-shell');
+  });
+
   it('an unknown role is refused with the closest one, and nothing is checked', async () => {
     const { code, out } = await check(['wroker'], {}, '{}');
     expect(code).toBe(2);

@@ -25,7 +25,7 @@ beforeAll(async () => {
       { id: 'ct131', vmid: 131, host: 'kpro5', ownAddress: true },
     ],
   });
-  ex = createSshExecutor({ connectTimeoutMs: 8000 });
+  ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
   budget = new BlastBudget(rig.redis, rig.prefix, { limit: 1 });
 }, 120_000);
 

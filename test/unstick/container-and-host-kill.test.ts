@@ -237,7 +237,7 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
       if (c) c.user = 'fleetuser';
     });
   beforeAll(() => {
-    ex = createSshExecutor({ connectTimeoutMs: 8000 });
+    ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
   });
   afterAll(async () => {
     await ex.close();

@@ -78,7 +78,7 @@ describe('tier 1 escalates at once for what it could not signal', () => {
       const c = inv.containers.find((x) => x.id === 'ct129');
       if (c) c.user = 'fleetuser';
     });
-    const ex = createSshExecutor({ connectTimeoutMs: 8000 });
+    const ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
     const seen: Seen[] = [];
     try {
       const id = await rig.newIncident('ct129');

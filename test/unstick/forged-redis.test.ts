@@ -31,7 +31,7 @@ beforeAll(async () => {
       { id: 'ct130', vmid: 130, host: 'kpro5' },
     ],
   });
-  ex = createSshExecutor({ connectTimeoutMs: 8000 });
+  ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
   bystanders.push(await rig.fleet.spawnBystander('kpro5', { title: 'nvidia-persistenced --user nvidia' }));
   bystanders.push(await rig.fleet.spawnBystander('ct129', { title: 'python3 /opt/monitor/monitor.py' }));
   bystanders.push(await rig.fleet.spawnBystander('ct130', { title: 'python3 exporter.py --port 9400' }));

@@ -74,7 +74,13 @@ async function signal(ct: string, side: SignalSide, ps: readonly FleetProcess[])
   const outputs: ExecResult[] = [];
   const on = side === 'host' ? route(HOST_OF[ct] ?? '') : route(ct);
   const done = await sendSignals(
-    { side, signal: 'TERM', pidNs: readlinkSync(`/proc/${ps[0]?.hostPid}/ns/pid`), targets: ps.map(identityOf) },
+    {
+      side,
+      signal: 'TERM',
+      pidNs: readlinkSync(`/proc/${ps[0]?.hostPid}/ns/pid`),
+      targets: ps.map(identityOf),
+      ids: { incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' },
+    },
     {
       exec: async (spec) => {
         const r = await rig.executor.exec(on, spec);

@@ -29,7 +29,7 @@ beforeAll(async () => {
     hosts: [{ id: 'kpro5', gpus: 2 }],
     containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
   });
-  ex = createSshExecutor({ connectTimeoutMs: 8000 });
+  ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
   dispatcher = createDispatcher({ connection: rig.redis, prefix: rig.prefix });
   queue = new Queue(queueName('default'), { connection: rig.redis, prefix: rig.prefix });
 }, 120_000);

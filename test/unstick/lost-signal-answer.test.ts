@@ -49,7 +49,7 @@ describe('a signal command whose answer is lost after it ran', () => {
       gpus: [{ index: 0, mib: 20_000 }],
       title: 'sglang::scheduler_TP0',
     });
-    const ex = createSshExecutor({ connectTimeoutMs: 8000 });
+    const ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
     try {
       const id = await rig.newIncident('ct129');
       await runUnstickJob(

@@ -86,7 +86,7 @@ export function fleetuserInventory(fleet: Fleet, ids: readonly string[] = ['ct12
 export async function startRig(spec: FleetSpec): Promise<Rig> {
   const fleet = await startFleet(spec);
   const inventory = inventoryOf(fleet);
-  const executor = createSshExecutor({ connectTimeoutMs: 8000 });
+  const executor = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
   const redis = newRedis();
   const prefix = randomPrefix();
   const { logger, text: logText } = captureLogger('unstick-worker-test');

@@ -21,7 +21,7 @@ beforeAll(async () => {
     hosts: [{ id: 'kpro5', gpus: 8 }],
     containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
   });
-  ex = createSshExecutor({ connectTimeoutMs: 8000 });
+  ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
 });
 
 /** Every process a test started ends with it, whatever it asserted. */

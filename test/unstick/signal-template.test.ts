@@ -18,7 +18,7 @@ import {
 } from '../../src/playbooks/signal/template.ts';
 import { CONSTANT_WORDS, assertSafeArgv } from '../../src/playbooks/unstick-commands.ts';
 
-const t = { timeoutMs: 15_000 };
+const t = { timeoutMs: 15_000, incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' };
 const NS = 'pid:[4026531836]';
 
 function startOf(pid: number): number {

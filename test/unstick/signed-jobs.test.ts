@@ -28,7 +28,7 @@ beforeAll(async () => {
       { id: 'ct131', vmid: 131, host: 'kpro5', ownAddress: true },
     ],
   });
-  ex = createSshExecutor({ connectTimeoutMs: 8000 });
+  ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
 }, 120_000);
 
 afterAll(async () => {

@@ -21,7 +21,7 @@ beforeAll(async () => {
     hosts: [{ id: 'kpro5', gpus: 4 }],
     containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
   });
-  ex = createSshExecutor({ connectTimeoutMs: 8000 });
+  ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
 }, 120_000);
 
 afterAll(async () => {

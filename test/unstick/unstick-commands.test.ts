@@ -22,7 +22,7 @@ import {
 } from '../../src/playbooks/unstick-commands.ts';
 import { TP0, readProcsOutput } from './seed-fleet.ts';
 
-const t = { timeoutMs: 15_000 };
+const t = { timeoutMs: 15_000, incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' };
 
 describe('command templates', () => {
   it('are the literal commands of the runbook', () => {

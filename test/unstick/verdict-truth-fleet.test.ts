@@ -146,7 +146,7 @@ describe('finding 3: a lost GPU never ends green', () => {
 describe('finding 4: advice after a denied host kill', () => {
   let ex: Executor;
   beforeAll(() => {
-    ex = createSshExecutor({ connectTimeoutMs: 8000 });
+    ex = createSshExecutor({ access: 'root-shell', connectTimeoutMs: 8000 });
   });
   afterAll(async () => {
     await ex.close();

@@ -63,7 +63,10 @@ export async function startWatchRig(
   const log = new IncidentLog(redis, prefix);
   const { logger, text } = captureLogger('watch-rig');
   const settings: WatchSettings = { ...DEFAULT_WATCH_SETTINGS, ghostMinutes: 0, ...o.settings };
-  let executor: Executor = createSshExecutor({ connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000 });
+  let executor: Executor = createSshExecutor({
+    access: 'root-shell',
+    connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
+  });
   const makeDeps = (): WatchdogDeps => ({
     inventory,
     executor,
@@ -97,7 +100,10 @@ export async function startWatchRig(
     deps: () => deps,
     async restartWorker() {
       await executor.close();
-      executor = createSshExecutor({ connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000 });
+      executor = createSshExecutor({
+        access: 'root-shell',
+        connectTimeoutMs: inventory.defaults.connectTimeoutSec * 1000,
+      });
       deps = makeDeps();
     },
     alerts,

@@ -206,7 +206,21 @@ async function decided(
   const hostSnap = [...events]
     .reverse()
     .find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
-  const res = await run.runStep(t, step, { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] });
+  // Issue 21: the host's agent acts only with the bot's decision and this worker's signed plan on stdin.
+  const seal = approval.seal;
+  const envelopes =
+    approval.signedDecision === null || seal === null
+      ? null
+      : {
+          authority: { kind: 'decision' as const, envelope: approval.signedDecision },
+          plan: { body: seal.body, sig: seal.sig },
+        };
+  const res = await run.runStep(
+    t,
+    step,
+    { gpus: hostSnap?.gpus ?? [], apps: hostSnap?.processes ?? [] },
+    { approvalId: approval.id, envelopes },
+  );
   // Superseded meanwhile (stalled, and a later attempt took over): that attempt carries on, this one stops.
   if (!(await run.current())) return;
   const r1 = await run.read(t, 'after');

@@ -1,5 +1,7 @@
 import { sameProcess } from '../../src/gpu/process-ref.ts';
 import { checkRequest } from '../../src/auth/signed-jobs.ts';
+import type { Envelope } from '../../src/auth/envelope.ts';
+import { NO_APPROVAL } from '../../src/agent-grammar/arg-types.ts';
 import type { ContainerFailure, Diagnosis } from '../../src/gpu/diagnose.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import { restrictStep, type Step } from '../../src/playbooks/unstick-plan.ts';
@@ -45,12 +47,8 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
   // Issue 19: tier 1 acts on the request alone, so it must be the bot's: signed, for this incident
   // and target, not past its expiry, and used once. What Redis says of the requester is checked against it.
   const now = deps.now().getTime();
-  const req = checkRequest(
-    await deps.log.request(job.incidentId),
-    deps.keys.botPublic,
-    { incidentId: job.incidentId, target: job.machineId },
-    now,
-  );
+  const request = await deps.log.request(job.incidentId);
+  const req = checkRequest(request, deps.keys.botPublic, { incidentId: job.incidentId, target: job.machineId }, now);
   const mismatch =
     req.ok && (req.value.requester !== meta.requester || req.value.channel !== meta.channel)
       ? 'the incident record names another requester or channel than the signed request'
@@ -80,7 +78,7 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
     return;
   }
   try {
-    return await unstickVerified(run, job, deps, meta, t);
+    return await unstickVerified(run, job, deps, meta, t, { envelope: request, expiresAt: req.value.expiresAt });
   } finally {
     deps.nonces.done(req.value.nonce);
   }
@@ -93,6 +91,7 @@ async function unstickVerified(
   deps: UnstickWorkerDeps,
   meta: IncidentMeta,
   t: Target,
+  signed: { envelope: Envelope | null; expiresAt: number },
 ): Promise<void> {
   const r0 = await run.read(t, 'before');
   if (!r0) {
@@ -126,7 +125,20 @@ async function unstickVerified(
   const tier1 = resumed && resumed.targets.length > 0 ? resumed : fresh;
   if (!tier1) return run.next(t, meta, first, before);
 
-  const res = await run.runStep(t, tier1, { gpus: r0.host.snapshot.gpus, apps: r0.host.snapshot.processes });
+  // Issue 21: the host's agent signals only with the bot's request and this worker's plan of the step on stdin.
+  const envelopes =
+    signed.envelope === null
+      ? null
+      : {
+          authority: { kind: 'request' as const, envelope: signed.envelope },
+          plan: run.tier1Plan(t, tier1, meta.requester, signed.expiresAt),
+        };
+  const res = await run.runStep(
+    t,
+    tier1,
+    { gpus: r0.host.snapshot.gpus, apps: r0.host.snapshot.processes },
+    { approvalId: NO_APPROVAL, envelopes },
+  );
   // Superseded meanwhile (stalled, and a later attempt took over): that attempt carries on, this one stops.
   if (!(await run.current())) return;
   const r1 = await run.read(t, 'after');

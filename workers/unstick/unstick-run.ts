@@ -7,8 +7,9 @@ import { adviceOf, type Verdict, verdictOf } from '../../src/gpu/verdict.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import { type KnownDecision, verdictContextOf } from '../../src/incident/verdict-context.ts';
+import type { Envelope } from '../../src/auth/envelope.ts';
 import { sealStep } from '../../src/playbooks/plan-seal.ts';
-import { parsePersistenceMode } from '../../src/playbooks/unstick-commands.ts';
+import { parsePersistenceMode, persistenceMode } from '../../src/playbooks/unstick-commands.ts';
 import { planUnstick, restrictStep, type Step, type StepTarget, stepHash } from '../../src/playbooks/unstick-plan.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../../src/playbooks/unstick-readings.ts';
 import {
@@ -112,6 +113,7 @@ export class IncidentRun extends AttemptFence {
     t: Target,
     planned: Step,
     hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] },
+    authority: StepContext['authority'],
   ): Promise<StepResult> {
     const { steps, workerId } = this.deps;
     let step = planned;
@@ -136,7 +138,7 @@ export class IncidentRun extends AttemptFence {
       );
       // Left inside its reset: not run again, but the sealed original persistence mode is restored.
       if (step.kind === 'host_reset' && destructive)
-        await restorePersistence(step, this.stepContext(t, hostNow), this.stepDeps());
+        await restorePersistence(step, this.stepContext(t, hostNow, authority), this.stepDeps());
       if (!(step.kind === 'host_reset' && destructive) && (await steps.dropClaim(this.incidentId, step.id, st.by))) {
         const sent = new Set(
           events
@@ -171,11 +173,16 @@ export class IncidentRun extends AttemptFence {
           step = restrictStep(step, left, { timeoutMs: this.deps.timing.commandTimeoutMs });
       }
     }
-    return runStep(step, this.stepContext(t, hostNow), this.stepDeps());
+    return runStep(step, this.stepContext(t, hostNow, authority), this.stepDeps());
   }
 
-  private stepContext(t: Target, hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] }): StepContext {
+  private stepContext(
+    t: Target,
+    hostNow: { gpus: readonly Gpu[]; apps: readonly GpuProcess[] },
+    authority: StepContext['authority'],
+  ): StepContext {
     return {
+      authority,
       incidentId: this.incidentId,
       containerRoute: t.routes.container,
       hostRoute: t.routes.host,
@@ -183,6 +190,31 @@ export class IncidentRun extends AttemptFence {
       hostGpus: hostNow.gpus,
       hostApps: hostNow.apps,
     };
+  }
+
+  /**
+   * The worker-signed plan of a tier-1 step (issue 21): the same sealed body as a card's, with no
+   * approval, so the host's agent can check every target it is asked to signal against it.
+   */
+  tier1Plan(t: Target, step: Step, requester: string, expiresAt: number): Envelope {
+    const seal = sealStep(
+      {
+        incidentId: this.incidentId,
+        approvalId: '',
+        requester,
+        createdAt: this.deps.now().getTime(),
+        expiresAt,
+        approvers: [],
+        adminOnly: false,
+        escalation: null,
+        container: t.container.id,
+        vmid: t.container.vmid,
+        step,
+      },
+      this.deps.planKey,
+      this.deps.keys.signing,
+    );
+    return { body: seal.body, sig: seal.sig };
   }
 
   /** The runner's deps, fenced: every command first checks that this attempt still holds its job's fence. */
@@ -333,7 +365,8 @@ export class IncidentRun extends AttemptFence {
     const out: NonNullable<Step['persistence']> = [];
     for (const c of step.commands.filter((x) => x.role === 'read_persistence' && x.gpuUuid !== undefined)) {
       const r = await this.deps.executor
-        .exec(t.routes.host, { argv: c.argv, timeoutMs: c.timeoutMs })
+        // From the template (its agent verb too), for the GPU the planned command names.
+        .exec(t.routes.host, persistenceMode(c.gpuUuid ?? '', { timeoutMs: c.timeoutMs }))
         .catch(() => null);
       const on = r !== null && r.code === 0 && !r.timedOut ? parsePersistenceMode(r.stdout) : null;
       out.push({ uuid: c.gpuUuid ?? '', on });

@@ -1,3 +1,4 @@
+import type { DestructiveIds } from '../../agent-grammar/arg-types.ts';
 import { CodedError, ErrorCode } from '../../errors.ts';
 import { pidIn, type ProcessIdentity } from '../../gpu/process-ref.ts';
 import type { CommandSpec, ExecResult } from '../../ssh/types.ts';
@@ -43,6 +44,8 @@ export interface SendRequest {
   /** The target container's PID namespace as read now (`pid:[N]`); host side: required. */
   pidNs: string | null;
   targets: readonly ProcessIdentity[];
+  /** The step's incident and approval (`none`: tier 1): the agent's checks and audit line name them. */
+  ids: DestructiveIds;
 }
 
 const NOT_RACE_FREE =
@@ -56,7 +59,7 @@ export async function sendSignals(req: SendRequest, deps: SendDeps): Promise<Sig
     req.signal,
     req.pidNs,
     req.targets.map((t) => signalTargetOf(t, req.side)),
-    { timeoutMs: deps.commandTimeoutMs },
+    { timeoutMs: deps.commandTimeoutMs, ...req.ids },
   );
   const r = await deps.exec(spec);
   if (r.timedOut)

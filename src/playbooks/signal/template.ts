@@ -1,5 +1,6 @@
 import { CodedError, ErrorCode } from '../../errors.ts';
 import { pidIn, type ProcessIdentity } from '../../gpu/process-ref.ts';
+import type { DestructiveIds } from '../../agent-grammar/arg-types.ts';
 import type { CommandSpec } from '../../ssh/types.ts';
 
 /**
@@ -313,7 +314,7 @@ export function signalCommand(
   signal: SignalName,
   pidNs: string | null,
   targets: readonly SignalTarget[],
-  o: { timeoutMs: number },
+  o: { timeoutMs: number } & DestructiveIds,
 ): CommandSpec {
   if (targets.length === 0) throw new CodedError(ErrorCode.BadCommand, 'No PIDs to signal; nothing was run.');
   const inode = pidNsInode(pidNs);
@@ -334,9 +335,12 @@ export function signalCommand(
       side === 'host' ? int(t.containerPid ?? 0, 'A container PID', 1) : '0',
     ];
   });
+  const ns = String(inode ?? 0);
   return {
-    argv: ['sh', '-c', SIGNAL_SCRIPT, 'sh', side, signal, String(inode ?? 0), ...words],
+    argv: ['sh', '-c', SIGNAL_SCRIPT, 'sh', side, signal, ns, ...words],
     timeoutMs: o.timeoutMs,
+    // The ids are the agent's (its checks against the envelopes, its audit line), not the script's.
+    agent: { verb: 'signal', args: [side, signal, ns, o.incidentId, o.approvalId, ...words] },
   };
 }
 

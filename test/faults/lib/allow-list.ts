@@ -32,7 +32,7 @@ const CT = 464646;
 const NS = 4026599999;
 
 function templates(): CommandSpec[] {
-  const t = { timeoutMs: 987_000 };
+  const t = { timeoutMs: 987_000, incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' };
   return [
     queryGpus(t),
     queryComputeApps(t),
