@@ -148,7 +148,8 @@ sub load_grammar ($path) {
   refuse("grammar $path is not JSON") unless ref $g eq 'HASH';
   refuse("grammar $path is not protocol 1") unless ($g->{protocol} // '') eq '1';
   my %re;
-  for my $t (keys %{ $g->{types} // {} }) { $re{$t} = qr/$g->{types}{$t}/; }
+  # Anchored here whatever the grammar wrote: a type matches a whole word or nothing.
+  for my $t (keys %{ $g->{types} // {} }) { my $src = $g->{types}{$t}; $re{$t} = qr/\A(?:$src)\z/; }
   $g->{re} = \%re;
   for my $v (keys %{ $g->{verbs} // {} }) {
     my $d = $g->{verbs}{$v};
@@ -183,9 +184,9 @@ sub typed ($g, $type, $w) {
 sub parse_verb ($g, $where, $words) {
   my ($verb, @args) = @$words;
   refuse('no verb') unless defined $verb;
+  $audit_ctx{verb} = $verb;    # a word the front and parse_command already checked: [A-Za-z0-9_.:+-]{1,128}
   my $d = $g->{verbs}{$verb};
   refuse("unknown verb $verb") unless ref $d eq 'HASH' && $verb =~ /\A[a-z][a-z0-9-]*\z/;
-  $audit_ctx{verb} = $verb;
   my $on = $where->{kind};
   $on = 'self' if $on eq 'host' && $CFG->{role} eq 'self';
   refuse("verb $verb is not allowed on $on") unless grep { $_ eq $on } @{ $d->{on} };

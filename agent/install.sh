@@ -2,11 +2,12 @@
 # Installs, upgrades, removes or shows gpu-medic-agent on one host (docs/agent.md, AGENT-PROTOCOL.md).
 #
 #   sh install.sh install --key worker.pub [--from CIDRS] [--user gpu-medic] [--bot-key bot.pub.pem]
-#                         [--worker-key worker.pub.pem] [--path DIRS] [--root-forced] [--grammar FILE]
+#                         [--worker-key worker.pub.pem] [--path DIRS] [--role host|self] [--root-forced] [--grammar FILE]
 #   sh install.sh upgrade   [--user gpu-medic] [--grammar FILE]
 #   sh install.sh uninstall [--user gpu-medic] [--root-forced]
 #   sh install.sh status    [--user gpu-medic]
-#   any of them with --prefix DIR (tests): every file under DIR instead of /, the account itself real.
+#   any of them with --prefix DIR (tests): every file under DIR instead of /, the account itself real
+#   (its home DIR/var/lib/<user>, so sshd's default AuthorizedKeysFile finds the forced key there).
 #
 # Run as root. Safe to run again: install rewrites what it owns and keeps an existing agent.conf.
 set -eu
@@ -22,7 +23,7 @@ die() { echo "gpu-medic-agent install: error: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: sh install.sh install|upgrade|uninstall|status [options] (see the top of this file)"
 action=$1
 shift
-key='' from='' user=gpu-medic bot_key='' worker_key='' root_forced=0 prefix='' path_dirs='' grammar="$here/grammar.json"
+key='' from='' user=gpu-medic bot_key='' worker_key='' root_forced=0 prefix='' path_dirs='' role=host grammar="$here/grammar.json"
 while [ $# -gt 0 ]; do
   case $1 in
     --key) key=${2:?--key needs a file}; shift 2 ;;
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
     --bot-key) bot_key=${2:?--bot-key needs a file}; shift 2 ;;
     --worker-key) worker_key=${2:?--worker-key needs a file}; shift 2 ;;
     --path) path_dirs=${2:?--path needs dirs}; shift 2 ;;
+    --role) role=${2:?--role needs host or self}; shift 2 ;;
     --grammar) grammar=${2:?--grammar needs a file}; shift 2 ;;
     --prefix) prefix=${2:?--prefix needs a dir}; shift 2 ;;
     --root-forced) root_forced=1; shift ;;
@@ -43,6 +45,7 @@ case $user in [a-z_]*[a-z0-9_-] | [a-z_]) ;; *) die "--user: not an account name
 case $user in *[!a-z0-9_-]*) die "--user: not an account name: $user" ;; esac
 case $from in *[!0-9A-Fa-f.:/,*!?]*) die "--from: only addresses, CIDRs and patterns separated by commas: $from" ;; esac
 case $path_dirs in *[!A-Za-z0-9/_.:+-]*) die "--path: only absolute dirs separated by colons: $path_dirs" ;; esac
+case $role in host | self) ;; *) die "--role: host (a Proxmox host) or self (a container reached at its own address), not $role" ;; esac
 if [ -n "$prefix" ]; then
   case $prefix in /*) ;; *) die "--prefix must be absolute" ;; esac
   prefix=${prefix%/}
@@ -89,12 +92,13 @@ ensure_sudo() {
 }
 
 ensure_account() {
+  # Under --prefix the home is the prefixed one too, so a stock sshd finds its authorized_keys there.
   if id -u "$user" >/dev/null 2>&1; then
-    usermod -s /bin/sh -d "$home" "$user"
-    say "account $user exists: shell set to /bin/sh, home $home"
+    usermod -s /bin/sh -d "$prefix$home" "$user"
+    say "account $user exists: shell set to /bin/sh, home $prefix$home"
   else
-    useradd --system --home-dir "$home" --no-create-home --shell /bin/sh --user-group "$user"
-    say "account $user created (shell /bin/sh, home $home)"
+    useradd --system --home-dir "$prefix$home" --no-create-home --shell /bin/sh --user-group "$user"
+    say "account $user created (shell /bin/sh, home $prefix$home)"
   fi
   # No password can match `*`; `!` (passwd -l) would also make an sshd without PAM refuse its key.
   usermod -p '*' "$user"
@@ -185,6 +189,7 @@ write_config() {
       -e "s|^bot_keys=.*|bot_keys=$prefix$etcdir/bot.pub.pem|" \
       -e "s|^worker_keys=.*|worker_keys=$prefix$etcdir/worker.pub.pem|" \
       -e "s|^audit_file=.*|audit_file=$audit_file|" \
+      -e "s|^role=.*|role=$role|" \
       -e "s|^grammar=.*|grammar=$prefix$libdir/grammar.json|" "$here/agent.conf.example" >"$tmp"
     chown root:root "$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$conf"
     say "config $conf written"
@@ -225,7 +230,9 @@ do_uninstall() {
     rm -f "$sudoers" "$ak"
     [ ! -d "$akdir" ] || rmdir "$akdir" 2>/dev/null || say "kept $akdir (it holds other files)"
     [ ! -d "$prefix$home" ] || rmdir "$prefix$home" 2>/dev/null || say "kept $prefix$home (it holds other files)"
-    if id -u "$user" >/dev/null 2>&1; then userdel "$user" && say "account $user removed"; fi
+    if id -u "$user" >/dev/null 2>&1; then
+      if userdel "$user"; then say "account $user removed"; else say "could not remove the account $user (a process of it still running?): run userdel $user"; fi
+    fi
   fi
   rm -f "$front" "$core" "$prefix$libdir/grammar.json"
   rmdir "$prefix$libdir" 2>/dev/null || true

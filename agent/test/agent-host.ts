@@ -136,6 +136,8 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
     '',
   ];
   await writeFile(join(bin, 'nvidia-smi'), fake.join('\n'), { mode: 0o755 });
+  // `pct exec <vmid> -- <argv>`: recorded, then <argv> runs here (the host plays the container).
+  await writeFile(join(bin, 'pct'), `#!/bin/sh\necho "pct $*" >> '${ranLog}'\nshift 3\nexec "$@"\n`, { mode: 0o755 });
   const port = await freePort();
   await writeFile(join(dir, 'sshd_config'), stockSshdConfig(port, dir));
   const logPath = join(dir, 'sshd.log');

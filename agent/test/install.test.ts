@@ -62,8 +62,17 @@ afterAll(async () => {
 });
 
 describe('install.sh --root-forced (under --prefix)', () => {
-  it('install writes one restrict,command= line in root authorized_keys, the agent files root-owned, the config and audit file', async () => {
-    const r = await installSh('install', '--root-forced', '--key', pub, '--from', '10.0.0.0/8,192.168.1.5');
+  it('install writes one restrict,command= line in root authorized_keys, the agent files root-owned, the config (with its role) and audit file', async () => {
+    const r = await installSh(
+      'install',
+      '--root-forced',
+      '--key',
+      pub,
+      '--from',
+      '10.0.0.0/8,192.168.1.5',
+      '--role',
+      'self',
+    );
     expect(r.code).toBe(0);
     const front = join(prefix, 'usr/local/lib/gpu-medic/gpu-medic-agent');
     expect(await rootAk()).toMatch(
@@ -84,6 +93,7 @@ describe('install.sh --root-forced (under --prefix)', () => {
     const conf = await readFile(join(prefix, 'etc/gpu-medic/agent.conf'), 'utf8');
     expect(conf).toContain(`grammar=${prefix}/usr/local/lib/gpu-medic/grammar.json`);
     expect(conf).toContain(`audit_file=${prefix}/var/log/gpu-medic/agent-audit.log`);
+    expect(conf).toMatch(/^role=self$/m);
     expect(existsSync(join(prefix, 'etc/sudoers.d'))).toBe(false);
   });
 

@@ -11,12 +11,18 @@
  * It runs against the sample grammar and, once agentw's generated agent/grammar.json is on the
  * branch, against that too.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { AGENT_DIR, SAMPLE_GRAMMAR } from './agent-host.ts';
 import { type Explained, explain } from './explain.ts';
+
+const execFileP = promisify(execFile);
 
 const SEED = Number(process.env.GPU_MEDIC_FUZZ_SEED ?? 20261202);
 
@@ -49,7 +55,7 @@ function modelVerb(g: Grammar, on: string, ct: string | null, ms: number, words:
   const n = args.length - d.args.length;
   if (n < 0 || (d.variadic === null ? n !== 0 : n < 1 || n > 256)) return null;
   const ok = args.every((a, i) =>
-    new RegExp(g.types[(i < d.args.length ? d.args[i] : d.variadic) as string] as string).test(a),
+    new RegExp(`^(?:${g.types[(i < d.args.length ? d.args[i] : d.variadic) as string]})$`).test(a),
   );
   if (!ok) return null;
   const argv = d.run.flatMap((p): string[] => {
@@ -259,7 +265,7 @@ function wordsFromGrammar(g: Grammar, line: string, e: Explained): string[] {
       (x): x is { arg: number; prefix?: string; suffix?: string } => typeof x !== 'string' && 'arg' in x,
     );
     const types = [...d.args, ...(d.variadic === null ? [] : [d.variadic])];
-    const typed = (w: string) => lineWords.includes(w) && types.some((t) => new RegExp(g.types[t] as string).test(w));
+    const typed = (w: string) => lineWords.includes(w) && types.some((t) => new RegExp(`^(?:${g.types[t]})$`).test(w));
     const ctWords = new Set(['pct', 'exec', '--', 'timeout', '-k', '1']);
     let argv = p.argv;
     if (lineWords[3] === 'ct') {
@@ -334,6 +340,43 @@ describe.each(GRAMMARS)(
       const accepted = out.filter((e) => e.ok).length;
       expect(accepted).toBeGreaterThan(600);
       expect(lines.length - accepted).toBeGreaterThan(600);
+    }, 120_000);
+
+    it('the sh front itself (/bin/sh) passes exactly the words of the lines its checks let through, and nothing else', async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'gpu-medic-front-'));
+      try {
+        // The real front with its core pointed at a stub that prints the words it was given.
+        await writeFile(join(dir, 'stub.pl'), 'print join("\\0", @ARGV);\n');
+        const front = (await readFile(join(AGENT_DIR, 'gpu-medic-agent'), 'utf8')).replace(
+          /^GPU_MEDIC_CORE=.*$/m,
+          `GPU_MEDIC_CORE=${join(dir, 'stub.pl')}`,
+        );
+        await writeFile(join(dir, 'front'), front, { mode: 0o755 });
+        const lines = cases(g, 400).filter((l) => !l.includes('\0'));
+        let passed = 0;
+        let refused = 0;
+        for (const line of lines) {
+          const { stdout } = await execFileP('/bin/sh', ['-c', join(dir, 'front')], {
+            env: { SSH_ORIGINAL_COMMAND: line, PATH: '/usr/bin:/bin' },
+          });
+          const got = stdout.split('\0');
+          const passes =
+            !/[^A-Za-z0-9 _.:+-]/.test(line) && line.length <= 4096 && !/^ | $| {2}/.test(line) && line !== '';
+          const words = line.split(' ');
+          const want =
+            passes && words.every((w) => w.length <= 128)
+              ? ['--config', '/etc/gpu-medic/agent.conf', '--', ...words]
+              : null;
+          if (want === null)
+            expect([line, got.slice(0, 3)]).toEqual([line, ['--config', '/etc/gpu-medic/agent.conf', '--refuse']]);
+          else expect([line, got]).toEqual([line, want]);
+          if (want === null) refused++;
+          else passed++;
+        }
+        expect(Math.min(passed, refused)).toBeGreaterThan(100);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
     }, 120_000);
 
     it('role=self: `host` verbs are checked against `self`, and `ct` is refused', async () => {

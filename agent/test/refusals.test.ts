@@ -6,16 +6,18 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, connect } from 'node:net';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMachineRead } from '../../src/playbooks/machine-read.ts';
 import { freePort } from '../../test/harness/sshd.ts';
 import { type AgentHost, GPU_UUID, isAlive, startAgentHost } from './agent-host.ts';
 import { APPROVAL, decision, INCIDENT, plan, request, stdinOf, target } from './envelopes.ts';
 
+const execFileP = promisify(execFile);
 const REFUSED = /^gpu-medic-agent: refused: .+\n$/;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -85,6 +87,16 @@ describe('the worker key reads through the agent', () => {
     const ran = await host.ran();
     expect(ran).toHaveLength(before + 1);
     expect(ran.at(-1)).toMatch(new RegExp(`^--query-gpu=\\S+ --format=csv,noheader,nounits -i ${GPU_UUID}$`));
+  });
+
+  it('a read in a container goes through `pct exec <vmid> -- timeout -k 1 <s>` from the config path=', async () => {
+    const before = (await host.ran()).length;
+    const r = await host.ssh(['gpu-medic', '1', '4500', 'ct', '129', 'gpus']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(GPU_UUID);
+    const ran = (await host.ran()).slice(before);
+    expect(ran[0]).toMatch(/^pct exec 129 -- timeout -k 1 5 nvidia-smi --query-gpu=\S+ --format=csv,noheader,nounits$/);
+    expect(ran).toHaveLength(2);
   });
 
   it('a batch answers in the machine-read framing that parseMachineRead reads unchanged', async () => {
@@ -250,6 +262,21 @@ describe('a stolen worker key cannot do anything else', () => {
     expect(r.audit).toContain('reason=the front refused the line: a byte outside');
   });
 
+  it('--explain (print, run nothing) is unreachable: a word after the front, refused through sudo even from a shell of the account', async () => {
+    const viaFront = await refusedAndNothingRan(() => host.ssh(['--', '--explain']));
+    expect(viaFront.stderr).toBe('gpu-medic-agent: refused: not a gpu-medic command\n');
+    const core = '/usr/local/lib/gpu-medic/gpu-medic-agent.pl';
+    const viaSudo = await execFileP(
+      'nsenter',
+      ['-t', String(host.sshdPid), '-m', '--', 'runuser', '-u', host.user, '--', 'sudo', '-n', core, '--explain'],
+      {
+        env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
+      },
+    ).catch((e: { code: number; stderr: string }) => e);
+    expect(viaSudo.stderr).toBe('gpu-medic-agent: refused: --explain is for root on the host, never through sudo\n');
+    expect((viaSudo as { code: number }).code).toBe(126);
+  });
+
   it('a pty request (-tt): refused by sshd (restrict), the command did not run', async () => {
     const r = await refusedAndNothingRan(
       () => host.ssh(['gpu-medic', '1', '5000', 'host', 'gpus'], { sshArgs: ['-tt'] }),
@@ -337,6 +364,39 @@ describe('a stolen worker key cannot do anything else', () => {
     });
     expect(r.code).toBe(255);
     expect(r.stderr).toContain('remote port forwarding failed');
+  });
+});
+
+describe('the audit line with a syslog socket', () => {
+  it('when /dev/log exists the refusal goes to it through logger (auth.notice, tag gpu-medic-agent), not to the file', async () => {
+    const sock = host.inHost('/dev/log');
+    // A syslog socket inside the host's namespace, served by Perl (core IO::Socket::UNIX): one datagram a line.
+    const listener = spawn(
+      'perl',
+      [
+        '-MIO::Socket::UNIX',
+        '-e',
+        '$|=1; my $s = IO::Socket::UNIX->new(Type => SOCK_DGRAM, Local => $ARGV[0]) or die $!; print "ready\n"; while (1) { $s->recv(my $m, 65536); $m =~ s/\n/ /g; print "$m\n"; }',
+        sock,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let got = '';
+    listener.stdout.on('data', (b: Buffer) => (got += b.toString('utf8')));
+    try {
+      for (let i = 0; i < 100 && !got.includes('ready'); i++) await sleep(20);
+      const auditBefore = (await host.audit()).length;
+      const r = await host.ssh(['gpu-medic', '1', '5000', 'host', 'shell']);
+      expect(r.code).toBe(126);
+      for (let i = 0; i < 100 && !got.includes('reason=unknown verb shell'); i++) await sleep(20);
+      expect(got).toMatch(
+        /<37>.*gpu-medic-agent: gpu-medic-agent\[\d+\]: refused verb=shell where=host .*reason=unknown verb shell status=-/,
+      );
+      expect(await host.audit()).toHaveLength(auditBefore);
+    } finally {
+      listener.kill('SIGKILL');
+      await rm(sock, { force: true });
+    }
   });
 });
 
@@ -445,6 +505,30 @@ describe('destructive verbs need the signed envelopes', () => {
       }),
     );
     expect(declined.stderr).toBe('gpu-medic-agent: refused: the decision is not an approval\n');
+  });
+
+  it('a container signal through `ct <vmid>` for another container than the plan names: refused', async () => {
+    const words = [
+      'gpu-medic',
+      '1',
+      '10000',
+      'ct',
+      '130',
+      'signal',
+      'container',
+      'TERM',
+      '0',
+      INCIDENT,
+      'none',
+      String(holder.pid),
+      String(holder.start),
+      '0',
+    ];
+    const r = await refusedAndNothingRan(() =>
+      host.ssh(words, { input: stdinOf({ plan: genuinePlan(), request: request(host.bot.privateKey) }) }),
+    );
+    expect(r.stderr).toBe("gpu-medic-agent: refused: the container is not the plan's\n");
+    expect(r.audit).toContain('where=ct:130');
   });
 
   it('no audit possible (no /dev/log, audit file unwritable): a genuine signal is refused', async () => {
