@@ -25,6 +25,7 @@ import type { JobData } from '../../src/queue/jobs.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import type { UnstickWorkerDeps } from '../../workers/unstick.ts';
+import { newIncidentId } from '../../src/incident/ids.ts';
 import { hostPidOf, startFleet } from '../harness/fleet/index.ts';
 import type { Fleet, FleetSpec } from '../harness/fleet/types.ts';
 import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
@@ -152,7 +153,7 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
       };
     },
     async newIncident(target, requester = REQUESTER) {
-      const id = `inc_${randomBytes(6).toString('hex')}`;
+      const id = newIncidentId(new Date()); // the production shape: the agent's grammar checks it
       const createdAt = new Date().toISOString();
       // As the bot does: the meta, and its signature of who asked for what.
       await rig.log.create(

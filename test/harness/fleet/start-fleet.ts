@@ -143,7 +143,7 @@ function fleetAccess(spec: FleetSpec): FleetAccess {
   const env = process.env.GPU_MEDIC_FLEET_ACCESS;
   if (spec.access !== undefined) return spec.access;
   if (env === 'agent' || env === 'shell') return env;
-  return 'shell';
+  return 'agent';
 }
 
 /** The account the agent's install script makes (agent/install.sh). */

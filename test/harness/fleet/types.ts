@@ -77,7 +77,7 @@ export interface FleetSpec {
    * sshd_config and the agent is installed by `agent/install.sh` (the dedicated account, its
    * root-owned `restrict,command=` key line, the sudoers entry), so the key runs gpu-medic-agent only;
    * the inventory logs in as that account. `shell`: the older test wrapper (root, any command).
-   * Default: `GPU_MEDIC_FLEET_ACCESS` if set, else `shell`.
+   * Default: `GPU_MEDIC_FLEET_ACCESS` if set, else `agent`.
    */
   access?: FleetAccess;
 }
