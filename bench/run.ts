@@ -23,6 +23,7 @@ import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
 import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
 import { muxSessionCpu, processCpuMs, rssSplitKiB } from './cpu.ts';
+import { writeTestKeys } from '../test/harness/keys.ts';
 import { freePort, startRole, type RoleProcess } from './procs.ts';
 import { percentile, ratio, round, summarize, type Summary } from './stats.ts';
 
@@ -365,7 +366,8 @@ async function benchFanout(
 }
 
 /** Hosts and sessions per host of the multiplexed OpenSSH baseline (`--quick`: fewer). */
-const MUX = QUICK ? { hosts: 10, sessions: 4 } : { hosts: 50, sessions: 4 };
+// Few hosts, many sessions each: a master's CPU over its sessions must span many 10 ms ticks to be read at all.
+const MUX = QUICK ? { hosts: 5, sessions: 20 } : { hosts: 10, sessions: 20 };
 /** The watchdog's default interval: how many machines one core can read once per interval. */
 const WATCH_INTERVAL_MS = 180_000;
 
@@ -670,11 +672,14 @@ async function main(): Promise<void> {
           GPU_MEDIC_WATCH_INTERVAL_SEC: '86400',
           ...(x.extraEnv ?? {}),
         };
+        // Issue 19: the bot signs every request with its key and the worker acts on nothing else.
+        const keys = writeTestKeys(work, prefix);
         const [bot, worker] = await Promise.all([
           startRole(
             'bot',
             {
               ...common,
+              ...keys.botEnv,
               GPU_MEDIC_MODE: 'http',
               SLACK_BOT_TOKEN: fakeSlack.botToken,
               SLACK_SIGNING_SECRET: secret,
@@ -684,12 +689,14 @@ async function main(): Promise<void> {
             work,
             `${x.name}-bot`,
           ),
-          x.worker ? startRole('worker', common, work, `${x.name}-worker`) : Promise.resolve(null),
+          x.worker
+            ? startRole('worker', { ...common, ...keys.workerEnv }, work, `${x.name}-worker`)
+            : Promise.resolve(null),
         ]);
         roles.push(bot);
         if (worker) roles.push(worker);
         for (let k = 1; k < (x.workers ?? 1); k++)
-          roles.push(await startRole('worker', common, work, `${x.name}-worker${k + 1}`));
+          roles.push(await startRole('worker', { ...common, ...keys.workerEnv }, work, `${x.name}-worker${k + 1}`));
         pairs.set(x.name, {
           name: x.name,
           prefix,
