@@ -59,10 +59,20 @@ export async function startRole(
   workDir: string,
   name: string,
 ): Promise<RoleProcess> {
+  built ??= buildDist();
+  return startBuild(await built, role, env, workDir, name);
+}
+
+/** As `startRole`, from the compiled entry point `main` of any build (bench/ack-builds.ts compares builds). */
+export async function startBuild(
+  main: string,
+  role: Role,
+  env: Record<string, string>,
+  workDir: string,
+  name: string,
+): Promise<RoleProcess> {
   const logPath = join(workDir, `${name}.log`);
   const fd = openSync(logPath, 'a');
-  built ??= buildDist();
-  const main = await built;
   const child = spawn(process.execPath, [main, role], {
     cwd: workDir,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },

@@ -15,12 +15,15 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import type { InventoryInput } from '../src/config/inventory.ts';
 import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../src/playbooks/commands.ts';
+import { machineRead } from '../src/playbooks/machine-read.ts';
 import { shellJoin } from '../src/ssh/quote.ts';
 import type { CommandSpec } from '../src/ssh/types.ts';
 import { startFleet } from '../test/harness/fleet/index.ts';
 import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
 import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
+import { muxSessionCpu, processCpuMs, rssSplitKiB } from './cpu.ts';
+import { writeTestKeys } from '../test/harness/keys.ts';
 import { freePort, startRole, type RoleProcess } from './procs.ts';
 import { percentile, ratio, round, summarize, type Summary } from './stats.ts';
 
@@ -294,6 +297,7 @@ async function benchFanout(
   const floorByN = new Map<number, number[]>();
   const twoWorkers: number[] = [];
   const cpuByN = new Map<number, number[]>();
+  const workerCpuByN = new Map<number, number[]>();
   const cold = new Map<number, number>();
   progress(`statusFanout: warm-up then ${CFG.fanoutRuns} interleaved runs over ${FANOUT.join('/')} machines`);
   const one = async (n: number): Promise<number> => {
@@ -310,7 +314,10 @@ async function benchFanout(
       // Ours and the bare-ssh floor over the same machines, alternating which goes first.
       if (i % 2 === 1) floorByN.set(n, [...(floorByN.get(n) ?? []), await sshFloor(fleet, n)]);
       const c0 = machineBusyMs();
+      const worker = pairs.get(n)?.worker ?? null;
+      const w0 = worker ? processCpuMs(worker.pid) : 0;
       const ms = await one(n);
+      if (worker) workerCpuByN.set(n, [...(workerCpuByN.get(n) ?? []), (processCpuMs(worker.pid) - w0) / n]);
       byN.set(n, [...(byN.get(n) ?? []), ms]);
       cpuByN.set(n, [...(cpuByN.get(n) ?? []), machineBusyMs() - c0]);
       if (i % 2 === 0) floorByN.set(n, [...(floorByN.get(n) ?? []), await sshFloor(fleet, n)]);
@@ -353,8 +360,50 @@ async function benchFanout(
       FANOUT.map((n) => [String(n), summarize((cpuByN.get(n) ?? []).map((x) => x / cpus().length))]),
     ),
     coldPoolMs: Object.fromEntries(FANOUT.map((n) => [String(n), round(cold.get(n) ?? 0)])),
+    // The worker process's own CPU (user + system, /proc/<pid>/stat) per machine read, pooled connections.
+    workerCpuMsPerMachineRead: Object.fromEntries(FANOUT.map((n) => [String(n), summarize(workerCpuByN.get(n) ?? [])])),
   };
 }
+
+/** Hosts and sessions per host of the multiplexed OpenSSH baseline (`--quick`: fewer). */
+// Few hosts, many sessions each: a master's CPU over its sessions must span many 10 ms ticks to be read at all.
+const MUX = QUICK ? { hosts: 5, sessions: 20 } : { hosts: 10, sessions: 20 };
+/** The watchdog's default interval: how many machines one core can read once per interval. */
+const WATCH_INTERVAL_MS = 180_000;
+
+/**
+ * CPU per machine read (issue 26): the worker's own CPU per read in `status all` over the most
+ * machines (statusFanout's workerCpuMsPerMachineRead) against OpenSSH's per session over an open
+ * multiplexed connection, running the same read script (the worker's, from src/playbooks).
+ */
+async function benchCpuPerRead(fleet: Fleet, fanout: unknown): Promise<object> {
+  const t = { timeoutMs: 20_000 };
+  const script = remote(machineRead([queryGpus(t), queryComputeApps(t), hostMemory(t)]));
+  const ports = Array.from({ length: MUX.hosts }, (_, i) => fleet.machine(`kpro${i + 1}`).sshPort).filter(
+    (p): p is number => p !== null,
+  );
+  progress(`cpuPerRead: OpenSSH ControlMaster to ${ports.length} hosts, ${MUX.sessions} sessions each, 3 runs`);
+  const runs = [];
+  for (let i = 0; i < 3; i++) runs.push(await muxSessionCpu(fleet, ports, script, MUX.sessions));
+  const max = String(FANOUT[FANOUT.length - 1]);
+  const perRead = (fanout as { workerCpuMsPerMachineRead?: Record<string, Summary> }).workerCpuMsPerMachineRead?.[max];
+  const mux = summarize(runs.map((r) => r.cpuMsPerSession));
+  const ours = perRead?.median ?? null;
+  return {
+    workerMsPerRead: perRead ?? null,
+    readsOf: `status all over ${max} machines (pooled connections)`,
+    openSshMuxMsPerSession: mux,
+    openSshMasterMsPerSession: summarize(runs.map((r) => r.masterMsPerSession)),
+    openSshClientMsPerSession: summarize(runs.map((r) => r.clientMsPerSession)),
+    sessionsPerRun: runs[0]?.sessions ?? 0,
+    workerOverOpenSsh: ours === null ? null : round(ours / mux.median, 2),
+    machinesPerCoreAt180s: ours === null || ours <= 0 ? null : Math.floor(WATCH_INTERVAL_MS / ours),
+    how: 'user+system CPU from /proc/<pid>/stat (10 ms ticks): the worker process over a run, divided by its machines; OpenSSH: the ControlMaster process during the sessions plus the ssh client processes (the children time of the shell that ran them), divided by the sessions; masters opened before and not counted',
+  };
+}
+
+/** The ack bot's resident memory right after each burst (max, KiB), split anonymous / file-backed. */
+const afterBurst = { anon: 0, file: 0 };
 
 async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
   const hosts = CFG.hosts;
@@ -371,6 +420,9 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
       return out;
     }
     const rs = await Promise.all(Array.from({ length: c }, (_, i) => slash(slack, p, text(i), channel)));
+    const split = rssSplitKiB(p.bot.pid);
+    afterBurst.anon = Math.max(afterBurst.anon, split.anon);
+    afterBurst.file = Math.max(afterBurst.file, split.file);
     const bad = rs.find((r) => r.status !== 200 || r.ackText === '');
     if (bad) throw new Error(`ack failed at ${c} concurrent: HTTP ${bad.status} "${bad.ackText.slice(0, 120)}"`);
     return rs.map((r) => r.ms);
@@ -615,13 +667,19 @@ async function main(): Promise<void> {
           GPU_MEDIC_PREFIX: prefix,
           GPU_MEDIC_INVENTORY: invPath,
           LOG_LEVEL: 'info',
+          // One watchdog round at start only: a round over 200 machines during a figure would be
+          // counted in it (the round is measured on its own by `--watch`).
+          GPU_MEDIC_WATCH_INTERVAL_SEC: '86400',
           ...(x.extraEnv ?? {}),
         };
+        // Issue 19: the bot signs every request with its key and the worker acts on nothing else.
+        const keys = writeTestKeys(work, prefix);
         const [bot, worker] = await Promise.all([
           startRole(
             'bot',
             {
               ...common,
+              ...keys.botEnv,
               GPU_MEDIC_MODE: 'http',
               SLACK_BOT_TOKEN: fakeSlack.botToken,
               SLACK_SIGNING_SECRET: secret,
@@ -631,12 +689,14 @@ async function main(): Promise<void> {
             work,
             `${x.name}-bot`,
           ),
-          x.worker ? startRole('worker', common, work, `${x.name}-worker`) : Promise.resolve(null),
+          x.worker
+            ? startRole('worker', { ...common, ...keys.workerEnv }, work, `${x.name}-worker`)
+            : Promise.resolve(null),
         ]);
         roles.push(bot);
         if (worker) roles.push(worker);
         for (let k = 1; k < (x.workers ?? 1); k++)
-          roles.push(await startRole('worker', common, work, `${x.name}-worker${k + 1}`));
+          roles.push(await startRole('worker', { ...common, ...keys.workerEnv }, work, `${x.name}-worker${k + 1}`));
         pairs.set(x.name, {
           name: x.name,
           prefix,
@@ -656,6 +716,7 @@ async function main(): Promise<void> {
     const big = pair(`status${CFG.hosts}`);
     const ackPair = pair('ack');
     const idle = { bot: big.bot.rssKiB(), worker: big.worker?.rssKiB() ?? 0, ackBot: ackPair.bot.rssKiB() };
+    const idleSplit = rssSplitKiB(ackPair.bot.pid);
 
     out.machine = {
       cpus: cpus().length,
@@ -698,12 +759,17 @@ async function main(): Promise<void> {
       big,
     );
     const workerAfterFanout = big.worker?.peakKiB() ?? 0;
+    await attempt('cpuPerRead', () => benchCpuPerRead(fleet as Fleet, out.statusFanout), big);
     await attempt('ack', () => benchAck(fakeSlack, ackPair), ackPair);
     await attempt('unstickS2', () => benchUnstick(fakeSlack, fleet as Fleet, pair('unstick')), pair('unstick'));
     out.memory = {
       bot: {
         peakMiB: MiB(ackPair.bot.peakKiB()),
         idleMiB: MiB(idle.ackBot),
+        afterBurstAnonMiB: MiB(afterBurst.anon),
+        afterBurstFileMiB: MiB(afterBurst.file),
+        idleAnonMiB: MiB(idleSplit.anon),
+        idleFileMiB: MiB(idleSplit.file),
         during: `${ACK_LEVELS.join('/')} concurrent command bursts (the ack figure)`,
       },
       botServingStatus: {
@@ -716,7 +782,7 @@ async function main(): Promise<void> {
         idleMiB: MiB(idle.worker),
         during: `status all over ${CFG.hosts} machines (${CFG.fanoutRuns + 1} times) and single-machine status, one pooled connection per machine`,
       },
-      how: 'VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node dist/src/main.js bot|worker` processes (the compiled build)',
+      how: "VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node dist/src/main.js bot|worker` processes (the compiled build); the bot's RssAnon (V8 heap and native allocations) and RssFile+RssShmem (node's own code and libraries, mapped) right after each burst and at idle, so a miss shows whether the heap or the binary is the cause (V8 heap alone is not readable from outside without heap flags)",
     };
   } catch (e) {
     failed = true;

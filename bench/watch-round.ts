@@ -115,6 +115,8 @@ interface RoundFigures {
   sshSessions: number;
   sshNewConnections: number;
   machines: number;
+  /** This process's CPU (user + system) during the round per machine read, ms: the round runs here, the fleet in processes of its own. */
+  cpuMsPerMachine: number;
   /** Alerts the round raised, by kind (an idle fleet raises none once read). */
   raised: Record<string, number>;
 }
@@ -174,7 +176,9 @@ export async function watchBench(): Promise<void> {
       const s0 = sessions();
       const c0 = sshClientSockets(ports);
       const start = performance.now();
+      const cpu0 = process.cpuUsage();
       const results = await runWatchJob({ kind: 'watch', site: `w${n}` }, d);
+      const cpu = process.cpuUsage(cpu0);
       const wallMs = performance.now() - start;
       const c1 = sshClientSockets(ports);
       const s1 = sessions();
@@ -193,6 +197,7 @@ export async function watchBench(): Promise<void> {
         sshSessions: s1 - s0,
         sshNewConnections: Math.max(0, c1 - c0),
         machines: results.length,
+        cpuMsPerMachine: r1((cpu.user + cpu.system) / 1000 / Math.max(1, results.length)),
         raised: results
           .flatMap((x) => x.changes.filter((c) => c.type === 'raise').map((c) => c.alert.kind))
           .reduce<Record<string, number>>((a, k) => {
@@ -203,7 +208,7 @@ export async function watchBench(): Promise<void> {
       if (record) figures.push(f);
       const firstRaise = results.flatMap((x) => x.changes).find((c) => c.type === 'raise');
       progress(
-        `${record ? '' : '(not counted) '}${cold ? 'cold' : 'steady'} round over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections, raised ${JSON.stringify(f.raised)}${firstRaise ? ` (e.g. ${firstRaise.alert.machineId}: ${firstRaise.alert.sentence})` : ''}`,
+        `${record ? '' : '(not counted) '}${cold ? 'cold' : 'steady'} round over ${n}: ${f.wallMs} ms, ${f.redisCommands} Redis commands, ${f.sshSessions} SSH sessions, ${f.sshNewConnections} new SSH connections, ${f.cpuMsPerMachine} ms CPU a machine, raised ${JSON.stringify(f.raised)}${firstRaise ? ` (e.g. ${firstRaise.alert.machineId}: ${firstRaise.alert.sentence})` : ''}`,
       );
     };
     // Cold: a worker just started (empty watch state, no pooled connection): each size on its own executor.
@@ -258,6 +263,11 @@ export async function watchBench(): Promise<void> {
                   steady.reduce((a, f) => a + f.sshSessions, 0) / Math.max(1, steady.length) / n,
                 ),
                 sshNewConnections: summary(steady.map((f) => f.sshNewConnections)),
+                cpuMsPerMachine: summary(steady.map((f) => f.cpuMsPerMachine)),
+                // One core, the default interval (180 s): how many machines' steady rounds it has CPU for.
+                machinesPerCoreAt180s: Math.floor(
+                  180_000 / Math.max(0.001, summary(steady.map((f) => f.cpuMsPerMachine)).median),
+                ),
                 redisByCommand: steady[steady.length - 1]?.redisByCommand ?? {},
               },
             },

@@ -32,10 +32,15 @@ export async function doctorCommand(target: string, input: SlashInput, deps: Com
   const { meta, bySite } = readOnlyIncident('doctor', machines, input, deps);
   const id = meta.id;
   try {
-    await deps.log.create(meta);
-    await deps.log.append(id, { type: 'requested', at: meta.createdAt, ...nameField(input.userName) });
-    for (const [site, ids] of bySite)
-      await deps.dispatcher.enqueue(site, { kind: 'doctor', incidentId: id, machines: ids }, `${id}-doctor-${site}`);
+    // One round trip, all or nothing: the incident, its `requested` event and one job per site.
+    await deps.dispatcher.enqueueAll(
+      [...bySite].map(([site, ids]) => ({
+        site,
+        data: { kind: 'doctor', incidentId: id, machines: ids },
+        jobId: `${id}-doctor-${site}`,
+      })),
+      (m) => deps.log.openIn(m, meta, { type: 'requested', at: meta.createdAt, ...nameField(input.userName) }),
+    );
   } catch (e) {
     deps.logger.error({ err: e, incident: id }, 'could not queue doctor');
     return QUEUE_DOWN;

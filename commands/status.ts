@@ -49,10 +49,15 @@ export async function startStatus(target: string, input: SlashInput, deps: Comma
   const { meta, bySite } = readOnlyIncident(target === 'all' ? 'status_all' : 'status', machines, input, deps);
   const id = meta.id;
   try {
-    await deps.log.create(meta);
-    for (const [site, ids] of bySite)
-      await deps.dispatcher.enqueue(site, { kind: 'status', incidentId: id, machines: ids }, `${id}-${site}`);
-    await deps.log.append(id, { type: 'requested', at: meta.createdAt, ...nameField(input.userName) });
+    // One round trip, all or nothing: the incident, its `requested` event and one job per site.
+    await deps.dispatcher.enqueueAll(
+      [...bySite].map(([site, ids]) => ({
+        site,
+        data: { kind: 'status', incidentId: id, machines: ids },
+        jobId: `${id}-${site}`,
+      })),
+      (m) => deps.log.openIn(m, meta, { type: 'requested', at: meta.createdAt, ...nameField(input.userName) }),
+    );
   } catch (e) {
     deps.logger.error({ err: e, incident: id, code: isCodedError(e) ? e.code : 'internal' }, 'could not queue status');
     return { text: QUEUE_DOWN, incidentId: null, refused: 'queue_unavailable' };

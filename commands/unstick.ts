@@ -78,9 +78,11 @@ export async function startUnstick(
       { incidentId: id, target: m.id, requester: input.userId, channel: input.channelId },
       Date.parse(now),
     );
-    await deps.log.create(meta, request);
-    await deps.log.append(id, { type: 'requested', at: now, ...nameField(input.userName) });
-    await deps.dispatcher.enqueue(m.site, { kind: 'unstick', incidentId: id, machineId: m.id }, `${id}-unstick`);
+    // One round trip after the lock, all or nothing: the signed incident, its `requested` event, its job.
+    await deps.dispatcher.enqueueAll(
+      [{ site: m.site, data: { kind: 'unstick', incidentId: id, machineId: m.id }, jobId: `${id}-unstick` }],
+      (tx) => deps.log.openIn(tx, meta, { type: 'requested', at: now, ...nameField(input.userName) }, request),
+    );
   } catch (e) {
     deps.logger.error({ err: e, incident: id }, 'could not queue unstick');
     await deps.lock.release(m.id, id).catch(() => undefined);

@@ -177,6 +177,8 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
     poster: metrics ? observedPoster(slack.poster, metrics) : slack.poster,
     logger: logger.child({ component: 'outbox' }),
     render: { machines: listMachines(inventory) },
+    // Acks first: during a burst of commands the threads wait until the bot has answered them.
+    yieldTo: () => slack.requests.idle(),
     plans: {
       workerPublicKeys: keys.value.workerPublic,
       commandTimeoutMs: inventory.defaults.commandTimeoutSec * 1000,

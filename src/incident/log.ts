@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { ChainableCommander, Redis } from 'ioredis';
 import type { AnyEvent, AnyLoggedEvent } from './all-events.ts';
 import { decodeEvent, IncidentMetaSchema, type IncidentMeta } from './events.ts';
 import { EnvelopeSchema, type Envelope } from '../auth/envelope.ts';
@@ -40,13 +40,32 @@ export class IncidentLog {
    * target, for `/gpu history`) and the time that index began (kept from the first incident on).
    */
   async create(meta: IncidentMeta, request?: Envelope): Promise<void> {
+    const m = this.redis.multi();
+    this.writeCreate(m, meta, request);
+    await m.exec();
+  }
+
+  /**
+   * Queues into the caller's MULTI what `create(meta, request)` and then `append(meta.id, first)`
+   * write, so that a command opens its incident, logs its first event and queues its job in one
+   * round trip, all or nothing (the dispatcher's `enqueueAll`). Sends nothing itself.
+   */
+  openIn(m: ChainableCommander, meta: IncidentMeta, first: AnyEvent, request?: Envelope): void {
+    this.writeCreate(m, meta, request);
+    this.writeAppend(m, meta.id, first);
+  }
+
+  private writeCreate(m: ChainableCommander, meta: IncidentMeta, request?: Envelope): void {
     const created = Date.parse(meta.createdAt);
-    const m = this.redis.multi().set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX');
+    m.set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX');
     // The bot's signature of the request (src/auth/signed-jobs.ts): what a worker acts on, beside the meta.
     if (request) m.set(this.k('inc', meta.id, 'request'), JSON.stringify(request), 'NX');
     m.zadd(this.k('incidents'), created, meta.id).set(targetIndexSinceKey(this.prefix), String(created), 'NX');
     for (const t of new Set(meta.targets)) m.zadd(targetIndexKey(this.prefix, t), created, meta.id);
-    await m.exec();
+  }
+
+  private writeAppend(m: ChainableCommander, id: string, event: AnyEvent): void {
+    m.xadd(this.k('inc', id, 'events'), '*', 'e', JSON.stringify(event)).sadd(this.k('dirty'), id);
   }
 
   /** Newest first: incidents that named `target`, from the per-machine index, with when each was opened (ms). */
@@ -103,11 +122,9 @@ export class IncidentLog {
 
   /** Appends an event and marks the incident for rendering, atomically. Returns the event id. */
   async append(id: string, event: AnyEvent): Promise<string> {
-    const res = await this.redis
-      .multi()
-      .xadd(this.k('inc', id, 'events'), '*', 'e', JSON.stringify(event))
-      .sadd(this.k('dirty'), id)
-      .exec();
+    const m = this.redis.multi();
+    this.writeAppend(m, id, event);
+    const res = await m.exec();
     const first = res?.[0];
     if (!first || first[0]) throw first?.[0] ?? new Error('append failed');
     return String(first[1]);

@@ -2,7 +2,8 @@ import type { AnyEvent } from '../incident/all-events.ts';
 import type { Metrics } from './metrics.ts';
 
 /**
- * Counters derived from the incident log at the one place every event passes: its append. Each
+ * Counters derived from the incident log at the one place every event passes: its append (a
+ * command's first event, `requested`, is written by `IncidentLog.openIn` instead; it counts nothing). Each
  * event is appended once, by one process, so bot and worker never count the same thing twice.
  * Pure apart from the counters; `kindOf` reads an incident's kind (only for `finished`).
  */

@@ -1,11 +1,25 @@
-import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { type IRedisTransaction, Job, type JobsOptions, Queue } from 'bullmq';
+import type { ChainableCommander, Redis } from 'ioredis';
 import { CodedError, ErrorCode } from '../errors.ts';
 import { queueName, type JobData } from './jobs.ts';
+
+/** One job of `enqueueAll`: its site queue, its data and its fixed id. */
+export interface QueuedJob {
+  site: string;
+  data: JobData;
+  jobId: string;
+}
 
 export interface Dispatcher {
   /** Enqueues a job on a site's queue; rejects with `queue_unavailable` fast when Redis is down. */
   enqueue(site: string, data: JobData, jobId: string, opts?: { delayMs?: number }): Promise<void>;
+  /**
+   * The writes `alongside` queues (a command's incident: `IncidentLog.openIn`) and then `jobs`, in
+   * ONE MULTI on the dispatcher's connection: one Redis round trip for a slash command's ack, and
+   * all or nothing (no incident without its job, no job before its incident). Rejects with
+   * `queue_unavailable` as `enqueue` does.
+   */
+  enqueueAll(jobs: readonly QueuedJob[], alongside: (m: ChainableCommander) => void): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -31,31 +45,55 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
     }
     return q;
   };
+  // attempts: 1 for every kind: mutating jobs are never retried blindly; a stalled job that
+  // BullMQ re-runs finds its destructive steps already claimed in the step guard.
+  // A fixed jobId makes a double enqueue (double click, Slack retry) a no-op.
+  const jobOpts = (jobId: string, delayMs?: number): JobsOptions => ({
+    jobId,
+    attempts: 1,
+    removeOnComplete: 1000,
+    removeOnFail: 1000,
+    ...(delayMs ? { delay: delayMs } : {}),
+  });
+  const bounded = async <T>(work: () => Promise<T>): Promise<T> => {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer from Redis within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([work(), timeout]);
+    } catch (e) {
+      throw new CodedError(ErrorCode.QueueUnavailable, `queue unavailable: ${(e as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
   return {
     async enqueue(site, data, jobId, eo = {}) {
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`no answer from Redis within ${timeoutMs} ms`)), timeoutMs);
+      await bounded(() => queueFor(site).add(data.kind, data, jobOpts(jobId, eo.delayMs)));
+    },
+    async enqueueAll(jobs, alongside) {
+      await bounded(async () => {
+        const queued = jobs.map((j) => ({ j, q: queueFor(j.site) }));
+        // BullMQ's client for the connection, its scripts defined (a round trip only for a queue's first use).
+        const client = (await Promise.all(queued.map(({ q }) => q.getBackend().client)))[0];
+        if (!client) {
+          const m = o.connection.multi();
+          alongside(m);
+          await m.exec();
+          return;
+        }
+        const tx: IRedisTransaction = client.multi();
+        // BullMQ's ioredis transaction is the connection's own ioredis MULTI, with BullMQ's
+        // script runner added (bullmq ioredis-client.js): the incident's writes go in as ioredis commands.
+        alongside(tx as unknown as ChainableCommander);
+        // Each insert is queued on the transaction synchronously; its promise settles with the EXEC.
+        const adds = queued.map(({ j, q }) => new Job(q, j.data.kind, j.data, jobOpts(j.jobId), j.jobId).addJob(tx));
+        const res = await tx.exec();
+        await Promise.all(adds);
+        const failed = (res ?? []).find(([err]) => err !== null)?.[0];
+        if (res === null || failed) throw failed ?? new Error('transaction discarded');
       });
-      try {
-        // attempts: 1 for every kind: mutating jobs are never retried blindly; a stalled job that
-        // BullMQ re-runs finds its destructive steps already claimed in the step guard.
-        // A fixed jobId makes a double enqueue (double click, Slack retry) a no-op.
-        await Promise.race([
-          queueFor(site).add(data.kind, data, {
-            jobId,
-            attempts: 1,
-            removeOnComplete: 1000,
-            removeOnFail: 1000,
-            ...(eo.delayMs ? { delay: eo.delayMs } : {}),
-          }),
-          timeout,
-        ]);
-      } catch (e) {
-        throw new CodedError(ErrorCode.QueueUnavailable, `queue unavailable: ${(e as Error).message}`);
-      } finally {
-        clearTimeout(timer);
-      }
     },
     async close() {
       await Promise.all([...queues.values()].map((q) => q.close()));

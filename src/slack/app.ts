@@ -6,6 +6,7 @@ import type { SlackPoster } from './outbox.ts';
 import { createSlackPoster } from './poster.ts';
 import { signatureProperties } from './replay-guard.ts';
 import { withRequestWindow } from './request-time.ts';
+import { RequestsInFlight } from './requests-in-flight.ts';
 import { RetryUntil } from './retry-until.ts';
 
 export interface SlackAppOptions {
@@ -33,6 +34,8 @@ export interface SlackApp {
   /** The Web API client with the bot token (Bolt's own `app.client` has none: see the authorize below). */
   client: webApi.WebClient;
   poster: SlackPoster;
+  /** HTTP mode: the Slack requests being answered (Socket Mode: none are counted). */
+  requests: RequestsInFlight;
   start(): Promise<{ port: number | null }>;
   /** null when Slack can reach us (Socket Mode: connected; HTTP: listening), else what is wrong. */
   connectionProblem(): string | null;
@@ -46,6 +49,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
     retryConfig: { retries: 4, factor: 2, minTimeout: 300, maxTimeout: 5_000 },
   };
   const logger = boltLogger(o.logger);
+  const requests = new RequestsInFlight();
   // Socket Mode: our own receiver (as Bolt would build it) so that its WebSocket client uses the
   // same Web API base for apps.connections.open, and its connection state can be watched.
   const socketReceiver =
@@ -62,13 +66,15 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       ? // Our own HTTPReceiver to lift the verified signature headers into the context (replay-guard.ts)
         // and to refuse requests dated outside the window in either direction before Bolt sees them.
         withRequestWindow(
-          new HTTPReceiver({
-            signingSecret: o.signingSecret ?? '',
-            logger,
-            logLevel: LogLevel.INFO,
-            customPropertiesExtractor: signatureProperties,
-            ...(o.extraRoutes && o.extraRoutes.length > 0 ? { customRoutes: o.extraRoutes } : {}),
-          }),
+          requests.track(
+            new HTTPReceiver({
+              signingSecret: o.signingSecret ?? '',
+              logger,
+              logLevel: LogLevel.INFO,
+              customPropertiesExtractor: signatureProperties,
+              ...(o.extraRoutes && o.extraRoutes.length > 0 ? { customRoutes: o.extraRoutes } : {}),
+            }),
+          ),
           o.now ?? Date.now,
           o.logger,
         )
@@ -139,6 +145,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
     app,
     client,
     poster,
+    requests,
     connectionProblem() {
       const socket = socketUp?.problem() ?? null;
       if (socket) return socket;

@@ -100,6 +100,11 @@ export interface OutboxOptions {
   plans?: { workerPublicKeys: KeyObject[]; commandTimeoutMs: number };
   /** What the renderers may know of the inventory (an alert on a host offers Unstick for its containers). Default: nothing. */
   render?: RenderContext;
+  /**
+   * Awaited before each pass, each sync and each Slack call: the bot's acks go first (it resolves
+   * once no Slack request is being answered, src/slack/requests-in-flight.ts). Default: no wait.
+   */
+  yieldTo?: () => Promise<void>;
 }
 
 /**
@@ -143,6 +148,7 @@ export class Outbox {
   }
 
   private async tick(): Promise<void> {
+    await this.o.yieldTo?.();
     const ids = await this.o.log.dirty();
     const now = Date.now();
     const limit = this.o.concurrency ?? 8;
@@ -183,6 +189,7 @@ export class Outbox {
   }
 
   private async syncNow(id: string): Promise<void> {
+    await this.o.yieldTo?.();
     const meta = await this.o.log.meta(id);
     if (!meta) {
       await this.o.log.markRendered(id, '0-0');
@@ -316,6 +323,7 @@ export class Outbox {
     v: MessageView,
     send: (blocks: types.KnownBlock[] | undefined) => Promise<T>,
   ): Promise<T> {
+    await this.o.yieldTo?.();
     try {
       return await send(v.blocks);
     } catch (e) {

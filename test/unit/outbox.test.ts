@@ -4,6 +4,7 @@ import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
 import { createSlackApp } from '../../src/slack/app.ts';
 import { Outbox } from '../../src/slack/outbox.ts';
+import { RequestsInFlight } from '../../src/slack/requests-in-flight.ts';
 import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.ts';
 
@@ -89,6 +90,49 @@ describe('outbox (real Redis, real WebClient, fake Slack)', () => {
     await outbox.sync(id);
     expect(slack.calls().filter((c) => c.status === 200 && c.method.startsWith('chat.'))).toHaveLength(3);
     expect(await redis.sismember(`${prefix}:dirty`, id)).toBe(0);
+  });
+
+  it('while a Slack request is being answered the outbox posts nothing; once it is answered the thread is posted', async () => {
+    const id = 'inc_20261130_030000_outbox0a';
+    await log.create({
+      id,
+      kind: 'status',
+      requester: 'U0REQUEST1',
+      channel: CH,
+      targets: ['kpro5'],
+      text: 'status kpro5',
+      reason: null,
+      createdAt: '2026-11-30T03:00:00.000Z',
+    });
+    await log.append(id, { type: 'requested', at: '2026-11-30T03:00:00.000Z' });
+    const requests = new RequestsInFlight();
+    const app = createSlackApp({
+      mode: 'http',
+      botToken: slack.botToken,
+      signingSecret: 'x'.repeat(32),
+      apiUrl: slack.apiUrl,
+      port: 0,
+      logger: pino({ level: 'silent' }),
+    });
+    const gated = new Outbox({
+      log,
+      poster: app.poster,
+      logger: pino({ level: 'silent' }),
+      yieldTo: () => requests.idle(60_000),
+    });
+    const posts = () =>
+      slack.calls().filter((c) => c.method === 'chat.postMessage' && JSON.stringify(c.body).includes(id));
+    requests.enter();
+    let settled = false;
+    const sync = gated.sync(id).finally(() => {
+      settled = true;
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(settled).toBe(false);
+    expect(posts()).toHaveLength(0);
+    requests.leave();
+    await sync;
+    expect(posts()).toHaveLength(1);
   });
 
   it('a post Slack performed but answered with a 503 is not sent again: the thread holds it once, and its ts is the one Slack kept', async () => {

@@ -73,6 +73,13 @@ describe('a decision whose job could not be queued', () => {
             "queue unavailable: READONLY You can't write against a read only replica.",
           );
         },
+        async enqueueAll(jobs) {
+          refused.push(...jobs.map((j) => j.jobId));
+          throw new CodedError(
+            ErrorCode.QueueUnavailable,
+            "queue unavailable: READONLY You can't write against a read only replica.",
+          );
+        },
         async close() {},
       },
       policy: { allowedChannels: [], allowedUsers: [], approvers: [APPROVER] },

@@ -103,6 +103,13 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
     async enqueue(site, data, jobId, o) {
       enqueued.push({ site, data, jobId, delayMs: o?.delayMs });
     },
+    // As the real one: the incident's writes go to Redis in one MULTI; the jobs are recorded.
+    async enqueueAll(jobs, alongside) {
+      const m = redis.multi();
+      alongside(m);
+      await m.exec();
+      for (const { site, data, jobId } of jobs) enqueued.push({ site, data, jobId, delayMs: undefined });
+    },
     async close() {},
   };
   const rig: Rig = {

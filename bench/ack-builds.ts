@@ -1,0 +1,145 @@
+/**
+ * `npx tsx bench/ack-builds.ts NAME=path/to/dist/src/main.js …`: the ack figure of several builds
+ * side by side in one run (issue 26: each change's effect), so a loaded machine loads them alike.
+ * One bot process per build (no worker: its queue has no consumer, as in the main bench's ack pair),
+ * each on its own Redis prefix, on the example inventory. Per run, for every build in a rotated
+ * order: one burst of C `/gpu status kpro5` at once, then one of C `/gpu help` (the floor). Prints
+ * per build the median over runs of each burst's p99 and the ratio status/help.
+ * Options: --concurrent C (default 200), --runs N (default 5).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { filledExampleInventoryText } from '../test/harness/example-inventory.ts';
+import { removePrefix } from '../test/harness/redis-prefix.ts';
+import { startFakeSlack } from '../test/harness/slack/fake-slack-api.ts';
+import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
+import { rssSplitKiB } from './cpu.ts';
+import { freePort, startBuild, type RoleProcess } from './procs.ts';
+import { percentile, ratio, summarize } from './stats.ts';
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const arg = (name: string, dflt: number): number => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
+};
+const C = arg('--concurrent', 200);
+const RUNS = arg('--runs', 5);
+const builds = process.argv
+  .slice(2)
+  .filter((a) => a.includes('='))
+  .map((a) => ({ name: a.slice(0, a.indexOf('=')), main: a.slice(a.indexOf('=') + 1) }));
+
+async function main(): Promise<void> {
+  if (builds.length === 0) throw new Error('usage: ack-builds.ts NAME=dist/src/main.js …');
+  const work = await mkdtemp('/tmp/gpu-medic-ack-builds-');
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  const slack = await startFakeSlack();
+  const bots: Array<{ name: string; bot: RoleProcess; url: string; secret: string; prefix: string }> = [];
+  try {
+    const inv = join(work, 'inventory.yaml');
+    await writeFile(inv, filledExampleInventoryText());
+    for (const b of builds) {
+      const prefix = `ackb${randomBytes(4).toString('hex')}`;
+      const secret = randomBytes(16).toString('hex');
+      const port = await freePort();
+      const bot = await startBuild(
+        b.main,
+        'bot',
+        {
+          REDIS_URL,
+          GPU_MEDIC_PREFIX: prefix,
+          GPU_MEDIC_INVENTORY: inv,
+          LOG_LEVEL: 'info',
+          GPU_MEDIC_MODE: 'http',
+          SLACK_BOT_TOKEN: slack.botToken,
+          SLACK_SIGNING_SECRET: secret,
+          SLACK_API_URL: slack.apiUrl,
+          PORT: String(port),
+        },
+        work,
+        `${b.name}-bot`,
+      );
+      bots.push({ name: b.name, bot, url: `http://127.0.0.1:${port}/slack/events`, secret, prefix });
+    }
+    let channel = 0;
+    const burst = async (b: (typeof bots)[number], text: string): Promise<number> => {
+      channel += 1;
+      const rs = await Promise.all(
+        Array.from({ length: C }, () =>
+          sendSlashCommand(
+            b.url,
+            b.secret,
+            {
+              text,
+              user_id: 'U0BENCH001',
+              channel_id: `C0ACKB${String(channel).padStart(5, '0')}`,
+              response_url: slack.newResponseUrl(),
+            },
+            { timeoutMs: 30_000 },
+          ),
+        ),
+      );
+      if (rs.some((r) => r.status !== 200)) throw new Error(`${b.name}: an ack was not 200`);
+      return percentile(
+        rs.map((r) => r.elapsedMs),
+        99,
+      );
+    };
+    const p99 = new Map<string, { status: number[]; help: number[]; anonKiB: number }>(
+      bots.map((b) => [b.name, { status: [], help: [], anonKiB: 0 }]),
+    );
+    const load0 = loadavg()[0] ?? 0;
+    for (let run = -1; run < RUNS; run++) {
+      for (let k = 0; k < bots.length; k++) {
+        const b = bots[(k + Math.max(0, run)) % bots.length];
+        if (!b) continue;
+        const s = await burst(b, 'status kpro5');
+        const h = await burst(b, 'help');
+        const into = p99.get(b.name);
+        if (run >= 0 && into) {
+          // Run -1 is the warm-up.
+          into.status.push(s);
+          into.help.push(h);
+          into.anonKiB = Math.max(into.anonKiB, rssSplitKiB(b.bot.pid).anon);
+        }
+        // Let this bot's outbox post the burst's thread parents before the next build's burst.
+        await new Promise((r) => setTimeout(r, 1500));
+      }
+    }
+    const out = Object.fromEntries(
+      bots.map((b) => {
+        const x = p99.get(b.name) ?? { status: [], help: [], anonKiB: 0 };
+        return [
+          b.name,
+          {
+            statusP99Ms: summarize(x.status),
+            helpP99Ms: summarize(x.help),
+            p99OverHelp: ratio(x.status, x.help),
+            peakMiB: Math.round(b.bot.peakKiB() / 102.4) / 10,
+            afterBurstAnonMiB: Math.round(x.anonKiB / 102.4) / 10,
+          },
+        ];
+      }),
+    );
+    process.stdout.write(
+      `${JSON.stringify({ concurrent: C, runs: RUNS, loadavg1AtStart: load0, loadavg1AtEnd: loadavg()[0], builds: out }, null, 2)}\n`,
+    );
+  } finally {
+    await Promise.all(bots.map((b) => b.bot.stop().catch(() => undefined)));
+    await slack.close();
+    for (const b of bots) await removePrefix(redis, b.prefix);
+    redis.disconnect();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (e: unknown) => {
+    process.stderr.write(`ack-builds failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  },
+);

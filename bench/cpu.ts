@@ -1,0 +1,119 @@
+/**
+ * CPU time per unit of work (issue 26), which a 2-core machine that also runs the simulated fleet
+ * can judge where wall times cannot: a process's user + system time from /proc/<pid>/stat, and
+ * the OpenSSH client's cost per session over an already open multiplexed connection
+ * (ControlMaster/ControlPath: no handshake per session, as gpu-medic's pool has none).
+ */
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Fleet } from '../test/harness/fleet/index.ts';
+
+/** USER_HZ is 100 on Linux: one clock tick is 10 ms. */
+const TICK_MS = 10;
+
+/** A process's CPU time so far (user + system, ms), from /proc/<pid>/stat. */
+export function processCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name (which is in parentheses and may hold spaces): state is field 3.
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * TICK_MS;
+}
+
+/** Resident memory split, KiB (/proc/<pid>/status): anonymous (V8 heap, malloc) and file-backed (node's code, libraries). */
+export function rssSplitKiB(pid: number): { anon: number; file: number } {
+  const text = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
+  return { anon: field('RssAnon'), file: field('RssFile') + field('RssShmem') };
+}
+
+function sshBase(fleet: Fleet, port: number, ctl: string): string[] {
+  return [
+    '-F',
+    '/dev/null',
+    '-T',
+    '-p',
+    String(port),
+    '-i',
+    fleet.clientKeyPath,
+    '-o',
+    'IdentitiesOnly=yes',
+    '-o',
+    'BatchMode=yes',
+    '-o',
+    'StrictHostKeyChecking=yes',
+    '-o',
+    `UserKnownHostsFile=${fleet.knownHostsPath}`,
+    '-o',
+    'GlobalKnownHostsFile=/dev/null',
+    '-o',
+    'LogLevel=ERROR',
+    '-S',
+    ctl,
+  ];
+}
+
+function run(cmd: string, args: string[]): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) =>
+    execFile(cmd, args, { timeout: 60_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${cmd}: ${err.message} ${stderr.slice(0, 200)}`)) : resolve({ stdout, stderr }),
+    ),
+  );
+}
+
+/**
+ * OpenSSH's CPU per session over an open multiplexed connection: one ControlMaster per port
+ * (opened first, not counted), then `sessionsPerHost` sessions of `remoteCommand` through each,
+ * one after the other. Counted: the master's CPU during the sessions (it does the crypto of every
+ * multiplexed session) plus the `ssh` client processes' own (start, control socket, relaying),
+ * read as the children's time of the shell that ran them.
+ */
+export async function muxSessionCpu(
+  fleet: Fleet,
+  ports: readonly number[],
+  remoteCommand: string,
+  sessionsPerHost: number,
+): Promise<{ sessions: number; cpuMsPerSession: number; masterMsPerSession: number; clientMsPerSession: number }> {
+  const dir = mkdtempSync('/tmp/gm-mux-');
+  const masters: Array<{ port: number; ctl: string; pid: number }> = [];
+  try {
+    for (const port of ports) {
+      const ctl = join(dir, String(port));
+      await run('ssh', [...sshBase(fleet, port, ctl), '-M', '-N', '-f', '-o', 'ControlPersist=yes', 'root@127.0.0.1']);
+      const check = await run('ssh', [...sshBase(fleet, port, ctl), '-O', 'check', 'root@127.0.0.1']);
+      const pid = Number(/pid=(\d+)/.exec(check.stderr + check.stdout)?.[1]);
+      if (!Number.isFinite(pid)) throw new Error(`no ControlMaster pid for port ${port}`);
+      masters.push({ port, ctl, pid });
+    }
+    let masterMs = 0;
+    let clientMs = 0;
+    for (const m of masters) {
+      const before = processCpuMs(m.pid);
+      const args = [...sshBase(fleet, m.port, m.ctl), '-o', 'ControlMaster=no', 'root@127.0.0.1', remoteCommand];
+      // The shell waits for each ssh; its own /proc stat then holds their time (cutime, cstime).
+      const script = `for i in $(seq ${sessionsPerHost}); do "$@" >/dev/null || exit 1; done; read -r -a s </proc/$$/stat; echo "\${s[15]} \${s[16]}"`;
+      const out = await new Promise<string>((resolve, reject) => {
+        const child = spawn('bash', ['-c', script, 'mux', 'ssh', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+        let text = '';
+        child.stdout.on('data', (d: Buffer) => {
+          text += d.toString();
+        });
+        child.once('exit', (code) => (code === 0 ? resolve(text) : reject(new Error(`mux sessions exited ${code}`))));
+      });
+      const [cu, cs] = out.trim().split(' ').map(Number);
+      clientMs += ((cu ?? 0) + (cs ?? 0)) * TICK_MS;
+      masterMs += processCpuMs(m.pid) - before;
+    }
+    const sessions = masters.length * sessionsPerHost;
+    return {
+      sessions,
+      cpuMsPerSession: (masterMs + clientMs) / sessions,
+      masterMsPerSession: masterMs / sessions,
+      clientMsPerSession: clientMs / sessions,
+    };
+  } finally {
+    for (const m of masters)
+      await run('ssh', [...sshBase(fleet, m.port, m.ctl), '-O', 'exit', 'root@127.0.0.1']).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
