@@ -148,7 +148,8 @@ describe('startSshd with agent (issue 21)', () => {
     const config = readFileSync(join(root, 'agent', 'sshd_config'), 'utf8');
     expect(config).not.toMatch(/^\s*ForceCommand/im);
     expect(config).not.toMatch(/^\s*AllowTcpForwarding/im);
-    const ex = createSshExecutor();
+    // A shell line, so the forced command in authorized_keys (not the agent grammar) is what is tested.
+    const ex = createSshExecutor({ access: 'root-shell' });
     const r = await ex.exec(route(s), { argv: ['id'], timeoutMs: 10_000 });
     await ex.close();
     expect(r.stdout.trim()).toBe('forced-by-key');
