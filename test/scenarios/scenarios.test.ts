@@ -173,6 +173,8 @@ describe('S1 healthy host', () => {
     const cmds = (r.commands.kpro5 ?? []).filter((c) => c.t >= 0).map((c) => c.cmd);
     expect(cmds.some((c) => c.includes('nvidia-smi'))).toBe(true);
     expect(cmds.filter((c) => /\bkill\b|-r\b|--gpu-reset/.test(c))).toEqual([]);
+    // Nor did the worker ask the host's agent for a destructive verb.
+    expect(cmds.filter((c) => /\b(host|ct \d+) (signal|persistence|reset) /.test(c))).toEqual([]);
     expect(r.signals).toEqual([]);
     expect(r.steps[0]?.result.ackMs).toBeLessThan(3000);
   });
