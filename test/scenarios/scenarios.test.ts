@@ -173,6 +173,8 @@ describe('S1 healthy host', () => {
     const cmds = (r.commands.kpro5 ?? []).filter((c) => c.t >= 0).map((c) => c.cmd);
     expect(cmds.some((c) => c.includes('nvidia-smi'))).toBe(true);
     expect(cmds.filter((c) => /\bkill\b|-r\b|--gpu-reset/.test(c))).toEqual([]);
+    // Nor did the worker ask the host's agent for a destructive verb.
+    expect(cmds.filter((c) => /\b(host|ct \d+) (signal|persistence|reset) /.test(c))).toEqual([]);
     expect(r.signals).toEqual([]);
     expect(r.steps[0]?.result.ackMs).toBeLessThan(3000);
   });
@@ -235,8 +237,15 @@ describe('S8 nvidia-smi hangs, host unreachable, host key changed', () => {
     expect(inc.thread[1]?.text).toMatch(/did not answer within 4 s and was ended/);
     expect(timeToFinish(inc)).toBeLessThan(S8_BUDGET_MS);
     const cmds = (r.commands.kpro7 ?? []).filter((c) => c.t >= 0);
-    expect(cmds.length).toBeGreaterThan(0);
-    expect(cmds.filter((c) => !/nvidia-smi|free -b|fuser/.test(c.cmd))).toEqual([]);
+    // What the worker sent: agent lines to kpro7's host agent, of read verbs only.
+    const sent = cmds.filter((c) => c.via === 'ssh');
+    expect(sent.length).toBeGreaterThan(0);
+    expect(sent.filter((c) => !/^gpu-medic 1 \d+ host /.test(c.cmd))).toEqual([]);
+    expect(sent.filter((c) => /\b(signal|persistence|reset)\b/.test(c.cmd))).toEqual([]);
+    // What ran there (the fleet's tool log): only the status reads.
+    const ran = cmds.filter((c) => c.via === 'tool');
+    expect(ran.length).toBeGreaterThan(0);
+    expect(ran.filter((c) => !/nvidia-smi|free -b|fuser/.test(c.cmd))).toEqual([]);
     expect(cmds.filter((c) => /\bkill\b|-r\b|--gpu-reset/.test(c.cmd))).toEqual([]);
   });
 

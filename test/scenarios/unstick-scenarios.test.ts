@@ -63,10 +63,21 @@ scenario('s3-', (get) => {
     expect(decided[0]?.by).toBe(r.users.bob);
     expect(decided[0]?.decision).toBe('approved');
     const hostPids = ['tp0', 'tp2'].map((n) => r.processes[n]?.hostPid);
-    const hostKills = (r.commands.kpro5 ?? []).filter((c) => c.t >= 0 && /\bkill\b/.test(c.cmd) && c.via === 'ssh');
+    // The host-side signals the worker asked kpro5's agent for: `host signal host <TERM|KILL> <ns>
+    // <incident> <approval>` and then (host PID, start, container PID) per target.
+    const hostSignal = /^gpu-medic 1 \d+ host signal host (?:TERM|KILL) \d+ \S+ (apr_\S+) ((?:\d+ \d+ \d+ ?)+)$/;
+    const hostKills = (r.commands.kpro5 ?? []).filter((c) => c.t >= 0 && c.via === 'ssh' && hostSignal.test(c.cmd));
     expect(hostKills.length).toBeGreaterThan(0);
-    const killed = new Set(hostKills.flatMap((c) => (c.cmd.match(/\b\d{2,}\b/g) ?? []).map(Number)));
-    for (const pid of hostPids) expect(killed.has(Number(pid))).toBe(true);
+    const killed = new Set(
+      hostKills.flatMap((c) =>
+        (hostSignal.exec(c.cmd)?.[2] ?? '')
+          .trim()
+          .split(' ')
+          .filter((_, i) => i % 3 === 0)
+          .map(Number),
+      ),
+    );
+    expect([...killed].sort()).toEqual(hostPids.map(Number).sort());
     expect(r.processes.shell?.alive).toBe(true);
     expect(signalsOf(r, 'shell')).toEqual([]);
     expect(threadText(r)).toContain('Recovered');
@@ -125,7 +136,10 @@ scenario('s9-', (get) => {
     const uuid = step?.gpus[0]?.uuid ?? '?';
     expect(uuid).toMatch(/^GPU-[0-9a-f-]{36}$/);
     // The reset ran on kpro5 by that UUID, and nothing named host GPU 0's.
-    const resets = (r.commands.kpro5 ?? []).filter((c) => c.via === 'ssh' && /--gpu-reset/.test(c.cmd));
+    // Asked of kpro5's agent by UUID (`host reset <uuid> <incident> <approval>`), and what ran there.
+    const asked = (r.commands.kpro5 ?? []).filter((c) => c.via === 'ssh' && / host reset /.test(c.cmd));
+    expect(asked.map((c) => / host reset (\S+) inc_\S+ apr_\S+$/.exec(c.cmd)?.[1])).toEqual([uuid]);
+    const resets = (r.commands.kpro5 ?? []).filter((c) => c.via === 'tool' && /--gpu-reset/.test(c.cmd));
     expect(resets.map((c) => c.cmd.endsWith(`--gpu-reset -i ${uuid}`))).toEqual([true]);
     expect(threadText(r)).toContain(uuid);
     expect(r.gpuMemory.kpro5?.map((g) => g.usedMiB)).toEqual([12000, 0, 0, 0, 0, 0, 0, 0]);

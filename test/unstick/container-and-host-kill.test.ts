@@ -123,10 +123,10 @@ describe('S2 + S7: holders visible in the container', () => {
     const byHostPid = [tp0, tp2]
       .sort((a, b) => a.hostPid - b.hostPid)
       .map((p) => ({ pid: p.containerPid ?? 0, start: p.startTime }));
-    expect(termCmd?.record.command).toMatch(new RegExp(signalTail('container', 'TERM', byHostPid)));
+    expect(termCmd?.record.command).toMatch(new RegExp(signalTail('container', 'TERM', byHostPid, 'script')));
     const killCmd = cmds.find((c) => c.role === 'kill');
     expect(killCmd?.record.command).toMatch(
-      new RegExp(signalTail('container', 'KILL', [{ pid: tp2.containerPid ?? 0, start: tp2.startTime }])),
+      new RegExp(signalTail('container', 'KILL', [{ pid: tp2.containerPid ?? 0, start: tp2.startTime }], 'script')),
     );
     for (const c of cmds) expect(typeof c.record.durationMs).toBe('number');
     expect(cmds.every((c) => c.record.code !== null)).toBe(true);
@@ -298,6 +298,10 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
       new RegExp(signalTail('host', 'KILL', [{ pid: h.hostPid, start: h.startTime, ctPid: h.containerPid }])),
     );
     expect(hostKill[0]?.record.command).not.toContain('pct');
+    // Asked of kpro5's agent for this incident under this approval (its envelopes must match both).
+    expect(hostKill[0]?.record.command).toMatch(
+      new RegExp(`^gpu-medic 1 \\d+ host signal host KILL \\d+ ${id} ${approvalId} `),
+    );
     expect(
       ofType(ev, 'signalled')
         .filter((s) => s.result === 'sent')

@@ -31,6 +31,14 @@ function hostUuids(): string[] {
   return [...s.gpus].sort((a, b) => a.index - b.index).map((g) => g.uuid);
 }
 
+/** The GPU resets that actually ran on kpro5 (its fleet tool log) from `since` (epoch ms) on. */
+function hostResetsSince(since: number): string[] {
+  return rig.fleet
+    .commandLog('kpro5')
+    .filter((c) => c.via === 'tool' && c.ts >= since && c.cmd.includes('--gpu-reset'))
+    .map((c) => c.cmd);
+}
+
 async function clearLeaks(): Promise<void> {
   for (let i = 0; i < 8; i++) await rig.fleet.setLeak('kpro5', i, 0);
 }
@@ -91,12 +99,15 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     // Every reset command names the GPU by UUID, never by an index.
     for (const c of req?.step.commands ?? []) expect(c.argv.slice(-2)).toEqual(['-i', u[2]]);
 
+    const t0 = Date.now();
     await approveAndRun(id);
     ev = await rig.events(id);
     const reset = ofType(ev, 'command').filter((c) => c.role === 'reset');
+    // The worker asked kpro5's agent to reset that UUID, and that is the one reset that ran there.
     expect(reset.map((c) => c.record.command)).toEqual([
-      expect.stringMatching(new RegExp(`nvidia-smi --gpu-reset -i ${u[2]}$`)),
+      `gpu-medic 1 10000 host reset ${u[2]} ${id} ${req?.approvalId}`,
     ]);
+    expect(hostResetsSince(t0)).toEqual([expect.stringMatching(new RegExp(`nvidia-smi --gpu-reset -i ${u[2]}$`))]);
     const mem = rig.fleet.gpuMemory('kpro5');
     expect([mem[2]?.usedMiB, mem[0]?.usedMiB, mem[5]?.usedMiB]).toEqual([0, 12_000, 0]);
     expect(ofType(ev, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
@@ -117,13 +128,15 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     await rig.fleet.renumberHostGpus('kpro5', [0, 1, 3, 2, 4, 5, 6, 7]);
     expect(hostUuids().slice(2, 4)).toEqual([u[3], u[2]]);
     await rig.fleet.setLeak('kpro5', 2, 9_000);
+    const t0 = Date.now();
     await approveAndRun(id);
     const ev = await rig.events(id);
     expect(
       ofType(ev, 'command')
         .filter((c) => c.role === 'reset')
         .map((c) => c.record.command),
-    ).toEqual([expect.stringMatching(new RegExp(`-i ${u[2]}$`))]);
+    ).toEqual([expect.stringMatching(new RegExp(` host reset ${u[2]} ${id} apr_\\S+$`))]);
+    expect(hostResetsSince(t0)).toEqual([expect.stringMatching(new RegExp(`nvidia-smi --gpu-reset -i ${u[2]}$`))]);
     const mem = rig.fleet.gpuMemory('kpro5');
     expect([mem[3]?.usedMiB, mem[2]?.usedMiB]).toEqual([0, 9_000]);
     // ct131's /dev/nvidia2 is now that other GPU, so its after-view may ask about it: not this test's subject.

@@ -8,6 +8,7 @@
  */
 import { readlinkSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { withEnvelopes } from '../../src/agent-grammar/envelopes.ts';
 import { hostRouteFor, routeFor } from '../../src/config/machines.ts';
 import type { ProcessIdentity } from '../../src/gpu/process-ref.ts';
 import { sendSignals } from '../../src/playbooks/signal/send.ts';
@@ -16,6 +17,7 @@ import type { ExecResult, Route } from '../../src/ssh/types.ts';
 import { runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import { ofType, procStart, startRig, type Rig } from './rig.ts';
+import { tier1SignalEnvelopes } from './signed-signal.ts';
 
 let rig: Rig;
 
@@ -52,6 +54,8 @@ const PAREN = Buffer.from('trainer) v2');
 const NOT_UTF8 = Buffer.from([0x72, 0x61, 0x6e, 0x6b, 0xff, 0xfe, 0x29, 0x20, 0x30, 0xc3]);
 
 const HOST_OF: Record<string, string> = { ct129: 'kpro5', ct130: 'kpro6', ct131: 'kpro5' };
+const VMID_OF: Record<string, number> = { ct129: 129, ct130: 130, ct131: 131 };
+const INCIDENT = 'inc_20261130_092000_k3x9q2';
 
 function identityOf(p: FleetProcess): ProcessIdentity {
   return {
@@ -73,17 +77,27 @@ function route(id: string): Route {
 async function signal(ct: string, side: SignalSide, ps: readonly FleetProcess[]) {
   const outputs: ExecResult[] = [];
   const on = side === 'host' ? route(HOST_OF[ct] ?? '') : route(ct);
+  const targets = ps.map(identityOf);
+  // The host's agent signals only what a bot-signed request and a worker-signed plan name.
+  const envelopes = tier1SignalEnvelopes({
+    keys: rig.fleet.keys,
+    incidentId: INCIDENT,
+    container: ct,
+    vmid: VMID_OF[ct] ?? 0,
+    machineId: side === 'host' ? (HOST_OF[ct] ?? '') : ct,
+    targets,
+  });
   const done = await sendSignals(
     {
       side,
       signal: 'TERM',
       pidNs: readlinkSync(`/proc/${ps[0]?.hostPid}/ns/pid`),
-      targets: ps.map(identityOf),
-      ids: { incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' },
+      targets,
+      ids: { incidentId: INCIDENT, approvalId: 'none' },
     },
     {
       exec: async (spec) => {
-        const r = await rig.executor.exec(on, spec);
+        const r = await rig.executor.exec(on, withEnvelopes(spec, envelopes));
         outputs.push(r);
         return r;
       },

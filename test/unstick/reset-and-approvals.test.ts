@@ -32,9 +32,14 @@ afterAll(async () => {
 });
 
 function toolCalls(machine: string): string[] {
+  return toolCallsSince(machine, 0);
+}
+
+/** What actually ran on a machine (its fleet tool log) from `since` (epoch ms) on. */
+function toolCallsSince(machine: string, since: number): string[] {
   return rig.fleet
     .commandLog(machine)
-    .filter((c) => c.via === 'tool')
+    .filter((c) => c.via === 'tool' && c.ts >= since)
     .map((c) => c.cmd);
 }
 
@@ -84,8 +89,9 @@ describe('S5: memory held with no process anywhere', () => {
     // Host GPU 7, named by its UUID.
     const u7 = req?.step.gpus[0]?.uuid ?? '?';
     expect(u7).toMatch(/^GPU-[0-9a-f-]{36}$/);
+    // The worker asked the host's agent to reset that UUID; the host's own tool log shows what ran.
     expect(cmds.find((c) => c.role === 'reset')?.record.command).toMatch(
-      new RegExp(`nvidia-smi --gpu-reset -i ${u7}$`),
+      new RegExp(`^gpu-medic 1 \\d+ host reset ${u7} ${id} ${req?.approvalId}$`),
     );
     const host = toolCalls('kpro5');
     const resetAt = host.findIndex((c) => c.endsWith(`--gpu-reset -i ${u7}`));
@@ -248,8 +254,14 @@ describe('tier 1 through pct exec (container without its own address)', () => {
     // Reached through its host: the SSH session is kpro5's, the command runs inside ct130.
     expect(term?.on).toBe('container');
     expect(term?.record.command).toMatch(
-      new RegExp(`pct exec 130 -- timeout -k 1 10 sh -c .*${signalTail('container', 'TERM', pids)}`, 's'),
+      new RegExp(`^gpu-medic 1 \\d+ ct 130${signalTail('container', 'TERM', pids)}`),
     );
+    // What ran: the signal script inside ct130 through kpro5's `pct exec`, once, and nowhere else.
+    const ranTerm = new RegExp(signalTail('container', 'TERM', pids, 'script'));
+    expect(toolCallsSince('kpro5', t0).filter((c) => ranTerm.test(c))).toEqual([
+      expect.stringMatching(/^pct exec 130 -- timeout -k 1 10 sh -c /),
+    ]);
+    expect(toolCallsSince('ct129', t0).filter((c) => / (TERM|KILL) /.test(c))).toEqual([]);
     const sig = rig.fleet.signals().filter((s) => s.ts >= t0);
     expect(sig.map((s) => [s.hostPid, s.signal]).sort()).toEqual(
       [

@@ -267,13 +267,21 @@ export function ofType<T extends AnyLoggedEvent['type']>(events: readonly AnyLog
 }
 
 /**
- * The words a logged signal command line ends with: side, signal, namespace inode, then per
- * target its PID, start time and (host side) container PID. A RegExp source.
+ * The words a signal command ends with. `agent` (the default): the logged agent line
+ * (docs/agent.md): the verb, side, signal, namespace inode, incident and approval (or `none`), then
+ * per target its PID, start time and (host side) container PID. `script`: the signal script's own
+ * argv (side, signal, inode, the targets; the agent passes no ids on), as the fleet's tool log shows
+ * it ran, or as the shell line to a container reached at its own address (no agent there) reads.
+ * A RegExp source.
  */
 export function signalTail(
   side: 'host' | 'container',
   signal: 'TERM' | 'KILL',
   targets: ReadonlyArray<{ pid: number; start: number; ctPid?: number | null }>,
+  form: 'agent' | 'script' = 'agent',
 ): string {
-  return ` ${side} ${signal} \\d+ ${targets.map((t) => `${t.pid} ${t.start} ${side === 'host' ? (t.ctPid ?? 0) : 0}`).join(' ')}$`;
+  const words = targets.map((t) => `${t.pid} ${t.start} ${side === 'host' ? (t.ctPid ?? 0) : 0}`).join(' ');
+  return form === 'agent'
+    ? ` signal ${side} ${signal} \\d+ inc_\\S+ \\S+ ${words}$`
+    : ` ${side} ${signal} \\d+ ${words}$`;
 }

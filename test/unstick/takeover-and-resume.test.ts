@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { longestAttemptMs } from '../../src/playbooks/unstick-plan.ts';
 import { StepGuard } from '../../src/playbooks/step-guard.ts';
 import { diagnoseReadings, readTarget } from '../../src/playbooks/unstick-readings.ts';
+import { persistenceMode } from '../../src/playbooks/unstick-commands.ts';
 import { findMachine, hostRouteFor, routeFor } from '../../src/config/machines.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
@@ -190,13 +191,7 @@ async function approvedReset() {
   ).toMatchObject({ ok: true });
   const host = hostRouteFor(rig.inventory, 'kpro5');
   if (!host) throw new Error('no kpro5');
-  const mode = async () =>
-    (
-      await rig.executor.exec(host, {
-        argv: ['nvidia-smi', '--query-gpu=index,persistence_mode', '--format=csv,noheader', '-i', uuid],
-        timeoutMs: 10_000,
-      })
-    ).stdout.trim();
+  const mode = async () => (await rig.executor.exec(host, persistenceMode(uuid, { timeoutMs: 10_000 }))).stdout.trim();
   return { id, req, mode };
 }
 
