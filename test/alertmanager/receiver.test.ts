@@ -29,7 +29,10 @@ function markupParts(m: StoredMessage | undefined): { markup: string[]; richType
   const richTypes: string[] = [];
   let richText = '';
   const walk = (v: unknown, inRich: boolean): void => {
-    if (Array.isArray(v)) return v.forEach((x) => walk(x, inRich));
+    if (Array.isArray(v)) {
+      for (const x of v) walk(x, inRich);
+      return;
+    }
     if (typeof v !== 'object' || v === null) return;
     const o = v as Record<string, unknown>;
     const rich = inRich || o.type === 'rich_text';
