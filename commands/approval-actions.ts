@@ -6,7 +6,7 @@ import { APPROVE_ACTION_ID, DENY_ACTION_ID } from '../src/render/unstick.ts';
 import { decisionJobId } from '../src/queue/jobs.ts';
 import { nameField, type CommandDeps } from './deps.ts';
 import { mention } from '../src/render/escape.ts';
-import { planDigest } from '../src/playbooks/plan-seal.ts';
+import { planDigest } from '../src/plan/plan-seal.ts';
 
 export interface Click {
   approvalId: string;

@@ -4,7 +4,7 @@ import type { Inventory } from '../src/config/inventory.ts';
 import type { Logger } from '../src/logger.ts';
 
 /**
- * The key of the plan seal (src/playbooks/plan-seal.ts): something only workers hold.
+ * The key of the plan seal (src/plan/plan-seal.ts): something only workers hold.
  * GPU_MEDIC_WORKER_SECRET when set (every worker of a site must have the same one); else derived
  * from the SSH private keys the inventory names, which workers hold and the bot never does (one
  * way, with its own label: the seal key says nothing about the SSH keys); else a random key for

@@ -1,12 +1,12 @@
 /**
- * Envelopes as the bot and the worker make them (src/auth/envelope.ts, src/playbooks/plan-seal.ts),
+ * Envelopes as the bot and the worker make them (src/auth/envelope.ts, src/plan/plan-seal.ts),
  * signed here with node:crypto Ed25519 keys of the test, and the stdin text the worker sends a
  * destructive verb: `request|decision|plan <base64 body> <base64 sig>` lines.
  */
 import type { KeyObject } from 'node:crypto';
 import { type Envelope, newNonce, signFields } from '../../src/auth/envelope.ts';
-import { planDigest, type Seal, sealStep } from '../../src/playbooks/plan-seal.ts';
-import type { Step, StepTarget } from '../../src/playbooks/unstick-plan.ts';
+import { planDigest, type Seal, sealStep } from '../../src/plan/plan-seal.ts';
+import type { Step, StepTarget } from '../../src/plan/unstick-plan.ts';
 
 export const INCIDENT = 'inc_20261202_010203_agtest';
 export const APPROVAL = 'apr_AbCdEfGhIjKlMnOpQrStUv';

@@ -12,7 +12,7 @@ import { DESTRUCTIVE_VERBS, NO_APPROVAL } from './arg-types.ts';
 export interface StepEnvelopes {
   /** Tier 1: the unstick request; tier 2: the decision on the card. */
   authority: { kind: 'request' | 'decision'; envelope: Envelope };
-  /** The worker-signed plan (src/playbooks/plan-seal.ts body and signature). */
+  /** The worker-signed plan (src/plan/plan-seal.ts body and signature). */
   plan: Envelope;
 }
 

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import type { Envelope } from '../auth/envelope.ts';
 import type { BotSigner } from '../auth/signed-jobs.ts';
-import { planDigest } from '../playbooks/plan-seal.ts';
+import { planDigest } from '../plan/plan-seal.ts';
 import type { ApprovalDecision, ApprovalState, DecideRefusalCode, Escalation } from './approval-policy.ts';
 
 /** A tier-2 step waiting for (or past) a second person's decision. Times are ms since epoch. */
@@ -23,7 +23,7 @@ export interface Approval {
   decidedBy: string | null;
   decidedAt: number | null;
   /**
-   * The worker's sealed plan (src/playbooks/plan-seal.ts): what a worker acting on this approval
+   * The worker's sealed plan (src/plan/plan-seal.ts): what a worker acting on this approval
    * rebuilds its commands from, after checking the seal. Null when none was stored.
    */
   seal: { body: string; mac: string; sig: string } | null;

@@ -1,7 +1,7 @@
 import type { KeyObject } from 'node:crypto';
 import type { AnyLoggedEvent } from '../incident/all-events.ts';
-import { openSeal, planDigest } from '../playbooks/plan-seal.ts';
-import { stepCommands } from '../playbooks/unstick-plan.ts';
+import { openSeal, planDigest } from '../plan/plan-seal.ts';
+import { stepCommands } from '../plan/unstick-plan.ts';
 
 /**
  * What the approver sees is what runs (issue 19): before the bot posts or updates a card, every

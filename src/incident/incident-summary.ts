@@ -5,7 +5,7 @@
  * are rendered from it. Text in it is data (machine or user text), escaped where it is rendered.
  */
 import type { Verdict } from '../gpu/verdict.ts';
-import type { StepKind, Tier } from '../playbooks/unstick-plan.ts';
+import type { StepKind, Tier } from '../plan/unstick-plan.ts';
 import type { AlertEvent } from '../watchdog/alert-events.ts';
 import type { Alert } from '../watchdog/judge.ts';
 import type { AnyLoggedEvent } from './all-events.ts';

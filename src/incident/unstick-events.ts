@@ -2,8 +2,8 @@ import type { DecideRefusalCode } from '../approval/approval-policy.ts';
 import type { StoreRefusalCode } from '../approval/approval-store.ts';
 import type { Diagnosis } from '../gpu/diagnose.ts';
 import type { Verdict } from '../gpu/verdict.ts';
-import type { CommandRole, Step, StepKind, Tier } from '../playbooks/unstick-plan.ts';
-import type { StepOutcome } from '../playbooks/step-guard.ts';
+import type { CommandRole, Step, StepKind, Tier } from '../plan/unstick-plan.ts';
+import type { StepOutcome } from '../plan/unstick-plan.ts';
 import type { CommandRecord, IncidentEvent } from './events.ts';
 
 /**
@@ -82,7 +82,7 @@ export type UnstickEvent =
       /** The escalation group frozen into the approval and when they may decide too; absent: none. */
       escalation?: { approvers: string[]; at: string };
       /**
-       * The plan as the worker signed it (src/playbooks/plan-seal.ts): the bot checks the signature
+       * The plan as the worker signed it (src/plan/plan-seal.ts): the bot checks the signature
        * and draws the card from it alone (src/approval/card-plans.ts). Absent in older logs.
        */
       seal?: { body: string; sig: string };

@@ -1,3 +1,4 @@
+import type { StepOutcome } from '../plan/unstick-plan.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 
@@ -7,7 +8,6 @@ import { z } from 'zod';
  * reported as interrupted instead of signalling anything a second time.
  */
 
-export type StepOutcome = 'done' | 'partial' | 'failed' | 'skipped';
 
 export type StepState =
   | { state: 'unclaimed' }

@@ -9,7 +9,7 @@ import type { UnstickEvent } from '../incident/unstick-events.ts';
 import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS, queryComputeApps, queryGpus } from './commands.ts';
 import { recordOf } from './snapshot.ts';
-import type { StepOutcome } from './step-guard.ts';
+import type { StepOutcome } from '../plan/unstick-plan.ts';
 import { sendSignals, type SignalledTarget } from './signal/send.ts';
 import { outcomeText } from './signal/template.ts';
 import {
@@ -31,7 +31,7 @@ import {
   type Step,
   type StepTarget,
   type TargetGpu,
-} from './unstick-plan.ts';
+} from '../plan/unstick-plan.ts';
 import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
 import { seconds } from '../render/units.ts';
 import type { DestructiveIds } from '../agent-grammar/arg-types.ts';

@@ -6,7 +6,7 @@
  * escalation (the worker logs one of those, and the card is rendered again from the log). Pure.
  */
 import type { types } from '@slack/bolt';
-import type { Step } from '../playbooks/unstick-plan.ts';
+import type { Step } from '../plan/unstick-plan.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 import { contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import { code, mention, rich, text as esc } from './escape.ts';

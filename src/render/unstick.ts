@@ -5,7 +5,7 @@ import type { Diagnosis } from '../gpu/diagnose.ts';
 import { isGreen, type Verdict } from '../gpu/verdict.ts';
 import { SIGNAL_SCRIPT } from '../playbooks/signal/template.ts';
 import { READ_PROCS_SCRIPT } from '../playbooks/unstick-commands.ts';
-import type { Step } from '../playbooks/unstick-plan.ts';
+import type { Step } from '../plan/unstick-plan.ts';
 import { shellQuote } from '../ssh/quote.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';

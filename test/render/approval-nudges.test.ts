@@ -12,7 +12,7 @@ import { verdictContextOf } from '../../src/incident/verdict-context.ts';
 import { EXPIRED_NOTE, minutesLeft } from '../../src/render/approval-nudges.ts';
 import { joinRich } from '../../src/render/rich.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
-import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, stepHash } from '../../src/plan/unstick-plan.ts';
 import { s3HostKill } from '../unstick/scenarios.ts';
 
 const INC = 'inc_20261130_092000_k3x9q2';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import { summarizeIncident } from '../../src/incident/incident-summary.ts';
-import type { Step } from '../../src/playbooks/unstick-plan.ts';
+import type { Step } from '../../src/plan/unstick-plan.ts';
 import type { Verdict } from '../../src/gpu/verdict.ts';
 import type { Alert } from '../../src/watchdog/judge.ts';
 import { renderHistory, type HistoryEntry, type HistoryView } from '../../src/render/history.ts';

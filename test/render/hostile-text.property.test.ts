@@ -9,7 +9,7 @@ import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import type { Verdict } from '../../src/gpu/verdict.ts';
 import type { IncidentMeta, LoggedEvent } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
-import type { Step } from '../../src/playbooks/unstick-plan.ts';
+import type { Step } from '../../src/plan/unstick-plan.ts';
 import { explainMachineError } from '../../src/render/explain.ts';
 import { clipChars, richData } from '../../src/render/escape.ts';
 import { renderIncident, type MessageView } from '../../src/render/status.ts';

@@ -10,7 +10,7 @@ import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import type { Verdict } from '../../src/gpu/verdict.ts';
-import type { Step } from '../../src/playbooks/unstick-plan.ts';
+import type { Step } from '../../src/plan/unstick-plan.ts';
 import { renderIncidentMarkdown } from '../../src/render/incident-markdown.ts';
 import { mdCellCode, mdCode, mdFence, mdText } from '../../src/render/markdown-escape.ts';
 

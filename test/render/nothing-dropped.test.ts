@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GIB, type MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import type { IncidentMeta, LoggedEvent } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
-import type { Step, StepTarget } from '../../src/playbooks/unstick-plan.ts';
+import type { Step, StepTarget } from '../../src/plan/unstick-plan.ts';
 import { renderIncident, type MessageView } from '../../src/render/status.ts';
 import { APPROVE_ACTION_ID, approvalCardFits, renderUnstick, splitForCards } from '../../src/render/unstick.ts';
 import { silentSlackLogger } from '../harness/slack/silent-logger.ts';

@@ -27,7 +27,7 @@ import { mdRich, mdText } from '../../src/render/markdown-escape.ts';
 import { rich } from '../../src/render/escape.ts';
 import { verdictOf } from '../../src/gpu/verdict.ts';
 import { verdictContextOf } from '../../src/incident/verdict-context.ts';
-import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick } from '../../src/plan/unstick-plan.ts';
 import { s3HostKill } from '../unstick/scenarios.ts';
 
 type Signalled = Extract<UnstickEvent, { type: 'signalled' }>;

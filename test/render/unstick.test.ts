@@ -5,7 +5,7 @@ import { verdictOf } from '../../src/gpu/verdict.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import { APPROVE_ACTION_ID, DENY_ACTION_ID, renderUnstick } from '../../src/render/unstick.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
-import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, stepHash } from '../../src/plan/unstick-plan.ts';
 import { GIB } from '../../src/gpu/snapshot.ts';
 import { gpus } from '../unstick/seed-fleet.ts';
 import { allClean, s3HostKill } from '../unstick/scenarios.ts';

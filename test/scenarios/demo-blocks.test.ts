@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
-import { planUnstick, stepHash } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, stepHash } from '../../src/plan/unstick-plan.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { s3HostKill } from '../unstick/scenarios.ts';
 import { demoBlocksHtml } from './demo-blocks.ts';

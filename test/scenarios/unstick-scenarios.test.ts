@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { expectRunClean, file } from './report-helpers.ts';
 import { runScenario, type Report } from './run-scenario.ts';
-import type { Step } from '../../src/playbooks/unstick-plan.ts';
+import type { Step } from '../../src/plan/unstick-plan.ts';
 import { loadScenario } from './schema.ts';
 
 /** Runs the scenario once per describe block, lazily, and skips the block when the file is pending. */

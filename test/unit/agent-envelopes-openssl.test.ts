@@ -12,9 +12,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { withEnvelopes } from '../../src/agent-grammar/envelopes.ts';
 import { newKeyPair } from '../../src/auth/keys.ts';
 import { botSigner } from '../../src/auth/signed-jobs.ts';
-import { sealStep } from '../../src/playbooks/plan-seal.ts';
+import { sealStep } from '../../src/plan/plan-seal.ts';
 import { signalCommand } from '../../src/playbooks/signal/template.ts';
-import { stepCommands, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { stepCommands, type Step } from '../../src/plan/unstick-plan.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-envelopes-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -52,7 +52,7 @@ describe('architecture', () => {
       (f) =>
         (f.startsWith('src/gpu/') && f !== 'src/gpu/parse/index.ts') ||
         [
-          'src/playbooks/unstick-plan.ts',
+          '../../src/plan/unstick-plan.ts',
           'src/playbooks/commands.ts',
           'src/playbooks/machine-read.ts',
           'src/playbooks/unstick-commands.ts',

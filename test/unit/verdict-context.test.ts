@@ -4,7 +4,7 @@ import { verdictContextOf } from '../../src/incident/verdict-context.ts';
 import { verdictOf } from '../../src/gpu/verdict.ts';
 import { diagnoseWith } from '../unstick/scenarios.ts';
 import { readings, seedS2, TP0 } from '../unstick/seed-fleet.ts';
-import type { Step } from '../../src/playbooks/unstick-plan.ts';
+import type { Step } from '../../src/plan/unstick-plan.ts';
 
 let n = 0;
 const ev = (e: AnyEvent): AnyLoggedEvent => ({ ...e, id: `${++n}-0` });

@@ -10,7 +10,7 @@ import { createSshExecutor } from '../../src/ssh/executor.ts';
 import { hostRouteFor, routeFor } from '../../src/config/machines.ts';
 import { recheckTarget } from '../../src/gpu/holders.ts';
 import { findMachine } from '../../src/config/machines.ts';
-import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick } from '../../src/plan/unstick-plan.ts';
 import { diagnoseReadings, readProcsOn, readTarget } from '../../src/playbooks/unstick-readings.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';

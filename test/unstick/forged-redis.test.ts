@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
 import type { AnyEvent, AnyLoggedEvent } from '../../src/incident/all-events.ts';
-import { stepHash, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { stepHash, type Step } from '../../src/plan/unstick-plan.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { findMachine, hostRouteFor, routeFor } from '../../src/config/machines.ts';

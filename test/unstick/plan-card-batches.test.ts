@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { Diagnosis, DiagnosedHolder } from '../../src/gpu/diagnose.ts';
-import { planUnstick, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, type Step } from '../../src/plan/unstick-plan.ts';
 import { approvalCardFits } from '../../src/render/unstick.ts';
 import { s3 } from './scenarios.ts';
 

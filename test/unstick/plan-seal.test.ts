@@ -6,8 +6,8 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { validateInventory } from '../../src/config/load-inventory.ts';
-import { openSeal, sealStep } from '../../src/playbooks/plan-seal.ts';
-import { stepCommands, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { openSeal, sealStep } from '../../src/plan/plan-seal.ts';
+import { stepCommands, type Step } from '../../src/plan/unstick-plan.ts';
 import { planKeyFor } from '../../workers/plan-key.ts';
 import { newKeyPair } from '../../src/auth/keys.ts';
 

@@ -227,7 +227,7 @@ describe('finding 1: a decision the bot did not sign runs nothing', () => {
     ] as const) {
       const { id, holder, approvalId } = await hostCard('ct129', 2);
       const seal = await rig.redis.hget(`${rig.prefix}:approval:${approvalId}`, 'sealBody');
-      const { planDigest } = await import('../../src/playbooks/plan-seal.ts');
+      const { planDigest } = await import('../../src/plan/plan-seal.ts');
       const env = rig.signer.decision(
         {
           approvalId,
@@ -358,7 +358,7 @@ describe('finding 9: an approval has an age limit', () => {
   it('a decision signed after the card expired (the seal carries the expiry): refused', async () => {
     const { id, holder, approvalId } = await hostCard('ct129', 0);
     const seal = await rig.redis.hget(`${rig.prefix}:approval:${approvalId}`, 'sealBody');
-    const { planDigest } = await import('../../src/playbooks/plan-seal.ts');
+    const { planDigest } = await import('../../src/plan/plan-seal.ts');
     const late = Date.now() + TTL_MS + 1000;
     const env = rig.signer.decision(
       {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { StepEnvelopes } from '../../src/agent-grammar/envelopes.ts';
 import { botSigner } from '../../src/auth/signed-jobs.ts';
 import type { ProcessIdentity } from '../../src/gpu/process-ref.ts';
-import { sealStep } from '../../src/playbooks/plan-seal.ts';
+import { sealStep } from '../../src/plan/plan-seal.ts';
 import type { TestKeys } from '../harness/keys.ts';
 
 /**

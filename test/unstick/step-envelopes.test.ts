@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { UnstickEvent } from '../../src/incident/unstick-events.ts';
 import type { StepEnvelopes } from '../../src/agent-grammar/envelopes.ts';
-import { stepCommands, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { stepCommands, type Step } from '../../src/plan/unstick-plan.ts';
 import { runStep, type StepContext, type StepRunnerDeps } from '../../src/playbooks/unstick-runner.ts';
 import type { CommandSpec, ExecResult, Route, SshEndpoint } from '../../src/ssh/types.ts';
 

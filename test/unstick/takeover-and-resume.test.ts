@@ -5,7 +5,7 @@
  * that throws inside a reset leaves persistence mode to be restored by whoever finishes the step.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { longestAttemptMs } from '../../src/playbooks/unstick-plan.ts';
+import { longestAttemptMs } from '../../src/plan/unstick-plan.ts';
 import { StepGuard } from '../../src/playbooks/step-guard.ts';
 import { diagnoseReadings, readTarget } from '../../src/playbooks/unstick-readings.ts';
 import { persistenceMode } from '../../src/playbooks/unstick-commands.ts';

@@ -8,7 +8,7 @@ import { diagnose, type Diagnosis } from '../../src/gpu/diagnose.ts';
 import { buildHolders } from '../../src/gpu/holders.ts';
 import type { Gpu, NvidiaError } from '../../src/gpu/types.ts';
 import { isGreen, verdictOf, type VerdictContext } from '../../src/gpu/verdict.ts';
-import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick } from '../../src/plan/unstick-plan.ts';
 import {
   CT129_NS,
   CT129_SERVER,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { verdictOf } from '../../src/gpu/verdict.ts';
 import { CT129_INIT, CT129_SERVER, CT131_JOB, app, gpus, readings, seedS2 } from './seed-fleet.ts';
-import { planUnstick } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick } from '../../src/plan/unstick-plan.ts';
 import { allClean, diagnoseWith, s2, s3, s5 } from './scenarios.ts';
 
 describe('verdictOf', () => {

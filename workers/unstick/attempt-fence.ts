@@ -3,7 +3,7 @@ import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { Logger } from '../../src/logger.ts';
 import type { ErrorCode } from '../../src/errors.ts';
 import { isGreen, type Verdict } from '../../src/gpu/verdict.ts';
-import { longestAttemptMs, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { longestAttemptMs, type Step } from '../../src/plan/unstick-plan.ts';
 import type { StepResult } from '../../src/playbooks/unstick-runner.ts';
 import type { UnstickWorkerDeps } from './deps.ts';
 

@@ -26,7 +26,7 @@ export interface UnstickWorkerDeps {
    */
   approvers: string[];
   /**
-   * Key of the plan seal (src/playbooks/plan-seal.ts), held by workers only: an approved step runs
+   * Key of the plan seal (src/plan/plan-seal.ts), held by workers only: an approved step runs
    * only from a plan sealed with it, its commands rebuilt from the templates.
    */
   planKey: Buffer;

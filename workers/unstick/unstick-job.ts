@@ -4,7 +4,7 @@ import type { Envelope } from '../../src/auth/envelope.ts';
 import { NO_APPROVAL } from '../../src/agent-grammar/arg-types.ts';
 import type { ContainerFailure, Diagnosis } from '../../src/gpu/diagnose.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
-import { restrictStep, type Step } from '../../src/playbooks/unstick-plan.ts';
+import { restrictStep, type Step } from '../../src/plan/unstick-plan.ts';
 import { diagnoseReadings } from '../../src/playbooks/unstick-readings.ts';
 import type { UnstickJob } from '../../src/queue/jobs.ts';
 import { asAttempt, type Ev, loadMeta } from './attempt-fence.ts';

@@ -8,9 +8,9 @@ import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import { type KnownDecision, verdictContextOf } from '../../src/incident/verdict-context.ts';
 import type { Envelope } from '../../src/auth/envelope.ts';
-import { sealStep } from '../../src/playbooks/plan-seal.ts';
+import { sealStep } from '../../src/plan/plan-seal.ts';
 import { parsePersistenceMode, persistenceMode } from '../../src/playbooks/unstick-commands.ts';
-import { planUnstick, restrictStep, type Step, type StepTarget, stepHash } from '../../src/playbooks/unstick-plan.ts';
+import { planUnstick, restrictStep, type Step, type StepTarget, stepHash } from '../../src/plan/unstick-plan.ts';
 import { diagnoseReadings, readTarget, type TargetReadings } from '../../src/playbooks/unstick-readings.ts';
 import {
   restorePersistence,

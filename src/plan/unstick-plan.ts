@@ -4,9 +4,9 @@ import { richPlain } from '../render/rich.ts';
 import { processKey, sameProcess, sameProcessAndNamespace, type ProcessIdentity } from '../gpu/process-ref.ts';
 import { shellJoin } from '../ssh/quote.ts';
 import type { CommandSpec } from '../ssh/types.ts';
-import { queryComputeApps } from './commands.ts';
+import { queryComputeApps } from '../playbooks/commands.ts';
 import { splitForCards } from '../render/batches.ts';
-import { signalCommand, signalTargetOf, type SignalName, type SignalSide } from './signal/template.ts';
+import { signalCommand, signalTargetOf, type SignalName, type SignalSide } from '../playbooks/signal/template.ts';
 import {
   GPU_UUID,
   assertSafeArgv,
@@ -16,7 +16,7 @@ import {
   persistenceMode,
   readProcs,
   setPersistence,
-} from './unstick-commands.ts';
+} from '../playbooks/unstick-commands.ts';
 import { count, wholeSeconds } from '../render/units.ts';
 import { NO_APPROVAL, type DestructiveIds } from '../agent-grammar/arg-types.ts';
 
@@ -46,6 +46,8 @@ export type CommandRole =
   | 'persistence_off'
   | 'reset'
   | 'persistence_on';
+
+export type StepOutcome = 'done' | 'partial' | 'failed' | 'skipped';
 
 export interface PlannedCommand {
   role: CommandRole;
