@@ -8,7 +8,6 @@ import { z } from 'zod';
  * reported as interrupted instead of signalling anything a second time.
  */
 
-
 export type StepState =
   | { state: 'unclaimed' }
   /** Claimed and never finished: if the claimant is no longer running it, the step was interrupted. */
