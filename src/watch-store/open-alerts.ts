@@ -8,28 +8,19 @@ import type { Redis } from 'ioredis';
 import { IncidentLog } from '../incident/log.ts';
 import { alertEpisode } from '../watchdog/alert-state.ts';
 import { watchKeys } from './watch-keys.ts';
+import type { OpenAlertNote } from '../render/incident-markdown.ts';
 
 /** At most this many open alerts are read (App Home reads as many). */
 const OPEN_READ = 500;
 
-export interface OpenAlert {
-  incidentId: string;
-  kind: string;
-  machineId: string;
-  gpu: number | null;
-  sentence: string;
-  /** When it was raised (ISO). */
-  raisedAt: string;
-}
-
 const isState = (e: { type: string }): boolean =>
   e.type === 'alert_raised' || e.type === 'alert_updated' || e.type === 'alert_cleared';
 
-export async function readOpenAlerts(redis: Redis, prefix: string): Promise<OpenAlert[]> {
+export async function readOpenAlerts(redis: Redis, prefix: string): Promise<OpenAlertNote[]> {
   const log = new IncidentLog(redis, prefix);
   const ids = await redis.zrange(watchKeys(prefix).open, 0, OPEN_READ - 1);
   const alerts = await Promise.all(
-    ids.map(async (incidentId): Promise<OpenAlert | null> => {
+    ids.map(async (incidentId): Promise<OpenAlertNote | null> => {
       // The newest events hold its latest state, unless many clicks or snoozes came after it: then all of them.
       let events = (await log.lastEvents(incidentId, 50)) as Array<{ type: string; at: string }>;
       if (events.length === 50 && !events.some(isState))
@@ -48,5 +39,5 @@ export async function readOpenAlerts(redis: Redis, prefix: string): Promise<Open
       };
     }),
   );
-  return alerts.filter((a): a is OpenAlert => a !== null);
+  return alerts.filter((a): a is OpenAlertNote => a !== null);
 }
