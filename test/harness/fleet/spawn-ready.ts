@@ -1,6 +1,6 @@
 /** Spawns a helper process and waits for its first stdout line (its "ready" report). */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { openSync, closeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
 
 export interface Ready {
   child: ChildProcess;
@@ -53,4 +53,50 @@ export async function spawnReady(
   stdout.destroy();
   child.unref();
   return { child, line, exited };
+}
+
+/**
+ * Runs a helper that writes its report to a file (atomically: tmp then rename) and exits, and
+ * returns the report. Unlike a stdout line, the report does not depend on whatever stands between
+ * the helper and us (lxc-attach, nsenter) relaying its output before passing its exit on.
+ */
+export async function spawnReport(
+  file: string,
+  args: string[],
+  o: { env: NodeJS.ProcessEnv; reportPath: string; stderrPath: string; timeoutMs?: number; cwd?: string },
+): Promise<string> {
+  rmSync(o.reportPath, { force: true });
+  const errFd = openSync(o.stderrPath, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(file, args, { env: o.env, cwd: o.cwd ?? '/', detached: true, stdio: ['ignore', 'ignore', errFd] });
+  } finally {
+    closeSync(errFd);
+  }
+  const timeoutMs = o.timeoutMs ?? 30_000;
+  const how = await new Promise<{ code: number | null; signal: string | null } | 'timeout'>((res) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      res('timeout');
+    }, timeoutMs);
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      res({ code, signal });
+    });
+  });
+  let report: string | null = null;
+  try {
+    report = readFileSync(o.reportPath, 'utf8');
+  } catch {
+    // no report: said below
+  }
+  if (report !== null && how !== 'timeout') return report;
+  let stderr = '';
+  try {
+    stderr = readFileSync(o.stderrPath, 'utf8').slice(-2000);
+  } catch {
+    // nothing written
+  }
+  const ended = how === 'timeout' ? `ran past ${timeoutMs} ms` : `exited (code ${how.code}, signal ${how.signal})`;
+  throw new Error(`${file} ${args.join(' ')} ${ended} without its report (${o.stderrPath}):\n${stderr}`);
 }

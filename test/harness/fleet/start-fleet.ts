@@ -44,7 +44,7 @@ import {
   waitGone,
   writeOwner,
 } from './registry.ts';
-import { spawnReady } from './spawn-ready.ts';
+import { spawnReady, spawnReport } from './spawn-ready.ts';
 import {
   gpuUsage,
   type GpuSpoof,
@@ -343,11 +343,17 @@ async function build(
       c.lxc === null
         ? { file: 'nsenter', args: nsenterArgs(c.running.initHostPid) }
         : { file: 'lxc-attach', args: lxcAttachArgs(c.lxc.lxcPath, c.lxc.vmid) };
-    const r = await spawnReady(enter.file, [...enter.args, process.execPath, tools.containerSshd, JSON.stringify(o)], {
-      env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
-      stderrPath: join(c.dir, 'sshd-start.log'),
-    });
-    const info = JSON.parse(r.line) as { port: number; pid: number; hostKeyFingerprint: string };
+    const reportPath = join(c.dir, 'sshd', 'ready.json');
+    const report = await spawnReport(
+      enter.file,
+      [...enter.args, process.execPath, tools.containerSshd, JSON.stringify(o), reportPath],
+      {
+        env: { ...BASE_ENV, ...(c.cgroup === null ? {} : { FLEET_CGROUP: c.cgroup }) },
+        reportPath,
+        stderrPath: join(c.dir, 'sshd-start.log'),
+      },
+    );
+    const info = JSON.parse(report) as { port: number; pid: number; hostKeyFingerprint: string };
     c.port = info.port;
     c.current = info.hostKeyFingerprint;
     c.pinned ??= info.hostKeyFingerprint;
