@@ -109,36 +109,37 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
     explanation: step.explanation,
   });
 
+  /** Ends a step that sent nothing to any machine. */
+  const endUnrun = async (
+    outcome: 'failed' | 'interrupted',
+    message: string,
+    error: string | null,
+  ): Promise<StepResult> => {
+    await deps.append({
+      type: 'step_finished',
+      at: at(),
+      stepId: step.id,
+      outcome,
+      durationMs: deps.now().getTime() - started,
+      message,
+    });
+    return { outcome, containerFailed: [], sent: 0, released: null, message, error };
+  };
+
   // Issue 21: every step signals or resets, and the host's agent does that only with the bot-signed
   // request (tier 1) or decision (tier 2) and the worker-signed plan: without them nothing is sent at all.
   const want = step.tier === 1 ? 'request' : 'decision';
   const have = ctx.authority.envelopes?.authority.kind ?? null;
   if (have !== want) {
     const message = `Not run: this tier-${step.tier} step has ${have === null ? 'no signed envelopes' : `the signed ${have} instead of the signed ${want}`} for the host's agent, so nothing was sent to any machine.`;
-    await deps.append({
-      type: 'step_finished',
-      at: at(),
-      stepId: step.id,
-      outcome: 'failed',
-      durationMs: deps.now().getTime() - started,
-      message,
-    });
-    return { outcome: 'failed', containerFailed: [], sent: 0, released: null, message, error: message };
+    return endUnrun('failed', message, message);
   }
 
   // Claimed before the first command, so a job BullMQ re-runs after a worker died never signals twice.
   if (!(await deps.steps.claimStep(ctx.incidentId, step.id, deps.workerId, started))) {
     const message =
       'An earlier attempt already started this step and did not report back (its worker stopped). It is not run again; a fresh snapshot follows.';
-    await deps.append({
-      type: 'step_finished',
-      at: at(),
-      stepId: step.id,
-      outcome: 'interrupted',
-      durationMs: deps.now().getTime() - started,
-      message,
-    });
-    return { outcome: 'interrupted', containerFailed: [], sent: 0, released: null, message, error: null };
+    return endUnrun('interrupted', message, null);
   }
 
   const run = new Run(step, ctx, deps);
