@@ -8,18 +8,27 @@ export interface Ready {
   exited: Promise<{ code: number | null; signal: string | null }>;
 }
 
+/** Starts a helper in its own process group, its stderr appended to a file. */
+function spawnDetached(
+  file: string,
+  args: string[],
+  o: { env: NodeJS.ProcessEnv; stderrPath: string; cwd?: string },
+  stdout: 'pipe' | 'ignore',
+): ChildProcess {
+  const errFd = openSync(o.stderrPath, 'a');
+  try {
+    return spawn(file, args, { env: o.env, cwd: o.cwd ?? '/', detached: true, stdio: ['ignore', stdout, errFd] });
+  } finally {
+    closeSync(errFd);
+  }
+}
+
 export async function spawnReady(
   file: string,
   args: string[],
   o: { env: NodeJS.ProcessEnv; stderrPath: string; timeoutMs?: number; cwd?: string },
 ): Promise<Ready> {
-  const errFd = openSync(o.stderrPath, 'a');
-  let child: ChildProcess;
-  try {
-    child = spawn(file, args, { env: o.env, cwd: o.cwd ?? '/', detached: true, stdio: ['ignore', 'pipe', errFd] });
-  } finally {
-    closeSync(errFd);
-  }
+  const child = spawnDetached(file, args, o, 'pipe');
   const exited = new Promise<{ code: number | null; signal: string | null }>((res) => {
     child.once('exit', (code, signal) => res({ code, signal }));
   });
@@ -66,13 +75,7 @@ export async function spawnReport(
   o: { env: NodeJS.ProcessEnv; reportPath: string; stderrPath: string; timeoutMs?: number; cwd?: string },
 ): Promise<string> {
   rmSync(o.reportPath, { force: true });
-  const errFd = openSync(o.stderrPath, 'a');
-  let child: ChildProcess;
-  try {
-    child = spawn(file, args, { env: o.env, cwd: o.cwd ?? '/', detached: true, stdio: ['ignore', 'ignore', errFd] });
-  } finally {
-    closeSync(errFd);
-  }
+  const child = spawnDetached(file, args, o, 'ignore');
   const timeoutMs = o.timeoutMs ?? 30_000;
   const how = await new Promise<{ code: number | null; signal: string | null } | 'timeout'>((res) => {
     const timer = setTimeout(() => {
