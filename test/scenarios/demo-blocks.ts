@@ -5,8 +5,11 @@
  *   piece HTML-escaped once;
  * - rich_text: sections, bullet lists, preformatted and quotes; text elements literally (Slack
  *   parses nothing in them) with their styles; user elements as @id, emoji as :name:;
- * - header, divider, table (raw_text cells), image alt text. Actions are drawn by the page itself
- *   (its buttons carry what a click needs).
+ * - header, divider, table (raw_text cells), image alt text;
+ * - controls (actions blocks and section accessories) as Slack's bot sent them: a button as a
+ *   `<button>`, a static_select or overflow as a `<select>` of its options, each carrying what a
+ *   click needs in data attributes (action_id, block_id, value, the confirm dialog's text), so the
+ *   page can send the very block_actions Slack would. Labels, values and options are data, escaped.
  * Self-contained on purpose: the page runs this very function (its source is put in the page), so
  * it uses nothing from outside its body.
  */
@@ -76,6 +79,27 @@ export function demoBlocksHtml(blocks: readonly unknown[]): string {
     return `<span>${inner}</span>`;
   };
 
+  /** A control: what a click sends rides in data attributes (the page posts them back, the server checks them). */
+  const control = (e: unknown, blockId: string): string => {
+    const o = obj(e);
+    const attr = (name: string, v: string): string => ` data-${name}="${esc(v)}"`;
+    const cf = obj(o.confirm);
+    const confirmText = o.confirm === undefined ? '' : `${str(obj(cf.title).text)}\n${decode(str(obj(cf.text).text))}`;
+    const common = `${attr('action-id', str(o.action_id))}${attr('block-id', blockId)}${confirmText === '' ? '' : attr('confirm', confirmText)}`;
+    if (o.type === 'button') {
+      const style = o.style === 'primary' || o.style === 'danger' ? ` ${o.style}` : '';
+      return `<button class="act${style}"${common}${attr('value', str(o.value))}>${esc(str(obj(o.text).text))}</button>`;
+    }
+    if (o.type === 'static_select' || o.type === 'overflow') {
+      const options = [...list(o.options), ...list(o.option_groups).flatMap((g) => list(obj(g).options))];
+      const label = o.type === 'overflow' ? '⋯' : str(obj(o.placeholder).text);
+      return `<select class="act"${common}><option value="">${esc(label)}</option>${options
+        .map((op) => `<option value="${esc(str(obj(op).value))}">${esc(str(obj(obj(op).text).text))}</option>`)
+        .join('')}</select>`;
+    }
+    return `<span class="ctl">${esc(str(obj(o.text).text) || str(obj(o.placeholder).text) || str(o.type))}</span>`;
+  };
+
   return blocks
     .map((block) => {
       const b = obj(block);
@@ -83,6 +107,10 @@ export function demoBlocksHtml(blocks: readonly unknown[]): string {
         case 'section':
           return `<div class="sec">${b.text !== undefined ? textObject(b.text) : ''}${list(b.fields)
             .map((f) => `<div class="field">${textObject(f)}</div>`)
+            .join('')}${b.accessory !== undefined ? control(b.accessory, str(b.block_id)) : ''}</div>`;
+        case 'actions':
+          return `<div class="actions">${list(b.elements)
+            .map((e) => control(e, str(b.block_id)))
             .join('')}</div>`;
         case 'context':
           return `<div class="ctx">${list(b.elements).map(textObject).join(' ')}</div>`;
