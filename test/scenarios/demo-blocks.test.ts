@@ -77,6 +77,13 @@ describe('demo page: blocks drawn as Slack draws them', () => {
     expect(html).toContain(':lock:');
   });
 
+  it('mrkdwn: bold around a code span stays bold; an emoji shortcode with underscores is not italic', () => {
+    const html = demoBlocksHtml([
+      { type: 'section', text: { type: 'mrkdwn', text: '*`ct129`* · container view · :white_check_mark: done' } },
+    ]);
+    expect(html).toContain('<b><code>ct129</code></b> · container view · :white_check_mark: done');
+  });
+
   it('a table block and a user element', () => {
     const html = demoBlocksHtml([
       { type: 'table', rows: [[{ type: 'raw_text', text: 'GPU' }], [{ type: 'raw_text', text: '<0>' }]] },

@@ -24,7 +24,8 @@ export function demoBlocksHtml(blocks: readonly unknown[]): string {
 
   /** mrkdwn outside code: tokens on the still-encoded text (a raw `<` is Slack's own), words decoded then escaped. */
   const inline = (s: string): string => {
-    const re = /<@([UW][A-Z0-9]+)>|<(https?:\/\/[^|>\s]+)(?:\|([^>]*))?>|\*([^*\n]+)\*|_([^_\n]+)_|~([^~\n]+)~/g;
+    const re =
+      /<@([UW][A-Z0-9]+)>|<(https?:\/\/[^|>\s]+)(?:\|([^>]*))?>|\*([^*\n]+)\*|_([^_\n]+)_|~([^~\n]+)~|:([a-z0-9_+'-]+):/g;
     let out = '';
     let last = 0;
     for (let m = re.exec(s); m !== null; m = re.exec(s)) {
@@ -34,21 +35,24 @@ export function demoBlocksHtml(blocks: readonly unknown[]): string {
       else if (m[4] !== undefined) out += `<b>${inline(m[4])}</b>`;
       else if (m[5] !== undefined) out += `<i>${inline(m[5])}</i>`;
       else if (m[6] !== undefined) out += `<s>${inline(m[6])}</s>`;
+      else if (m[7] !== undefined) out += `:${esc(m[7])}:`;
       last = re.lastIndex;
     }
     return out + esc(decode(s.slice(last)));
   };
+  /** Code spans first, held as placeholders so bold or italic around them still applies (`*\`ct129\`*`). */
+  const codeSpans = (piece: string): string => {
+    const codes: string[] = [];
+    const held = piece.replace(/\uE000/g, '').replace(/`([^`\n]+)`/g, (_m, c: string) => {
+      codes.push(`<code>${esc(decode(c))}</code>`);
+      return `\uE000${codes.length - 1}\uE000`;
+    });
+    return inline(held).replace(/\uE000(\d+)\uE000/g, (_m, i: string) => codes[Number(i)] ?? '');
+  };
   const mrkdwn = (s: string): string =>
     s
       .split(/```\n?([\s\S]*?)\n?```/)
-      .map((piece, i) =>
-        i % 2 === 1
-          ? `<pre>${esc(decode(piece))}</pre>`
-          : piece
-              .split(/`([^`\n]+)`/)
-              .map((p, j) => (j % 2 === 1 ? `<code>${esc(decode(p))}</code>` : inline(p)))
-              .join(''),
-      )
+      .map((piece, i) => (i % 2 === 1 ? `<pre>${esc(decode(piece))}</pre>` : codeSpans(piece)))
       .join('');
   const textObject = (t: unknown): string =>
     obj(t).type === 'mrkdwn' ? mrkdwn(str(obj(t).text)) : esc(str(obj(t).text));
