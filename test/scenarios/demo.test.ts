@@ -143,6 +143,32 @@ describe('demo web page: the watchdog’s alerts and the App Home', () => {
     expect(render(opened.blocks)).toContain('@U0ALICE');
   }, 90_000);
 
+  it('Snooze on the ghost-memory alert, clicked through the page’s route, snoozes it as the chosen user', async () => {
+    const ghost = await until(
+      demo,
+      (s) => s.alerts.find((m) => m.text.includes('GPU memory held with no process') && m.blocks.length > 0),
+      'a ghost-memory alert with blocks',
+    );
+    const snooze =
+      /<button class="act" data-action-id="gpu_alert_snooze_gpu_1h" data-block-id="([^"]+)"[^>]*>Snooze GPU 5 1 h<\/button>/.exec(
+        render(ghost.blocks),
+      );
+    expect(snooze).not.toBeNull();
+    const r = await post(demo, '/action', {
+      user: 'bob',
+      ts: ghost.ts,
+      actionId: 'gpu_alert_snooze_gpu_1h',
+      blockId: snooze?.[1],
+    });
+    expect(r.status).toBe(200);
+    const snoozed = await until(
+      demo,
+      (s) => s.alerts.find((m) => m.ts === ghost.ts && m.text.includes(':zzz:')),
+      'the alert edited to say it is snoozed',
+    );
+    expect(render(snoozed.blocks)).toMatch(/:zzz: .*GPU 5.* snoozed until .* by <span class="mention">@U0BOB<\/span>/);
+  }, 90_000);
+
   it('POST /home opens the chosen user’s Home tab; the bot’s published view is in the state and drawn by the page', async () => {
     const r = await post(demo, '/home', { user: 'bob' });
     expect(r.status).toBe(200);
