@@ -6,6 +6,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { IncidentMeta } from '../../src/incident/events.ts';
+import { renderAlert } from '../../src/render/alert.ts';
+import { renderHome } from '../../src/render/home.ts';
+import { alertIncidentId } from '../../src/watchdog/alert-id.ts';
+import type { Alert } from '../../src/watchdog/judge.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { planUnstick, stepHash } from '../../src/plan/unstick-plan.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
@@ -73,6 +77,13 @@ describe('demo page: blocks drawn as Slack draws them', () => {
     expect(html).toContain(':lock:');
   });
 
+  it('mrkdwn: bold around a code span stays bold; an emoji shortcode with underscores is not italic', () => {
+    const html = demoBlocksHtml([
+      { type: 'section', text: { type: 'mrkdwn', text: '*`ct129`* · container view · :white_check_mark: done' } },
+    ]);
+    expect(html).toContain('<b><code>ct129</code></b> · container view · :white_check_mark: done');
+  });
+
   it('a table block and a user element', () => {
     const html = demoBlocksHtml([
       { type: 'table', rows: [[{ type: 'raw_text', text: 'GPU' }], [{ type: 'raw_text', text: '<0>' }]] },
@@ -80,5 +91,86 @@ describe('demo page: blocks drawn as Slack draws them', () => {
     ]);
     expect(html).toContain('<table><tr><td>GPU</td></tr><tr><td>&lt;0&gt;</td></tr></table>');
     expect(html).toContain('<span class="mention">@U0BOB</span>');
+  });
+
+  const EVIL = '<img src=x onerror=alert(1)> *b* `c` &lt;';
+  const T = Date.parse('2026-12-01T03:00:00Z');
+  const ramAlert: Alert = {
+    key: 'kpro5/ram_high',
+    kind: 'ram_high',
+    machineId: 'kpro5',
+    gpu: null,
+    since: T - 600_000,
+    raisedAt: T,
+    sentence: `host RAM 98 % used; ${EVIL}`,
+    lastSeenAt: T,
+  };
+
+  it('an alert as the bot renders it: Status, Unstick pick and Snooze as controls carrying their action_id, block_id, value and confirm; its machine text escaped', () => {
+    const id = alertIncidentId(ramAlert);
+    const meta: IncidentMeta = {
+      id,
+      kind: 'alert',
+      requester: 'watchdog',
+      channel: 'C0ALERTS01',
+      targets: ['kpro5'],
+      text: ramAlert.key,
+      reason: null,
+      createdAt: new Date(T).toISOString(),
+    };
+    const [view] = renderAlert(meta, [{ type: 'alert_raised', at: meta.createdAt, alert: ramAlert, id: `${T}-0` }], {
+      machines: [
+        { id: 'kpro5', kind: 'host' },
+        { id: 'ct129', kind: 'container', hostId: 'kpro5' },
+      ],
+    });
+    const html = demoBlocksHtml(view?.blocks ?? []);
+    const block = /data-block-id="(gpu_alert_actions_\d+)"/.exec(html)?.[1];
+    expect(block).toBeDefined();
+    expect(html).toContain(
+      `<button class="act" data-action-id="gpu_alert_status" data-block-id="${block}" data-value="${id}">Status kpro5</button>`,
+    );
+    expect(html).toMatch(
+      new RegExp(
+        `<select class="act" data-action-id="gpu_alert_unstick_pick" data-block-id="${block}" data-confirm="Unstick\\?\\n[^"]*"><option value="">Unstick a container…</option><option value="${id}\\|ct129">ct129</option></select>`,
+      ),
+    );
+    expect(html).toContain(
+      `data-action-id="gpu_alert_snooze_1h" data-block-id="${block}" data-value="${id}">Snooze 1 h</button>`,
+    );
+    expect(html).toContain('Snooze 1 day</button>');
+    expect(html).not.toContain('<img');
+    expect(html).not.toContain('<b>b</b>');
+  });
+
+  it('the App Home view as the bot renders it: machines and open alerts drawn, machine text escaped', () => {
+    const view = renderHome({
+      now: T,
+      machines: [
+        {
+          id: 'kpro5',
+          glance: {
+            machineId: 'kpro5',
+            at: T - 60_000,
+            ok: true,
+            code: null,
+            gpus: 8,
+            gpuMemoryUsedMiB: 49_152,
+            gpuMemoryTotalMiB: 786_432,
+            ramPct: 98,
+            openAlerts: 1,
+          },
+        },
+      ],
+      alerts: [{ incidentId: alertIncidentId(ramAlert), alert: ramAlert, cleared: false, snoozedUntil: null }],
+      incidents: [],
+      ramPct: 90,
+      staleAfterMs: 15 * 60_000,
+    });
+    const html = demoBlocksHtml(view.blocks);
+    expect(html).toMatch(/<code>kpro5<\/code> · 8 GPUs · 49,152 \/ 786,432 MiB GPU memory · RAM 98 %/);
+    expect(html).toContain('host RAM 98 % used; &lt;img src=x onerror=alert(1)&gt;');
+    expect(html).not.toContain('<img');
+    expect(html).not.toContain('<b>b</b>');
   });
 });

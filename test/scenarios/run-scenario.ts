@@ -281,7 +281,7 @@ export interface Control {
 }
 
 /** Buttons and selects of a message: in actions blocks and as section accessories. */
-function alertControls(blocks: unknown): Control[] {
+export function alertControls(blocks: unknown): Control[] {
   const out: Control[] = [];
   if (!Array.isArray(blocks)) return out;
   const add = (el: unknown, blockId: string) => {

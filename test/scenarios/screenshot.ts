@@ -17,7 +17,7 @@ import { loadScenario } from './schema.ts';
 const HERE = dirname(fileURLToPath(import.meta.url));
 const file = process.argv[2] ?? join(HERE, 'demo-seed-incident.yaml');
 const out = process.argv[3] ?? join(HERE, '../../docs/demo-alert.png');
-const size = process.argv[4] ?? '1500x1900';
+const size = process.argv[4] ?? '1500x1250';
 if (!/^\d{3,4}x\d{3,4}$/.test(size)) throw new Error(`window size must be WIDTHxHEIGHT, e.g. 1500x900 (got ${size})`);
 const scenario = loadScenario(file);
 const demo = await startDemo(scenario);

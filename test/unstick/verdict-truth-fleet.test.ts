@@ -2,7 +2,8 @@
  * Issue 11 findings 1–4 on the test fleet (real sshd, namespaces, processes; real Redis): two
  * concurrent unsticks on neighbour containers each claim only their own memory; a leak beside
  * another container's live job gets no reset card; a lost GPU never ends green; after a denied
- * host kill the advice is what is really left and who can do it.
+ * host kill the advice is what is really left and who can do it. Issue 23: a neighbour's unstick
+ * that frees its GPUs while the target's after-view is being read never changes the target's verdict.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
@@ -191,4 +192,65 @@ describe('finding 4: advice after a denied host kill', () => {
       await h.exited;
     }
   });
+});
+
+describe('issue 23: a neighbour frees its GPUs while the target’s after-view is read', () => {
+  it('the target’s own holder fully freed → Recovered, no next step; GPUs 0 and 2 are said as outside this incident', async () => {
+    // ct129's ranks on GPUs 0 and 2 (incident A), ct130's job on GPU 5 (incident B, the target);
+    // every container sees all eight GPUs.
+    const tp0 = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 0, mib: 50_000 }],
+      title: 'sglang::scheduler_TP0',
+    });
+    const tp2 = await rig.fleet.spawnHolder('ct129', {
+      gpus: [{ index: 2, mib: 50_000 }],
+      title: 'sglang::scheduler_TP2',
+    });
+    const job = await rig.fleet.spawnHolder('ct130', { gpus: [{ index: 5, mib: 40_211 }], title: 'python3 train.py' });
+    const a = await rig.newIncident('ct129');
+    const b = await rig.newIncident('ct130');
+    // B's after-view starts with the host's batch (nvidia-smi lists A's ranks on GPUs 0 and 2);
+    // before B reads their /proc entries, A's whole unstick runs: the interleaving forced, not timed.
+    let signalled = false;
+    let raced: { listed: boolean } | null = null;
+    const raceExecutor: Executor = {
+      exec: async (route, spec) => {
+        const r = await rig.executor.exec(route, spec);
+        if (spec.agent?.verb === 'signal') signalled = true;
+        else if (signalled && raced === null && route.kind === 'direct' && spec.agent?.verb === 'batch') {
+          // The batch's parts are base64 (src/ssh batch framing); the apps part names the PIDs.
+          const parts = r.stdout
+            .split('\n')
+            .map((l) => Buffer.from(l.trim().split(' ').at(-1) ?? '', 'base64').toString('utf8'))
+            .join('\n');
+          raced = { listed: [tp0, tp2].every((p) => parts.includes(`, ${p.hostPid}, `)) };
+          await runUnstickJob({ kind: 'unstick', incidentId: a, machineId: 'ct129' }, rig.deps());
+          await tp0.exited;
+          await tp2.exited;
+        }
+        return r;
+      },
+      close: () => rig.executor.close(),
+    };
+    await runUnstickJob({ kind: 'unstick', incidentId: b, machineId: 'ct130' }, rig.deps({ executor: raceExecutor }));
+    await job.exited;
+    // The race happened: B's host read listed A's ranks, and A finished in the middle of B's read.
+    expect(raced).toEqual({ listed: true });
+    expect(ofType(await rig.events(a), 'verdict').at(-1)?.verdict.kind).toBe('recovered');
+
+    const vb = ofType(await rig.events(b), 'verdict').at(-1)?.verdict;
+    // What B's after-view saw on A's GPUs: listed by nvidia-smi, gone from /proc.
+    expect(vb?.gpus.filter((g) => g.index === 0 || g.index === 2).map((g) => [g.before, g.after])).toEqual([
+      ['held_outside', 'unidentified'],
+      ['held_outside', 'unidentified'],
+    ]);
+    expect(vb?.kind).toBe('recovered');
+    expect(vb?.nextStep).toBeNull();
+    expect(vb?.totalFreedMiB).toBe(40_211);
+    expect(vb?.outside.join(' ')).toMatch(/GPU 0: .*outside this incident/);
+    expect(vb?.outside.join(' ')).toMatch(/GPU 2: .*outside this incident/);
+    const text = await threadText(b);
+    expect(text).not.toContain('holders changed while we looked');
+    expect(text).not.toContain('Partially recovered');
+  }, 120_000);
 });
