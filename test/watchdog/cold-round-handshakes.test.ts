@@ -26,8 +26,8 @@ const DEFAULT_BOUND = parseEnv({}, 'worker').env?.GPU_MEDIC_WATCH_MAX_CONNECTS ?
  */
 const CAPACITY = 32;
 /** Slow enough that a round's connections all arrive within it; far below the connect timeout. */
-const HANDSHAKE_DELAY_MS = 1000;
-const CONNECT_TIMEOUT_SEC = 4;
+const HANDSHAKE_DELAY_MS = 1500;
+const CONNECT_TIMEOUT_SEC = 5;
 
 let rig: WatchRig;
 let proxy: HandshakeProxy;
