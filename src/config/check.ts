@@ -50,6 +50,7 @@ export async function checkConfig(
     );
   // A key file that is set must be readable and an Ed25519 key (the key's text is never shown).
   if (e.env) for (const why of keyProblems(e.env, role)) problems.push(why);
+  if (e.env && deployment !== 'local') for (const why of unsetKeys(e.env, role, deployment)) problems.push(why);
   const path = source.GPU_MEDIC_INVENTORY || './inventory.yaml';
   const inv = await loadInventory(path);
   for (const p of inv.problems) problems.push(`inventory ${path}: ${p.at}: ${p.message}`);
@@ -60,6 +61,30 @@ export async function checkConfig(
     env: problems.length === 0 ? e.env : null,
     inventory: problems.length === 0 ? inv.inventory : null,
   };
+}
+
+/** Each split role's own key settings: without them it signs and verifies with keys of its process only. */
+const OWN_KEYS = {
+  bot: ['GPU_MEDIC_BOT_KEY_FILE', 'GPU_MEDIC_WORKER_PUBLIC_KEY_FILES'],
+  worker: ['GPU_MEDIC_WORKER_KEY_FILE', 'GPU_MEDIC_BOT_PUBLIC_KEY_FILES'],
+} as const;
+
+/**
+ * Under compose or systemd the bot and the worker are always two processes, and a role that signs
+ * and verifies with keys of its own process only is one the other acts on never: every request is
+ * refused, and `config check` used to pass. (`start`, both roles in one process, needs none.)
+ */
+function unsetKeys(env: Env, role: Role, deployment: Deployment): string[] {
+  if (role === 'start') return [];
+  return OWN_KEYS[role]
+    .filter((k) => {
+      const v = env[k];
+      return v === undefined || v.length === 0;
+    })
+    .map(
+      (k) =>
+        `${k} is not set: under ${deployment} the bot and the worker are two processes, and without the signing keys neither acts on what the other signs (make them and set all four GPU_MEDIC_*_KEY_FILE(S) lines: docs/security.md, "Making the keys")`,
+    );
 }
 
 /** What GPU_MEDIC_SSH_ACCESS=root-shell gives up (issue 21), said on every `config check` that has it. */

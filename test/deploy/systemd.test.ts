@@ -5,6 +5,7 @@
  * everything, pass their config check and start a worker with no Slack secret in its environment.
  */
 import { execFile, spawn } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -75,9 +76,23 @@ describe('the worker unit, its command lines run as written', () => {
       join(etc, 'inventory.yaml'),
       `defaults:\n  keyFile: /etc/gpu-medic/ssh/id_ed25519\nhosts:\n  - id: kpro5\n    address: 192.0.2.15\n    hostKeys: [${FP}]\n`,
     );
+    // The signing keys as docs/deploy.md section 6 installs them (here under the temp dir).
+    const keyLines: string[] = [];
+    for (const [role, env] of [
+      ['bot', 'BOT'],
+      ['worker', 'WORKER'],
+    ] as const) {
+      const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+      writeFileSync(join(etc, `${role}.key.pem`), privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o400 });
+      writeFileSync(join(etc, `${role}.pub.pem`), publicKey.export({ type: 'spki', format: 'pem' }));
+      keyLines.push(
+        `GPU_MEDIC_${env}_KEY_FILE=${join(etc, `${role}.key.pem`)}`,
+        `GPU_MEDIC_${env}_PUBLIC_KEY_FILES=${join(etc, `${role}.pub.pem`)}`,
+      );
+    }
     writeFileSync(
       join(etc, '.env'),
-      `SLACK_BOT_TOKEN=xoxb-systemd-test-token\nSLACK_APP_TOKEN=xapp-systemd-test-token\nREDIS_URL=${REDIS_URL}\nGPU_MEDIC_PREFIX=${prefix}\n`,
+      `SLACK_BOT_TOKEN=xoxb-systemd-test-token\nSLACK_APP_TOKEN=xapp-systemd-test-token\nREDIS_URL=${REDIS_URL}\nGPU_MEDIC_PREFIX=${prefix}\n${keyLines.join('\n')}\n`,
     );
   }, 300_000);
   afterAll(async () => {

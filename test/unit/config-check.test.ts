@@ -2,6 +2,7 @@
  * `config check` (and the same report from bot/worker/start refusing to start): every problem at
  * once, in plain words, machines named by id, with the closest real name for a typo.
  */
+import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,6 +26,24 @@ beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'gpu-medic-config-'));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Each role's two signing-key settings, pointing at real Ed25519 PEM files (docs/security.md). */
+function signingKeys(): { bot: Record<string, string>; worker: Record<string, string> } {
+  const pair = (name: string): { key: string; pub: string } => {
+    const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+    const key = join(dir, `${name}.key.pem`);
+    const pub = join(dir, `${name}.pub.pem`);
+    writeFileSync(key, privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    writeFileSync(pub, publicKey.export({ type: 'spki', format: 'pem' }));
+    return { key, pub };
+  };
+  const bot = pair('bot');
+  const worker = pair('worker');
+  return {
+    bot: { GPU_MEDIC_BOT_KEY_FILE: bot.key, GPU_MEDIC_WORKER_PUBLIC_KEY_FILES: worker.pub },
+    worker: { GPU_MEDIC_WORKER_KEY_FILE: worker.key, GPU_MEDIC_BOT_PUBLIC_KEY_FILES: bot.pub },
+  };
+}
 
 async function check(
   args: string[],
@@ -166,9 +185,34 @@ containers:
     expect(local.out).toContain(
       'REDIS_URL redis://redis:6379 names the docker compose service "redis", which exists only inside compose',
     );
-    const compose = await check(['worker'], { REDIS_URL: 'redis://redis:6379', GPU_MEDIC_DEPLOYMENT: 'compose' }, ok);
+    const compose = await check(
+      ['worker'],
+      { REDIS_URL: 'redis://redis:6379', GPU_MEDIC_DEPLOYMENT: 'compose', ...signingKeys().worker },
+      ok,
+    );
     expect(compose.out).toMatch(/^config check \(worker\): ok\. 1 machines/);
     expect(compose.out).toContain('assuming docker compose');
+  });
+
+  it('under compose or systemd (bot and worker always two processes), a role without its signing keys is a problem; run from a checkout it is not', async () => {
+    const ok = `defaults: { keyFile: /k }\nhosts: [{ id: h1, address: 10.0.0.1, hostKeys: [${FP}] }]\n`;
+    const slack = { SLACK_BOT_TOKEN: 'xoxb-test', SLACK_APP_TOKEN: 'xapp-test' };
+    for (const deployment of ['compose', 'systemd']) {
+      const bot = await check(['bot'], { ...slack, GPU_MEDIC_DEPLOYMENT: deployment }, ok);
+      expect(bot.code).toBe(1);
+      expect(bot.out).toContain(`GPU_MEDIC_BOT_KEY_FILE is not set: under ${deployment} the bot and the worker`);
+      expect(bot.out).toContain(`GPU_MEDIC_WORKER_PUBLIC_KEY_FILES is not set: under ${deployment}`);
+      const worker = await check(['worker'], { GPU_MEDIC_DEPLOYMENT: deployment }, ok);
+      expect(worker.code).toBe(1);
+      expect(worker.out).toContain(`GPU_MEDIC_WORKER_KEY_FILE is not set: under ${deployment}`);
+      expect(worker.out).toContain(`GPU_MEDIC_BOT_PUBLIC_KEY_FILES is not set: under ${deployment}`);
+      const keys = signingKeys();
+      expect((await check(['bot'], { ...slack, GPU_MEDIC_DEPLOYMENT: deployment, ...keys.bot }, ok)).code).toBe(0);
+      expect((await check(['worker'], { GPU_MEDIC_DEPLOYMENT: deployment, ...keys.worker }, ok)).code).toBe(0);
+    }
+    // From a checkout, `npm start` runs both roles in one process: keys of that process are enough.
+    expect((await check(['worker'], {}, ok)).code).toBe(0);
+    expect((await check(['start'], slack, ok)).code).toBe(0);
   });
 
   it('says what root-shell SSH access gives up, and says nothing of it under the default (agent)', async () => {

@@ -6,7 +6,7 @@
  */
 import type { Redis } from 'ioredis';
 import { validateInventory } from '../../src/config/load-inventory.ts';
-import type { Inventory } from '../../src/config/inventory.ts';
+import type { Inventory, InventoryInput } from '../../src/config/inventory.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
@@ -51,10 +51,15 @@ export interface WatchRig {
 
 export async function startWatchRig(
   spec: FleetSpec,
-  o: { settings?: Partial<WatchSettings>; commandTimeoutSec?: number } = {},
+  o: {
+    settings?: Partial<WatchSettings>;
+    commandTimeoutSec?: number;
+    /** The inventory the worker uses, made from the fleet's (e.g. its machines behind a proxy). Default: the fleet's. */
+    inventory?: (fromFleet: InventoryInput) => Promise<InventoryInput>;
+  } = {},
 ): Promise<WatchRig> {
   const fleet = await startFleet(spec);
-  const v = validateInventory(fleet.inventory());
+  const v = validateInventory(o.inventory ? await o.inventory(fleet.inventory()) : fleet.inventory());
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
   if (o.commandTimeoutSec !== undefined) inventory.defaults.commandTimeoutSec = o.commandTimeoutSec;
