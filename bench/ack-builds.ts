@@ -15,9 +15,9 @@ import { Redis } from 'ioredis';
 import { filledExampleInventoryText } from '../test/harness/example-inventory.ts';
 import { removePrefix } from '../test/harness/redis-prefix.ts';
 import { startFakeSlack } from '../test/harness/slack/fake-slack-api.ts';
-import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
 import { processCpuMs, rssSplitKiB } from './cpu.ts';
 import { freePort, startBuild, type RoleProcess } from './procs.ts';
+import { sendAck } from './send-ack.ts';
 import { percentile, ratio, summarize } from './stats.ts';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -68,31 +68,15 @@ async function main(): Promise<void> {
     let channel = 0;
     const burst = async (b: (typeof bots)[number], text: string): Promise<number> => {
       channel += 1;
-      const send = () =>
-        sendSlashCommand(
-          b.url,
-          b.secret,
-          {
+      const rs = await Promise.all(
+        Array.from({ length: C }, () =>
+          sendAck(b.url, b.secret, {
             text,
             user_id: 'U0BENCH001',
             channel_id: `C0ACKB${String(channel).padStart(5, '0')}`,
             response_url: slack.newResponseUrl(),
-          },
-          { timeoutMs: 30_000 },
-        );
-      const rs = await Promise.all(
-        Array.from({ length: C }, async () => {
-          const t0 = performance.now();
-          try {
-            return await send();
-          } catch (e) {
-            // A kept-alive connection the bot closed as idle (5 s) just as the client reused it: the
-            // request never reached the bot, so it is sent again, timed from the first attempt.
-            if (!(e instanceof Error && /other side closed/.test(String(e.cause)))) throw e;
-            const r = await send();
-            return { ...r, elapsedMs: performance.now() - t0 };
-          }
-        }),
+          }),
+        ),
       );
       const bad = rs.filter((r) => r.status !== 200);
       if (bad.length > 0)
