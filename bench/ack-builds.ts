@@ -10,14 +10,14 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import { filledExampleInventoryText } from '../test/harness/example-inventory.ts';
 import { removePrefix } from '../test/harness/redis-prefix.ts';
 import { startFakeSlack } from '../test/harness/slack/fake-slack-api.ts';
-import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
-import { rssSplitKiB } from './cpu.ts';
+import { processCpuMs, rssSplitKiB } from './cpu.ts';
 import { freePort, startBuild, type RoleProcess } from './procs.ts';
+import { sendAck } from './send-ack.ts';
 import { percentile, ratio, summarize } from './stats.ts';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -30,7 +30,8 @@ const RUNS = arg('--runs', 5);
 const builds = process.argv
   .slice(2)
   .filter((a) => a.includes('='))
-  .map((a) => ({ name: a.slice(0, a.indexOf('=')), main: a.slice(a.indexOf('=') + 1) }));
+  .map((a) => ({ name: a.slice(0, a.indexOf('=')), main: resolve(a.slice(a.indexOf('=') + 1)) }));
+// The bots run in a scratch directory: a relative path is the caller's.
 
 async function main(): Promise<void> {
   if (builds.length === 0) throw new Error('usage: ack-builds.ts NAME=dist/src/main.js …');
@@ -69,40 +70,63 @@ async function main(): Promise<void> {
       channel += 1;
       const rs = await Promise.all(
         Array.from({ length: C }, () =>
-          sendSlashCommand(
-            b.url,
-            b.secret,
-            {
-              text,
-              user_id: 'U0BENCH001',
-              channel_id: `C0ACKB${String(channel).padStart(5, '0')}`,
-              response_url: slack.newResponseUrl(),
-            },
-            { timeoutMs: 30_000 },
-          ),
+          sendAck(b.url, b.secret, {
+            text,
+            user_id: 'U0BENCH001',
+            channel_id: `C0ACKB${String(channel).padStart(5, '0')}`,
+            response_url: slack.newResponseUrl(),
+          }),
         ),
       );
-      if (rs.some((r) => r.status !== 200)) throw new Error(`${b.name}: an ack was not 200`);
+      const bad = rs.filter((r) => r.status !== 200);
+      if (bad.length > 0)
+        throw new Error(
+          `${b.name}: ${bad.length} of ${C} "${text}" acks were not 200 (HTTP ${[...new Set(bad.map((r) => r.status))].join(', ')}; slowest ${Math.round(Math.max(...rs.map((r) => r.elapsedMs)))} ms)`,
+        );
       return percentile(
         rs.map((r) => r.elapsedMs),
         99,
       );
     };
-    const p99 = new Map<string, { status: number[]; help: number[]; anonKiB: number }>(
-      bots.map((b) => [b.name, { status: [], help: [], anonKiB: 0 }]),
+    interface Figures {
+      status: number[];
+      help: number[];
+      statusCpu: number[];
+      helpCpu: number[];
+      anonKiB: number;
+    }
+    const p99 = new Map<string, Figures>(
+      bots.map((b) => [b.name, { status: [], help: [], statusCpu: [], helpCpu: [], anonKiB: 0 }]),
     );
+    // The bot's own CPU time (user + system) during a burst: what a burst costs it, which the load
+    // of a shared machine does not change as it changes wall times.
+    const timed = async (b: (typeof bots)[number], text: string): Promise<{ p99: number; cpuMs: number }> => {
+      const c0 = processCpuMs(b.bot.pid);
+      const p = await burst(b, text);
+      return { p99: p, cpuMs: processCpuMs(b.bot.pid) - c0 };
+    };
     const load0 = loadavg()[0] ?? 0;
     for (let run = -1; run < RUNS; run++) {
       for (let k = 0; k < bots.length; k++) {
         const b = bots[(k + Math.max(0, run)) % bots.length];
         if (!b) continue;
-        const s = await burst(b, 'status kpro5');
-        const h = await burst(b, 'help');
+        // Alternating order: the burst that follows the other is measured while its outbox posts.
+        let s: { p99: number; cpuMs: number };
+        let h: { p99: number; cpuMs: number };
+        if (run % 2 === 0) {
+          s = await timed(b, 'status kpro5');
+          h = await timed(b, 'help');
+        } else {
+          h = await timed(b, 'help');
+          s = await timed(b, 'status kpro5');
+        }
         const into = p99.get(b.name);
         if (run >= 0 && into) {
           // Run -1 is the warm-up.
-          into.status.push(s);
-          into.help.push(h);
+          into.status.push(s.p99);
+          into.help.push(h.p99);
+          into.statusCpu.push(s.cpuMs);
+          into.helpCpu.push(h.cpuMs);
           into.anonKiB = Math.max(into.anonKiB, rssSplitKiB(b.bot.pid).anon);
         }
         // Let this bot's outbox post the burst's thread parents before the next build's burst.
@@ -111,13 +135,15 @@ async function main(): Promise<void> {
     }
     const out = Object.fromEntries(
       bots.map((b) => {
-        const x = p99.get(b.name) ?? { status: [], help: [], anonKiB: 0 };
+        const x = p99.get(b.name) ?? { status: [], help: [], statusCpu: [], helpCpu: [], anonKiB: 0 };
         return [
           b.name,
           {
             statusP99Ms: summarize(x.status),
             helpP99Ms: summarize(x.help),
             p99OverHelp: ratio(x.status, x.help),
+            botCpuMsPerBurst: { status: summarize(x.statusCpu), help: summarize(x.helpCpu) },
+            cpuOverHelp: ratio(x.statusCpu, x.helpCpu),
             peakMiB: Math.round(b.bot.peakKiB() / 102.4) / 10,
             afterBurstAnonMiB: Math.round(x.anonKiB / 102.4) / 10,
           },
@@ -139,7 +165,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (e: unknown) => {
-    process.stderr.write(`ack-builds failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.stderr.write(
+      `ack-builds failed: ${e instanceof Error ? `${e.stack ?? e.message}\ncause: ${String(e.cause)}` : String(e)}\n`,
+    );
     process.exit(1);
   },
 );

@@ -21,7 +21,7 @@ import type { CommandSpec } from '../src/ssh/types.ts';
 import { startFleet } from '../test/harness/fleet/index.ts';
 import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
-import { sendSlashCommand } from '../test/harness/slack/signed-request.ts';
+import { sendAck } from './send-ack.ts';
 import { muxSessionCpu, processCpuMs, rssSplitKiB } from './cpu.ts';
 import { writeTestKeys } from '../test/harness/keys.ts';
 import { freePort, startRole, type RoleProcess } from './procs.ts';
@@ -95,12 +95,12 @@ interface SlashResult {
 }
 
 async function slash(slack: FakeSlack, p: Pair, text: string, channel: string): Promise<SlashResult> {
-  const r = await sendSlashCommand(
-    p.eventsUrl,
-    p.secret,
-    { text, user_id: 'U0BENCH001', channel_id: channel, response_url: slack.newResponseUrl() },
-    { timeoutMs: 30_000 },
-  );
+  const r = await sendAck(p.eventsUrl, p.secret, {
+    text,
+    user_id: 'U0BENCH001',
+    channel_id: channel,
+    response_url: slack.newResponseUrl(),
+  });
   const ackText =
     typeof r.json === 'object' && r.json !== null && 'text' in r.json ? String((r.json as { text: unknown }).text) : '';
   const m = /incident `(inc_[a-z0-9_]+)`/.exec(ackText);

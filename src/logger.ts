@@ -34,15 +34,47 @@ export function scrubSecrets(text: string): string {
   return out;
 }
 
+const SECRET_KEY_SET = new Set(SECRET_KEYS);
+const CENSOR = '[redacted]';
+
+/**
+ * `value` with every value under a secret key replaced by the censor, on the top level and up to
+ * two levels down (what the redact paths `k`, `*.k`, `*.*.k` covered). Copy on write: the caller's
+ * objects are never changed, and an object with nothing to censor is returned as it is. One pass
+ * over the keys with a Set lookup: pino's `redact` with the wildcard paths `*.k` and `*.*.k` cost
+ * about 0.2 ms a line, most of what a status ack's log line cost the bot (issue 26).
+ */
+function censored(value: unknown, depth: number): unknown {
+  if (typeof value !== 'object' || value === null) return value;
+  let out: Record<string, unknown> | null = null;
+  const from = value as Record<string, unknown>;
+  for (const k of Object.keys(from)) {
+    const v = from[k];
+    const next = SECRET_KEY_SET.has(k) ? CENSOR : depth < 2 ? censored(v, depth + 1) : v;
+    if (next === v) continue;
+    // The same prototype and property descriptors (an Error keeps its message, stack and type).
+    out ??= Array.isArray(value)
+      ? ([...value] as unknown as Record<string, unknown>)
+      : (Object.create(Object.getPrototypeOf(value), Object.getOwnPropertyDescriptors(value)) as Record<
+          string,
+          unknown
+        >);
+    out[k] = next;
+  }
+  return out ?? value;
+}
+
 export function createLogger(opts: { level?: string; name: string; destination?: DestinationStream }): Logger {
-  const paths = SECRET_KEYS.flatMap((k) => [k, `*.${k}`, `*.*.${k}`, `headers.${k}`]);
   return pino(
     {
       name: opts.name,
       level: opts.level ?? 'info',
-      redact: { paths, censor: '[redacted]' },
+      // Top-level keys (also a child logger's bindings, which the formatter below never sees): pino
+      // looks each one up by name, no pass over the object. Nested ones: `censored`, one pass.
+      redact: { paths: SECRET_KEYS, censor: CENSOR },
       formatters: {
-        log(obj) {
+        log(logged) {
+          const obj = censored(logged, 0) as typeof logged;
           // Error messages and free text can carry secrets that key-based redaction cannot see.
           for (const [k, v] of Object.entries(obj)) if (typeof v === 'string') obj[k] = scrubSecrets(v);
           return obj;

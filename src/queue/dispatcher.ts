@@ -32,6 +32,38 @@ export interface DispatcherOptions {
   timeoutMs?: number;
 }
 
+/** ioredis keeps a connection's Lua scripts (defineCommand) here; every MULTI copies each onto itself. */
+type WithScripts = Redis & { scriptsSet?: Record<string, unknown> };
+
+/**
+ * `multi()` with only BullMQ's job-insert scripts (`add…`) copied onto the transaction. ioredis's
+ * Pipeline constructor copies every script defined on its connection onto the new object, twice
+ * (name and nameBuffer): BullMQ defines 64, so each ack's MULTI built and dropped a 128-property
+ * object, about 0.5 ms of the bot's CPU per status ack against 0.05 ms for the replay guard's SET
+ * (issue 26, bench/README.md). The constructor runs synchronously, so nothing else can see the
+ * connection's script table while it is narrowed; the EXEC sends only builtins and an `add…` script.
+ */
+function leanMulti<T>(connection: Redis, multi: () => T): T {
+  const c = connection as WithScripts;
+  const all = c.scriptsSet;
+  if (all === undefined) return multi();
+  // Rebuilt when scripts were defined since (BullMQ defines them all when it first uses a connection).
+  const names = Object.keys(all);
+  let lean = leanScripts.get(all);
+  if (lean === undefined || lean.of !== names.length) {
+    lean = { of: names.length, scripts: Object.fromEntries(names.filter(isInsertScript).map((n) => [n, all[n]])) };
+    leanScripts.set(all, lean);
+  }
+  c.scriptsSet = lean.scripts;
+  try {
+    return multi();
+  } finally {
+    c.scriptsSet = all;
+  }
+}
+const isInsertScript = (name: string): boolean => name.startsWith('add');
+const leanScripts = new WeakMap<Record<string, unknown>, { of: number; scripts: Record<string, unknown> }>();
+
 export function createDispatcher(o: DispatcherOptions): Dispatcher {
   const queues = new Map<string, Queue>();
   const timeoutMs = o.timeoutMs ?? 1500;
@@ -83,7 +115,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
           await m.exec();
           return;
         }
-        const tx: IRedisTransaction = client.multi();
+        const tx: IRedisTransaction = leanMulti(o.connection, () => client.multi());
         // BullMQ's ioredis transaction is the connection's own ioredis MULTI, with BullMQ's
         // script runner added (bullmq ioredis-client.js): the incident's writes go in as ioredis commands.
         alongside(tx as unknown as ChainableCommander);

@@ -164,6 +164,13 @@ describe('startSshd with agent (issue 21)', () => {
     })();
     expect(own).not.toContain('forced-by-key');
   });
+  it('the time its setup takes (an install waiting its turn) does not count against the time sshd has to listen', async () => {
+    const s = await start('agent-slow-setup', {
+      agent: { binds: [], setup: ['sleep 6'] },
+      readyTimeoutMs: 5000,
+    });
+    expect(() => process.kill(s.pid, 0)).not.toThrow();
+  });
 });
 
 it('a pino logger fits the executor logger option', () => {
