@@ -42,6 +42,8 @@ const ALONE = ['test/faults/load.test.ts'];
 export default defineConfig({
   test: {
     testTimeout: 60_000,
+    // Builds dist/ once, before the files that run `node dist/src/main.js` start (test/harness/dist.ts).
+    globalSetup: ['test/harness/global-setup.ts'],
     sequence: { sequencer: LongestFirst },
     hookTimeout: 60_000,
     // The JSON summary lets .ci/run print one plain "N passed, N failed" line.

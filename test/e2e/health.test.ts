@@ -1,12 +1,12 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runHealthCommand } from '../../src/cli/health-command.ts';
 import { startPrivateRedis, type PrivateRedis } from '../faults/lib/redis-server.ts';
+import { ROOT, spawnMain } from '../harness/dist.ts';
 import { filledExampleInventory } from '../harness/example-inventory.ts';
 import type { FakeSlack } from '../harness/slack/fake-slack-api.ts';
 import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/fake-socket-mode.ts';
@@ -14,15 +14,13 @@ import { startSlackWithSocketMode, type FakeSocketMode } from '../harness/slack/
 /** The example inventory with its placeholder fingerprints filled in, as an operator leaves it. */
 const EXAMPLE_FILLED = filledExampleInventory();
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
 /** The real entry point as a separate process, as the container runs it. */
-function startProcess(
+async function startProcess(
   role: 'bot' | 'worker',
   env: Record<string, string>,
-): { child: ChildProcess; output: () => string; gone: Promise<void> } {
+): Promise<{ child: ChildProcess; output: () => string; gone: Promise<void> }> {
   const chunks: string[] = [];
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), role], {
+  const child = await spawnMain([role], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -79,13 +77,13 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
 
   it('worker: healthy; Redis down → unhealthy naming Redis; back → healthy; hung (SIGSTOP) → stale; stopped → no heartbeat', async () => {
     const file = join(dir, 'worker.json');
-    const w = startProcess('worker', {
+    const w = await startProcess('worker', {
       REDIS_URL: redis.url,
       GPU_MEDIC_PREFIX: 'health-test',
       GPU_MEDIC_HEALTH_FILE: file,
     });
     try {
-      // The first beat waits for the process to start (tsx compile): seconds on a loaded machine.
+      // The first beat waits for the process to start (module loading): seconds on a loaded machine.
       const ok = await healthUntil('worker', file, (h) => h.code === 0, 90_000);
       expect(ok.line).toMatch(new RegExp(`^worker \\(pid ${w.child.pid}\\) ok \\(\\d+ s ago\\): redis, queues$`));
 
@@ -124,7 +122,7 @@ describe('healthchecks report what is wrong, from the real processes (heartbeat 
 
     it('healthy while connected; Slack gone → unhealthy naming Socket Mode; Redis down → the outbox and Redis named', async () => {
       const file = join(dir, 'bot.json');
-      const b = startProcess('bot', {
+      const b = await startProcess('bot', {
         REDIS_URL: redis.url,
         GPU_MEDIC_PREFIX: 'health-test',
         GPU_MEDIC_HEALTH_FILE: file,

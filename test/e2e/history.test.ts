@@ -3,19 +3,17 @@
  * holder processes), then history asked through the real Bolt receiver with signed requests.
  * History answers only to the asker, from the log, and touches nothing.
  */
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IncidentLog } from '../../src/incident/log.ts';
+import { execMain } from '../harness/dist.ts';
 import { blockActionPayload, sendInteraction } from '../harness/slack/signed-request.ts';
 import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { keysOf, startStack, type Stack } from '../harness/stack.ts';
 import { listMachines } from '../../src/config/machines.ts';
 
-const execFileP = promisify(execFile);
 const OPS = 'C0ONCALL01';
 const ALICE = 'U0ALICE001';
 const BOB = 'U0BOB00001';
@@ -164,7 +162,7 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     extraEnv: Record<string, string> = {},
   ): Promise<{ code: number; out: string; err: string }> {
     try {
-      const r = await execFileP('npx', ['tsx', 'src/main.ts', ...args], {
+      const r = await execMain(args, {
         env: { ...process.env, REDIS_URL: s.env.REDIS_URL, GPU_MEDIC_PREFIX: s.prefix, ...extraEnv },
         cwd: process.cwd(),
       });

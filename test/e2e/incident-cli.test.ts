@@ -1,13 +1,10 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runIncidentsCommand } from '../../src/cli/incidents-command.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
+import { execMain } from '../harness/dist.ts';
 import { freePort } from '../harness/sshd.ts';
 import { REDIS_URL, startStack, type Stack } from '../harness/stack.ts';
-
-const execFileP = promisify(execFile);
 
 /** Runs the command in this process and returns what it printed. */
 async function cli(sub: 'incidents' | 'incident', args: string[], env: Record<string, string>) {
@@ -92,7 +89,7 @@ describe('the incident log read without Slack: `incidents` and `incident <id>`',
   });
 
   it('the real entry point prints the same timeline as a separate process', async () => {
-    const { stdout } = await execFileP('npx', ['tsx', 'src/main.ts', 'incident', unstickId], {
+    const { stdout } = await execMain(['incident', unstickId], {
       env: { ...process.env, ...env },
       cwd: process.cwd(),
     });

@@ -1,14 +1,13 @@
 /**
  * Scale story (issue 14): workers on several machines serve the same site queue, with BullMQ on one
- * Redis as the only distributed engine. Two real worker processes (`src/main.ts worker`, as deployed)
+ * Redis as the only distributed engine. Two real worker processes (`dist/src/main.js worker`, as deployed)
  * share one site's jobs; every job runs exactly once, and an unstick signals its holder once.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue } from 'bullmq';
 import { stringify } from 'yaml';
@@ -17,9 +16,9 @@ import { sitesOf } from '../../src/config/machines.ts';
 import { queueName } from '../../src/queue/jobs.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
+import { ROOT, spawnMain } from '../harness/dist.ts';
 import { REDIS_URL, startStack, type Stack } from '../harness/stack.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const HOSTS = ['kpro1', 'kpro2', 'kpro3', 'kpro4', 'kpro5', 'kpro6'];
 
 interface WorkerProc {
@@ -28,9 +27,9 @@ interface WorkerProc {
   gone: Promise<void>;
 }
 
-function startWorker(env: Record<string, string>): WorkerProc {
+async function startWorker(env: Record<string, string>): Promise<WorkerProc> {
   const chunks: string[] = [];
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'worker'], {
+  const child = await spawnMain(['worker'], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -78,8 +77,10 @@ describe('two worker processes on one site queue', () => {
       ...s.workerKeyEnv,
     };
     procs.push(
-      startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w1.json') }),
-      startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w2.json') }),
+      ...(await Promise.all([
+        startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w1.json') }),
+        startWorker({ ...env, GPU_MEDIC_HEALTH_FILE: join(dir, 'w2.json') }),
+      ])),
     );
     log = new IncidentLog(s.redis, s.prefix);
     // Both processes serve the queue before any job exists (a late starter would find no work).

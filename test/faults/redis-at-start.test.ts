@@ -1,24 +1,24 @@
 /**
  * Issue 24, finding 1 (the Redis half): the bot and the worker STARTED while Redis is not there,
  * two ways: nothing listens on its port yet, and a server answers but fails every command
- * (`--requirepass`: NOAUTH). Each role is its own OS process (`src/main.ts bot|worker`, configured
+ * (`--requirepass`: NOAUTH). Each role is its own OS process (`dist/src/main.js bot|worker`, configured
  * by environment only). Each must stay up, say what it waits for (log and health file), and once a
  * good Redis is on that port serve: the bot logs that Redis is reachable now, acks and queues a
  * signed slash command, the worker takes the job and the incident finishes.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IncidentLog } from '../../src/incident/log.ts';
+import { ROOT, spawnMain } from '../harness/dist.ts';
 import { filledExampleInventory } from '../harness/example-inventory.ts';
 import { startFakeSlack, type FakeSlack } from '../harness/slack/fake-slack-api.ts';
 import { sendSlashCommand } from '../harness/slack/signed-request.ts';
 import { freePort } from '../harness/sshd.ts';
 import { startPrivateRedis, type PrivateRedis } from './lib/redis-server.ts';
-import { ROOT } from './unstick-rig.ts';
 
 interface Proc {
   output(): string;
@@ -26,9 +26,9 @@ interface Proc {
   stop(): Promise<void>;
 }
 
-function startRole(role: 'bot' | 'worker', env: Record<string, string>): Proc {
+async function startRole(role: 'bot' | 'worker', env: Record<string, string>): Promise<Proc> {
   const chunks: string[] = [];
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), role], {
+  const child: ChildProcess = await spawnMain([role], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -90,7 +90,7 @@ describe.each(OUTAGES)('bot and worker started while Redis is not usable: $name'
       GPU_MEDIC_HEALTH_INTERVAL_SEC: '1',
       LOG_LEVEL: 'info',
     };
-    bot = startRole('bot', {
+    bot = await startRole('bot', {
       ...common,
       GPU_MEDIC_MODE: 'http',
       SLACK_BOT_TOKEN: slack.botToken,
@@ -99,7 +99,7 @@ describe.each(OUTAGES)('bot and worker started while Redis is not usable: $name'
       PORT: '0',
       GPU_MEDIC_HEALTH_FILE: botHealth,
     });
-    worker = startRole('worker', { ...common, GPU_MEDIC_HEALTH_FILE: workerHealth });
+    worker = await startRole('worker', { ...common, GPU_MEDIC_HEALTH_FILE: workerHealth });
   }, 60_000);
 
   afterAll(async () => {

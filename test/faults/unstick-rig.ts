@@ -1,21 +1,21 @@
 /**
- * The unstick crash rig: the WORKER runs as its own OS process (`node --import tsx src/main.ts
- * worker`, configured only by env and an inventory file), so a test can SIGKILL it for real at a
+ * The unstick crash rig: the WORKER runs as its own OS process (`node dist/src/main.js worker`,
+ * the compiled entry point, configured only by env and an inventory file), so a test can SIGKILL it for real at a
  * chosen moment and start another one; the bot runs in this process (real Bolt HTTP receiver,
  * signed requests, fake Slack) and can be stopped and started again on the same Redis prefix.
  * Redis is the shared one under a random prefix (every key of it removed at the end); the fleet
  * is the real-sshd one with containers as PID namespaces. Every child is killed by its PID.
  */
 import { captureLogger } from '../harness/capture-logger.ts';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
+import { ROOT, spawnMain } from '../harness/dist.ts';
 import { removePrefix } from '../harness/redis-prefix.ts';
 import { startBot, type Bot } from '../../src/bot.ts';
 import { parseEnv } from '../../src/config/env.ts';
@@ -36,7 +36,6 @@ import {
   type SignedResponse,
 } from '../harness/slack/signed-request.ts';
 
-export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const CHANNEL = 'C0ONCALL01';
 const ALICE = 'U0ALICE001'; // on call: requests
@@ -187,7 +186,7 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
 
   const startWorker = async (extra: Record<string, string> = {}): Promise<WorkerProc> => {
     const chunks: string[] = [];
-    const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'worker'], {
+    const child: ChildProcess = await spawnMain(['worker'], {
       cwd: ROOT,
       // Only what a deployed worker gets: no Slack setting, nothing inherited from the test runner.
       env: {

@@ -105,7 +105,7 @@ export interface StackOptions {
   /** Count into one registry served over HTTP on a free loopback port, as `start` with GPU_MEDIC_METRICS_PORT does. */
   metrics?: boolean;
   /**
-   * Run the workers as their own OS process (`src/main.ts worker`, configured by environment and an
+   * Run the workers as their own OS process (`dist/src/main.js worker`, configured by environment and an
    * inventory file like a deployed worker), so restartWorkers is a real SIGKILL. Its log lines join logText.
    */
   workerProcess?: boolean;

@@ -1,13 +1,10 @@
 /**
- * A worker as its own OS process (`node --import tsx src/main.ts worker`), configured only by
+ * A worker as its own OS process (`node dist/src/main.js worker`, the compiled entry point), configured only by
  * environment and an inventory file, as a deployed worker is: so a test can SIGKILL it (a crash: no
  * close, no cleanup, its BullMQ job locks left to lapse) and start another on the same Redis.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { join } from 'node:path';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+import type { ChildProcess } from 'node:child_process';
+import { ROOT, spawnMain } from './dist.ts';
 
 export interface WorkerChild {
   pid: number;
@@ -28,7 +25,7 @@ export async function startWorkerChild(
   o: { readyTimeoutMs?: number; onOutput?: (chunk: string) => void } = {},
 ): Promise<WorkerChild> {
   const chunks: string[] = [];
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'worker'], {
+  const child: ChildProcess = await spawnMain(['worker'], {
     cwd: ROOT,
     // Issue 21: the fleet's hosts take shell lines until they run the agent (env may say otherwise).
     env: {
@@ -71,7 +68,7 @@ export async function startWorkerChild(
       clearTimeout(t);
     },
   };
-  // A loaded machine takes a while to start tsx: bounded, generous.
+  // A loaded machine takes a while to start a worker: bounded, generous.
   const until = Date.now() + (o.readyTimeoutMs ?? 90_000);
   while (!proc.output().includes('workers started')) {
     if (!proc.alive()) throw new Error(`worker process exited at start:\n${proc.output().slice(-3000)}`);

@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ROOT, spawnMain } from '../harness/dist.ts';
 import { REDIS_URL, newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 import { freePort } from '../harness/sshd.ts';
 
@@ -26,8 +26,8 @@ describe('the metrics endpoint of a started role', () => {
     );
     const port = await freePort();
     const out: string[] = [];
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'worker'], {
-      cwd: join(import.meta.dirname, '..', '..'),
+    const child = await spawnMain(['worker'], {
+      cwd: ROOT,
       env: {
         PATH: process.env.PATH ?? '/usr/bin:/bin',
         HOME: process.env.HOME ?? '/root',

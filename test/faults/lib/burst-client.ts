@@ -3,7 +3,7 @@
  * outside the bot: the acks it times measure the bot, not the test's own HTTP client and signing
  * sharing the bot's event loop.
  *
- * Child side: `node --import tsx burst-client.ts <config.json>` prints `READY`, sends every
+ * Child side: `node burst-client.mjs <config.json>` (this file bundled by esbuild) prints `READY`, sends every
  * command at once when a line arrives on stdin, prints one JSON line of results and exits.
  * Parent side: `sendBurst`.
  */
@@ -12,6 +12,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { bundleScript } from '../../harness/bundle-script.ts';
 import { sendSlashCommand, type SlashCommandFields } from '../../harness/slack/signed-request.ts';
 
 export interface BurstConfig {
@@ -32,10 +33,11 @@ const HERE = fileURLToPath(import.meta.url);
 
 /** Sends `config.commands` at once from a child process; the answers come back in the same order. */
 export async function sendBurst(config: BurstConfig, timeoutMs = 60_000): Promise<BurstAnswer[]> {
+  const script = await bundleScript(HERE);
   const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-burst-'));
   const cfgPath = join(dir, 'config.json');
   writeFileSync(cfgPath, JSON.stringify(config));
-  const child = spawn(process.execPath, ['--import', 'tsx', HERE, cfgPath], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [script, cfgPath], { stdio: ['pipe', 'pipe', 'inherit'] });
   try {
     return await new Promise<BurstAnswer[]>((resolve, reject) => {
       let out = '';

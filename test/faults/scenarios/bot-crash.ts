@@ -1,6 +1,6 @@
 /**
  * Messages exactly once through a bot crash. The BOT runs as its own OS process
- * (`node --import tsx src/main.ts bot`, configured only by env), renders a seeded incident into
+ * (`node dist/src/main.js bot`, the compiled entry point, configured only by env), renders a seeded incident into
  * the fake Slack, and is SIGKILLed at one point of the post/record sequence of one message:
  * - `before-post`: the chat.postMessage reached Slack but was never performed (the process died
  *   first, as far as Slack can tell);
@@ -12,17 +12,17 @@
  * Slack or not, ref in Redis or not). A new bot process on the same Redis prefix then finishes the
  * thread, which must equal the rendered log: each message exactly once, in order.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { AnyEvent } from '../../../src/incident/all-events.ts';
 import { IncidentLog } from '../../../src/incident/log.ts';
 import { renderThread } from '../../../src/render/thread.ts';
+import { ROOT, spawnMain } from '../../harness/dist.ts';
 import { filledExampleInventory } from '../../harness/example-inventory.ts';
 import { removePrefix, REDIS_URL } from '../../harness/redis-prefix.ts';
 import { startFakeSlack, type FakeSlack } from '../../harness/slack/fake-slack-api.ts';
-import { ROOT } from '../unstick-rig.ts';
 import { checker, emptyFigures, pollUntil, type Figures } from '../lib/figures.ts';
 import { judgeThread } from '../lib/threads.ts';
 
@@ -40,9 +40,9 @@ interface BotProc {
   gone: Promise<void>;
 }
 
-function startBotProcess(env: Record<string, string>): Promise<BotProc> {
+async function startBotProcess(env: Record<string, string>): Promise<BotProc> {
   const chunks: string[] = [];
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/main.ts'), 'bot'], {
+  const child: ChildProcess = await spawnMain(['bot'], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
