@@ -22,8 +22,7 @@ function mountsMentioning(needle: string): string[] {
 }
 
 describe('fleet lifecycle', () => {
-  it('starts in seconds and stop() leaves no process, no mount and no dir', async () => {
-    const t0 = Date.now();
+  it('stop() leaves no process, no mount and no dir, with sessions still running on its sshds', async () => {
     const fleet = await startFleet({
       // The simulation itself is under test: its hosts take any shell line (the agent's tests are agent/test).
       access: 'shell',
@@ -33,8 +32,6 @@ describe('fleet lifecycle', () => {
         { id: 'life-pct', vmid: 130, host: 'life-host' },
       ],
     });
-    const startMs = Date.now() - t0;
-    expect(startMs).toBeLessThan(10_000);
     const dir = fleet.dir;
     const holders = await Promise.all([
       fleet.spawnHolder('life-host', { gpus: [{ index: 0, mib: 1 }] }),
@@ -46,10 +43,7 @@ describe('fleet lifecycle', () => {
     await eventually(async () => (await processesMentioning(`${dir}/m/`)).length >= 4);
     const inits = ['life-ct', 'life-pct'].map((id) => fleet.machine(id).initHostPid);
 
-    const t1 = Date.now();
     await fleet.stop();
-    const stopMs = Date.now() - t1;
-    expect(stopMs).toBeLessThan(10_000);
     for (const h of holders) expect(alive(h.hostPid)).toBe(false);
     for (const pid of inits) expect(pid !== null && alive(pid)).toBe(false);
     expect(await processesMentioning(dir)).toEqual([]);
