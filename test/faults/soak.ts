@@ -166,7 +166,13 @@ const scenarios: Scenario[] = [
     name: 'load',
     async run() {
       const machines = quick ? 12 : 50;
-      const f = await load({ machines, burst: 200, statusAll: quick ? 3 : 5, drainMs: quick ? 90_000 : 300_000 });
+      const f = await load({
+        machines,
+        burst: 200,
+        statusAll: quick ? 3 : 5,
+        drainMs: quick ? 90_000 : 300_000,
+        ackWithinMs: 3000,
+      });
       notes.push(
         `load: ${machines} machines; SSH logins per host ${Math.min(...f.logins)}..${Math.max(...f.logins)}; at most ${f.peakConnections} connection(s) and ${f.peakChannels} channels at once on one host (pool limit 8, sshd MaxSessions 10)`,
       );

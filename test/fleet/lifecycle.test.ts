@@ -52,7 +52,6 @@ describe('fleet lifecycle', () => {
     for (const r of await Promise.all(hanging)) expect(r.code).not.toBe(0);
     // The signals were the fleet's own: none is reported.
     expect(fleet.signals()).toEqual([]);
-    console.log(`fleet start ${startMs} ms, stop ${stopMs} ms`);
   });
 
   it('stopMachine: a host becomes unreachable; a container reports stopped to pct', async () => {
