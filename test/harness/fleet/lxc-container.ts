@@ -55,6 +55,13 @@ export interface LxcContainerOptions {
   /** Host GPU indices whose device files it gets (null: all of the host's). */
   gpus: number[] | null;
   initEnv?: InitEnv;
+  /**
+   * Its own accounts and PAM config, as a real container has: /etc/passwd and /etc/group copied from
+   * the host's at creation (not bound), /etc/pam.d, /etc/security, /etc/login.defs, /etc/default and
+   * /etc/environment copied too. For a container whose own stock sshd (UsePAM yes) and agent install
+   * script (which changes the account it installs for) run inside it.
+   */
+  ownUsers?: boolean;
 }
 
 let rootfsPending: Promise<string> | null = null;
@@ -138,8 +145,12 @@ function lxcConfig(o: LxcContainerOptions, rootfs: string): string {
     bind('/usr/bin', '/usr/bin', 'ro,bind'),
     bind('/usr/sbin', '/usr/sbin', 'ro,bind'),
     bind('/usr/share', '/usr/share', 'ro,bind'),
-    bind('/etc/passwd', '/etc/passwd', 'ro,bind,create=file'),
-    bind('/etc/group', '/etc/group', 'ro,bind,create=file'),
+    ...(o.ownUsers === true
+      ? []
+      : [
+          bind('/etc/passwd', '/etc/passwd', 'ro,bind,create=file'),
+          bind('/etc/group', '/etc/group', 'ro,bind,create=file'),
+        ]),
     // Debian's alternatives: /usr/bin/awk and others are links through /etc/alternatives.
     bind('/etc/alternatives', '/etc/alternatives', 'ro,bind,create=dir'),
     bind(o.tools.dir, o.tools.dir, 'ro,bind,create=dir'),
@@ -181,6 +192,12 @@ export async function createLxcContainer(o: LxcContainerOptions): Promise<void> 
     await writeFile(join(rootfs, 'etc', 'shadow'), users.map((u) => `${u}:*:19000:0:99999:7:::\n`).join(''), {
       mode: 0o640,
     });
+    if (o.ownUsers === true) {
+      const etc = ['/etc/passwd', '/etc/group', '/etc/pam.d', '/etc/security', '/etc/login.defs', '/etc/default'];
+      const present = [...etc, '/etc/environment'].filter((f) => existsSync(f));
+      // Over the busybox template's own passwd and group.
+      await execFileP('cp', ['-a', '--remove-destination', ...present, join(rootfs, 'etc')]);
+    }
     if (o.idShift !== null) await execFileP('chown', ['-R', `${o.idShift}:${o.idShift}`, rootfs]);
   }
 }
