@@ -5,7 +5,9 @@
  *     (offline; cached under the fleet cache dir), owned by the container's root on the host
  *     (uid 100000 with the default map), /usr merged as on Debian; the host's /usr/bin, /usr/sbin,
  *     /usr/lib, /usr/share and /etc/passwd, /etc/group, /etc/alternatives are bound in read-only (the container runs the
- *     host's ps, fuser, perl, bash); /etc/shadow lists those users without a password;
+ *     host's ps, fuser, perl, bash); /etc/shadow lists those users without a password; with
+ *     `ownUsers` (a container whose own agent is installed in it) /etc/passwd, /etc/group and the PAM
+ *     config are copies instead, the container's own;
  *   - unprivileged by default: `lxc.idmap = u|g 0 <base> 65536`, base 100000 as Proxmox's default
  *     map, or the container's own (`idmapBase`, written as `lxc.idmap:` lines in its pct config);
  *   - cgroups: `lxc.cgroup.dir.container = <tag>/lxc/<vmid>` with `inner = ns` (Proxmox names them
