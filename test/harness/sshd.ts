@@ -219,6 +219,9 @@ function stockSshdConfig(o: { port: number; dir: string; hostKeyPath: string; ma
   ].join('\n');
 }
 
+/** The line an agent-mode start writes to sshd's log once its setup ran (then sshd starts). */
+const SETUP_DONE = 'gpu-medic test sshd: setup done';
+
 /**
  * `unshare --mount` then, in that namespace, the binds, the setup lines and sshd (one PID: unshare
  * and the shell exec into the next). Targets are made (empty) on this machine if missing.
@@ -232,6 +235,7 @@ async function inOwnMounts(agent: NonNullable<SshdOptions['agent']>, configPath:
     'set -e',
     ...agent.binds.map((b) => `mount --bind ${shellQuote(b.from)} ${shellQuote(b.to)}`),
     ...agent.setup,
+    `echo ${shellQuote(SETUP_DONE)}`,
     `exec ${SSHD} -D -e -f ${shellQuote(configPath)}`,
   ].join('\n');
   return ['unshare', ['--mount', '--propagation', 'private', '--', '/bin/sh', '-c', script]];
@@ -428,13 +432,20 @@ export async function startSshd(o: SshdOptions): Promise<Sshd> {
 
     const listening = `Server listening on 127.0.0.1 port ${port}.`;
     let mountNs: string | null = null;
-    // 200 sshd starting at once (the bench's fleet) take longer than one on an idle machine.
-    const until = Date.now() + 30_000;
+    // 200 sshd starting at once (the bench's fleet) take longer than one on an idle machine. An agent
+    // install first waits its turn on the machine-wide install lock: sshd's 30 s count from its end.
+    let until = Date.now() + (o.agent === undefined ? 30_000 : 180_000);
+    let setupDone = o.agent === undefined;
     let ready = false;
     while (!exited && Date.now() < until) {
-      if ((await readFile(logPath, 'utf8')).includes(listening)) {
+      const text = await readFile(logPath, 'utf8');
+      if (text.includes(listening)) {
         ready = true;
         break;
+      }
+      if (!setupDone && text.includes(SETUP_DONE)) {
+        setupDone = true;
+        until = Date.now() + 30_000;
       }
       await sleep(20);
     }
