@@ -119,6 +119,7 @@ sub load_config ($path) {
     role => 'host',
     grammar => '/usr/local/lib/gpu-medic/grammar.json',
     command_log => '',
+    unprivileged => 'no',
   );
   for my $raw (split /\n/, slurp($path)) {
     my $l = $raw =~ s/\A\s+|\s+\z//gr;
@@ -128,6 +129,8 @@ sub load_config ($path) {
     $c{$k} = $v;
   }
   refuse("config $path: role must be host or self") unless $c{role} =~ /\A(host|self)\z/;
+  refuse("config $path: unprivileged must be yes or no") unless $c{unprivileged} =~ /\A(yes|no)\z/;
+  refuse("config $path: unprivileged=yes needs role=self") if $c{unprivileged} eq 'yes' && $c{role} ne 'self';
   for my $d (split /:/, $c{path}) { refuse("config $path: path= holds a relative dir") unless $d =~ m{\A/}; }
   return \%c;
 }
@@ -601,10 +604,11 @@ sub main (@argv) {
     elsif ($o eq '--explain') { $explain = 1; }
     else { refuse('options are the front\'s own'); }
   }
-  refuse('the agent must run as root') unless $> == 0;
   refuse('--explain is for root on the host, never through sudo') if $explain && ($via_sudo || $< != 0);
   refuse("config $config: not an absolute path") unless $config =~ m{\A/};
   $CFG = load_config($config);
+  # install.sh --no-sudo (a container whose owner gives the worker no root): the account runs it itself.
+  refuse('the agent must run as root') unless $> == 0 || $CFG->{unprivileged} eq 'yes';
   log_command(@argv);
   if (defined $front) { refuse('the front refused the line: ' . ($FRONT_REASONS{$front} // 'unknown reason')); }
   my $g = load_grammar($CFG->{grammar});

@@ -3,6 +3,7 @@
 #
 #   sh install.sh install --key worker.pub [--from CIDRS] [--user gpu-medic] [--bot-key bot.pub.pem]
 #                         [--worker-key worker.pub.pem] [--path DIRS] [--role host|self] [--root-forced] [--grammar FILE]
+#                         [--no-sudo]   (with --role self: the account runs the agent itself, not as root)
 #   sh install.sh upgrade   [--user gpu-medic] [--grammar FILE]
 #   sh install.sh uninstall [--user gpu-medic] [--root-forced]
 #   sh install.sh status    [--user gpu-medic]
@@ -23,7 +24,7 @@ die() { echo "gpu-medic-agent install: error: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: sh install.sh install|upgrade|uninstall|status [options] (see the top of this file)"
 action=$1
 shift
-key='' from='' user=gpu-medic bot_key='' worker_key='' root_forced=0 prefix='' path_dirs='' role=host grammar="$here/grammar.json"
+key='' from='' user=gpu-medic bot_key='' worker_key='' root_forced=0 prefix='' path_dirs='' role=host no_sudo=0 grammar="$here/grammar.json"
 while [ $# -gt 0 ]; do
   case $1 in
     --key) key=${2:?--key needs a file}; shift 2 ;;
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
     --grammar) grammar=${2:?--grammar needs a file}; shift 2 ;;
     --prefix) prefix=${2:?--prefix needs a dir}; shift 2 ;;
     --root-forced) root_forced=1; shift ;;
+    --no-sudo) no_sudo=1; shift ;;
     *) die "unknown option $1" ;;
   esac
 done
@@ -46,6 +48,8 @@ case $user in *[!a-z0-9_-]*) die "--user: not an account name: $user" ;; esac
 case $from in *[!0-9A-Fa-f.:/,*!?]*) die "--from: only addresses, CIDRs and patterns separated by commas: $from" ;; esac
 case $path_dirs in *[!A-Za-z0-9/_.:+-]*) die "--path: only absolute dirs separated by colons: $path_dirs" ;; esac
 case $role in host | self) ;; *) die "--role: host (a Proxmox host) or self (a container reached at its own address), not $role" ;; esac
+[ "$no_sudo" = 0 ] || [ "$role" = self ] || die "--no-sudo is for a container reached at its own address (--role self): a host's agent must run as root"
+[ "$no_sudo" = 0 ] || [ "$root_forced" = 0 ] || die "--no-sudo and --root-forced exclude each other"
 if [ -n "$prefix" ]; then
   case $prefix in /*) ;; *) die "--prefix must be absolute" ;; esac
   prefix=${prefix%/}
@@ -75,7 +79,11 @@ install_agent_files() {
   install -d -o root -g root -m 0755 "$prefix$libdir"
   tmp=$(mktemp "$prefix$libdir/.front.XXXXXX")
   # The front's two constants: where the core and its config are (root-owned, so the caller cannot change them).
-  sed -e "s|^GPU_MEDIC_CORE=.*|GPU_MEDIC_CORE=$core|" -e "s|^GPU_MEDIC_CONFIG=.*|GPU_MEDIC_CONFIG=$conf|" "$here/gpu-medic-agent" >"$tmp"
+  # An upgrade keeps how the front runs the core (GPU_MEDIC_SUDO=0 after install --no-sudo).
+  sudo_word=1
+  if [ "$no_sudo" = 1 ] || { [ "$action" = upgrade ] && grep -qx 'GPU_MEDIC_SUDO=0' "$front" 2>/dev/null; }; then sudo_word=0; fi
+  sed -e "s|^GPU_MEDIC_CORE=.*|GPU_MEDIC_CORE=$core|" -e "s|^GPU_MEDIC_CONFIG=.*|GPU_MEDIC_CONFIG=$conf|" \
+    -e "s|^GPU_MEDIC_SUDO=.*|GPU_MEDIC_SUDO=$sudo_word|" "$here/gpu-medic-agent" >"$tmp"
   chown root:root "$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$front"
   install -o root -g root -m 0755 "$here/gpu-medic-agent.pl" "$core"
   install -o root -g root -m 0644 "$grammar" "$prefix$libdir/grammar.json"
@@ -190,9 +198,17 @@ write_config() {
       -e "s|^worker_keys=.*|worker_keys=$prefix$etcdir/worker.pub.pem|" \
       -e "s|^audit_file=.*|audit_file=$audit_file|" \
       -e "s|^role=.*|role=$role|" \
+      -e "s|^unprivileged=.*|unprivileged=$([ "$no_sudo" = 1 ] && echo yes || echo no)|" \
       -e "s|^grammar=.*|grammar=$prefix$libdir/grammar.json|" "$here/agent.conf.example" >"$tmp"
     chown root:root "$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$conf"
     say "config $conf written"
+  fi
+  if [ "$no_sudo" = 1 ] && ! grep -qx 'unprivileged=yes' "$conf"; then
+    # The one line install rewrites in a kept config: without it the core refuses to run as the account.
+    tmp=$(mktemp "$prefix$etcdir/.agent.conf.XXXXXX")
+    { grep -v '^unprivileged=' "$conf"; echo 'unprivileged=yes'; } >"$tmp"
+    chown root:root "$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$conf"
+    say "config $conf: unprivileged=yes (--no-sudo)"
   fi
   [ -r "$prefix$etcdir/bot.pub.pem" ] || say "note: no bot public key yet (--bot-key): destructive verbs will be refused"
   [ -r "$prefix$etcdir/worker.pub.pem" ] || say "note: no worker public key yet (--worker-key): destructive verbs will be refused"
@@ -208,6 +224,14 @@ do_install() {
   write_config
   if [ "$root_forced" = 1 ]; then
     write_root_forced
+  elif [ "$no_sudo" = 1 ]; then
+    # No sudo: the front runs the core as the account, which then writes its own audit lines.
+    ensure_account
+    rm -f "$sudoers"
+    chown "$user" "$audit_file"
+    chgrp "$(id -g "$user")" "$prefix$logdir"
+    write_authorized_keys
+    say "no sudo (--no-sudo): the agent runs as $user and can read and signal only what $user may"
   else
     ensure_sudo
     ensure_account

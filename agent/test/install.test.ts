@@ -5,7 +5,7 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -152,6 +152,64 @@ describe('install.sh --root-forced (under --prefix)', () => {
     const b = await installSh('install', '--root-forced', '--key', pub, '--from', '1.2.3.4",command="/bin/sh');
     expect(b.code).not.toBe(0);
     expect((await rootAk()).split('\n').filter((l) => l !== '')).toHaveLength(1);
+  });
+
+  it('--no-sudo is refused for a host agent and with --root-forced, before anything is written', async () => {
+    const before = await rootAk();
+    const host = await installSh('install', '--no-sudo', '--key', pub);
+    expect(host.code).not.toBe(0);
+    expect(host.out).toContain('--no-sudo is for a container reached at its own address (--role self)');
+    const both = await installSh('install', '--no-sudo', '--root-forced', '--role', 'self', '--key', pub);
+    expect(both.code).not.toBe(0);
+    expect(both.out).toContain('--no-sudo and --root-forced exclude each other');
+    expect(await rootAk()).toBe(before);
+  });
+
+  it('the core runs as an account other than root only where its root-owned config says unprivileged=yes, on role=self', async () => {
+    await chmod(dir, 0o755); // nobody must reach the installed files
+    const core = join(prefix, 'usr/local/lib/gpu-medic/gpu-medic-agent.pl');
+    const conf = join(prefix, 'etc/gpu-medic/agent.conf');
+    const asNobody = async (config: string) => {
+      try {
+        const r = await execFileP('runuser', [
+          '-u',
+          'nobody',
+          '--',
+          'perl',
+          core,
+          '--config',
+          config,
+          '--',
+          'gpu-medic',
+          '1',
+          'version',
+        ]);
+        return { code: 0, out: r.stdout + r.stderr };
+      } catch (e) {
+        const x = e as { code: number; stdout: string; stderr: string };
+        return { code: x.code, out: x.stdout + x.stderr };
+      }
+    };
+    const base = (await readFile(conf, 'utf8')).replace(/^(unprivileged|role)=.*\n/gm, '');
+    const made: string[] = [];
+    const variant = async (name: string, lines: string) => {
+      const f = join(prefix, 'etc/gpu-medic', name);
+      await writeFile(f, `${base}${lines}`, { mode: 0o644 });
+      made.push(f);
+      return f;
+    };
+    expect(await asNobody(await variant('no.conf', 'role=self\nunprivileged=no\n'))).toEqual({
+      code: 126,
+      out: 'gpu-medic-agent: refused: the agent must run as root\n',
+    });
+    expect((await asNobody(await variant('host.conf', 'role=host\nunprivileged=yes\n'))).out).toContain(
+      'unprivileged=yes needs role=self',
+    );
+    expect(await asNobody(await variant('self.conf', 'role=self\nunprivileged=yes\n'))).toEqual({
+      code: 0,
+      out: 'gpu-medic-agent 1.0.0 protocol 1\n',
+    });
+    for (const f of made) await rm(f);
   });
 
   it('uninstall removes the line, the agent, its config; keeps the audit file', async () => {

@@ -77,7 +77,8 @@ describe('a machine read is one SSH session with one answer per query', () => {
     // logged under the host's id; the container's own five stay as they were.
     const own = snapshot.commands.filter((c) => c.machineId === 'ct129');
     expect(own).toHaveLength(5);
-    expect(own[4]?.command).toMatch(/sh -c .*@parent/s);
+    // Its own agent's read-procs verb, on the holder's container PID (the container is reached at its own address).
+    expect(own[4]?.command).toMatch(new RegExp(`^gpu-medic 1 \\d+ host procs ${h.containerPid}$`));
     expect(snapshot.commands.filter((c) => c.machineId !== 'ct129').every((c) => c.machineId === 'kpro5')).toBe(true);
     expect(snapshot.snapshot.holders.map((x) => x.pid)).toContain(h.containerPid);
   });

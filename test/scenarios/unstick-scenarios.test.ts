@@ -81,6 +81,13 @@ scenario('s3-', (get) => {
     expect(r.processes.shell?.alive).toBe(true);
     expect(signalsOf(r, 'shell')).toEqual([]);
     expect(threadText(r)).toContain('Recovered');
+    // The container step went to ct129's own agent (fleetuser's: it runs as fleetuser, no sudo), and the
+    // kernel refused it (EPERM), not the agent.
+    const ctSignals = (r.commands.ct129 ?? []).filter(
+      (c) => c.via === 'ssh' && /^gpu-medic 1 \d+ host signal /.test(c.cmd),
+    );
+    expect(ctSignals.length).toBeGreaterThan(0);
+    expect(JSON.stringify(r.incidents.flatMap((i) => i.events))).toContain('not_permitted');
   }, 120_000);
 });
 

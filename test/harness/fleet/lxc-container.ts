@@ -5,7 +5,9 @@
  *     (offline; cached under the fleet cache dir), owned by the container's root on the host
  *     (uid 100000 with the default map), /usr merged as on Debian; the host's /usr/bin, /usr/sbin,
  *     /usr/lib, /usr/share and /etc/passwd, /etc/group, /etc/alternatives are bound in read-only (the container runs the
- *     host's ps, fuser, perl, bash); /etc/shadow lists those users without a password;
+ *     host's ps, fuser, perl, bash); /etc/shadow lists those users without a password; with
+ *     `ownUsers` (a container whose own agent is installed in it) /etc/passwd, /etc/group and the PAM
+ *     config are copies instead, the container's own;
  *   - unprivileged by default: `lxc.idmap = u|g 0 <base> 65536`, base 100000 as Proxmox's default
  *     map, or the container's own (`idmapBase`, written as `lxc.idmap:` lines in its pct config);
  *   - cgroups: `lxc.cgroup.dir.container = <tag>/lxc/<vmid>` with `inner = ns` (Proxmox names them
@@ -55,6 +57,13 @@ export interface LxcContainerOptions {
   /** Host GPU indices whose device files it gets (null: all of the host's). */
   gpus: number[] | null;
   initEnv?: InitEnv;
+  /**
+   * Its own accounts and PAM config, as a real container has: /etc/passwd and /etc/group copied from
+   * the host's at creation (not bound), /etc/pam.d, /etc/security, /etc/login.defs, /etc/default and
+   * /etc/environment copied too. For a container whose own stock sshd (UsePAM yes) and agent install
+   * script (which changes the account it installs for) run inside it.
+   */
+  ownUsers?: boolean;
 }
 
 let rootfsPending: Promise<string> | null = null;
@@ -138,8 +147,12 @@ function lxcConfig(o: LxcContainerOptions, rootfs: string): string {
     bind('/usr/bin', '/usr/bin', 'ro,bind'),
     bind('/usr/sbin', '/usr/sbin', 'ro,bind'),
     bind('/usr/share', '/usr/share', 'ro,bind'),
-    bind('/etc/passwd', '/etc/passwd', 'ro,bind,create=file'),
-    bind('/etc/group', '/etc/group', 'ro,bind,create=file'),
+    ...(o.ownUsers === true
+      ? []
+      : [
+          bind('/etc/passwd', '/etc/passwd', 'ro,bind,create=file'),
+          bind('/etc/group', '/etc/group', 'ro,bind,create=file'),
+        ]),
     // Debian's alternatives: /usr/bin/awk and others are links through /etc/alternatives.
     bind('/etc/alternatives', '/etc/alternatives', 'ro,bind,create=dir'),
     bind(o.tools.dir, o.tools.dir, 'ro,bind,create=dir'),
@@ -181,6 +194,12 @@ export async function createLxcContainer(o: LxcContainerOptions): Promise<void> 
     await writeFile(join(rootfs, 'etc', 'shadow'), users.map((u) => `${u}:*:19000:0:99999:7:::\n`).join(''), {
       mode: 0o640,
     });
+    if (o.ownUsers === true) {
+      const etc = ['/etc/passwd', '/etc/group', '/etc/pam.d', '/etc/security', '/etc/login.defs', '/etc/default'];
+      const present = [...etc, '/etc/environment'].filter((f) => existsSync(f));
+      // Over the busybox template's own passwd and group.
+      await execFileP('cp', ['-a', '--remove-destination', ...present, join(rootfs, 'etc')]);
+    }
     if (o.idShift !== null) await execFileP('chown', ['-R', `${o.idShift}:${o.idShift}`, rootfs]);
   }
 }

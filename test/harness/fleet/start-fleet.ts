@@ -175,6 +175,35 @@ function agentInstall(hostDir: string, keys: { client: string; bot: string; work
   return { binds, setup };
 }
 
+/**
+ * The agent installed in a container reached at its own address (`install.sh --role self`), run by
+ * its sshd's setup inside the container, as its root, from a copy of agent/ in the fleet dir (which
+ * the container sees). Two logins, as tests choose between them: root's own forced key
+ * (`--root-forced`: sudo cannot work here, the container's /usr is the host's, whose setuid sudo
+ * belongs to a uid this unprivileged container does not map), and the non-root `fleetuser` whose
+ * agent runs as fleetuser itself (`--no-sudo`: the login of a container whose owner gives no root,
+ * which can read but not signal root's processes).
+ */
+function selfAgentInstall(
+  src: string,
+  ctDir: string,
+  keys: { client: string; bot: string; worker: string },
+): NonNullable<SshdOptions['agent']> {
+  const common = `--role self --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(`${join(ctDir, 'bin')}:${join(ctDir, 'sys')}`)}`;
+  const log = shellQuote(join(ctDir, 'sshd', 'agent-install.log'));
+  const install = (mode: string) =>
+    `sh ${shellQuote(join(src, 'install.sh'))} install ${mode} ${common} >>${log} 2>&1 || { cat ${log} >&2; exit 1; }`;
+  return {
+    binds: [],
+    setup: [
+      `: >${log}`,
+      install('--root-forced'),
+      install(`--no-sudo --user ${FLEET_USER}`),
+      `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(ctDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+    ],
+  };
+}
+
 const BASE_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root' };
 
 export async function startFleet(spec: FleetSpec, opts: FleetOptions = {}): Promise<Fleet> {
@@ -249,6 +278,17 @@ async function build(
     own ? { basePath: join(mdir, 'sys') } : {};
 
   const access = fleetAccess(spec);
+  const agentKeys = {
+    client: `${client.privateKeyPath}.pub`,
+    bot: signingKeys.workerEnv.GPU_MEDIC_BOT_PUBLIC_KEY_FILES ?? '',
+    worker: signingKeys.botEnv.GPU_MEDIC_WORKER_PUBLIC_KEY_FILES ?? '',
+  };
+  /** A container with its own address goes through its own agent too, on real LXC (see selfAgentInstall). */
+  const selfAgent = (cs: ContainerSpec): boolean => access === 'agent' && engine === 'lxc' && cs.ownAddress === true;
+  // What containers install from: agent/ is not inside them, the fleet dir is.
+  const agentSrc = join(dir, 'agent-src');
+  if (access === 'agent' && engine === 'lxc' && (spec.containers ?? []).some((cs) => cs.ownAddress === true))
+    await execFileP('cp', ['-r', dirname(INSTALL_SCRIPT), agentSrc]);
   const hostSshdOptions = (h: { dir: string; spec: HostSpec }, port?: number, keepKey = false): SshdOptions => ({
     dir: join(h.dir, 'sshd'),
     ...(keepKey ? { hostKeyPath: join(h.dir, 'sshd', 'ssh_host_ed25519_key') } : {}),
@@ -259,15 +299,7 @@ async function build(
     ...(port === undefined ? {} : { port }),
     ...(access === 'agent'
       ? {
-          agent: agentInstall(
-            h.dir,
-            {
-              client: `${client.privateKeyPath}.pub`,
-              bot: signingKeys.workerEnv.GPU_MEDIC_BOT_PUBLIC_KEY_FILES ?? '',
-              worker: signingKeys.botEnv.GPU_MEDIC_WORKER_PUBLIC_KEY_FILES ?? '',
-            },
-            `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`,
-          ),
+          agent: agentInstall(h.dir, agentKeys, `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`),
         }
       : {}),
   });
@@ -331,6 +363,7 @@ async function build(
       ...basePath(c.dir, ownPath(c.spec.host)),
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
+      ...(selfAgent(c.spec) ? { agent: selfAgentInstall(agentSrc, c.dir, agentKeys) } : {}),
     };
     if (c.lxc !== null && c.lxc.idShift !== null) {
       // Its sshd runs as the container's root, host uid <shift>: it writes its keys and log there.
@@ -486,6 +519,7 @@ async function build(
               net: cs.ownAddress === true ? 'none' : 'empty',
               systemPath: ownPath(cs.host),
               gpus: cs.gpus ?? null,
+              ownUsers: selfAgent(cs),
             }
           : null,
       };
@@ -600,8 +634,8 @@ async function build(
                   address: '127.0.0.1',
                   port: c.port ?? 22,
                   user: 'root',
-                  // Its own sshd is the harness's wrapper (any command as root), as before issue 21.
-                  access: 'root-shell',
+                  // Its own agent (selfAgentInstall); on the namespace engine the harness's wrapper (any command as root).
+                  access: selfAgent(c.spec) ? 'agent' : 'root-shell',
                   keyFile: client.privateKeyPath,
                   hostKeys: [c.pinned],
                 }

@@ -16,7 +16,8 @@ const reportPath = process.argv[3];
 if (reportPath === undefined) throw new Error('container-sshd: no report path');
 const sshd = await startSshd(opts);
 // sshd reads authorized_keys as the user logging in: let non-root users (e.g. fleetuser) log in too.
-chmodSync(join(opts.dir, 'authorized_keys'), 0o644);
+// (Through the agent each login has its own, written by the install script.)
+if (opts.agent === undefined) chmodSync(join(opts.dir, 'authorized_keys'), 0o644);
 if (opts.commandLog !== undefined) chmodSync(opts.commandLog, 0o666); // ...and have their commands logged
 const report = {
   port: sshd.port,
