@@ -73,11 +73,14 @@ function ramPressureLine(s: MachineSnapshot, f: Extract<Flag, { kind: 'ram_press
     : `${head} Next step: check host-cache settings (e.g. SGLang --hicache-size is per TP rank).`;
 }
 
+/** The flags this file leaves to its caller to word: a GPU error, an unreadable GPU. */
+export type ErrorFlag = Extract<Flag, { kind: 'gpu_error' | 'gpu_unreadable' }>;
+
 /**
  * The flags that need action, in order: GPU errors, unreadable GPUs, RAM, memory no holder
- * explains (one line for all such GPUs). `other(f)` words the flags this file does not.
+ * explains (one line for all such GPUs). `other(f)` words the GPU errors and unreadable GPUs.
  */
-export function actionLines(s: MachineSnapshot, other: (f: Flag) => string): string[] {
+export function actionLines(s: MachineSnapshot, other: (f: ErrorFlag) => string): string[] {
   const flags = flagsOf(s);
   const lines: string[] = [];
   for (const f of flags) if (f.kind === 'gpu_error' || f.kind === 'gpu_unreadable') lines.push(`:warning: ${other(f)}`);
