@@ -9,6 +9,7 @@ import { HOST_RAM_CAUSES } from '../gpu/snapshot-causes.ts';
 import { flagsOf, processesOn, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
 import type { Gpu } from '../gpu/types.ts';
 import { code, text as esc } from './escape.ts';
+import { leakedMemoryNext } from './leaked-memory.ts';
 import { count } from './units.ts';
 
 /** Each GPU's holders as the Processes cell lists them: `PID [(host PID n)] command [MiB]`. */
@@ -53,7 +54,7 @@ function unheldLine(
   const mib = mibList(open.map((f) => f.usedMiB));
   const one = open.length === 1;
   if (s.view === 'host')
-    return `:warning: ${which}: ${mib} in use with no process holding ${one ? 'it' : 'them'} (leaked context: may need a host-level reset). Next step: \`/gpu doctor ${esc(s.machineId)}\`, then a reset by an admin.`;
+    return `:warning: ${which}: ${mib} in use with no process holding ${one ? 'it' : 'them'} (a leaked context). Next step: ${leakedMemoryNext('`/gpu unstick`', one)}.`;
   if (s.holderRows !== undefined)
     return `:warning: ${which}: ${mib} in use and no process of ${code(s.machineId)} holds ${one ? 'it' : 'them'} (a leaked context, or another container's). Next step: \`/gpu status\` on the host shows who.`;
   const why = s.holdersError
