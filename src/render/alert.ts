@@ -61,7 +61,7 @@ const NEXT: Record<AlertKind, string> = {
     'a GPU that left the bus comes back only after the host is rebooted; *Status* shows which GPUs still answer.',
   unreachable:
     'nothing about its GPUs is known until it answers: check its SSH access (`/gpu doctor`, admins). *Status* tries again.',
-  xid: 'what the Xid means for the next step is said above; *Status* shows the GPU now.',
+  xid: 'the line above says what the Xid means and what to do, or where to read which Xid it was; *Status* shows the GPU now.',
   recovery_action:
     'what the driver asks for is said above; a reset or reboot is for a person to decide. *Status* shows the GPU now.',
   external:
