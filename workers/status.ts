@@ -4,7 +4,7 @@ import { gpuTroubleOf } from '../src/gpu/gpu-trouble.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
 import type { Logger } from '../src/logger.ts';
 import { type SnapshotOptions, takeSnapshot } from '../src/playbooks/snapshot.ts';
-import { readHost } from '../src/playbooks/unstick-readings.ts';
+import { hostSideOf, readHost } from '../src/playbooks/unstick-readings.ts';
 import type { StatusJob } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 
@@ -23,7 +23,7 @@ export interface StatusWorkerDeps {
 const ATTRIBUTE_MAX_MACHINES = 8;
 
 /** The host's side of a container (GPU map, compute apps in its PID namespace), read on the host. */
-function hostSideOf(machine: Machine, deps: StatusWorkerDeps): SnapshotOptions['hostSide'] {
+function hostSideReader(machine: Machine, deps: StatusWorkerDeps): SnapshotOptions['hostSide'] {
   if (machine.kind !== 'container') return undefined;
   return async () => {
     const host = findMachine(deps.inventory, machine.hostId);
@@ -34,19 +34,7 @@ function hostSideOf(machine: Machine, deps: StatusWorkerDeps): SnapshotOptions['
       now: deps.now,
       commandTimeoutMs: deps.commandTimeoutMs,
     });
-    if (!r.ok || !r.readings.passing)
-      return {
-        host: null,
-        problem: r.ok
-          ? `${host.id}'s GPU map was not read`
-          : `${host.id} could not be read (${r.message.slice(0, 160)})`,
-        commands: r.commands,
-      };
-    return {
-      host: { hostId: host.id, gpus: r.readings.gpus, passing: r.readings.passing, readings: r.readings },
-      problem: null,
-      commands: r.commands,
-    };
+    return { ...hostSideOf(host, r), commands: r.commands };
   };
 }
 
@@ -86,7 +74,7 @@ export async function runStatusJob(job: StatusJob, deps: StatusWorkerDeps): Prom
           now: deps.now,
           commandTimeoutMs: deps.commandTimeoutMs,
         },
-        { commandLines: true, ...(attribute ? { hostSide: hostSideOf(machine, deps) } : {}) },
+        { commandLines: true, ...(attribute ? { hostSide: hostSideReader(machine, deps) } : {}) },
       );
       const at = deps.now().toISOString();
       if (outcome.ok) {

@@ -2,6 +2,7 @@ import type { Inventory } from '../config/inventory.ts';
 import type { ExternalAlert } from '../watchdog/alert-events.ts';
 import { conditionKey } from '../watchdog/condition.ts';
 import { type Alert, type AlertKind, CONDITION_KINDS } from '../watchdog/judge.ts';
+import { xidWords } from '../watchdog/xid.ts';
 import type { WebhookAlert } from './payload.ts';
 
 /**
@@ -94,6 +95,17 @@ function findMachine(
   return null;
 }
 
+/**
+ * What the Xid of an `xid` alert means and what to do next (src/watchdog/xid.ts, the watchdog's
+ * own words): the Xid number as the rule's summary says it ("Xid 79 on GPU 1 …", the rule in
+ * deploy/monitoring/dcgm-rules.yml, whose value is the last Xid), or where to read it.
+ */
+function xidSaid(summary: string, machineId: string | null): string {
+  const n = /\bXid (\d{1,4})\b/i.exec(summary)?.[1];
+  if (n !== undefined) return `Xid ${Number(n)}: ${xidWords(Number(n))}`;
+  return `The alert does not say which Xid: look for \`NVRM: Xid\` lines in the kernel log of ${machineId ?? 'its host'} (\`journalctl -k\`).`;
+}
+
 export function mapAlert(
   a: WebhookAlert,
   machines: readonly NamedMachine[],
@@ -128,8 +140,9 @@ export function mapAlert(
   const since = Number.isFinite(startsAt) && startsAt > 0 ? startsAt : nowMs;
   const endsAt = a.status === 'resolved' && Number.isFinite(Date.parse(a.endsAt)) ? Date.parse(a.endsAt) : null;
   const summary = a.annotations.summary ?? a.annotations.description ?? a.annotations.message ?? '';
-  const sentence = shown(summary === '' ? `Alertmanager reports ${alertname}.` : summary, 1000);
+  const said = shown(summary === '' ? `Alertmanager reports ${alertname}.` : summary, 1000);
   const machineId = machine?.id ?? null;
+  const sentence = kind === 'xid' ? `${said} ${xidSaid(summary, machineId)}` : said;
   const key = `alertmanager:${a.fingerprint}`;
   const labelsKept: Record<string, string> = {};
   for (const [k, v] of Object.entries(a.labels).slice(0, 32)) labelsKept[k] = shown(v, 256);

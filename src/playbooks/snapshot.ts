@@ -7,9 +7,8 @@ import {
   parseNvidiaOutput,
   parseQueryGpuCsv,
 } from '../gpu/parse/index.ts';
-import { containerHolderRows, type HostSide, hostHolderRows } from '../gpu/gpu-holder-rows.ts';
 import type { ProcReading } from '../gpu/holders.ts';
-import { causesInSnapshot, commandLinesOf } from '../gpu/snapshot-causes.ts';
+import { causeFields, type HostSideRead, rowFields } from '../gpu/snapshot-table.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { HostMemory, NvidiaError } from '../gpu/types.ts';
 import type { CommandRecord } from '../incident/events.ts';
@@ -37,7 +36,7 @@ export interface SnapshotOptions {
    * container), so the snapshot's `holderRows` place each holder on a GPU. Absent: not asked
    * (no rows are placed in the container view).
    */
-  hostSide?: () => Promise<{ host: HostSide | null; problem: string | null; commands: CommandRecord[] }>;
+  hostSide?: () => Promise<HostSideRead & { commands: CommandRecord[] }>;
 }
 
 export type SnapshotOutcome =
@@ -161,21 +160,15 @@ export async function takeSnapshotWith(
   }
 }
 
-/**
- * The root causes the holders' command lines show (src/gpu/snapshot-causes.ts), or why they could
- * not be read. Best effort: the snapshot stands without them. Only the causes are kept, never the
- * command lines (they may hold tokens or paths nobody asked to log).
- */
-/** The Processes column's rows (src/gpu/gpu-holder-rows.ts): host view from its own apps, container view by its host's map. */
+/** The Processes column's rows (src/gpu/snapshot-table.ts): host view from its own apps, container view by its host's map. */
 async function holderRowsOf(
   s: MachineSnapshot,
   readings: readonly ProcReading[],
   opts: SnapshotOptions,
   commands: CommandRecord[],
 ): Promise<Pick<MachineSnapshot, 'holderRows' | 'holderRowsNote'>> {
-  if (s.view === 'host') return { holderRows: hostHolderRows(s.gpus, s.processes, readings).rows };
-  if (!opts.hostSide) return {};
-  let side: { host: HostSide | null; problem: string | null };
+  if (s.view === 'host' || !opts.hostSide) return rowFields(s, readings, undefined);
+  let side: HostSideRead;
   try {
     const got = await opts.hostSide();
     commands.push(...got.commands);
@@ -183,10 +176,14 @@ async function holderRowsOf(
   } catch (e) {
     side = { host: null, problem: asCodedError(e).message.slice(0, 200) };
   }
-  const r = containerHolderRows(s.gpus, s.holders, readings, side.host, side.problem);
-  return { holderRows: r.rows, ...(r.note !== null ? { holderRowsNote: r.note } : {}) };
+  return rowFields(s, readings, side);
 }
 
+/**
+ * The root causes the holders' command lines show (src/gpu/snapshot-table.ts), or why they could
+ * not be read. Best effort: the snapshot stands without them. Only the causes are kept, never the
+ * command lines (they may hold tokens or paths nobody asked to log).
+ */
 async function readRootCauses(
   route: Route,
   s: MachineSnapshot,
@@ -213,14 +210,7 @@ async function readRootCauses(
         readings: [],
       };
     const read = parseProcReadings(r.stdout);
-    const causes = causesInSnapshot(s, commandLinesOf(read.readings));
-    // A cut read still says what it saw; it is only not the whole story.
-    return {
-      fields: read.complete
-        ? { rootCauses: causes }
-        : { rootCauses: causes, rootCausesNote: "the read of the holders' command lines was cut short" },
-      readings: read.readings,
-    };
+    return { fields: causeFields(s, read), readings: read.readings };
   } catch (e) {
     return {
       fields: {

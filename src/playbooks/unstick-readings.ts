@@ -6,6 +6,7 @@ import { buildHolders, type ContainerReadings, type HostReadings, type ProcReadi
 import { parsePctUidMap, type UidMap } from '../gpu/id-map.ts';
 import { rootCauses } from '../gpu/root-cause.ts';
 import { commandLinesOf, gpusSeen } from '../gpu/snapshot-causes.ts';
+import { causeFields, type HolderProcs, type HostSideRead, rowFields } from '../gpu/snapshot-table.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
 import type { CommandRecord } from '../incident/events.ts';
@@ -24,14 +25,16 @@ import {
 
 /**
  * The readings `/gpu unstick` decides from, gathered over the executor: each view's status
- * snapshot (reused as the before/after tables) plus what only unstick needs, the /proc identity
- * of every holder and the container's PID namespace as its host sees it.
+ * snapshot (reused as the before/after tables, with what `/gpu status` adds to its table: the
+ * Processes column and the Why lines, from these same readings) plus what only unstick needs, the
+ * /proc identity of every holder and the container's PID namespace as its host sees it.
  */
 
 export type ReadingDeps = SnapshotDeps;
 
 export type ReadOutcome<T> =
-  | { ok: true; snapshot: MachineSnapshot; readings: T; commands: CommandRecord[] }
+  /** `procs`: the holders' /proc read, null when no holder was there to read. */
+  | { ok: true; snapshot: MachineSnapshot; readings: T; commands: CommandRecord[]; procs: HolderProcs | null }
   /** `snapshot`: the status snapshot, when it was read before a later read failed (still worth posting). */
   | {
       ok: false;
@@ -237,6 +240,7 @@ async function readContainer(
       snapshot: snap.snapshot,
       readings: { holders: snap.snapshot.holders, procs: procs?.readings ?? [] },
       commands,
+      procs,
     };
   } catch (e) {
     const ce = asCodedError(e);
@@ -288,6 +292,7 @@ export async function readHost(
     return {
       ok: true,
       snapshot: snap.snapshot,
+      procs,
       readings: {
         gpus: snap.snapshot.gpus,
         apps: snap.snapshot.processes,
@@ -310,6 +315,28 @@ export interface TargetReadings {
   host: { snapshot: MachineSnapshot; readings: HostReadings; commands: CommandRecord[] };
 }
 
+/**
+ * What the host says about its container, for the container view's Processes column (the GPU map,
+ * the compute apps in the container), or why it could not be read. Pure.
+ */
+export function hostSideOf(host: Machine, r: ReadOutcome<HostReadings>): HostSideRead {
+  if (!r.ok) return { host: null, problem: `${host.id} could not be read (${r.message.slice(0, 160)})` };
+  if (!r.readings.passing) return { host: null, problem: `${host.id}'s GPU map was not read` };
+  return {
+    host: { hostId: host.id, gpus: r.readings.gpus, passing: r.readings.passing, readings: r.readings },
+    problem: null,
+  };
+}
+
+/** A view's snapshot with what its table shows beyond nvidia-smi, as `/gpu status` shows it (src/gpu/snapshot-table.ts). */
+function tabled(
+  side: Extract<ReadOutcome<ContainerReadings | HostReadings>, { ok: true }>,
+  hostSide: HostSideRead | undefined,
+): MachineSnapshot {
+  const s = side.snapshot;
+  return { ...s, ...causeFields(s, side.procs), ...rowFields(s, side.procs?.readings ?? [], hostSide) };
+}
+
 /** Both views, read at the same time. */
 export async function readTarget(
   target: Extract<Machine, { kind: 'container' }>,
@@ -324,10 +351,13 @@ export async function readTarget(
       read: Array<{ snapshot: MachineSnapshot; commands: CommandRecord[] }>;
     }
 > {
-  const [ct, h] = await Promise.all([
+  const [ctRead, hRead] = await Promise.all([
     readContainer(target, routes.container, deps),
     readHost(host, routes.host, target.vmid, deps),
   ]);
+  // The tables are the status tables: the container's holders placed by the host's GPU map.
+  const ct = ctRead.ok ? { ...ctRead, snapshot: tabled(ctRead, hostSideOf(host, hRead)) } : ctRead;
+  const h = hRead.ok ? { ...hRead, snapshot: tabled(hRead, undefined) } : hRead;
   if (ct.ok && h.ok) return { ok: true, value: { container: ct, host: h } };
   const failures: Array<Extract<ReadOutcome<unknown>, { ok: false }>> = [];
   /** Snapshots that were read, container first: posted even though the readings as a whole failed. */

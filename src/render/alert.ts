@@ -14,6 +14,7 @@ import {
   type AlertEvent,
 } from '../watchdog/alert-events.ts';
 import { contextsOf, fallbackText, limitBlocks } from './blocks.ts';
+import { leakedMemoryNext } from './leaked-memory.ts';
 import { cell, clipChars, code, mention, rich, text } from './escape.ts';
 import { richTextBlock, sentenceParts, type RichLine } from './rich-text.ts';
 import type { MessageView } from './status.ts';
@@ -48,8 +49,7 @@ export const ALERT_TITLES: Record<AlertKind, string> = {
 
 /** What to try next, per condition: our own words (already mrkdwn). */
 const NEXT: Record<AlertKind, string> = {
-  ghost_memory:
-    'memory that no process holds is a leaked context: only a host-level GPU reset frees it. *Unstick* on a container of this host offers the reset as its own step, approved by a second person; *Status* shows who holds what now.',
+  ghost_memory: `memory that no process holds is a leaked context; ${leakedMemoryNext('*Unstick*')}; *Status* shows who holds what now.`,
   holder_stuck:
     'a process in uninterruptible sleep or a zombie does not die on a signal until the kernel lets it go. *Unstick* stops what can be stopped and asks a second person for host-level steps; *Status* shows it now.',
   ram_high:
@@ -61,7 +61,7 @@ const NEXT: Record<AlertKind, string> = {
     'a GPU that left the bus comes back only after the host is rebooted; *Status* shows which GPUs still answer.',
   unreachable:
     'nothing about its GPUs is known until it answers: check its SSH access (`/gpu doctor`, admins). *Status* tries again.',
-  xid: 'what the Xid means for the next step is said above; *Status* shows the GPU now.',
+  xid: 'the line above says what the Xid means and what to do, or where to read which Xid it was; *Status* shows the GPU now.',
   recovery_action:
     'what the driver asks for is said above; a reset or reboot is for a person to decide. *Status* shows the GPU now.',
   external:

@@ -6,6 +6,7 @@
  * Every piece of machine or user text goes through src/render/markdown-escape.ts once.
  */
 import { flagsOf, type MachineSnapshot } from '../gpu/snapshot.ts';
+import { holderItems, PROCESSES_HEADER } from './status-flags.ts';
 import type { AnyLoggedEvent } from '../incident/all-events.ts';
 import type { CommandRecord, IncidentMeta } from '../incident/events.ts';
 import { endOf, summarizeIncident, type IncidentSummary } from '../incident/incident-summary.ts';
@@ -215,15 +216,20 @@ function gpuTables(label: string, snaps: ReadonlyArray<{ at: string; snapshot: M
     if (s.gpus.length > 0) {
       out.push(
         ...table(
-          ['GPU', 'Name', 'Memory used (MiB)', 'Memory total (MiB)', 'Util', 'UUID'],
-          s.gpus.map((g) => [
-            g.index === null ? '?' : String(g.index),
-            g.name ? mdText(g.name) : '?',
-            count(g.memoryUsedMiB),
-            count(g.memoryTotalMiB),
-            g.utilizationPct === null ? '?' : `${g.utilizationPct} %`,
-            g.uuid ? mdCellCode(g.uuid) : '?',
-          ]),
+          ['GPU', 'Name', 'Memory used (MiB)', 'Memory total (MiB)', 'Util', 'UUID', PROCESSES_HEADER],
+          s.gpus.map((g) => {
+            // The thread's Processes column (status-flags.ts), in the same words.
+            const holders = holderItems(s, g);
+            return [
+              g.index === null ? '?' : String(g.index),
+              g.name ? mdText(g.name) : '?',
+              count(g.memoryUsedMiB),
+              count(g.memoryTotalMiB),
+              g.utilizationPct === null ? '?' : `${g.utilizationPct} %`,
+              g.uuid ? mdCellCode(g.uuid) : '?',
+              holders.length > 0 ? mdText(holders.join(', ')) : '-',
+            ];
+          }),
         ),
         '',
       );

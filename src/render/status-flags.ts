@@ -9,6 +9,7 @@ import { HOST_RAM_CAUSES } from '../gpu/snapshot-causes.ts';
 import { flagsOf, processesOn, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
 import type { Gpu } from '../gpu/types.ts';
 import { code, text as esc } from './escape.ts';
+import { leakedMemoryNext } from './leaked-memory.ts';
 import { count } from './units.ts';
 
 /** Each GPU's holders as the Processes cell lists them: `PID [(host PID n)] command [MiB]`. */
@@ -53,7 +54,7 @@ function unheldLine(
   const mib = mibList(open.map((f) => f.usedMiB));
   const one = open.length === 1;
   if (s.view === 'host')
-    return `:warning: ${which}: ${mib} in use with no process holding ${one ? 'it' : 'them'} (leaked context: may need a host-level reset). Next step: \`/gpu doctor ${esc(s.machineId)}\`, then a reset by an admin.`;
+    return `:warning: ${which}: ${mib} in use with no process holding ${one ? 'it' : 'them'} (a leaked context). Next step: ${leakedMemoryNext('`/gpu unstick`', one)}.`;
   if (s.holderRows !== undefined)
     return `:warning: ${which}: ${mib} in use and no process of ${code(s.machineId)} holds ${one ? 'it' : 'them'} (a leaked context, or another container's). Next step: \`/gpu status\` on the host shows who.`;
   const why = s.holdersError
@@ -73,11 +74,14 @@ function ramPressureLine(s: MachineSnapshot, f: Extract<Flag, { kind: 'ram_press
     : `${head} Next step: check host-cache settings (e.g. SGLang --hicache-size is per TP rank).`;
 }
 
+/** The flags this file leaves to its caller to word: a GPU error, an unreadable GPU. */
+export type ErrorFlag = Extract<Flag, { kind: 'gpu_error' | 'gpu_unreadable' }>;
+
 /**
  * The flags that need action, in order: GPU errors, unreadable GPUs, RAM, memory no holder
- * explains (one line for all such GPUs). `other(f)` words the flags this file does not.
+ * explains (one line for all such GPUs). `other(f)` words the GPU errors and unreadable GPUs.
  */
-export function actionLines(s: MachineSnapshot, other: (f: Flag) => string): string[] {
+export function actionLines(s: MachineSnapshot, other: (f: ErrorFlag) => string): string[] {
   const flags = flagsOf(s);
   const lines: string[] = [];
   for (const f of flags) if (f.kind === 'gpu_error' || f.kind === 'gpu_unreadable') lines.push(`:warning: ${other(f)}`);

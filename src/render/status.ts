@@ -1,12 +1,12 @@
 import type { types } from '@slack/bolt';
-import { GIB, flagsOf, usedPct, type Flag, type MachineSnapshot } from '../gpu/snapshot.ts';
+import { GIB, flagsOf, usedPct, type MachineSnapshot } from '../gpu/snapshot.ts';
 import { errorAdvice } from '../gpu/error-advice.ts';
 import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta, LoggedEvent } from '../incident/events.ts';
 import { explainMachineError } from './explain.ts';
 import { code, codeLine, mention, text as esc, rich } from './escape.ts';
-import { actionLines, detailLines, holderItems, PROCESSES_HEADER } from './status-flags.ts';
+import { actionLines, detailLines, type ErrorFlag, holderItems, PROCESSES_HEADER } from './status-flags.ts';
 import { BLOCKS_PER_MESSAGE, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import { count } from './units.ts';
 
@@ -54,32 +54,20 @@ function ramLine(s: MachineSnapshot): string {
  * composed sentence whose flag names are code; or why they could not be read. None when the read
  * did not look or found no known program (no guess).
  */
-export function whyLines(s: Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>): string[] {
+export function whyLines(
+  s: Pick<MachineSnapshot, 'rootCauses' | 'rootCausesNote'>,
+  said: ReadonlySet<string> = new Set(),
+): string[] {
   return [
-    ...(s.rootCauses ?? []).map((c) => `:bulb: Why: ${rich(c.parts)}`),
+    ...(s.rootCauses ?? []).filter((c) => !said.has(c.sentence)).map((c) => `:bulb: Why: ${rich(c.parts)}`),
     ...(s.rootCausesNote ? [`Why: not known, ${esc(s.rootCausesNote)}`] : []),
   ];
 }
 
-function flagText(f: Flag, s: MachineSnapshot): string {
-  switch (f.kind) {
-    case 'memory_without_process':
-      return s.view === 'container'
-        ? `GPU ${f.gpuIndex}: ${count(f.usedMiB)} MiB in use and no process listed (normal inside a container: nvidia-smi cannot see host PIDs; ${
-            s.holdersError
-              ? 'fuser failed too, so its holders are unknown: see the fuser error'
-              : s.holders.length > 0
-                ? 'see holders below'
-                : 'fuser lists no process holding a GPU device either'
-          })`
-        : `GPU ${f.gpuIndex}: ${count(f.usedMiB)} MiB in use with no process holding it (leaked context: may need a host-level reset)`;
-    case 'ram_pressure':
-      return `RAM pressure: ${f.usedPct}% used (${count(f.usedGiB)} of ${count(f.totalGiB)} GiB). Ranks may hang; check host-cache settings (e.g. SGLang --hicache-size is per TP rank)`;
-    case 'gpu_error':
-      return `nvidia-smi reported an error: ${esc(f.error.message)}${f.error.busId ? ` (GPU ${esc(f.error.busId)})` : ''}. Next step: ${rich(errorAdvice(f.error.kind, s.machineId, s.machineId))}`;
-    case 'gpu_unreadable':
-      return `GPU ${f.gpuIndex ?? '?'}: memory could not be read`;
-  }
+/** The flags status-flags.ts leaves to this file: a GPU error with its next step, an unreadable GPU. */
+function flagText(f: ErrorFlag, s: MachineSnapshot): string {
+  if (f.kind === 'gpu_unreadable') return `GPU ${f.gpuIndex ?? '?'}: memory could not be read`;
+  return `nvidia-smi reported an error: ${esc(f.error.message)}${f.error.busId ? ` (GPU ${esc(f.error.busId)})` : ''}. Next step: ${rich(errorAdvice(f.error.kind, s.machineId, s.machineId))}`;
 }
 
 /**
@@ -104,7 +92,8 @@ const TEXT_CELL_MAX = 64;
 /**
  * The GPU table of one snapshot: native table block plus a monospace fallback in `text`, whose
  * Processes column names each GPU's holders (src/render/status-flags.ts); then the RAM line, the
- * flags that need action (each once, with its next step) and the Why lines. That first message
+ * flags that need action (each once, with its next step) and the Why lines (but those of
+ * `opts.saidWhy`, which an earlier message of the thread said). That first message
  * is what fits a phone screen. When a cell cannot show every process of its GPU it says "+N more"
  * and a second message (key `<key>:processes`, more if one is not enough) lists every process in
  * full; fuser's raw device rows go to a details message (key `<key>:details`).
@@ -113,7 +102,7 @@ export function snapshotViews(
   key: string,
   s: MachineSnapshot,
   title: string,
-  opts: { details: 'message' | 'inline' } = { details: 'message' },
+  opts: { details: 'message' | 'inline'; saidWhy?: ReadonlySet<string> } = { details: 'message' },
 ): MessageView[] {
   const header = ['GPU', 'Name', 'Memory used / total', 'Util', PROCESSES_HEADER];
   const rowWith = (g: MachineSnapshot['gpus'][number], max: number): string[] => [
@@ -136,7 +125,7 @@ export function snapshotViews(
     ...(s.holdersError ? [`:warning: fuser could not list the device holders: ${esc(s.holdersError)}`] : []),
     ...(s.holderRowsNote ? [`:warning: Some holders are on no GPU of the table: ${esc(s.holderRowsNote)}`] : []),
     ...flags,
-    ...whyLines(s),
+    ...whyLines(s, opts.saidWhy),
     ...more,
     ...(details.length === 0
       ? []

@@ -83,7 +83,8 @@ const REFUSAL_TEXT: Record<DecideRefusalCode | 'approval_not_found', string> = {
     "the host's blast-radius budget of host-level steps was spent for this hour; only an admin can approve more",
 };
 
-function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
+/** `saidWhy`: root causes an earlier message of the thread said (a before table's Why lines), not said again. */
+function diagnosisMessage(e: Ev<'diagnosis'>, saidWhy: ReadonlySet<string>): MessageView {
   const d: Diagnosis = e.diagnosis;
   const idle = d.gpus.filter((g) => g.kind === 'idle').map((g) => g.index ?? '?');
   // gpu-medic's sentence as data: its cmdlines become code spans; one logged before `parts` existed is escaped whole.
@@ -91,7 +92,7 @@ function diagnosisMessage(e: Ev<'diagnosis'>): MessageView {
   if (idle.length > 0) lines.push(`• ${idle.length === 1 ? 'GPU' : 'GPUs'} ${idle.join(', ')}: idle.`);
   if (d.error) lines.push(`• nvidia-smi failed: ${esc(d.error.message)}`);
   // Root causes (src/gpu/root-cause.ts): composed sentences, flag names as code.
-  for (const c of d.causes ?? []) lines.push(`• Why: ${rich(c.parts)}`);
+  for (const c of d.causes ?? []) if (!saidWhy.has(c.sentence)) lines.push(`• Why: ${rich(c.parts)}`);
   for (const m of d.deviceOnly)
     lines.push(
       `• PID ${m.containerPid} ${code(m.command ?? '?')} has ${m.devices.map(code).join(', ')} open but holds no GPU memory (a monitor?): left alone.`,
@@ -527,22 +528,27 @@ export function renderUnstick(meta: IncidentMeta, logged: readonly AnyLoggedEven
       blocks: [section(parentText), context(`incident ${code(meta.id)} · ${stamp(meta.createdAt)}`)],
     },
   ];
+  // Each root cause is said once in the thread, where it is first said (the before table, as in
+  // `/gpu status`); the host's table and the diagnosis below do not repeat it.
+  const saidWhy = new Set<string>();
   for (const e of events) {
     switch (e.type) {
       case 'snapshot':
-        if (e.label !== 'status')
-          views.push(
-            ...snapshotViews(
-              `ev:${e.id}`,
-              e.snapshot,
-              `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`,
-              // The diagnosis below names the holders; fuser's rows stay with their table.
-              { details: 'inline' },
-            ),
-          );
+        if (e.label === 'status') break;
+        views.push(
+          ...snapshotViews(
+            `ev:${e.id}`,
+            e.snapshot,
+            `${e.label === 'before' ? 'Before' : 'After'} · ${code(e.snapshot.machineId)}`,
+            // The diagnosis below names the holders; fuser's rows stay with their table.
+            { details: 'inline', saidWhy: new Set(saidWhy) },
+          ),
+        );
+        for (const c of e.snapshot.rootCauses ?? []) saidWhy.add(c.sentence);
         break;
       case 'diagnosis':
-        views.push(diagnosisMessage(e));
+        views.push(diagnosisMessage(e, new Set(saidWhy)));
+        for (const c of e.diagnosis.causes ?? []) saidWhy.add(c.sentence);
         break;
       case 'step_started':
         // A worker that took over after a crash may log the same step's start again: one message per step.

@@ -27,7 +27,7 @@ import type { ErrorCode } from '../errors.ts';
 import { HOST_RAM_CAUSES, snapshotRootCauses } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { KernelLogCursor } from './kernel-log.ts';
-import { recoveryActionAdvice, type XidEvent, xidMeaning } from './xid.ts';
+import { recoveryActionAdvice, type XidEvent, xidWords } from './xid.ts';
 import { countRounded } from '../render/units.ts';
 
 /** The watchdog's alert kinds: the one list the judge, the round store, the metrics and Alertmanager's map read. */
@@ -242,7 +242,6 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
     });
   }
   for (const x of r.xids ?? []) {
-    const meaning = xidMeaning(x.xid);
     const pci = x.pci.replace(/[^0-9a-f:.]/g, '');
     const onGpu = s.gpus.find((g) => g.busId !== null && busDevice(g.busId) === busDevice(pci));
     const gpu = onGpu?.index ?? null;
@@ -251,7 +250,7 @@ function conditionsOf(r: MachineReading, prev: WatchState, settings: WatchSettin
       kind: 'xid',
       gpu,
       gpuUuid: onGpu?.uuid ?? null,
-      sentence: `Xid ${x.xid} on PCI ${pci}${gpu === null ? '' : ` (GPU ${gpu})`}${meaning ? `: ${meaning.name}; ${meaning.next}` : ": not in gpu-medic's table; look it up in NVIDIA's Xid catalogue."}`,
+      sentence: `Xid ${x.xid} on PCI ${pci}${gpu === null ? '' : ` (GPU ${gpu})`}: ${xidWords(x.xid)}`,
     });
   }
   return out;

@@ -136,6 +136,16 @@ export function xidMeaning(xid: number): XidMeaning | null {
 }
 
 /**
+ * What an Xid means and what to do next, in the words every Xid alert uses (the watchdog's from
+ * the kernel log, Alertmanager's from DCGM): NVIDIA's name and the next step, or where to look
+ * for one not in the table.
+ */
+export function xidWords(xid: number): string {
+  const m = xidMeaning(xid);
+  return m ? `${m.name}; ${m.next}` : "not in gpu-medic's table; look it up in NVIDIA's Xid catalogue.";
+}
+
+/**
  * `nvidia-smi --query-gpu=gpu_recovery_action` values (newer drivers) and what they ask for. An
  * unknown value is shown as it is, with no advice.
  */

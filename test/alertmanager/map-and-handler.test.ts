@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { DEFAULT_MAPPING, mapAlert } from '../../src/alertmanager/map.ts';
+import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
+import type { IncidentMeta } from '../../src/incident/events.ts';
+import { renderAlert } from '../../src/render/alert.ts';
 import { alertmanagerReceiver, silencesOf } from '../../src/alertmanager/wire.ts';
 import type { WebhookAlert } from '../../src/alertmanager/payload.ts';
 import { alertmanagerHandler, startAlertmanagerServer } from '../../src/alertmanager/receiver.ts';
@@ -57,6 +60,50 @@ describe('mapping an Alertmanager alert to a machine, a GPU and a condition (pur
     expect(
       mapAlert(base({ Hostname: 'kpro5', UUID: 'GPU-$(reboot)' }), MACHINES, DEFAULT_MAPPING, 0).alert.gpuUuid,
     ).toBeUndefined();
+  });
+});
+
+describe("an Alertmanager Xid says what the Xid means and what to do next (gpu-medic's Xid table)", () => {
+  const xid = (summary: string): WebhookAlert => ({
+    ...base({ alertname: 'DcgmXidError', Hostname: 'kpro5', gpu: '1', UUID }),
+    annotations: { summary },
+  });
+  const nextLine = (a: WebhookAlert): { said: string; next: string } => {
+    const m = mapAlert(a, MACHINES, DEFAULT_MAPPING, 0);
+    const meta: IncidentMeta = {
+      id: 'inc_alert_0123456789abcdef0123',
+      kind: 'alert',
+      requester: 'watchdog',
+      channel: 'C0ALERTS01',
+      targets: ['kpro5'],
+      text: m.alert.key,
+      reason: null,
+      createdAt: '2026-12-01T10:00:00.000Z',
+    };
+    const events: AnyLoggedEvent[] = [
+      { id: '1-0', type: 'alert_raised', at: '2026-12-01T10:00:00.000Z', alert: m.alert, external: m.external },
+    ];
+    const text = renderAlert(meta, events)[0]?.text ?? '';
+    return { said: m.alert.sentence, next: text.split('\n').find((l) => l.startsWith('*Next:*')) ?? '' };
+  };
+
+  it('Xid 79 in the summary (the rule in deploy/monitoring/dcgm-rules.yml): fallen off the bus, a reset will not help, reboot', () => {
+    const { said, next } = nextLine(xid('Xid 79 on GPU 1 of kpro5 (DCGM).'));
+    expect(said).toBe(
+      'Xid 79 on GPU 1 of kpro5 (DCGM). Xid 79: GPU has fallen off the bus; a reset will not help: reboot the host, then check power, cooling and seating of the GPU.',
+    );
+    expect(next).toBe(
+      '*Next:* the line above says what the Xid means and what to do, or where to read which Xid it was; *Status* shows the GPU now.',
+    );
+  });
+
+  it('an Xid not in the table, or none named, says where to look rather than pointing at nothing', () => {
+    expect(nextLine(xid('Xid 7 on GPU 1 of kpro5 (DCGM).')).said).toContain(
+      "Xid 7: not in gpu-medic's table; look it up in NVIDIA's Xid catalogue.",
+    );
+    expect(nextLine(xid('DCGM saw an Xid.')).said).toContain(
+      'The alert does not say which Xid: look for `NVRM: Xid` lines in the kernel log of kpro5 (`journalctl -k`).',
+    );
   });
 });
 

@@ -70,6 +70,34 @@ describe('the post-mortem carries the thread’s facts (issue 23)', () => {
     expect(md).not.toContain('Nothing was left open');
   });
 
+  it("the GPU tables name each GPU's holders as the thread's Processes column does, for a status read and an unstick's before table alike", () => {
+    const snap: MachineSnapshot = {
+      ...seedSnapshot(),
+      holderRows: [
+        { gpuIndex: 0, containerPid: 3, hostPid: 11093, command: 'sglang::scheduler_TP0', usedMiB: 96_413 },
+        { gpuIndex: 2, containerPid: 5, hostPid: 11097, command: 'sglang::scheduler_TP2', usedMiB: 96_417 },
+      ],
+    };
+    for (const [kind, label] of [
+      ['status', 'status'],
+      ['unstick', 'before'],
+    ] as const) {
+      const md = renderIncidentMarkdown(
+        meta(kind),
+        logged([
+          { type: 'requested', at: AT },
+          { type: 'snapshot', at: AT, label, snapshot: snap, commands: [] },
+        ]),
+      );
+      const rows = md.split('\n').filter((l) => l.startsWith('| '));
+      const row = (gpu: number): string => rows.find((l) => l.startsWith(`| ${gpu} | NVIDIA H20 |`)) ?? '';
+      expect(rows.find((l) => l.startsWith('| GPU | Name |'))).toContain('Processes (PID, command, MiB)');
+      expect(row(0)).toContain('3 (host 11093) sglang::scheduler\\_TP0 96,413 MiB');
+      expect(row(2)).toContain('5 (host 11097) sglang::scheduler\\_TP2 96,417 MiB');
+      expect(row(1)).toMatch(/\| - \|$/);
+    }
+  });
+
   it('the watchdog alerts still open on the incident’s machines are what to follow up; not those of another machine or raised after it ended', () => {
     const rec = {
       machineId: 'kpro5',

@@ -102,4 +102,45 @@ describe('root causes in the unstick diagnosis', () => {
     expect(msg?.text).toContain(`• Why: ${SEED_WHY}`);
     expect(JSON.stringify(msg)).not.toMatch(/<!channel>|reboot|kimi/);
   });
+
+  it("a cause the before table said is not said again by the host's table or the diagnosis; one it did not say is", () => {
+    const d = diagnosed(withParents({ [TP0.pid]: [SEED, 'bash'], [TP2.pid]: [SEED, 'bash'] }));
+    const [first, second] = d.causes ?? [];
+    if (!first || !second) throw new Error('fixture: the seed has two causes');
+    const meta: IncidentMeta = {
+      id: 'inc_20261201_120000_abc124',
+      kind: 'unstick',
+      requester: 'U0ALICE',
+      channel: 'C0GPUOPS',
+      targets: ['ct129'],
+      text: 'ct129',
+      reason: null,
+      createdAt: '2026-12-01T12:00:00.000Z',
+    };
+    const at = '2026-12-01T12:00:01.000Z';
+    const views = renderUnstick(meta, [
+      {
+        id: '1-0',
+        type: 'snapshot',
+        at,
+        label: 'before',
+        snapshot: { ...snapshot('ct129', 'container', 449, 8), rootCauses: [first] },
+        commands: [],
+      },
+      {
+        id: '1-1',
+        type: 'snapshot',
+        at,
+        label: 'before',
+        snapshot: { ...snapshot('kpro5', 'host', 449, 8), rootCauses: [first] },
+        commands: [],
+      },
+      { id: '1-2', type: 'diagnosis', at, label: 'before', diagnosis: d },
+    ]);
+    const text = (key: string): string => views.find((v) => v.key === key)?.text ?? '';
+    expect(text('ev:1-0')).toContain(`:bulb: Why: ${SEED_WHY}`);
+    expect(text('ev:1-1')).not.toContain('Why:');
+    expect(text('ev:1-2')).not.toContain(SEED_WHY);
+    expect(text('ev:1-2')).toContain(`• Why: ${second.sentence}`);
+  });
 });
