@@ -168,7 +168,7 @@ function stepMessage(start: Ev<'step_started'>, events: readonly UnstickLoggedEv
     );
   const blocks: KnownBlock[] = [
     section(heading),
-    ...contextsOf([esc(start.explanation)]),
+    ...contextsOf([rich(sentenceParts(start.explanation))]),
     ...sectionsOf(commands.flat(), { code: true }),
     ...sectionsOf(signalled),
   ];
@@ -246,7 +246,7 @@ function cardParts(step: Step, host: string, vmid: number): CardParts {
   return {
     fallback: {
       heading: `:lock: *${KIND_TITLE[step.kind]} needs a second person* · host ${code(host)} · container vmid ${vmid}`,
-      explanation: esc(step.explanation),
+      explanation: rich(sentenceParts(step.explanation)),
       targets: cardTargets(step),
       commandsHeading: `Commands that will run${onHost ? ` on ${code(host)}` : ''}:`,
       commands: commands.map(codeLine),

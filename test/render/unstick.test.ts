@@ -308,6 +308,16 @@ describe('renderUnstick', () => {
     );
   });
 
+  it("a step's explanation shows its code as code in the step message's blocks and the card's fallback, never as look-alike backticks", () => {
+    const views = renderUnstick(meta, s3Events());
+    const host = views.find((v) => v.key.startsWith('step:host_kill-'));
+    const card = views.find((v) => v.key === `approval:${APR}`);
+    expect(card?.text).toContain('(not through `pct exec`: that enters');
+    expect(card?.text).not.toContain('ˋ');
+    expect(JSON.stringify(host?.blocks)).toContain('(not through `pct exec`: that enters');
+    expect(JSON.stringify(host?.blocks)).not.toContain('ˋ');
+  });
+
   it('each step shows its literal commands with exit codes and durations, and what was signalled', () => {
     const views = renderUnstick(meta, s3Events());
     const host = views.find((v) => v.key.startsWith('step:host_kill-'));
@@ -415,7 +425,8 @@ describe('renderUnstick', () => {
           ...e,
           step: {
             ...e.step,
-            explanation: evil,
+            // As the plan words it: machine text inside a code span of its own sentence.
+            explanation: `Kill PID 71 \`${evil}\` on the host.`,
             targets: e.step.targets.map((t) => ({ ...t, cmdline: evil, hostOnlyWhy: evil })),
           },
         };
