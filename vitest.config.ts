@@ -33,9 +33,9 @@ class LongestFirst extends BaseSequencer {
 }
 
 /**
- * Files whose assertions include a latency bound that is part of the contract (Slack's 3 s ack
- * for 200 commands at once). They run after everything else, one at a time, so the bound measures
- * gpu-medic and not a neighbouring test file's processes on the same two cores.
+ * Files heavy enough to starve their neighbours (200 commands at once over 12 machines). They run
+ * after everything else, one at a time, so their load does not push other files past their hook
+ * timeouts on two cores (they set no wall-clock bound themselves: the bench measures ack times).
  */
 const ALONE = ['test/faults/load.test.ts'];
 
