@@ -122,10 +122,14 @@ describe('watchdog alert kinds on the fleet', () => {
     await rig.round({ site: 'unreach' });
     await rig.fleet.startMachine('u1');
     await rig.round({ site: 'unreach' });
-    expect(await sentences('u1', 'unreachable')).toEqual([
-      'alert_raised: the watchdog could not read it (connect_failed).',
-      'alert_cleared: the watchdog could not read it (connect_failed).',
-    ]);
+    const said = await sentences('u1', 'unreachable');
+    // The first failed read finds the pool's connection from the round before either already closed
+    // (connect_failed) or not yet noticed as closed (connection_lost: seen on a loaded machine); the
+    // alert may then be updated to the later reason, but it is raised once and cleared once.
+    expect(said[0]).toMatch(/^alert_raised: the watchdog could not read it \((connect_failed|connection_lost)\)\.$/);
+    expect(said.slice(1, -1).every((l) => l.startsWith('alert_updated: '))).toBe(true);
+    expect(said.at(-1)).toBe('alert_cleared: the watchdog could not read it (connect_failed).');
+    expect(said.filter((l) => l.startsWith('alert_raised')).length).toBe(1);
   });
 
   it('an Xid in the journal: raised once with what it means, not again for a line already read, cleared when the log is quiet', async () => {
