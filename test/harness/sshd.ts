@@ -48,15 +48,15 @@ export interface SshdOptions {
   agent?: { binds: ReadonlyArray<{ from: string; to: string }>; setup: readonly string[] };
   /**
    * How long sshd may take to listen, default 30 s. With `agent`, counted from the end of `setup`:
-   * a fleet's installs wait their turn on one lock (agent-install.lock), so the 50th of 200 hosts
-   * set up at once waits for 49 installs first, which is not sshd being slow (`SETUP_LIMIT_MS`).
+   * a fleet's installs may wait on one lock (agent-install.lock: one at a time until the account
+   * exists), which is not sshd being slow (`SETUP_LIMIT_MS`).
    */
   readyTimeoutMs?: number;
 }
 
 /** What an agent-mode sshd's log says once `setup` ran (inOwnMounts). */
 const SETUP_DONE = 'gpu-medic test sshd: setup done';
-/** The most `setup` may take, waiting included: 200 installs one at a time on a loaded 2-core machine. */
+/** The most `setup` may take, waiting included: 200 installs one at a time (a fresh machine) on a loaded 2-core machine. */
 const SETUP_LIMIT_MS = 30 * 60_000;
 
 /** Debian's shipped sshd_config (what a fresh install has as /etc/ssh/sshd_config). */

@@ -160,15 +160,22 @@ const INSTALL_SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '../../.
 
 /**
  * The agent installed on one fleet host as an admin would (agent/install.sh), inside the host
- * sshd's own mount namespace, then its config pointed at this host's simulated tools. Installs
- * run one at a time on this machine (flock): they may create the account.
+ * sshd's own mount namespace, then its config pointed at this host's simulated tools. Every file
+ * it writes is this host's own (bound dirs) except the account, which all hosts of this machine
+ * share in its /etc/passwd. While it does not exist, an install may create it and holds the
+ * machine-wide lock alone (`flock -x`: the first fleet on a fresh machine sets up one host at a
+ * time); once it exists, installs hold the lock shared and run side by side, their `usermod -p`
+ * queued by the system's own passwd lock (lckpwdf). One that still fails (lckpwdf gives up after
+ * 15 s) runs once more alone.
  */
 function agentInstall(hostDir: string, keys: { client: string; bot: string; worker: string }, path: string) {
   const root = join(hostDir, 'agent-root');
   const binds = Object.entries(AGENT_INSTALL_DIRS).map(([k, to]) => ({ from: join(root, k), to }));
   const log = shellQuote(join(hostDir, 'agent-install.log'));
+  const lock = shellQuote(join(CACHE_ROOT, 'agent-install.lock'));
+  const install = `sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} >${log} 2>&1`;
   const setup = [
-    `flock ${shellQuote(join(CACHE_ROOT, 'agent-install.lock'))} sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} >${log} 2>&1 || { cat ${log} >&2; exit 1; }`,
+    `{ id -u ${AGENT_USER} >/dev/null 2>&1 && flock -s ${lock} ${install}; } || flock -x ${lock} ${install} || { cat ${log} >&2; exit 1; }`,
     // The one line an admin would not add: the agent's own command log, so tests see what ran.
     `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(hostDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
   ];
