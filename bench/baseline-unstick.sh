@@ -4,7 +4,8 @@
 #   (survivors), poll the GPU query until no GPU holds more than <free MiB>, snapshot again.
 #   baseline-unstick.sh <key> <known_hosts> <port> <grace s> <free MiB> <pids> <gpu query> <snapshot cmd>...
 # <pids> is a space-separated list of container PIDs (given, not parsed from fuser: that only
-# helps the baseline). The poll runs back to back, faster than a person would.
+# helps the baseline). The poll runs back to back, faster than a person would. <key> is the
+# engineer's own for the container's root (the bench fleet's operatorLogin): the worker's runs only its agent.
 set -euo pipefail
 key=$1 known=$2 port=$3 grace=$4 freemib=$5 pids=$6 gpuq=$7
 shift 7

@@ -7,7 +7,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Fleet } from '../test/harness/fleet/index.ts';
 
 /** USER_HZ is 100 on Linux: one clock tick is 10 ms. */
 const TICK_MS = 10;
@@ -27,7 +26,13 @@ export function rssSplitKiB(pid: number): { anon: number; file: number } {
   return { anon: field('RssAnon'), file: field('RssFile') + field('RssShmem') };
 }
 
-function sshBase(fleet: Fleet, port: number, ctl: string): string[] {
+/** Who the sessions log in as: the on-call engineer's key for `root@` and the fleet's pinned host keys. */
+interface Login {
+  keyPath: string;
+  knownHostsPath: string;
+}
+
+function sshBase(login: Login, port: number, ctl: string): string[] {
   return [
     '-F',
     '/dev/null',
@@ -35,7 +40,7 @@ function sshBase(fleet: Fleet, port: number, ctl: string): string[] {
     '-p',
     String(port),
     '-i',
-    fleet.clientKeyPath,
+    login.keyPath,
     '-o',
     'IdentitiesOnly=yes',
     '-o',
@@ -43,7 +48,7 @@ function sshBase(fleet: Fleet, port: number, ctl: string): string[] {
     '-o',
     'StrictHostKeyChecking=yes',
     '-o',
-    `UserKnownHostsFile=${fleet.knownHostsPath}`,
+    `UserKnownHostsFile=${login.knownHostsPath}`,
     '-o',
     'GlobalKnownHostsFile=/dev/null',
     '-o',
@@ -69,7 +74,7 @@ function run(cmd: string, args: string[]): Promise<{ stdout: string; stderr: str
  * read as the children's time of the shell that ran them.
  */
 export async function muxSessionCpu(
-  fleet: Fleet,
+  login: Login,
   ports: readonly number[],
   remoteCommand: string,
   sessionsPerHost: number,
@@ -79,8 +84,8 @@ export async function muxSessionCpu(
   try {
     for (const port of ports) {
       const ctl = join(dir, String(port));
-      await run('ssh', [...sshBase(fleet, port, ctl), '-M', '-N', '-f', '-o', 'ControlPersist=yes', 'root@127.0.0.1']);
-      const check = await run('ssh', [...sshBase(fleet, port, ctl), '-O', 'check', 'root@127.0.0.1']);
+      await run('ssh', [...sshBase(login, port, ctl), '-M', '-N', '-f', '-o', 'ControlPersist=yes', 'root@127.0.0.1']);
+      const check = await run('ssh', [...sshBase(login, port, ctl), '-O', 'check', 'root@127.0.0.1']);
       const pid = Number(/pid=(\d+)/.exec(check.stderr + check.stdout)?.[1]);
       if (!Number.isFinite(pid)) throw new Error(`no ControlMaster pid for port ${port}`);
       masters.push({ port, ctl, pid });
@@ -89,7 +94,7 @@ export async function muxSessionCpu(
     let clientMs = 0;
     for (const m of masters) {
       const before = processCpuMs(m.pid);
-      const args = [...sshBase(fleet, m.port, m.ctl), '-o', 'ControlMaster=no', 'root@127.0.0.1', remoteCommand];
+      const args = [...sshBase(login, m.port, m.ctl), '-o', 'ControlMaster=no', 'root@127.0.0.1', remoteCommand];
       // The shell waits for each ssh; its own /proc stat then holds their time (cutime, cstime).
       const script = `for i in $(seq ${sessionsPerHost}); do "$@" >/dev/null || exit 1; done; read -r -a s </proc/$$/stat; echo "\${s[15]} \${s[16]}"`;
       const out = await new Promise<string>((resolve, reject) => {
@@ -113,7 +118,7 @@ export async function muxSessionCpu(
     };
   } finally {
     for (const m of masters)
-      await run('ssh', [...sshBase(fleet, m.port, m.ctl), '-O', 'exit', 'root@127.0.0.1']).catch(() => undefined);
+      await run('ssh', [...sshBase(login, m.port, m.ctl), '-O', 'exit', 'root@127.0.0.1']).catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -161,6 +161,12 @@ function runScript(script: string, args: string[]): Promise<number> {
 
 const remote = (spec: CommandSpec): string => shellJoin(spec.argv);
 
+/** The on-call engineer's own key for `root@` (the fleet's operatorLogin): every baseline logs in with it. */
+function operatorKey(fleet: Fleet): string {
+  if (fleet.operatorKeyPath === null) throw new Error('the bench fleet has no operator login');
+  return fleet.operatorKeyPath;
+}
+
 /**
  * What every SSH session on this machine pays before its command starts: sshd runs it through
  * root's login shell, and bash (built with SSH_SOURCE_BASHRC, as on Debian) sources ~/.bashrc
@@ -208,7 +214,7 @@ async function benchFirstTable(slack: FakeSlack, fleet: Fleet, p: Pair): Promise
   // A host: the worker runs these three in parallel over one pooled connection.
   const cmds = [remote(queryGpus(t)), remote(queryComputeApps(t)), remote(hostMemory(t))];
   const baseline = (): Promise<number> =>
-    runScript('baseline-ssh.sh', [fleet.clientKeyPath, fleet.knownHostsPath, String(port), ...cmds]);
+    runScript('baseline-ssh.sh', [operatorKey(fleet), fleet.knownHostsPath, String(port), ...cmds]);
   const ours = (): Promise<number> => commandToFirstTable(slack, p, `status ${STATUS_TARGET}`, 120_000);
   progress(`statusFirstTable: warm-up (cold pool) then ${CFG.firstTableRuns} interleaved runs`);
   const coldOurs = await ours();
@@ -261,7 +267,7 @@ function sshFloor(fleet: Fleet, n: number): Promise<number> {
             '-p',
             String(port),
             '-i',
-            fleet.clientKeyPath,
+            operatorKey(fleet),
             '-o',
             'IdentitiesOnly=yes',
             '-o',
@@ -384,7 +390,15 @@ async function benchCpuPerRead(fleet: Fleet, fanout: unknown): Promise<object> {
   );
   progress(`cpuPerRead: OpenSSH ControlMaster to ${ports.length} hosts, ${MUX.sessions} sessions each, 3 runs`);
   const runs = [];
-  for (let i = 0; i < 3; i++) runs.push(await muxSessionCpu(fleet, ports, script, MUX.sessions));
+  for (let i = 0; i < 3; i++)
+    runs.push(
+      await muxSessionCpu(
+        { keyPath: operatorKey(fleet), knownHostsPath: fleet.knownHostsPath },
+        ports,
+        script,
+        MUX.sessions,
+      ),
+    );
   const max = String(FANOUT[FANOUT.length - 1]);
   const perRead = (fanout as { workerCpuMsPerMachineRead?: Record<string, Summary> }).workerCpuMsPerMachineRead?.[max];
   const mux = summarize(runs.map((r) => r.cpuMsPerSession));
@@ -495,7 +509,7 @@ async function benchUnstick(slack: FakeSlack, fleet: Fleet, p: Pair): Promise<ob
     const hs = await spawnS2();
     const pids = hs.map((h) => String(h.containerPid)).join(' ');
     const ms = await runScript('baseline-unstick.sh', [
-      fleet.clientKeyPath,
+      operatorKey(fleet),
       fleet.knownHostsPath,
       String(port),
       String(GRACE_SEC),
@@ -590,15 +604,19 @@ async function main(): Promise<void> {
     await redis.ping();
     progress(`starting a fleet of ${CFG.hosts} hosts + ${UNSTICK_CT} (real sshd each)`);
     const f0 = performance.now();
-    fleet = await startFleet({
-      hosts: Array.from({ length: CFG.hosts }, (_, i) => ({
-        id: `kpro${i + 1}`,
-        gpus: 8,
-        ramTotalGiB: 449,
-        ramUsedGiB: 40,
-      })),
-      containers: [{ id: UNSTICK_CT, vmid: 129, host: UNSTICK_HOST, ownAddress: true }],
-    });
+    fleet = await startFleet(
+      {
+        hosts: Array.from({ length: CFG.hosts }, (_, i) => ({
+          id: `kpro${i + 1}`,
+          gpus: 8,
+          ramTotalGiB: 449,
+          ramUsedGiB: 40,
+        })),
+        containers: [{ id: UNSTICK_CT, vmid: 129, host: UNSTICK_HOST, ownAddress: true }],
+      },
+      // The baselines log in as root with the engineer's own key, as on-call does by hand.
+      { operatorLogin: true },
+    );
     const fleetStartMs = performance.now() - f0;
     slack = await startFakeSlack();
     // A holder on the status target, so the table has a process row as in real life.

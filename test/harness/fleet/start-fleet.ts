@@ -168,9 +168,23 @@ const INSTALL_SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '../../.
  * queued by the system's own passwd lock (lckpwdf). One that still fails (lckpwdf gives up after
  * 15 s) runs once more alone.
  */
-function agentInstall(hostDir: string, keys: { client: string; bot: string; worker: string }, path: string) {
+function agentInstall(
+  hostDir: string,
+  keys: { client: string; bot: string; worker: string },
+  path: string,
+  operator: string | null,
+) {
   const root = join(hostDir, 'agent-root');
-  const binds = Object.entries(AGENT_INSTALL_DIRS).map(([k, to]) => ({ from: join(root, k), to }));
+  const binds = [
+    ...Object.entries(AGENT_INSTALL_DIRS).map(([k, to]) => ({ from: join(root, k), to })),
+    // The engineer's login (FleetOptions.operatorLogin): root's own authorized_keys, the tools where an admin installs them.
+    ...(operator === null
+      ? []
+      : [
+          { from: join(hostDir, 'operator-ssh'), to: '/root/.ssh' },
+          { from: join(hostDir, 'bin'), to: '/usr/local/bin' },
+        ]),
+  ];
   const log = shellQuote(join(hostDir, 'agent-install.log'));
   const lock = shellQuote(join(CACHE_ROOT, 'agent-install.lock'));
   const install = `sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} >${log} 2>&1`;
@@ -178,8 +192,23 @@ function agentInstall(hostDir: string, keys: { client: string; bot: string; work
     `{ id -u ${AGENT_USER} >/dev/null 2>&1 && flock -s ${lock} ${install}; } || flock -x ${lock} ${install} || { cat ${log} >&2; exit 1; }`,
     // The one line an admin would not add: the agent's own command log, so tests see what ran.
     `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(hostDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+    ...(operator === null ? [] : operatorSetup(operator)),
   ];
   return { binds, setup };
+}
+
+/**
+ * The engineer's key for root (FleetOptions.operatorLogin), in the sshd's mount namespace. This
+ * machine's root `~/.bashrc` is a developer's (pyenv init: 140 ms a session, which bash sources for a
+ * command over ssh); a host's root has Debian's, which returns at once for a command: bound over it.
+ */
+function operatorSetup(publicKey: string): string[] {
+  return [
+    'install -d -m 0700 /root/.ssh',
+    `echo ${shellQuote(publicKey)} >> /root/.ssh/authorized_keys`,
+    'chmod 0600 /root/.ssh/authorized_keys',
+    '[ ! -f /root/.bashrc ] || mount --bind /etc/skel/.bashrc /root/.bashrc',
+  ];
 }
 
 /**
@@ -195,6 +224,7 @@ function selfAgentInstall(
   src: string,
   ctDir: string,
   keys: { client: string; bot: string; worker: string },
+  operator: string | null,
 ): NonNullable<SshdOptions['agent']> {
   const common = `--role self --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(`${join(ctDir, 'bin')}:${join(ctDir, 'sys')}`)}`;
   const log = shellQuote(join(ctDir, 'sshd', 'agent-install.log'));
@@ -207,6 +237,13 @@ function selfAgentInstall(
       install('--root-forced'),
       install(`--no-sudo --user ${FLEET_USER}`),
       `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(ctDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+      // Beside the agent's forced line in root's own authorized_keys.
+      ...(operator === null
+        ? []
+        : [
+            ...operatorSetup(operator),
+            `mkdir -p /usr/local/bin && mount --bind ${shellQuote(join(ctDir, 'bin'))} /usr/local/bin`,
+          ]),
     ],
   };
 }
@@ -267,6 +304,7 @@ async function build(
     await writeFile(join(dir, 'lxc.json'), `${JSON.stringify({ lxcPath, cgroupTag })}\n`);
   }
   const client = await generateKeyPair(join(dir, 'keys'), 'client');
+  const operator = opts.operatorLogin === true ? await generateKeyPair(join(dir, 'keys'), 'operator') : null;
   const signingKeys = writeTestKeys(join(dir, 'keys'), 'fleet');
   const procs = new ProcessTable(dir, tools);
   // One server answers every machine's nvidia-smi and free (a C client per call, no Node start).
@@ -285,6 +323,7 @@ async function build(
     own ? { basePath: join(mdir, 'sys') } : {};
 
   const access = fleetAccess(spec);
+  if (operator !== null && access !== 'agent') throw new Error('fleet: operatorLogin is for agent access only');
   const agentKeys = {
     client: `${client.privateKeyPath}.pub`,
     bot: signingKeys.workerEnv.GPU_MEDIC_BOT_PUBLIC_KEY_FILES ?? '',
@@ -306,7 +345,12 @@ async function build(
     ...(port === undefined ? {} : { port }),
     ...(access === 'agent'
       ? {
-          agent: agentInstall(h.dir, agentKeys, `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`),
+          agent: agentInstall(
+            h.dir,
+            agentKeys,
+            `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`,
+            operator?.publicKey ?? null,
+          ),
         }
       : {}),
   });
@@ -370,7 +414,9 @@ async function build(
       ...basePath(c.dir, ownPath(c.spec.host)),
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
-      ...(selfAgent(c.spec) ? { agent: selfAgentInstall(agentSrc, c.dir, agentKeys) } : {}),
+      ...(selfAgent(c.spec)
+        ? { agent: selfAgentInstall(agentSrc, c.dir, agentKeys, operator?.publicKey ?? null) }
+        : {}),
     };
     if (c.lxc !== null && c.lxc.idShift !== null) {
       // Its sshd runs as the container's root, host uid <shift>: it writes its keys and log there.
@@ -612,6 +658,7 @@ async function build(
   const fleet: Fleet = {
     dir,
     clientKeyPath: client.privateKeyPath,
+    operatorKeyPath: operator?.privateKeyPath ?? null,
     keys: signingKeys,
     knownHostsPath,
 

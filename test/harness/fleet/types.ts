@@ -89,6 +89,13 @@ export interface FleetOptions {
   dir?: string;
   /** Keep the dir after stop() (for debugging). Default false. */
   keepDir?: boolean;
+  /**
+   * The bench's baselines (what on-call does by hand): an engineer's own key (`Fleet.operatorKeyPath`),
+   * authorized for root on every host and own-address container beside the agent's, as on a real
+   * host, a plain shell with the fake tools on root's default PATH (/usr/local/bin). Agent access
+   * only. Default false: root refuses every key but the agent's (what the tests run against).
+   */
+  operatorLogin?: boolean;
 }
 
 export interface MachineView {
@@ -204,6 +211,8 @@ export interface Fleet {
   dir: string;
   /** Private key the worker uses (ed25519, no passphrase). */
   clientKeyPath: string;
+  /** The engineer's key for `root@` (FleetOptions.operatorLogin), else null. */
+  operatorKeyPath: string | null;
   /**
    * The bot's and the worker's signing keys for this fleet (issue 21: its hosts' agents trust their
    * public halves, as an installed agent trusts the keys in /etc/gpu-medic/), with the settings each role gets.
