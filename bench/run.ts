@@ -23,7 +23,6 @@ import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
 import { sendAck } from './send-ack.ts';
 import { muxSessionCpu, processCpuMs, rssSplitKiB } from './cpu.ts';
-import { writeTestKeys } from '../test/harness/keys.ts';
 import { freePort, startRole, type RoleProcess } from './procs.ts';
 import { percentile, ratio, round, summarize, type Summary } from './stats.ts';
 
@@ -690,8 +689,9 @@ async function main(): Promise<void> {
           GPU_MEDIC_WATCH_INTERVAL_SEC: '86400',
           ...(x.extraEnv ?? {}),
         };
-        // Issue 19: the bot signs every request with its key and the worker acts on nothing else.
-        const keys = writeTestKeys(work, prefix);
+        // Issue 19: the bot signs every request with its key and the worker acts on nothing else; the
+        // fleet's agents trust the fleet's pair (as an installed agent trusts /etc/gpu-medic/), so every pair has it.
+        const keys = (fleet as Fleet).keys;
         const [bot, worker] = await Promise.all([
           startRole(
             'bot',
