@@ -122,3 +122,84 @@ export async function muxSessionCpu(
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+/** The parts of a V8 CPU profile (`Profiler.stop`, or a `.cpuprofile` file) the summary reads. */
+export interface CpuProfile {
+  nodes: Array<{
+    id: number;
+    callFrame: { functionName: string; url: string };
+    hitCount?: number;
+    children?: number[];
+  }>;
+  startTime: number;
+  endTime: number;
+}
+
+/** Where a frame's self time goes (issue 26). Frames without a URL (native, builtins) count for their caller's. */
+function category(fn: string, url: string): string | null {
+  if (fn === '(idle)') return 'idle';
+  if (fn === '(garbage collector)') return 'GC';
+  if (fn === '(program)') return 'V8 and native, unattributed';
+  if (url === '') return null;
+  if (url.includes('/node_modules/ssh2/lib/protocol/crypto')) return 'ssh2 crypto';
+  if (url.includes('/node_modules/ssh2/')) return 'ssh2 protocol';
+  if (/\/node_modules\/(ioredis|@ioredis|redis-parser|redis-errors|cluster-key-slot|denque)\//.test(url))
+    return 'ioredis';
+  if (
+    /\/node_modules\/(pino|pino-std-serializers|sonic-boom|fast-redact|thread-stream|quick-format-unescaped|safe-stable-stringify)\//.test(
+      url,
+    )
+  )
+    return 'pino logging';
+  if (/\/src\/(playbooks|ssh\/quote)/.test(url)) return 'gpu-medic: parsing (src/playbooks)';
+  if (/\/(src|workers)\//.test(url) && !url.includes('/node_modules/'))
+    return 'gpu-medic: rest (watchdog, stores, executor)';
+  if (url.startsWith('node:')) return 'node internals (net, streams, timers)';
+  const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
+  return pkg === undefined ? 'other' : `other: ${pkg}`;
+}
+
+/** Self time by category and the heaviest functions, ms, summed over profiles (each scaled by its own sampling). */
+export function summarizeCpuProfiles(profiles: readonly CpuProfile[]): {
+  profiledMs: number;
+  byCategoryMs: Record<string, number>;
+  topSelfMs: Array<{ fn: string; where: string; ms: number }>;
+} {
+  const byCat = new Map<string, number>();
+  const byFn = new Map<string, number>();
+  let total = 0;
+  for (const p of profiles) {
+    const ms = (p.endTime - p.startTime) / 1000;
+    const hits = p.nodes.reduce((a, n) => a + (n.hitCount ?? 0), 0);
+    if (hits === 0) continue;
+    total += ms;
+    const byId = new Map(p.nodes.map((n) => [n.id, n]));
+    const parent = new Map<number, number>();
+    for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+    for (const n of p.nodes) {
+      const self = ((n.hitCount ?? 0) / hits) * ms;
+      if (self === 0) continue;
+      let cat: string | null = null;
+      for (let at: number | undefined = n.id; cat === null && at !== undefined; at = parent.get(at)) {
+        const f = byId.get(at)?.callFrame;
+        cat = f === undefined ? 'other' : category(f.functionName, f.url);
+      }
+      byCat.set(cat ?? 'other', (byCat.get(cat ?? 'other') ?? 0) + self);
+      const where = n.callFrame.url.replace(/^.*\/node_modules\//, '').replace(/^file:\/\/.*\/(src|workers)\//, '$1/');
+      const key = `${n.callFrame.functionName || '(anonymous)'}\t${where}`;
+      byFn.set(key, (byFn.get(key) ?? 0) + self);
+    }
+  }
+  const r = (x: number): number => Math.round(x * 10) / 10;
+  return {
+    profiledMs: r(total),
+    byCategoryMs: Object.fromEntries([...byCat].sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, r(v)])),
+    topSelfMs: [...byFn]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 20)
+      .map(([k, v]) => {
+        const [fn = '', where = ''] = k.split('\t');
+        return { fn, where, ms: r(v) };
+      }),
+  };
+}

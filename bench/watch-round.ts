@@ -16,9 +16,16 @@
  * with no connection yet). Steady: every connection pooled (opened 20 at a time), the state stored
  * by one uncounted round per size, then N rounds per size, interleaved. Prints one JSON object on
  * stdout; progress on stderr. See bench/README.md.
+ *
+ * `--cpu-prof [DIR]`: V8's CPU profiler (node:inspector, in this process, where the round runs) on
+ * during each counted steady round only, with the logger at `info` as the worker's (to /dev/null);
+ * the profiles are written to DIR and their self time summarised by category in the JSON (`cpuProfile`).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { join } from 'node:path';
+import pino from 'pino';
 import { Redis } from 'ioredis';
 import { validateInventory } from '../src/config/load-inventory.ts';
 import type { Inventory } from '../src/config/inventory.ts';
@@ -29,9 +36,11 @@ import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
 import { WatchRoundStore } from '../src/watch-store/watch-round-store.ts';
 import { DEFAULT_WATCH_SETTINGS } from '../src/watchdog/judge.ts';
 import { runWatchJob, type WatchdogDeps } from '../workers/watchdog.ts';
+import { createLogger } from '../src/logger.ts';
 import { captureLogger } from '../test/harness/capture-logger.ts';
 import { startFleet } from '../test/harness/fleet/index.ts';
 import type { Fleet } from '../test/harness/fleet/types.ts';
+import { type CpuProfile, summarizeCpuProfiles } from './cpu.ts';
 import { freePort } from './procs.ts';
 import { round as r1, summarize, type Summary } from './stats.ts';
 
@@ -44,6 +53,13 @@ const SIZES: readonly number[] = process.argv.includes('--sizes')
   : [50, 200];
 const ROUNDS = Math.max(2, Number(process.argv[process.argv.indexOf('--rounds') + 1]) || 4);
 const ALERTS_CHANNEL = 'C0ALERTS01';
+const PROF_AT = process.argv.indexOf('--cpu-prof');
+/** Where `--cpu-prof` writes its profiles, or null: no profiling. */
+const PROF_DIR =
+  PROF_AT < 0
+    ? null
+    : ((process.argv[PROF_AT + 1]?.startsWith('/') ? process.argv[PROF_AT + 1] : undefined) ??
+      `/tmp/gpu-medic-watch-prof-${Date.now()}`);
 
 const t0 = performance.now();
 const progress = (msg: string): void =>
@@ -144,7 +160,22 @@ export async function watchBench(): Promise<void> {
     if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
     const base = v.inventory;
     const ports = new Set(base.hosts.map((h) => h.port));
-    const { logger } = captureLogger('watch-bench', 'silent');
+    // Profiling: the worker's log lines are part of its CPU, so they are written (to /dev/null) at its level.
+    const logger =
+      PROF_DIR === null
+        ? captureLogger('watch-bench', 'silent').logger
+        : createLogger({
+            name: 'worker',
+            level: 'info',
+            destination: pino.destination({ dest: '/dev/null', sync: true }),
+          });
+    const profiler = PROF_DIR === null ? null : new Session();
+    const profiles: CpuProfile[] = [];
+    if (profiler !== null) {
+      profiler.connect();
+      await profiler.post('Profiler.enable');
+      await profiler.post('Profiler.setSamplingInterval', { interval: 200 });
+    }
     // One inventory (and Redis prefix) per size: the first N hosts on one site, the round's.
     const inventoryOf = (n: number): Inventory => {
       const inv: Inventory = structuredClone(base);
@@ -171,14 +202,17 @@ export async function watchBench(): Promise<void> {
       machines.reduce((a, m) => a + (fleet?.commandLog(m).filter((c) => c.via === 'ssh').length ?? 0), 0);
     const figures: RoundFigures[] = [];
     const measure = async (n: number, executor: Executor, cold: boolean, record = true): Promise<void> => {
+      const profile = profiler !== null && record && !cold;
       const d = depsOf(n, executor);
       const before = await commandStats(redis);
       const s0 = sessions();
       const c0 = sshClientSockets(ports);
       const start = performance.now();
+      if (profile) await profiler.post('Profiler.start');
       const cpu0 = process.cpuUsage();
       const results = await runWatchJob({ kind: 'watch', site: `w${n}` }, d);
       const cpu = process.cpuUsage(cpu0);
+      if (profile) profiles.push(((await profiler.post('Profiler.stop')) as { profile: CpuProfile }).profile);
       const wallMs = performance.now() - start;
       const c1 = sshClientSockets(ports);
       const s1 = sessions();
@@ -274,13 +308,22 @@ export async function watchBench(): Promise<void> {
           ];
         }),
       ),
+      ...(PROF_DIR === null ? {} : { cpuProfile: writeProfiles(PROF_DIR, profiles) }),
       figures,
     };
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
     await executor.close();
+    profiler?.disconnect();
   } finally {
     redis.disconnect();
     await fleet?.stop();
     redisServer.proc.kill('SIGKILL');
   }
+}
+
+/** Writes each steady round's profile to `dir` (open them in Chrome DevTools) and summarises them all. */
+function writeProfiles(dir: string, profiles: readonly CpuProfile[]): object {
+  mkdirSync(dir, { recursive: true });
+  profiles.forEach((p, i) => writeFileSync(join(dir, `steady-round-${i + 1}.cpuprofile`), JSON.stringify(p)));
+  return { dir, rounds: profiles.length, ...summarizeCpuProfiles(profiles) };
 }
