@@ -135,12 +135,16 @@ export interface CpuProfile {
   endTime: number;
 }
 
-/** Where a frame's self time goes (issue 26). Frames without a URL (native, builtins) count for their caller's. */
+/**
+ * Where a frame's self time goes (issue 26). Native frames (no URL) and node's own (`node:`) count
+ * for their nearest caller that is neither (a socket write for ioredis or ssh2, whichever wrote);
+ * those with no such caller (the event loop's reads and timers) are node's.
+ */
 function category(fn: string, url: string): string | null {
   if (fn === '(idle)') return 'idle';
   if (fn === '(garbage collector)') return 'GC';
   if (fn === '(program)') return 'V8 and native, unattributed';
-  if (url === '') return null;
+  if (url === '' || url.startsWith('node:')) return null;
   if (url.includes('/node_modules/ssh2/lib/protocol/crypto')) return 'ssh2 crypto';
   if (url.includes('/node_modules/ssh2/')) return 'ssh2 protocol';
   if (/\/node_modules\/(ioredis|@ioredis|redis-parser|redis-errors|cluster-key-slot|denque)\//.test(url))
@@ -151,10 +155,9 @@ function category(fn: string, url: string): string | null {
     )
   )
     return 'pino logging';
-  if (/\/src\/(playbooks|ssh\/quote)/.test(url)) return 'gpu-medic: parsing (src/playbooks)';
+  if (/\/src\/(gpu\/parse\/|playbooks\/|ssh\/quote\.)/.test(url)) return 'gpu-medic: reads, built and parsed';
   if (/\/(src|workers)\//.test(url) && !url.includes('/node_modules/'))
     return 'gpu-medic: rest (watchdog, stores, executor)';
-  if (url.startsWith('node:')) return 'node internals (net, streams, timers)';
   const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
   return pkg === undefined ? 'other' : `other: ${pkg}`;
 }
@@ -182,9 +185,10 @@ export function summarizeCpuProfiles(profiles: readonly CpuProfile[]): {
       let cat: string | null = null;
       for (let at: number | undefined = n.id; cat === null && at !== undefined; at = parent.get(at)) {
         const f = byId.get(at)?.callFrame;
-        cat = f === undefined ? 'other' : category(f.functionName, f.url);
+        cat = f === undefined ? null : category(f.functionName, f.url);
       }
-      byCat.set(cat ?? 'other', (byCat.get(cat ?? 'other') ?? 0) + self);
+      const c = cat ?? 'node internals (event loop, stream reads, timers)';
+      byCat.set(c, (byCat.get(c) ?? 0) + self);
       const where = n.callFrame.url.replace(/^.*\/node_modules\//, '').replace(/^file:\/\/.*\/(src|workers)\//, '$1/');
       const key = `${n.callFrame.functionName || '(anonymous)'}\t${where}`;
       byFn.set(key, (byFn.get(key) ?? 0) + self);
