@@ -30,6 +30,7 @@ import { Redis } from 'ioredis';
 import { validateInventory } from '../src/config/load-inventory.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { routeFor } from '../src/config/machines.ts';
+import { queryGpus } from '../src/playbooks/commands.ts';
 import { createSshExecutor } from '../src/ssh/executor.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { SnoozeStore } from '../src/watch-store/snooze-store.ts';
@@ -262,7 +263,8 @@ export async function watchBench(): Promise<void> {
       await Promise.all(
         base.hosts.slice(i, i + 20).map(async (h) => {
           const route = routeFor(base, h.id);
-          if (route) await executor.exec(route, { argv: ['true'], timeoutMs: 10_000 }).catch(() => undefined);
+          // A command the agent runs (a bare `true` is refused before any connection is opened).
+          if (route) await executor.exec(route, queryGpus({ timeoutMs: 10_000 })).catch(() => undefined);
         }),
       );
     for (const n of SIZES) await measure(n, executor, false, false);
