@@ -5,7 +5,7 @@
  * Prints one JSON object on stdout; progress goes to stderr. See bench/README.md.
  */
 import { removePrefix } from '../test/harness/redis-prefix.ts';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -164,35 +164,6 @@ const remote = (spec: CommandSpec): string => shellJoin(spec.argv);
 function operatorKey(fleet: Fleet): string {
   if (fleet.operatorKeyPath === null) throw new Error('the bench fleet has no operator login');
   return fleet.operatorKeyPath;
-}
-
-/**
- * What every SSH session on this machine pays before its command starts: sshd runs it through
- * root's login shell, and bash (built with SSH_SOURCE_BASHRC, as on Debian) sources ~/.bashrc
- * when it sees SSH_CLIENT. Measured the same way, with and without SSH_CLIENT.
- */
-async function shellRcProbe(): Promise<{ withRcMs: Summary; withoutRcMs: Summary }> {
-  const once = (ssh: boolean): Promise<number> =>
-    new Promise((res, rej) => {
-      const t0 = performance.now();
-      const env: Record<string, string> = {
-        HOME: process.env.HOME ?? '/root',
-        PATH: '/usr/bin:/bin',
-        SHLVL: '0',
-        ...(ssh ? { SSH_CLIENT: '127.0.0.1 40000 22' } : {}),
-      };
-      // stdin must not be a socket (libuv's pipes are socketpairs): bash would source ~/.bashrc for that too.
-      const c = spawn('bash', ['-c', 'true'], { env, stdio: 'ignore' });
-      c.once('error', rej);
-      c.once('exit', () => res(performance.now() - t0));
-    });
-  const a: number[] = [];
-  const b: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    a.push(await once(true));
-    b.push(await once(false));
-  }
-  return { withRcMs: summarize(a), withoutRcMs: summarize(b) };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -741,10 +712,6 @@ async function main(): Promise<void> {
       cpuModel: cpus()[0]?.model ?? 'unknown',
       node: process.version,
       loadavg1AtStart: round(load0, 2),
-      sshSessionShellStartup: {
-        ...(await shellRcProbe()),
-        note: "bash -c true as sshd starts it for root (SSH_CLIENT set: ~/.bashrc is sourced) vs without; every SSH command, ours and the baseline's, pays the difference",
-      },
     };
     out.mode = QUICK ? 'quick' : 'full';
     out.setup = {
