@@ -60,7 +60,9 @@ export async function judgeThread(
     threadExact,
     messagesOff: off,
     detail: threadExact
-      ? 'ok'
+      ? eventsComplete
+        ? 'ok'
+        : `thread matches its log, but no result in the log for ${JSON.stringify(meta.targets.filter((t) => !got.has(t)))}`
       : `expected ${JSON.stringify(expected.map((t) => t.slice(0, 60)))}, Slack has ${JSON.stringify(have.map((t) => t.slice(0, 60)))}`,
   };
 }

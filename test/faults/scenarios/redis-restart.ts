@@ -4,6 +4,9 @@
  * gets an ephemeral "queue unavailable, nothing was done" inside Slack's 3 s; after it, work
  * resumes without restarting the bot or the workers, and every acknowledged incident completes.
  */
+import { Queue } from 'bullmq';
+import { sitesOf } from '../../../src/config/machines.ts';
+import { queueName } from '../../../src/queue/jobs.ts';
 import { startStack, type Stack } from '../../harness/stack.ts';
 import { startPrivateRedis, type PrivateRedis } from '../lib/redis-server.ts';
 import { checker, emptyFigures, mergeFigures, pollUntil, sleep, type Figures } from '../lib/figures.ts';
@@ -23,6 +26,21 @@ export interface RedisRestartOptions {
 
 const MACHINES = ['kpro5', 'kpro7', 'ct129'];
 
+/** What the site queues hold, for a failure's detail (a job left active names the lost-reply case above). */
+async function jobStates(stack: Stack): Promise<string> {
+  const queues = sitesOf(stack.inventory).map(
+    (site) => new Queue(queueName(site), { connection: stack.redis, prefix: stack.prefix }),
+  );
+  try {
+    const counts = await Promise.all(
+      queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed')),
+    );
+    return JSON.stringify(counts);
+  } finally {
+    await Promise.all(queues.map((q) => q.close()));
+  }
+}
+
 export async function redisRestart(o: RedisRestartOptions): Promise<Figures> {
   let f = emptyFigures();
   const check = checker(f);
@@ -41,6 +59,12 @@ export async function redisRestart(o: RedisRestartOptions): Promise<Figures> {
       tweakInventory: (inv) => {
         inv.defaults.commandTimeoutSec = 5;
       },
+      // A job the worker was fetching as Redis stopped can be active in Redis (its moveToActive ran
+      // and was persisted) while the reply never reached the worker: nobody runs it until its lock
+      // lapses and the stalled check hands it back, up to lock + 2 stalled intervals (90 s at the
+      // production defaults, docs/deploy.md). The short lock bounds that here to a few seconds;
+      // the recovery is the same code.
+      env: { GPU_MEDIC_JOB_LOCK_MS: '3000', GPU_MEDIC_STALLED_MS: '1000' },
     });
     const stack = s;
     const acked: string[] = [];
@@ -102,7 +126,7 @@ export async function redisRestart(o: RedisRestartOptions): Promise<Figures> {
       const v = await settleThread(stack, id, 45_000);
       if (!v.eventsComplete) f.eventsLost++;
       f.messagesLost += v.messagesOff + Math.max(0, parentPosts(stack, id) - 1);
-      check(v.eventsComplete && v.threadExact, `incident ${id}: ${v.detail}`);
+      check(v.eventsComplete && v.threadExact, `incident ${id}: ${v.detail}; jobs ${await jobStates(stack)}`);
     }
     f = mergeFigures(f, await finalChecks(stack, MACHINES));
   } finally {
