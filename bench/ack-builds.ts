@@ -4,7 +4,8 @@
  * One bot process per build (no worker: its queue has no consumer, as in the main bench's ack pair),
  * each on its own Redis prefix, on the example inventory. Per run, for every build in a rotated
  * order: one burst of C `/gpu status kpro5` at once, then one of C `/gpu help` (the floor). Prints
- * per build the median over runs of each burst's p99 and the ratio status/help.
+ * per build the median over runs of each burst's p99 and the ratio status/help. After each build's
+ * pair of bursts it waits until that bot's outbox has posted the status burst's thread parents.
  * Options: --concurrent C (default 200), --runs N (default 5).
  */
 import { randomBytes } from 'node:crypto';
@@ -106,6 +107,7 @@ async function main(): Promise<void> {
       return { p99: p, cpuMs: processCpuMs(b.bot.pid) - c0 };
     };
     const load0 = loadavg()[0] ?? 0;
+    let posted = slack.calls('chat.postMessage').length;
     for (let run = -1; run < RUNS; run++) {
       for (let k = 0; k < bots.length; k++) {
         const b = bots[(k + Math.max(0, run)) % bots.length];
@@ -129,8 +131,14 @@ async function main(): Promise<void> {
           into.helpCpu.push(h.cpuMs);
           into.anonKiB = Math.max(into.anonKiB, rssSplitKiB(b.bot.pid).anon);
         }
-        // Let this bot's outbox post the burst's thread parents before the next build's burst.
-        await new Promise((r) => setTimeout(r, 1500));
+        // Let this bot's outbox post the burst's C thread parents before the next build's burst
+        // (a fixed 1.5 s was less than that takes on 2 loaded cores, so one build's posting
+        // overlapped the next build's bursts), bounded at 30 s; then 200 ms more.
+        const deadline = Date.now() + 30_000;
+        while (slack.calls('chat.postMessage').length < posted + C && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 50));
+        posted = slack.calls('chat.postMessage').length;
+        await new Promise((r) => setTimeout(r, 200));
       }
     }
     const out = Object.fromEntries(

@@ -90,6 +90,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
           authorize,
           receiver: socketReceiver,
           socketMode: true,
+          convoStore: false,
           clientOptions,
           logger,
           logLevel: LogLevel.INFO,
@@ -97,6 +98,9 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
       : new App({
           authorize,
           receiver: httpReceiver ?? undefined,
+          // Nothing here reads context.conversation; Bolt's default in-memory store answered each
+          // request's lookup with a new Error ('Conversation not found'), garbage on every ack.
+          convoStore: false,
           clientOptions,
           logger,
           logLevel: LogLevel.INFO,
