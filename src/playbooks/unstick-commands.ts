@@ -1,7 +1,7 @@
 import { CodedError, ErrorCode } from '../errors.ts';
 import type { ProcReading } from '../gpu/holders.ts';
 import { parsePidNsLink } from '../gpu/holders.ts';
-import { parseProcStat } from '../gpu/parse/index.ts';
+import { parseProcStat } from '../gpu/parse/parse-machine-files.ts';
 import type { DestructiveIds } from '../agent-grammar/arg-types.ts';
 import type { CommandSpec } from '../ssh/types.ts';
 import { APP_FIELDS, GPU_FIELDS } from './commands.ts';
