@@ -39,6 +39,9 @@ class LongestFirst extends BaseSequencer {
  */
 const ALONE = ['test/faults/load.test.ts'];
 
+/** The short files (see the 'unit' project). */
+const UNIT = ['test/render/**/*.test.ts', 'test/gpu/**/*.test.ts', 'test/unit/**/*.test.ts', 'test/docs/**/*.test.ts'];
+
 export default defineConfig({
   test: {
     testTimeout: 60_000,
@@ -52,9 +55,24 @@ export default defineConfig({
       {
         extends: true,
         test: {
+          // The short files: the pure core's tests and small unit tests (some on real Redis, each
+          // under its own prefix); none starts a fleet, a stack or a timer that outlives it. A worker
+          // keeps its loaded modules from file to file (isolate: false): these 60 files took 22 s
+          // isolated and 11 s shared, the difference being each file loading the same graph again.
+          // Same pool size and group as the suite, whose files stay isolated.
+          name: 'unit',
+          include: UNIT,
+          isolate: false,
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        extends: true,
+        test: {
           name: 'suite',
           include: ['test/**/*.test.ts', 'agent/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, ...ALONE],
+          exclude: [...configDefaults.exclude, ...ALONE, ...UNIT],
           // End-to-end suites start real sshd, Redis queues and HTTP servers; two cores only.
           fileParallelism: true,
           maxWorkers: 2,
