@@ -3,6 +3,7 @@ import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver, webA
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
+import { nodeFetch } from './node-fetch.ts';
 import { createSlackPoster } from './poster.ts';
 import { signatureProperties } from './replay-guard.ts';
 import { withRequestWindow } from './request-time.ts';
@@ -45,6 +46,8 @@ export interface SlackApp {
 export function createSlackApp(o: SlackAppOptions): SlackApp {
   const clientOptions = {
     ...(o.apiUrl ? { slackApiUrl: o.apiUrl } : {}),
+    // node:http under every Web API call: no fetch, whose first request compiles a WebAssembly parser (node-fetch.ts).
+    fetch: nodeFetch,
     // A few quick retries per call; the outbox retries the rest later, so one outage never blocks other incidents for long.
     retryConfig: { retries: 4, factor: 2, minTimeout: 300, maxTimeout: 5_000 },
   };
