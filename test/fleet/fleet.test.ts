@@ -384,6 +384,20 @@ describe('signals and processes', () => {
       { kind: 'bystander', signal: 'SIGUSR1', cmdline: 'python3 /opt/monitor.py' },
     ]);
   });
+
+  // The crash rows rely on this order (test/faults/lib/run-signals.ts): a run that starts after its
+  // previous run awaited its holders' exits finds their SIGKILL deaths already recorded.
+  it('a SIGKILL death is in signals() by the time its exited resolves, stamped no later than that', async () => {
+    for (const machine of ['kpro5', 'ct130', 'ct129']) {
+      const h = await fleet.spawnHolder(machine, { gpus: [{ index: 6, mib: 512 }], ignoreTerm: true });
+      process.kill(h.hostPid, 'SIGKILL');
+      await h.exited;
+      const at = Date.now();
+      const deaths = fleet.signals().filter((s) => s.id === h.id);
+      expect(deaths, machine).toMatchObject([{ signal: 'SIGKILL', by: null, hostPid: h.hostPid }]);
+      expect(deaths[0]?.ts, machine).toBeLessThanOrEqual(at);
+    }
+  });
 });
 
 describe('container membership and permissions', () => {
