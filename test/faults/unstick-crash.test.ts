@@ -20,6 +20,7 @@ import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import type { StoredMessage } from '../harness/slack/fake-slack-api.ts';
 import { pollUntil } from './lib/figures.ts';
+import { markRun, namesOf, outsideRun, type RunMark } from './lib/run-signals.ts';
 import { BOB, DAVE, buttonsOf, ofType, startCrashRig, type CrashRig, type WorkerProc } from './unstick-rig.ts';
 
 const RUNS = Math.max(1, Math.min(200, Number(process.env.SOAK_RUNS ?? process.env.CRASH_RUNS ?? 1) || 1));
@@ -114,6 +115,9 @@ async function crashWorker(): Promise<void> {
 
 const sig = (s: string): string => `SIG${s}`;
 
+/** A run starts: what the fleet has recorded so far is not this run's (the previous run's cleanup included). */
+const startRun = (): RunMark => markRun(rig.fleet.signals());
+
 /**
  * Per-run checks, shared by every fault: counts what the tally reports and asserts the invariants.
  * `holders` are this run's GPU processes (may be signalled once per signal); bystanders never.
@@ -123,11 +127,11 @@ async function checkRun(o: {
   incidentId: string;
   target: string;
   holders: FleetProcess[];
-  started: number;
+  run: RunMark;
 }): Promise<{ events: AnyLoggedEvent[]; thread: StoredMessage[] }> {
   const ev = await rig.events(o.incidentId);
   const pids = o.holders.map((h) => h.hostPid);
-  const signals = rig.signalsOf(pids).filter((s) => s.ts >= o.started - 1000);
+  const signals = rig.signalsOf(pids).filter((s) => s.ts >= o.run.started - 1000);
   const sent = ofType(ev, 'signalled').filter((e) => e.result === 'sent');
 
   // Kills executed twice: per holder, per signal, as the processes themselves saw them.
@@ -146,8 +150,9 @@ async function checkRun(o: {
       !sent.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal) &&
       !intended.some((e) => e.hostPid === x.hostPid && sig(e.signal) === x.signal),
   );
-  // Outside the bound: any signal, during this run, to a process that is not one of its holders.
-  const outside = rig.fleet.signals().filter((x) => x.ts >= o.started && !pids.includes(x.hostPid));
+  // Outside the bound: any signal, during this run, to a process that is not one of its holders
+  // (a record not yet there when the run started: lib/run-signals.ts says why not a timestamp bound).
+  const outside = outsideRun(o.run, rig.fleet.signals(), o.holders);
   const finished = ofType(ev, 'finished');
   const verdict = ofType(ev, 'verdict').at(-1);
   if (o.point) {
@@ -158,7 +163,7 @@ async function checkRun(o: {
     t.eventsLost += lost.length;
     const ending = verdict?.verdict.kind ?? (finished.length > 0 ? `finished ${finished[0]?.outcome}` : 'open');
     t.endings[ending] = (t.endings[ending] ?? 0) + 1;
-    t.ms.push(Date.now() - o.started);
+    t.ms.push(Date.now() - o.run.started);
   }
 
   expect(twice, `holders signalled twice: ${JSON.stringify(signals)}`).toBe(0);
@@ -168,7 +173,7 @@ async function checkRun(o: {
   expect(new Set(keys).size, `duplicate signalled events: ${keys.join(' ')}`).toBe(keys.length);
   // Nobody but the holders of the target: the bystanders (and the host's own job) untouched.
   expect(rig.signalsOf(bystanders.map((b) => b.hostPid))).toEqual([]);
-  expect(outside, 'signals to processes that are not holders of the target').toEqual([]);
+  expect(outside, `signals to processes that are not holders of the target (${namesOf(o.holders)})`).toEqual([]);
   // Exactly one end, with a verdict, and the lock goes with it.
   expect(finished).toHaveLength(1);
   expect(verdict).toBeDefined();
@@ -218,7 +223,7 @@ async function cleanUp(holders: FleetProcess[]): Promise<void> {
 
 /** S2 on ct130: one holder that stops on SIGTERM, one that ignores it (needs the SIGKILL). */
 async function containerRun(point: Point, trigger: (id: string) => Promise<unknown>): Promise<void> {
-  const started = Date.now();
+  const run = startRun();
   const polite = await rig.fleet.spawnHolder('ct130', {
     gpus: [{ index: 0, mib: 96_413 }],
     title: 'sglang::scheduler_TP0',
@@ -236,7 +241,7 @@ async function containerRun(point: Point, trigger: (id: string) => Promise<unkno
   if (midJob) tallyOf(point).killedMidJob++;
   await crashWorker();
   await rig.waitEvent(id, 'finished', undefined, 60_000);
-  const { events } = await checkRun({ point, incidentId: id, target: 'ct130', holders: [polite, stubborn], started });
+  const { events } = await checkRun({ point, incidentId: id, target: 'ct130', holders: [polite, stubborn], run });
   const sigOf = (p: FleetProcess) => rig.signalsOf([p.hostPid]).map((s) => s.signal);
 
   if (point === 'between-term-and-kill') {
@@ -254,7 +259,7 @@ async function containerRun(point: Point, trigger: (id: string) => Promise<unkno
 
 /** S3 on ct129: the container login cannot stop root's job; the card, Bob approves, host kill. */
 async function hostRun(point: Point, trigger: (id: string) => Promise<unknown>): Promise<void> {
-  const started = Date.now();
+  const run = startRun();
   const h = await rig.fleet.spawnHolder('ct129', {
     gpus: [
       { index: 2, mib: 96_413 },
@@ -275,7 +280,7 @@ async function hostRun(point: Point, trigger: (id: string) => Promise<unknown>):
   if (midJob) tallyOf(point).killedMidJob++;
   await crashWorker();
   await rig.waitEvent(id, 'finished', undefined, 60_000);
-  const { events } = await checkRun({ point, incidentId: id, target: 'ct129', holders: [h], started });
+  const { events } = await checkRun({ point, incidentId: id, target: 'ct129', holders: [h], run });
   const kills = rig.signalsOf([h.hostPid]).map((s) => s.signal);
   // The approved kill ran exactly once, whenever the worker died: a worker that takes over
   // finishes the approved step (identity-checked, minus what the log says was already sent).
@@ -333,9 +338,9 @@ async function cardFor(title: string): Promise<{
   card: StoredMessage;
   approve: { action_id: string; value: string };
   deny: { action_id: string; value: string };
-  started: number;
+  run: RunMark;
 }> {
-  const started = Date.now();
+  const run = startRun();
   const h = await rig.fleet.spawnHolder('ct129', { gpus: [{ index: 2, mib: 96_413 }], title });
   const r = await rig.slash('unstick ct129');
   expect(r.ackText).toMatch(/Unsticking `ct129`/);
@@ -345,18 +350,18 @@ async function cardFor(title: string): Promise<{
   const approve = buttonsOf(card).find((b) => b.action_id === 'gpu_approve');
   const deny = buttonsOf(card).find((b) => b.action_id === 'gpu_deny');
   if (!card || !approve || !deny) throw new Error('no approval card');
-  return { id, h, card, approve, deny, started };
+  return { id, h, card, approve, deny, run };
 }
 
 describe('the bot restarted while an approval card is pending', () => {
   it('the click on the old card (to the new bot) works: approved once, one host kill, Recovered', async () => {
-    const { id, h, card, approve, started } = await cardFor('sglang::scheduler_TP0');
+    const { id, h, card, approve, run } = await cardFor('sglang::scheduler_TP0');
     await rig.restartBot();
     await crashWorker(); // and the worker too, while the card waits
     expect((await rig.click(BOB, card, approve)).status).toBe(200);
     await rig.slack.waitFor(() => responseTexts().some((t) => t.startsWith(':white_check_mark: Approved')), 10_000);
     await rig.waitEvent(id, 'finished', undefined, 60_000);
-    const { events } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], started });
+    const { events } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], run });
     expect(rig.signalsOf([h.hostPid]).map((s) => s.signal)).toEqual(['SIGKILL']);
     expect(ofType(events, 'verdict').at(-1)?.verdict.kind).toBe('recovered');
     await cleanUp([h]);
@@ -365,14 +370,14 @@ describe('the bot restarted while an approval card is pending', () => {
   it('the expiry still fires (TTL 5 s): expired in the log and the thread, a late click runs nothing, lock released', async () => {
     await worker.kill();
     worker = await rig.startWorker({ GPU_MEDIC_APPROVAL_TTL_SEC: '5' });
-    const { id, h, card, approve, started } = await cardFor('sglang::scheduler_TP1');
+    const { id, h, card, approve, run } = await cardFor('sglang::scheduler_TP1');
     await rig.restartBot();
     await crashWorker(); // the new worker has the normal TTL: the expiry job was queued with the card
     const exp = await rig.waitEvent(id, 'approval_expired', undefined, 30_000);
     const req = ofType(await rig.events(id), 'approval_requested')[0];
     expect(Date.parse(exp.at) - Date.parse(req?.at ?? '')).toBeGreaterThanOrEqual(4_900);
     await rig.waitEvent(id, 'finished', undefined, 30_000);
-    const { thread } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], started });
+    const { thread } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], run });
     expect(thread.map((m) => m.text).join('\n')).toMatch(/expired/i);
     const n = responseTexts().length;
     expect((await rig.click(BOB, card, approve)).status).toBe(200);
@@ -386,7 +391,7 @@ describe('the bot restarted while an approval card is pending', () => {
 
 describe('a kill never runs twice from clicks', () => {
   it('a double click, a second approver at the same moment and a Slack-retried (replayed) click: one decision, one SIGKILL', async () => {
-    const { id, h, card, approve, started } = await cardFor('sglang::scheduler_TP2');
+    const { id, h, card, approve, run } = await cardFor('sglang::scheduler_TP2');
     const payload = rig.clickPayload(BOB, card, approve);
     const timestampSec = Math.floor(Date.now() / 1000);
     const n = responseTexts().length;
@@ -404,7 +409,7 @@ describe('a kill never runs twice from clicks', () => {
     });
     expect(replay.status).toBe(200);
     await rig.waitEvent(id, 'finished', undefined, 60_000);
-    const { events } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], started });
+    const { events } = await checkRun({ point: null, incidentId: id, target: 'ct129', holders: [h], run });
     expect(ofType(events, 'approval_decided')).toHaveLength(1);
     expect(ofType(events, 'step_started').filter((s) => s.kind === 'host_kill')).toHaveLength(1);
     expect(rig.signalsOf([h.hostPid]).map((s) => s.signal)).toEqual(['SIGKILL']);
@@ -420,7 +425,7 @@ describe('a kill never runs twice from clicks', () => {
 
 describe('a holder whose memory outlives the release timeout (uninterruptible teardown)', () => {
   it('bounded time, "still in use after N s" in the thread, a reset card; the worker serves another target meanwhile; deny → lock released', async () => {
-    const started = Date.now();
+    const run = startRun();
     // Dies on SIGTERM, but its 50 GiB stay in use until the test ends the teardown: however slow this
     // machine is, the only way the step ends is the 5 s release timeout (not the teardown's end).
     const h = await rig.fleet.spawnHolder('ct130', {
@@ -464,7 +469,7 @@ describe('a holder whose memory outlives the release timeout (uninterruptible te
     if (!card || !deny) throw new Error('no card');
     expect((await rig.click(BOB, card, deny)).status).toBe(200);
     await rig.waitEvent(id, 'finished', undefined, 30_000);
-    await checkRun({ point: null, incidentId: id, target: 'ct130', holders: [h], started });
+    await checkRun({ point: null, incidentId: id, target: 'ct130', holders: [h], run });
     expect(rig.signalsOf([h.hostPid]).map((s) => s.signal)).toEqual(['SIGTERM']);
     rig.fleet.endTeardown(h);
     await expect.poll(() => rig.fleet.gpuMemory('kpro5')[4]?.usedMiB, { timeout: 20_000 }).toBe(0);
