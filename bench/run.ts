@@ -48,7 +48,8 @@ const CFG = QUICK
       // 5 runs a level let the same build's ratio swing 1.3-2.1 between runs of one morning (issue 26):
       // 15 interleaved pairs make a 1.2x target tell from that noise.
       ackRuns: 15,
-      ackSerial: 20,
+      // At 1 at a time a run's p99 of 20 commands was its slowest one: 100 give it a tail to rank.
+      ackSerial: 100,
       ackSettleMs: 1500,
       unstickRuns: 3,
       unstickWarmup: true,
