@@ -12,6 +12,35 @@ if lastId == ARGV[1] then redis.call('SREM', KEYS[3], ARGV[2]) return 1 end
 return 0
 `;
 
+/**
+ * Opens an incident in one script: what a MULTI of separate commands wrote (meta, request, the
+ * global index, when the per-machine index began, one per-machine index per target) and, when a
+ * first event is given, that event and the dirty mark. One queued reply instead of up to seven
+ * inside a command's MULTI (issue 26: the ack's CPU). Every key is passed in KEYS.
+ * KEYS: meta, request, incidents, since, events, dirty, target index…; ARGV: meta JSON, request JSON
+ * or '', created (ms), id, first event JSON or ''. Returns the event's stream id, or false.
+ */
+const OPEN_INCIDENT = `
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'NX') end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+redis.call('SET', KEYS[4], ARGV[3], 'NX')
+for i = 7, #KEYS do redis.call('ZADD', KEYS[i], ARGV[3], ARGV[4]) end
+if ARGV[5] == '' then return false end
+local id = redis.call('XADD', KEYS[5], '*', 'e', ARGV[5])
+redis.call('SADD', KEYS[6], ARGV[4])
+return id
+`;
+
+/**
+ * The name of OPEN_INCIDENT on a connection (ioredis defineCommand). gpu-medic's own scripts are
+ * named `gpuMedic…`: the dispatcher copies them, and BullMQ's job inserts, onto a command's MULTI.
+ */
+const OPEN_INCIDENT_COMMAND = 'gpuMedicOpenIncident';
+
+type OpenIncident = (numKeys: number, ...args: string[]) => unknown;
+type WithOpenIncident = { [OPEN_INCIDENT_COMMAND]?: OpenIncident };
+
 /** The per-machine index of incidents (`/gpu history`): one zset per machine id, scored by creation time. */
 export function targetIndexKey(prefix: string, machineId: string): string {
   return [prefix, 'incidents', 'target', machineId].join(':');
@@ -29,7 +58,10 @@ export class IncidentLog {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
-  ) {}
+  ) {
+    if ((redis as unknown as WithOpenIncident)[OPEN_INCIDENT_COMMAND] === undefined)
+      redis.defineCommand(OPEN_INCIDENT_COMMAND, { lua: OPEN_INCIDENT });
+  }
 
   private k(...parts: string[]): string {
     return [this.prefix, ...parts].join(':');
@@ -41,7 +73,7 @@ export class IncidentLog {
    */
   async create(meta: IncidentMeta, request?: Envelope): Promise<void> {
     const m = this.redis.multi();
-    this.writeCreate(m, meta, request);
+    this.writeOpen(m, meta, null, request);
     await m.exec();
   }
 
@@ -51,17 +83,31 @@ export class IncidentLog {
    * round trip, all or nothing (the dispatcher's `enqueueAll`). Sends nothing itself.
    */
   openIn(m: ChainableCommander, meta: IncidentMeta, first: AnyEvent, request?: Envelope): void {
-    this.writeCreate(m, meta, request);
-    this.writeAppend(m, meta.id, first);
+    this.writeOpen(m, meta, first, request);
   }
 
-  private writeCreate(m: ChainableCommander, meta: IncidentMeta, request?: Envelope): void {
-    const created = Date.parse(meta.createdAt);
-    m.set(this.k('inc', meta.id, 'meta'), JSON.stringify(meta), 'NX');
-    // The bot's signature of the request (src/auth/signed-jobs.ts): what a worker acts on, beside the meta.
-    if (request) m.set(this.k('inc', meta.id, 'request'), JSON.stringify(request), 'NX');
-    m.zadd(this.k('incidents'), created, meta.id).set(targetIndexSinceKey(this.prefix), String(created), 'NX');
-    for (const t of new Set(meta.targets)) m.zadd(targetIndexKey(this.prefix, t), created, meta.id);
+  /** One OPEN_INCIDENT call queued on `m` (a MULTI of this connection, or one the dispatcher built with its scripts). */
+  private writeOpen(m: ChainableCommander, meta: IncidentMeta, first: AnyEvent | null, request?: Envelope): void {
+    const open = (m as unknown as WithOpenIncident)[OPEN_INCIDENT_COMMAND];
+    if (open === undefined) throw new Error(`${OPEN_INCIDENT_COMMAND} is not defined on this transaction`);
+    const targets = [...new Set(meta.targets)].map((t) => targetIndexKey(this.prefix, t));
+    open.call(
+      m,
+      6 + targets.length,
+      this.k('inc', meta.id, 'meta'),
+      // The bot's signature of the request (src/auth/signed-jobs.ts): what a worker acts on, beside the meta.
+      this.k('inc', meta.id, 'request'),
+      this.k('incidents'),
+      targetIndexSinceKey(this.prefix),
+      this.k('inc', meta.id, 'events'),
+      this.k('dirty'),
+      ...targets,
+      JSON.stringify(meta),
+      request ? JSON.stringify(request) : '',
+      String(Date.parse(meta.createdAt)),
+      meta.id,
+      first ? JSON.stringify(first) : '',
+    );
   }
 
   private writeAppend(m: ChainableCommander, id: string, event: AnyEvent): void {

@@ -36,12 +36,12 @@ export interface DispatcherOptions {
 type WithScripts = Redis & { scriptsSet?: Record<string, unknown> };
 
 /**
- * `multi()` with only BullMQ's job-insert scripts (`add…`) copied onto the transaction. ioredis's
+ * `multi()` with only BullMQ's job-insert scripts (`add…`) and gpu-medic's own (`gpuMedic…`) copied onto the transaction. ioredis's
  * Pipeline constructor copies every script defined on its connection onto the new object, twice
  * (name and nameBuffer): BullMQ defines 64, so each ack's MULTI built and dropped a 128-property
  * object, about 0.5 ms of the bot's CPU per status ack against 0.05 ms for the replay guard's SET
  * (issue 26, bench/README.md). The constructor runs synchronously, so nothing else can see the
- * connection's script table while it is narrowed; the EXEC sends only builtins and an `add…` script.
+ * connection's script table while it is narrowed; the EXEC sends only builtins and those scripts.
  */
 function leanMulti<T>(connection: Redis, multi: () => T): T {
   const c = connection as WithScripts;
@@ -61,7 +61,8 @@ function leanMulti<T>(connection: Redis, multi: () => T): T {
     c.scriptsSet = all;
   }
 }
-const isInsertScript = (name: string): boolean => name.startsWith('add');
+/** BullMQ's job inserts (`add…`) and gpu-medic's own scripts (`gpuMedic…`, e.g. the incident's open in src/incident/log.ts). */
+const isInsertScript = (name: string): boolean => name.startsWith('add') || name.startsWith('gpuMedic');
 const leanScripts = new WeakMap<Record<string, unknown>, { of: number; scripts: Record<string, unknown> }>();
 
 export function createDispatcher(o: DispatcherOptions): Dispatcher {
