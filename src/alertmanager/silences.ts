@@ -3,7 +3,7 @@
  * (`POST /api/v2/silences`). The matchers are the alert's own labels, each an exact match, so the
  * silence covers that alert and nothing broader; it ends when the snooze ends.
  */
-import { nodeFetch } from '../slack/node-fetch.ts';
+import { nodeFetch } from '../http/node-fetch.ts';
 
 export interface SilenceRequest {
   matchers: Array<{ name: string; value: string; isRegex: false; isEqual: true }>;
@@ -33,7 +33,7 @@ export function silenceRequest(
 /** Creates the silence; resolves with its id, rejects with a short reason (no label values in it). */
 export async function createSilence(baseUrl: string, body: SilenceRequest, timeoutMs = 5000): Promise<string> {
   const url = `${baseUrl.replace(/\/+$/, '')}/api/v2/silences`;
-  // node:http, as the Web API calls (src/slack/node-fetch.ts): no WebAssembly parser compiled on a first silence.
+  // node:http, as the Web API calls (src/http/node-fetch.ts): no WebAssembly parser compiled on a first silence.
   const r = await nodeFetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

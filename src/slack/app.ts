@@ -3,7 +3,7 @@ import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver, webA
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
-import { nodeFetch } from './node-fetch.ts';
+import { nodeFetch } from '../http/node-fetch.ts';
 import { createSlackPoster } from './poster.ts';
 import { signatureProperties } from './replay-guard.ts';
 import { withRequestWindow } from './request-time.ts';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { webApi } from '@slack/bolt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { nodeFetch } from '../../src/slack/node-fetch.ts';
+import { nodeFetch } from '../../src/http/node-fetch.ts';
 import { buildDist, ROOT } from '../harness/dist.ts';
 
 const run = promisify(execFile);
@@ -124,7 +124,7 @@ async function childCalls(which: 'globalThis.fetch' | 'nodeFetch'): Promise<{ wa
     for (const k of ['compile', 'instantiate']) { const o = WebAssembly[k]; WebAssembly[k] = function (...a) { wasm++; return o.apply(this, a); }; }
     const { createServer } = await import('node:http');
     const { WebClient } = await import('@slack/web-api');
-    const { nodeFetch } = await import(${JSON.stringify(join(ROOT, 'dist/src/slack/node-fetch.js'))});
+    const { nodeFetch } = await import(${JSON.stringify(join(ROOT, 'dist/src/http/node-fetch.js'))});
     const s = createServer((q, r) => { q.resume(); q.on('end', () => { r.setHeader('content-type', 'application/json'); r.end('{"ok":true}'); }); });
     await new Promise((r) => s.listen(0, '127.0.0.1', r));
     const c = new WebClient('xoxb-test', { slackApiUrl: 'http://127.0.0.1:' + s.address().port + '/api/', ${which === 'nodeFetch' ? 'fetch: nodeFetch' : ''} });
