@@ -49,10 +49,11 @@ describe('garbage, truncated and adversarial input: a clear refusal, never a wro
   });
 
   it('oversized input is refused without parsing', () => {
+    // Parsed, this text would be refused as "not nvidia-smi output": the size reason shows the check
+    // came first. (No wall-clock bound: a timed assertion fails on a starved machine, not on a defect.)
     const big = 'x'.repeat(8 * 1024 * 1024 + 1);
-    const t0 = performance.now();
     expect(reason(parseNvidiaOutput(big))).toMatch(/larger than 8 MiB/);
-    expect(performance.now() - t0).toBeLessThan(50);
+    expect(reason(parseNvidiaOutput(big.slice(0, 1024)))).toMatch(/not nvidia-smi output/);
   });
 
   it('a table cut at any line inside the GPU block or the Processes panel is refused', () => {
