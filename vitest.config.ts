@@ -5,7 +5,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * The longest files (a fresh clone has no timing cache), started first: when one of them was
  * picked last it ran alone on a free worker for two minutes at the end. Measured in CI: the
  * crash rows 140 s at two runs a point (70 s at one), the scenario files 56 to 75 s, bot-crash 61 s, the stalled-approval and
- * App Home e2e 40 to 50 s. Order only: every file still runs, in the same pool.
+ * App Home e2e 40 to 50 s (about 20 s each in single-file runs since their shorter TTL and Home pace). Order only: every
+ * file still runs, in the same pool.
  */
 const LONGEST_FIRST = [
   // Group 1's longest: the short files fill the other worker beside it.
