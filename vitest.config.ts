@@ -5,9 +5,12 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * The longest files (a fresh clone has no timing cache), started first: when one of them was
  * picked last it ran alone on a free worker for two minutes at the end. Measured in CI: the
  * crash rows 140 s at two runs a point (70 s at one), the scenario files 56 to 75 s, bot-crash 61 s, the stalled-approval and
- * App Home e2e 40 to 50 s. Order only: every file still runs, in the same pool.
+ * App Home e2e 40 to 50 s (about 20 s each in single-file runs since their shorter TTL and Home pace). Order only: every
+ * file still runs, in the same pool.
  */
 const LONGEST_FIRST = [
+  // Group 1's longest: the short files fill the other worker beside it.
+  'test/faults/load.test.ts',
   'test/faults/unstick-crash.test.ts',
   'test/scenarios/unstick-scenarios.test.ts',
   'test/scenarios/scenarios.test.ts',
@@ -34,8 +37,10 @@ class LongestFirst extends BaseSequencer {
 
 /**
  * Files heavy enough to starve their neighbours (200 commands at once over 12 machines). They run
- * after everything else, one at a time, so their load does not push other files past their hook
- * timeouts on two cores (they set no wall-clock bound themselves: the bench measures ack times).
+ * after the fleet and stack files (project 'suite'), so their load does not push those past their
+ * hook timeouts on two cores (they set no wall-clock bound themselves: the bench measures ack times).
+ * Beside them run only the short files (project 'unit', same group): no fleet, no hook that waits on
+ * a process, and the other core no longer idles while the load test runs on one.
  */
 const ALONE = ['test/faults/load.test.ts'];
 
@@ -59,12 +64,12 @@ export default defineConfig({
           // under its own prefix); none starts a fleet, a stack or a timer that outlives it. A worker
           // keeps its loaded modules from file to file (isolate: false): these 60 files took 22 s
           // isolated and 11 s shared, the difference being each file loading the same graph again.
-          // Same pool size and group as the suite, whose files stay isolated.
+          // They run after the suite (whose files stay isolated), beside the load test (see ALONE).
           name: 'unit',
           include: UNIT,
           isolate: false,
           maxWorkers: 2,
-          sequence: { groupOrder: 0 },
+          sequence: { groupOrder: 1 },
         },
       },
       {
@@ -84,8 +89,9 @@ export default defineConfig({
         test: {
           name: 'alone',
           include: ALONE,
-          fileParallelism: false,
-          maxWorkers: 1,
+          // A group has one pool size (vitest refuses two): 2, shared with 'unit'. With one file here
+          // that is one worker for the load test and the other for the short files.
+          maxWorkers: 2,
           sequence: { groupOrder: 1 },
         },
       },

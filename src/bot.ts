@@ -69,6 +69,8 @@ export interface BotDeps {
   now?: () => number;
   /** Where Slack calls, retries and the bot's incident events (approval clicks) are counted. Default: not counted. */
   metrics?: Metrics;
+  /** App Home's pace: at most one publish per user per this many ms (HomePublisher's perUserMinMs). Default 5 s. */
+  homePerUserMinMs?: number;
 }
 
 export async function startBot(env: Env, inventory: Inventory, logger: Logger, deps: BotDeps = {}): Promise<Bot> {
@@ -196,6 +198,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       await (metrics ? observedSlackCall(metrics)('views.publish', call) : call());
     },
     logger: logger.child({ component: 'home' }),
+    ...(deps.homePerUserMinMs !== undefined ? { perUserMinMs: deps.homePerUserMinMs } : {}),
   });
   registerHome(slack.app, home, logger.child({ component: 'home' }));
   const { port } = await slack.start();

@@ -49,6 +49,9 @@ describe('App Home end to end (real Bolt receiver, Redis; fake Slack views.publi
         containers: [{ id: 'ct129', vmid: 129, host: 'kpro5', ownAddress: true }],
       },
       noWorkers: true,
+      // Each change here is one more publish to ALICE: paced at 1 s, not the bot's 5 s (its pace is
+      // test/unit/home-publisher.test.ts's).
+      homePerUserMinMs: 1000,
     });
     log = new IncidentLog(s.redis, s.prefix);
     const glance: MachineGlance = {
@@ -253,6 +256,7 @@ describe('App Home with the real watchdog writing its keys', () => {
         GPU_MEDIC_WATCH_INTERVAL_SEC: '2',
         GPU_MEDIC_WATCH_GHOST_SEC: '0',
       },
+      homePerUserMinMs: 1000,
     });
   }, 120_000);
   afterAll(async () => {

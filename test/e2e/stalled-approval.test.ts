@@ -1,7 +1,8 @@
 /**
  * Approvals that don't stall, end to end: real Bolt HTTP receiver (signed requests), real Redis
- * and BullMQ delayed jobs, real sshd fleet, fake Slack. Cards live 30 s (reminder at 15 s) and
- * escalate to ERIN after 12 s. On ct129, ERIN's click before the escalation is refused and runs
+ * and BullMQ delayed jobs, real sshd fleet, fake Slack. Cards live 15 s (reminder at 7.5 s) and
+ * escalate to ERIN after 5 s (the bot's own settings, as short as they go without racing a click:
+ * ERIN's approval after the escalation still has 10 s before the expiry). On ct129, ERIN's click before the escalation is refused and runs
  * nothing; the escalation reply pings her; her click after it runs the host kill. On ct130 nobody
  * decides: the reminder is posted once, and at expiry the card and the thread tell ALICE that
  * nothing ran, what is still held and who can act.
@@ -36,7 +37,7 @@ const ofType = <T extends AnyLoggedEvent['type']>(ev: readonly AnyLoggedEvent[],
   ev.filter((e): e is Ev<T> => e.type === t);
 const all = (m: StoredMessage): string => `${m.text} ${JSON.stringify(m.blocks ?? [])}`;
 
-// The two cards are on separate containers and wait on real timers (12 s escalation, 30 s
+// The two cards are on separate containers and wait on real timers (5 s escalation, 15 s
 // expiry): they run side by side on the one stack.
 describe.concurrent('a card nobody decides in time reminds, escalates and expires with advice', () => {
   let s: Stack;
@@ -56,8 +57,8 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
       env: {
         GPU_MEDIC_APPROVERS: BOB,
         GPU_MEDIC_ESCALATION_APPROVERS: ERIN,
-        GPU_MEDIC_ESCALATE_AFTER_SEC: '12',
-        GPU_MEDIC_APPROVAL_TTL_SEC: '30',
+        GPU_MEDIC_ESCALATE_AFTER_SEC: '5',
+        GPU_MEDIC_APPROVAL_TTL_SEC: '15',
         GPU_MEDIC_TERM_GRACE_SEC: '1',
         GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
         GPU_MEDIC_POLL_MS: '300',
@@ -116,7 +117,7 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
     expect(all(card)).toContain('escalates to <@U0ERIN0001> at');
 
     // Her click reaches the bot one second after the card was posted (on the bot's clock), however
-    // long this machine took to get here: before the 12 s escalation.
+    // long this machine took to get here: before the 5 s escalation.
     if (!approval) throw new Error('no approval');
     botOffsetMs = approval.createdAt + 1000 - Date.now();
     const { status, answer: early } = await click(ERIN, card, value).finally(() => {
@@ -169,7 +170,7 @@ describe.concurrent('a card nobody decides in time reminds, escalates and expire
     const reminders = t.filter((m) => /Reminder/.test(m.text));
     expect(reminders).toHaveLength(1);
     expect(reminders[0]?.text).toContain(`<@${BOB}>`);
-    // Half of 30 s is past the 12 s escalation: the reminder pings the escalation group as well.
+    // Half of 15 s is past the 5 s escalation: the reminder pings the escalation group as well.
     expect(reminders[0]?.text).toContain(`<@${ERIN}>`);
     const expiry = t.find((m) => /expired at \d\d:\d\d UTC with no decision/.test(m.text));
     expect(expiry?.text).toContain(`<@${ALICE}>`);

@@ -111,6 +111,8 @@ export interface StackOptions {
   workerProcess?: boolean;
   /** The bot's clock (ms): Slack's request window and the time of a click. Default Date.now. */
   botNow?: () => number;
+  /** App Home's per-user pace (ms) in the bot; default the bot's own (5 s, paced in test/unit/home-publisher.test.ts). */
+  homePerUserMinMs?: number;
   /** Runs after the fake Slack started and before the bot does (e.g. Slack's Web API down at start). */
   beforeBotStart?: (slack: FakeSlack) => void;
 }
@@ -165,7 +167,11 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   let generation = 1;
   let botUp = true;
   let workersUp = true;
-  const botDeps = { ...(metrics ? { metrics } : {}), ...(o.botNow ? { now: o.botNow } : {}) };
+  const botDeps = {
+    ...(metrics ? { metrics } : {}),
+    ...(o.botNow ? { now: o.botNow } : {}),
+    ...(o.homePerUserMinMs !== undefined ? { homePerUserMinMs: o.homePerUserMinMs } : {}),
+  };
   o.beforeBotStart?.(slack);
   let bot = await startBot(botEnv, inventory, logger.child({ role: 'bot' }), botDeps);
   const noWorkers: WorkerGroup = { health: () => ({}), close: async () => undefined };

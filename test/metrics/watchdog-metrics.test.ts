@@ -44,6 +44,11 @@ describe('watchdog metrics on the worker endpoint (real rounds over the sshd fle
       },
       metrics: true,
       env: { GPU_MEDIC_ALERTS_CHANNEL: 'C0ALERTS01', GPU_MEDIC_WATCH_INTERVAL_SEC: '2' },
+      // The hung machine's read waits this out once (the inventory's default is 20 s); 10 s is still
+      // long enough for a loaded machine's reads (as in test/watchdog/alert-kinds.test.ts).
+      tweakInventory: (inv) => {
+        inv.defaults.commandTimeoutSec = 10;
+      },
     });
   });
   afterAll(async () => {

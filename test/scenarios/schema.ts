@@ -462,8 +462,8 @@ export const ScenarioSchema = z
         /** Per-command timeout the bot uses on every machine (default 20 s; short values keep fault scenarios quick). */
         commandTimeoutSec: z.number().int().min(1).max(600).optional(),
         connectTimeoutSec: z.number().int().min(1).max(120).optional(),
-        /** Approval card lifetime (the bot accepts 30 s at least). */
-        approvalTtlSec: z.number().int().min(30).optional(),
+        /** Approval card lifetime (GPU_MEDIC_APPROVAL_TTL_SEC: the bot accepts 5 s at least). */
+        approvalTtlSec: z.number().int().min(5).optional(),
         /** Seconds a pending card waits before the escalation group is pinged and may decide (GPU_MEDIC_ESCALATE_AFTER_SEC). */
         escalateAfterSec: z.number().int().min(1).optional(),
         termGraceSec: z.number().int().min(1).optional(),

@@ -2,8 +2,8 @@
  * The `/gpu unstick` scenarios S2, S3, S4, S5, S7 of test-fleet.md, each played end to end
  * (real bot, Redis, workers, sshd fleet, fake Slack) with assertions on its report. Each file's
  * own `expect:` block must hold too. A file marked `pending:` is skipped with its reason.
- * Kept apart from the status scenarios so the two files run in parallel (S4 waits out a 30 s
- * approval TTL, the shortest the bot accepts).
+ * Kept apart from the status scenarios so the two files run in parallel (S4 waits out its card's
+ * 10 s approval TTL).
  */
 import { describe, expect, it } from 'vitest';
 import { expectRunClean, file } from './report-helpers.ts';
