@@ -2,23 +2,31 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
- * The longest files (a fresh clone has no timing cache), started first: when one of them was
- * picked last it ran alone on a free worker for two minutes at the end. Measured in CI: the
- * crash rows 140 s at two runs a point (70 s at one), the scenario files 56 to 75 s, bot-crash 61 s, the stalled-approval and
- * App Home e2e 40 to 50 s (about 20 s each in single-file runs since their shorter TTL and Home pace). Order only: every
- * file still runs, in the same pool.
+ * The longest files (a fresh clone has no timing cache), started first, longest first: a long file
+ * picked late runs on alone while the other workers idle (fuzz and the fresh-clone test, 45 s each,
+ * started at 380-391 s of a 485 s run and were the suite's last files). Measured in a full run with
+ * three suite workers (2026-12-03): the crash rows and the unstick scenarios 77-78 s, the watch
+ * scenarios 48, fuzz 46, fresh clone 45, scenarios 41, signed jobs 36, alert kinds 28, health 26,
+ * Slack down at start 24, the agent's parser fuzz 23, container and host kill 23, cold-round
+ * handshakes 19, stalled approval 18. Order only: every file still runs, in the same pool.
  */
 const LONGEST_FIRST = [
   // Group 1's longest: the short files fill the other worker beside it.
   'test/faults/load.test.ts',
   'test/faults/unstick-crash.test.ts',
   'test/scenarios/unstick-scenarios.test.ts',
-  'test/scenarios/scenarios.test.ts',
-  'test/faults/bot-crash.test.ts',
   'test/scenarios/watch-scenarios.test.ts',
-  'test/e2e/stalled-approval.test.ts',
-  'test/e2e/app-home.test.ts',
+  'test/faults/fuzz.test.ts',
+  'test/deploy/fresh-clone.test.ts',
+  'test/scenarios/scenarios.test.ts',
+  'test/unstick/signed-jobs.test.ts',
+  'test/watchdog/alert-kinds.test.ts',
   'test/e2e/health.test.ts',
+  'test/faults/slack-at-start.test.ts',
+  'agent/test/parser-fuzz.test.ts',
+  'test/unstick/container-and-host-kill.test.ts',
+  'test/watchdog/cold-round-handshakes.test.ts',
+  'test/e2e/stalled-approval.test.ts',
 ];
 
 class LongestFirst extends BaseSequencer {
