@@ -124,9 +124,11 @@ async function startMetrics(
   const { createMetrics } = await import('./metrics/metrics.ts');
   const { startMetricsServer } = await import('./metrics/server.ts');
   const { collectDefaultMetrics, Registry } = await import('prom-client');
+  const { peakMemoryGauge } = await import('./metrics/peak-memory.ts');
   const registry = new Registry();
   registry.setDefaultLabels({ role });
   collectDefaultMetrics({ register: registry, prefix: 'gpu_medic_' });
+  peakMemoryGauge(registry, 'gpu_medic_');
   const metrics = createMetrics(registry);
   const server = await startMetricsServer({ registry, host, port, logger: logger.child({ component: 'metrics' }) });
   stops.push(() => server.close());

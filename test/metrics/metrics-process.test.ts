@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, spawnMain } from '../harness/dist.ts';
+import { filledExampleInventory } from '../harness/example-inventory.ts';
+import { startFakeSlack } from '../harness/slack/fake-slack-api.ts';
 import { REDIS_URL, newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 import { freePort } from '../harness/sshd.ts';
 
@@ -68,6 +70,67 @@ describe('the metrics endpoint of a started role', () => {
     } finally {
       child.kill('SIGKILL');
       await gone;
+    }
+  }, 90_000);
+
+  it('bot: its V8 heap (used, total, external) and its resident set now and at its peak, read at scrape time', async () => {
+    const slack = await startFakeSlack();
+    const port = await freePort();
+    const out: string[] = [];
+    const child = await spawnMain(['bot'], {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        HOME: process.env.HOME ?? '/root',
+        REDIS_URL,
+        GPU_MEDIC_PREFIX: prefix,
+        GPU_MEDIC_INVENTORY: filledExampleInventory(),
+        GPU_MEDIC_HEALTH_FILE: join(dir, 'bot.health.json'),
+        GPU_MEDIC_MODE: 'http',
+        SLACK_BOT_TOKEN: slack.botToken,
+        SLACK_SIGNING_SECRET: 'f'.repeat(32),
+        SLACK_API_URL: slack.apiUrl,
+        PORT: '0',
+        GPU_MEDIC_METRICS_PORT: String(port),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout?.on('data', (c: Buffer) => out.push(c.toString()));
+    child.stderr?.on('data', (c: Buffer) => out.push(c.toString()));
+    const gone = new Promise<void>((r) => child.once('exit', () => r()));
+    try {
+      for (let i = 0; i < 600 && !out.join('').includes('bot started'); i++) {
+        if (child.exitCode !== null) throw new Error(`bot exited ${child.exitCode}:\n${out.join('')}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const pid = child.pid ?? 0;
+      const value = (text: string, name: string): number => {
+        const m = new RegExp(`^${name}\\{role="bot"\\} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
+        if (!m?.[1]) throw new Error(`no ${name} in:\n${text.slice(0, 4000)}`);
+        return Number(m[1]);
+      };
+      // /proc/<pid>/status of the bot, KiB, read right around the scrape.
+      const procKiB = (field: string): number =>
+        Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+      const hwmBefore = procKiB('VmHWM');
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const hwmAfter = procKiB('VmHWM');
+      const heapUsed = value(text, 'gpu_medic_nodejs_heap_size_used_bytes');
+      const heapTotal = value(text, 'gpu_medic_nodejs_heap_size_total_bytes');
+      expect(heapUsed).toBeGreaterThan(1 << 20);
+      expect(heapTotal).toBeGreaterThanOrEqual(heapUsed);
+      expect(value(text, 'gpu_medic_nodejs_external_memory_bytes')).toBeGreaterThan(0);
+      const rss = value(text, 'gpu_medic_process_resident_memory_bytes');
+      const peak = value(text, 'gpu_medic_process_resident_memory_peak_bytes');
+      // The peak is VmHWM, as the bench reads it from outside: between the readings before and after.
+      expect(peak).toBeGreaterThanOrEqual(hwmBefore * 1024);
+      expect(peak).toBeLessThanOrEqual(hwmAfter * 1024);
+      expect(peak).toBeGreaterThanOrEqual(rss);
+      expect(heapTotal).toBeLessThan(peak);
+    } finally {
+      child.kill('SIGKILL');
+      await gone;
+      await slack.close();
     }
   }, 90_000);
 });
