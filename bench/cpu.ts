@@ -207,3 +207,29 @@ export function summarizeCpuProfiles(profiles: readonly CpuProfile[]): {
       }),
   };
 }
+
+/** What the bot's own metrics endpoint says of its memory, bytes, read at scrape time (src/metrics/peak-memory.ts, prom-client's defaults). */
+export interface ScrapedMemory {
+  heapUsed: number;
+  heapTotal: number;
+  external: number;
+  rss: number;
+  peakRss: number;
+}
+
+/** The V8 heap, which /proc cannot show, from the process's `GET /metrics` (GPU_MEDIC_METRICS_PORT). */
+export async function scrapeMemory(metricsUrl: string): Promise<ScrapedMemory> {
+  const text = await (await fetch(metricsUrl)).text();
+  const v = (name: string): number => {
+    const m = new RegExp(`^gpu_medic_${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text);
+    if (!m?.[1]) throw new Error(`${metricsUrl}: no gpu_medic_${name}`);
+    return Number(m[1]);
+  };
+  return {
+    heapUsed: v('nodejs_heap_size_used_bytes'),
+    heapTotal: v('nodejs_heap_size_total_bytes'),
+    external: v('nodejs_external_memory_bytes'),
+    rss: v('process_resident_memory_bytes'),
+    peakRss: v('process_resident_memory_peak_bytes'),
+  };
+}

@@ -22,7 +22,7 @@ import { startFleet } from '../test/harness/fleet/index.ts';
 import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
 import { sendAck } from './send-ack.ts';
-import { muxSessionCpu, processCpuMs, rssSplitKiB } from './cpu.ts';
+import { muxSessionCpu, processCpuMs, rssSplitKiB, scrapeMemory } from './cpu.ts';
 import { freePort, startRole, type RoleProcess } from './procs.ts';
 import { percentile, ratio, round, summarize, type Summary } from './stats.ts';
 
@@ -391,6 +391,10 @@ async function benchCpuPerRead(fleet: Fleet, fanout: unknown): Promise<object> {
 
 /** The ack bot's resident memory right after each burst (max, KiB), split anonymous / file-backed. */
 const afterBurst = { anon: 0, file: 0 };
+/** The ack bot's V8 heap right after each burst (max of each, bytes), from its metrics endpoint. */
+const afterBurstHeap = { used: 0, total: 0, external: 0 };
+/** The ack bot's `GET /metrics` (it runs with GPU_MEDIC_METRICS_PORT). */
+let ackMetricsUrl = '';
 
 async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
   const hosts = CFG.hosts;
@@ -410,6 +414,10 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
     const split = rssSplitKiB(p.bot.pid);
     afterBurst.anon = Math.max(afterBurst.anon, split.anon);
     afterBurst.file = Math.max(afterBurst.file, split.file);
+    const heap = await scrapeMemory(ackMetricsUrl);
+    afterBurstHeap.used = Math.max(afterBurstHeap.used, heap.heapUsed);
+    afterBurstHeap.total = Math.max(afterBurstHeap.total, heap.heapTotal);
+    afterBurstHeap.external = Math.max(afterBurstHeap.external, heap.external);
     const bad = rs.find((r) => r.status !== 200 || r.ackText === '');
     if (bad) throw new Error(`ack failed at ${c} concurrent: HTTP ${bad.status} "${bad.ackText.slice(0, 120)}"`);
     return rs.map((r) => r.ms);
@@ -620,6 +628,8 @@ async function main(): Promise<void> {
 
     const inv: InventoryInput = fleet.inventory();
     const hostsOf = (n: number): InventoryInput['hosts'] => (inv.hosts ?? []).slice(0, n);
+    const ackMetricsPort = await freePort();
+    ackMetricsUrl = `http://127.0.0.1:${ackMetricsPort}/metrics`;
     const inventories: Array<{
       name: string;
       inventory: InventoryInput;
@@ -644,7 +654,13 @@ async function main(): Promise<void> {
             },
           ]),
       // Acks only: its queue has no consumer (see README), so the next burst is not slowed by 600 reads.
-      { name: 'ack', inventory: { ...inv, hosts: hostsOf(CFG.hosts), containers: [] }, worker: false },
+      // Its metrics endpoint gives its V8 heap after each burst (the memory figure).
+      {
+        name: 'ack',
+        inventory: { ...inv, hosts: hostsOf(CFG.hosts), containers: [] },
+        worker: false,
+        extraEnv: { GPU_MEDIC_METRICS_PORT: String(ackMetricsPort) },
+      },
       {
         name: 'unstick',
         inventory: {
@@ -775,6 +791,10 @@ async function main(): Promise<void> {
         afterBurstFileMiB: MiB(afterBurst.file),
         idleAnonMiB: MiB(idleSplit.anon),
         idleFileMiB: MiB(idleSplit.file),
+        // The V8 heap (the bot's own gauges, read at scrape time) against the anonymous RSS above.
+        afterBurstHeapUsedMiB: MiB(afterBurstHeap.used / 1024),
+        afterBurstHeapTotalMiB: MiB(afterBurstHeap.total / 1024),
+        afterBurstExternalMiB: MiB(afterBurstHeap.external / 1024),
         during: `${ACK_LEVELS.join('/')} concurrent command bursts (the ack figure)`,
       },
       botServingStatus: {
@@ -787,7 +807,7 @@ async function main(): Promise<void> {
         idleMiB: MiB(idle.worker),
         during: `status all over ${CFG.hosts} machines (${CFG.fanoutRuns + 1} times) and single-machine status, one pooled connection per machine`,
       },
-      how: "VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node dist/src/main.js bot|worker` processes (the compiled build); the bot's RssAnon (V8 heap and native allocations) and RssFile+RssShmem (node's own code and libraries, mapped) right after each burst and at idle, so a miss shows whether the heap or the binary is the cause (V8 heap alone is not readable from outside without heap flags)",
+      how: "VmHWM (peak resident set) and VmRSS right after start (idle) from /proc/<pid>/status of separate `node dist/src/main.js bot|worker` processes (the compiled build); the bot's RssAnon (V8 heap and native allocations) and RssFile+RssShmem (node's own code and libraries, mapped) right after each burst and at idle, so a miss shows whether the heap or the binary is the cause; the V8 heap (used, total, external) right after each burst from the bot's own metrics endpoint (GPU_MEDIC_METRICS_PORT set for this bot only, which loads prom-client)",
     };
   } catch (e) {
     failed = true;
