@@ -1,4 +1,3 @@
-import { webApi } from '@slack/bolt';
 import type { Redis } from 'ioredis';
 import { connectRedis } from './redis/connection.ts';
 import { registerCommands } from '../commands/index.ts';
@@ -16,6 +15,7 @@ import type { Metrics } from './metrics/metrics.ts';
 import { ObservedIncidentLog, observedPoster, observedSlackCall } from './metrics/observed.ts';
 import { createDispatcher } from './queue/dispatcher.ts';
 import { createSlackApp } from './slack/app.ts';
+import { loadBolt } from './slack/bolt.ts';
 import { alertmanagerReceiver, silencesOf } from './alertmanager/wire.ts';
 import { Outbox } from './slack/outbox.ts';
 import { HomePublisher, registerHome } from './slack/home.ts';
@@ -143,6 +143,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
   const signer = botSigner(keys.value.signing, env.GPU_MEDIC_SIGNED_TTL_SEC * 1000);
   const metrics = deps.metrics;
   if (metrics) {
+    const { webApi } = loadBolt(env.GPU_MEDIC_MODE);
     // The Web API client waits out a 429 and sends the call again: that is a retry.
     slack.client.on(webApi.WebClientEvent.RATE_LIMITED, (_sec: number, req: { url?: unknown }) => {
       const method = typeof req?.url === 'string' ? /\/([a-z]+\.[a-zA-Z.]+)$/.exec(req.url)?.[1] : undefined;

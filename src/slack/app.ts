@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
-import { App, type CustomRoute, HTTPReceiver, LogLevel, SocketModeReceiver, webApi } from '@slack/bolt';
+import type { App, CustomRoute, webApi } from '@slack/bolt';
+import { loadBolt } from './bolt.ts';
 import type { Logger } from '../logger.ts';
 import { boltLogger } from './bolt-logger.ts';
 import type { SlackPoster } from './outbox.ts';
@@ -44,6 +45,9 @@ export interface SlackApp {
 }
 
 export function createSlackApp(o: SlackAppOptions): SlackApp {
+  const bolt = loadBolt(o.mode);
+  // SocketModeReceiver is read in Socket Mode only: reading it loads Socket Mode (bolt.ts).
+  const { App, HTTPReceiver, LogLevel, webApi } = bolt;
   const clientOptions = {
     ...(o.apiUrl ? { slackApiUrl: o.apiUrl } : {}),
     // node:http under every Web API call: no fetch, whose first request compiles a WebAssembly parser (node-fetch.ts).
@@ -57,7 +61,7 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
   // same Web API base for apps.connections.open, and its connection state can be watched.
   const socketReceiver =
     o.mode === 'socket'
-      ? new SocketModeReceiver({
+      ? new bolt.SocketModeReceiver({
           appToken: o.appToken ?? '',
           logger,
           logLevel: LogLevel.INFO,
@@ -135,7 +139,13 @@ export function createSlackApp(o: SlackAppOptions): SlackApp {
           logger: o.logger,
         })
       : null;
-  const poster = createSlackPoster({ botToken: o.botToken, clientOptions, logger, appClient: client });
+  const poster = createSlackPoster({
+    botToken: o.botToken,
+    clientOptions,
+    logger,
+    appClient: client,
+    bolt: { webApi, LogLevel },
+  });
   // Socket Mode's client says when it has Slack's hello, and when it lost the connection.
   let socketState = 'not started';
   let socketSince = Date.now();

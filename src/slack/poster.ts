@@ -1,4 +1,5 @@
-import { LogLevel, type Logger, webApi } from '@slack/bolt';
+import type * as BoltModule from '@slack/bolt';
+import type { Logger, webApi } from '@slack/bolt';
 import { type SlackPoster, viewMetadata, viewTagOf } from './outbox.ts';
 
 /** WebClient's retry after waiting out a 429 (its message, wrapped in a request error): the only retry safe for a post. */
@@ -16,10 +17,13 @@ export interface SlackPosterOptions {
   logger: Logger;
   /** The Bolt app's client: look-ups and updates go through it, and it re-emits the posts' RATE_LIMITED. */
   appClient: webApi.WebClient;
+  /** Bolt as the app loaded it (src/slack/bolt.ts). */
+  bolt: Pick<typeof BoltModule, 'webApi' | 'LogLevel'>;
 }
 
 /** Posts, finds and updates the bot's messages in Slack for the outbox. */
 export function createSlackPoster(o: SlackPosterOptions): SlackPoster {
+  const { webApi, LogLevel } = o.bolt;
   // chat.postMessage is not idempotent: a retry after a 5xx or a dropped connection can post a
   // message Slack already has. So posts are retried here only after a 429 (Slack did nothing);
   // anything else fails the pass, and the outbox, which marked the post before sending, looks
