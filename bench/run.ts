@@ -398,8 +398,11 @@ let ackMetricsUrl = '';
 
 async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
   const hosts = CFG.hosts;
-  const burst = async (c: number, text: (i: number) => string): Promise<number[]> => {
+  // Each command's ack time, and the bot's own CPU (user + system, /proc) from the first command
+  // to the last ack, before the memory reads below (their scrape costs the bot CPU too).
+  const burst = async (c: number, text: (i: number) => string): Promise<{ ms: number[]; cpuMs: number }> => {
     const channel = newChannel();
+    const cpu0 = processCpuMs(p.bot.pid);
     if (c === 1) {
       // One at a time: a sample of CFG.ackSerial sequential commands.
       const out: number[] = [];
@@ -408,9 +411,10 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
         if (r.status !== 200) throw new Error(`ack status ${r.status}`);
         out.push(r.ms);
       }
-      return out;
+      return { ms: out, cpuMs: processCpuMs(p.bot.pid) - cpu0 };
     }
     const rs = await Promise.all(Array.from({ length: c }, (_, i) => slash(slack, p, text(i), channel)));
+    const cpuMs = processCpuMs(p.bot.pid) - cpu0;
     const split = rssSplitKiB(p.bot.pid);
     afterBurst.anon = Math.max(afterBurst.anon, split.anon);
     afterBurst.file = Math.max(afterBurst.file, split.file);
@@ -420,7 +424,7 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
     afterBurstHeap.external = Math.max(afterBurstHeap.external, heap.external);
     const bad = rs.find((r) => r.status !== 200 || r.ackText === '');
     if (bad) throw new Error(`ack failed at ${c} concurrent: HTTP ${bad.status} "${bad.ackText.slice(0, 120)}"`);
-    return rs.map((r) => r.ms);
+    return { ms: rs.map((r) => r.ms), cpuMs };
   };
   const status = (i: number): string => `status kpro${(i % hosts) + 1}`;
   const help = (): string => 'help';
@@ -432,12 +436,11 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
     type Sample = { p50: number[]; p99: number[]; max: number; cpuMsPerAck: number[] };
     const s: Sample = { p50: [], p99: [], max: 0, cpuMsPerAck: [] };
     const h: Sample = { p50: [], p99: [], max: 0, cpuMsPerAck: [] };
-    // The bot's own CPU (user + system, /proc) over the burst, per command: what an ack costs it,
-    // which a shared machine's load changes far less than it changes wall times.
+    // The bot's own CPU over the burst, per command: what an ack costs it, which a shared machine's
+    // load changes far less than it changes wall times.
     const add = async (into: Sample, text: (i: number) => string): Promise<void> => {
-      const cpu0 = processCpuMs(p.bot.pid);
-      const xs = await burst(c, text);
-      into.cpuMsPerAck.push((processCpuMs(p.bot.pid) - cpu0) / xs.length);
+      const { ms: xs, cpuMs } = await burst(c, text);
+      into.cpuMsPerAck.push(cpuMs / xs.length);
       into.p50.push(percentile(xs, 50));
       into.p99.push(percentile(xs, 99));
       into.max = Math.max(into.max, ...xs);
