@@ -19,6 +19,41 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** `dist/src/main.js <role>` with `env` (PATH, HOME, Redis and the prefix added); resolves once it logged `started`. */
+async function startRole(
+  role: 'worker' | 'bot',
+  env: Record<string, string>,
+  started: string,
+): Promise<{ pid: number; out: string[]; stop(): Promise<void> }> {
+  const out: string[] = [];
+  const child = await spawnMain([role], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/root',
+      REDIS_URL,
+      GPU_MEDIC_PREFIX: prefix,
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout?.on('data', (c: Buffer) => out.push(c.toString()));
+  child.stderr?.on('data', (c: Buffer) => out.push(c.toString()));
+  const gone = new Promise<void>((r) => child.once('exit', () => r()));
+  const stop = async (): Promise<void> => {
+    child.kill('SIGKILL');
+    await gone;
+  };
+  for (let i = 0; i < 600 && !out.join('').includes(started); i++) {
+    if (child.exitCode !== null) {
+      await stop();
+      throw new Error(`${role} exited ${child.exitCode}:\n${out.join('')}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { pid: child.pid ?? 0, out, stop };
+}
+
 describe('the metrics endpoint of a started role', () => {
   it('worker: GET /metrics on the configured port and loopback, with the queue gauge and process metrics, labelled role="worker"', async () => {
     const inventory = join(dir, 'inventory.yaml');
@@ -27,29 +62,18 @@ describe('the metrics endpoint of a started role', () => {
       `defaults:\n  user: root\n  keyFile: ${join(dir, 'none')}\nhosts:\n  - id: kpro5\n    address: 192.0.2.5\n    hostKeys: ['SHA256:${'A'.repeat(43)}']\n`,
     );
     const port = await freePort();
-    const out: string[] = [];
-    const child = await spawnMain(['worker'], {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        HOME: process.env.HOME ?? '/root',
-        REDIS_URL,
-        GPU_MEDIC_PREFIX: prefix,
+    // The endpoint is up before the workers are; their queue gauge follows once they started.
+    const worker = await startRole(
+      'worker',
+      {
         GPU_MEDIC_INVENTORY: inventory,
         GPU_MEDIC_HEALTH_FILE: join(dir, 'worker.health.json'),
         GPU_MEDIC_METRICS_PORT: String(port),
       },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child.stdout?.on('data', (c: Buffer) => out.push(c.toString()));
-    child.stderr?.on('data', (c: Buffer) => out.push(c.toString()));
-    const gone = new Promise<void>((r) => child.once('exit', () => r()));
+      'workers started',
+    );
+    const out = worker.out;
     try {
-      // The endpoint is up before the workers are; their queue gauge follows once they started.
-      for (let i = 0; i < 600 && !out.join('').includes('workers started'); i++) {
-        if (child.exitCode !== null) throw new Error(`worker exited ${child.exitCode}:\n${out.join('')}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
       const res = await fetch(`http://127.0.0.1:${port}/metrics`);
       expect(res.status).toBe(200);
       const text = await res.text();
@@ -68,22 +92,16 @@ describe('the metrics endpoint of a started role', () => {
         .map((f) => f[1]);
       expect(listening).toEqual([`0100007F:${hexPort}`]);
     } finally {
-      child.kill('SIGKILL');
-      await gone;
+      await worker.stop();
     }
   }, 90_000);
 
   it('bot: its V8 heap (used, total, external) and its resident set now and at its peak, read at scrape time', async () => {
     const slack = await startFakeSlack();
     const port = await freePort();
-    const out: string[] = [];
-    const child = await spawnMain(['bot'], {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        HOME: process.env.HOME ?? '/root',
-        REDIS_URL,
-        GPU_MEDIC_PREFIX: prefix,
+    const bot = await startRole(
+      'bot',
+      {
         GPU_MEDIC_INVENTORY: filledExampleInventory(),
         GPU_MEDIC_HEALTH_FILE: join(dir, 'bot.health.json'),
         GPU_MEDIC_MODE: 'http',
@@ -93,17 +111,10 @@ describe('the metrics endpoint of a started role', () => {
         PORT: '0',
         GPU_MEDIC_METRICS_PORT: String(port),
       },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child.stdout?.on('data', (c: Buffer) => out.push(c.toString()));
-    child.stderr?.on('data', (c: Buffer) => out.push(c.toString()));
-    const gone = new Promise<void>((r) => child.once('exit', () => r()));
+      'bot started',
+    );
     try {
-      for (let i = 0; i < 600 && !out.join('').includes('bot started'); i++) {
-        if (child.exitCode !== null) throw new Error(`bot exited ${child.exitCode}:\n${out.join('')}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      const pid = child.pid ?? 0;
+      const pid = bot.pid;
       const value = (text: string, name: string): number => {
         const m = new RegExp(`^${name}\\{role="bot"\\} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
         if (!m?.[1]) throw new Error(`no ${name} in:\n${text.slice(0, 4000)}`);
@@ -128,8 +139,7 @@ describe('the metrics endpoint of a started role', () => {
       expect(peak).toBeGreaterThanOrEqual(rss);
       expect(heapTotal).toBeLessThan(peak);
     } finally {
-      child.kill('SIGKILL');
-      await gone;
+      await bot.stop();
       await slack.close();
     }
   }, 90_000);
