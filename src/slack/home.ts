@@ -290,8 +290,12 @@ export class HomePublisher {
     if (sig === this.signature && this.view !== null && now - this.refreshedAt < this.refreshMs) return;
     const model = await readHomeModel(this.o.redis, this.o.prefix, this.o.machineIds, this.o.settings, now);
     this.openIncidents = model.incidents.map((i) => i.id);
-    // The signature after reading, with the incidents just found: the next tick compares against it.
-    this.signature = await this.currentSignature();
+    // The signature as read BEFORE the model: a change committed while the model was being read moves
+    // it, so the next pass reads the model again. Read again after the model, it took such a change in
+    // without the model having it, and Home showed the older model until the next full refresh
+    // (refreshMs). When the model found other incidents in progress, the next pass's signature (over
+    // those) differs too: one more read, then steady.
+    this.signature = sig;
     this.refreshedAt = now;
     const view = renderHome(model);
     // The summary line says when the view was read: left out of the hash, so only a change of content republishes.

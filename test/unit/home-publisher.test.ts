@@ -132,6 +132,40 @@ describe('App Home publish loop (real Redis, fake Slack views.publish)', () => {
     expect(JSON.stringify(slack.homeView('U0ALICE001')?.view)).toContain('`kpro6` · not read: unreachable');
   });
 
+  it('a change the watchdog commits while a pass reads the model is published by a later pass, not lost until the next full refresh', async () => {
+    // The watchdog's write lands just after the first pass read the model (its `last` readings), while
+    // that pass is still under way: the reading it returns is the one from before the write.
+    let modelReads = 0;
+    const racing = new Proxy(redis, {
+      get(target, prop) {
+        if (prop === 'hgetall')
+          return async (key: string) => {
+            const before = await target.hgetall(key);
+            if (key === watchKeys(prefix).last && ++modelReads === 1) {
+              await redis.hset(
+                watchKeys(prefix).last,
+                'kpro6',
+                JSON.stringify(glance('kpro6', { ok: false, code: 'unreachable', gpus: 0, ramPct: null })),
+              );
+              await redis.incr(watchKeys(prefix).version);
+            }
+            return before;
+          };
+        const v: unknown = Reflect.get(target, prop, target);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    const p = publisher({ redis: racing, perUserMinMs: 0 });
+    await passes(p, 1);
+    expect(modelReads).toBe(1);
+    await p.opened('U0ALICE001');
+    // The clock stands still: no full refresh (refreshMs) can bring the change in; only the version can.
+    await slack.waitFor(
+      () => JSON.stringify(slack.homeView('U0ALICE001')?.view ?? '').includes('`kpro6` · not read: unreachable'),
+      20_000,
+    );
+  });
+
   it('a watchdog version that moves without a change of content publishes nothing', async () => {
     const p = publisher();
     await p.opened('U0ALICE001');
