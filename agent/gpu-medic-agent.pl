@@ -120,6 +120,11 @@ sub load_config ($path) {
     grammar => '/usr/local/lib/gpu-medic/grammar.json',
     command_log => '',
     unprivileged => 'no',
+    machine => '',
+    vmid => '',
+    max_lifetime_s => '900',
+    max_runs => '8',
+    run_dir => '/run/gpu-medic',
   );
   for my $raw (split /\n/, slurp($path)) {
     my $l = $raw =~ s/\A\s+|\s+\z//gr;
@@ -132,6 +137,12 @@ sub load_config ($path) {
   refuse("config $path: unprivileged must be yes or no") unless $c{unprivileged} =~ /\A(yes|no)\z/;
   refuse("config $path: unprivileged=yes needs role=self") if $c{unprivileged} eq 'yes' && $c{role} ne 'self';
   for my $d (split /:/, $c{path}) { refuse("config $path: path= holds a relative dir") unless $d =~ m{\A/}; }
+  refuse("config $path: machine= is not an inventory id") unless $c{machine} eq '' || $c{machine} =~ /\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\z/;
+  refuse("config $path: vmid= is not a container id") unless $c{vmid} eq '' || $c{vmid} =~ /\A[1-9][0-9]{2,8}\z/;
+  refuse("config $path: vmid= is for role=self only") if $c{vmid} ne '' && $c{role} ne 'self';
+  refuse("config $path: max_lifetime_s= must be 1-86400") unless $c{max_lifetime_s} =~ /\A[1-9][0-9]{0,4}\z/ && $c{max_lifetime_s} <= 86400;
+  refuse("config $path: max_runs= must be 2-256") unless $c{max_runs} =~ /\A[1-9][0-9]{0,2}\z/ && $c{max_runs} >= 2 && $c{max_runs} <= 256;
+  refuse("config $path: run_dir= must be absolute") unless $c{run_dir} =~ m{\A/[A-Za-z0-9/_.-]*\z};
   return \%c;
 }
 
