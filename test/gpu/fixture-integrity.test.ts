@@ -15,7 +15,7 @@ function sourcesTable(): Row[] {
   const md = readFileSync(fixturePath('SOURCES.md'), 'utf8');
   return md
     .split('\n')
-    .filter((l) => /^\| (fuser|nvidia-smi)\//.test(l))
+    .filter((l) => /^\| (fuser|nvidia-smi|proxmox)\//.test(l))
     .map((l) => {
       const cells = l.split(' | ');
       const last = cells.slice(-3);
@@ -33,7 +33,7 @@ function allFixtureFiles(): string[] {
     readdirSync(path.join(fixturesDir, dir), { withFileTypes: true }).flatMap((e) =>
       e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)],
     );
-  return [...walk('fuser'), ...walk('nvidia-smi')].sort();
+  return [...walk('fuser'), ...walk('nvidia-smi'), ...walk('proxmox')].sort();
 }
 
 describe('fixtures are byte-exact copies (SOURCES.md sizes and hashes)', () => {
@@ -41,7 +41,7 @@ describe('fixtures are byte-exact copies (SOURCES.md sizes and hashes)', () => {
 
   it('SOURCES.md lists every fixture file and nothing else', () => {
     expect(rows.map((r) => r.file).sort()).toEqual(allFixtureFiles());
-    expect(rows.length).toBe(37);
+    expect(rows.length).toBe(39);
   });
 
   it.each(rows.map((r) => [r.file, r] as const))('%s', (_file, row) => {
