@@ -32,6 +32,8 @@ use constant {
   CT_EXTRA_MS     => 2000,
   KILL_AFTER_S    => 1,
   STDIN_WAIT_S    => 30,
+  MAX_FUTURE_MS   => 60000,
+  MAX_DECISIONS   => 4,
 };
 use constant DEFAULT_CONFIG => '/etc/gpu-medic/agent.conf';
 use constant WORD_RE => qr/\A[A-Za-z0-9_.:+-]{1,128}\z/;
@@ -417,13 +419,19 @@ sub read_stdin () {
 }
 
 sub envelopes () {
-  my %env;
+  my %env = (decision => []);
   for my $l (split /\n/, read_stdin()) {
     next if $l eq '';
     my ($kind, $body, $sig) = $l =~ m{\A(request|decision|plan) ([A-Za-z0-9+/=]+) ([A-Za-z0-9+/]{86}==)\z}
       or refuse('an unreadable line on stdin (want: request|decision|plan <base64 body> <base64 sig>)');
+    my $e = { body => decode_base64($body), sig => decode_base64($sig) };
+    if ($kind eq 'decision') {
+      refuse('more than ' . MAX_DECISIONS . ' decisions on stdin') if @{ $env{decision} } >= MAX_DECISIONS;
+      push @{ $env{decision} }, $e;
+      next;
+    }
     refuse("two ${kind}s on stdin") if $env{$kind};
-    $env{$kind} = { body => decode_base64($body), sig => decode_base64($sig) };
+    $env{$kind} = $e;
   }
   return \%env;
 }
@@ -456,13 +464,19 @@ sub verified ($env, $keys_cfg) {
   return 0;
 }
 
+# Protocol 2's envelopes (agent/PROTOCOL.md, "Envelopes"): the request names the host, the container
+# and (for an alert's reset) the one GPU the bot resolved from its own inventory; both carry the
+# signer's memberships (teams), empty when none are configured.
 my %FIELDS = (
-  request => [qw(incident target requester channel signed_at expires_at nonce)],
-  decision => [qw(approval incident plan decision decider channel signed_at expires_at nonce)],
+  request => [qw(incident target host vmid gpu requester groups channel signed_at expires_at nonce)],
+  decision => [qw(approval incident plan decision decider groups channel signed_at expires_at nonce)],
 );
 
 sub fields_of ($kind, $body) {
-  my $h = "gpu-medic $kind v1\n";
+  my $h = "gpu-medic $kind v2\n";
+  if (substr($body, 0, length "gpu-medic $kind v1\n") eq "gpu-medic $kind v1\n") {
+    refuse("the signed $kind is protocol 1 (it names no host): upgrade the bot and worker to gpu-medic 4 or later");
+  }
   refuse("the signed text is not a $kind") unless substr($body, 0, length $h) eq $h && $body =~ /\n\z/;
   my @lines = split /\n/, substr($body, length $h), -1;
   pop @lines;
@@ -477,15 +491,101 @@ sub fields_of ($kind, $body) {
   return \%f;
 }
 
-sub not_expired ($f, $kind) {
-  my $exp = $f->{expires_at} // '';
-  refuse("the signed $kind has no expiry") unless $exp =~ /\A[0-9]{1,16}\z/;
-  refuse("the signed $kind has expired") unless $exp > int(time * 1000);
-}
-
 sub as_int ($v) { return defined $v && !ref $v && "$v" =~ /\A(0|[1-9][0-9]{0,15})\z/ ? "$v" : undef }
 
-# The protocol's checks 1-3, in order; the first failure refuses.
+# Times on the host's own clock: signed no more than MAX_FUTURE_MS ahead of it, living no longer than
+# max_lifetime_s, and (unless $past_ok, a tier-2 step's request) not yet expired.
+sub times_ok ($f, $kind, $past_ok = 0) {
+  my ($at, $exp) = (as_int($f->{signed_at}), as_int($f->{expires_at}));
+  refuse("the signed $kind has unreadable times") unless defined $at && defined $exp && $exp > $at;
+  my $now = int(time * 1000);
+  refuse("the signed $kind is signed in the future (more than 60 s ahead of this host's clock)") if $at > $now + MAX_FUTURE_MS;
+  refuse("the signed $kind lives longer than this host allows (max_lifetime_s=$CFG->{max_lifetime_s})")
+    if $exp - $at > $CFG->{max_lifetime_s} * 1000;
+  refuse("the signed $kind has expired") unless $past_ok || $exp > $now;
+  return $at + 0;
+}
+
+# Proxmox's cgroup rule (src/gpu/container-cgroup.ts, inContainerCgroup): some hierarchy names
+# `lxc/<vmid>` as its outermost container, none names another; any line that is not a cgroup line: no.
+sub in_container_cgroup ($text, $vmid) {
+  my $named = 0;
+  for my $l (split /\n/, $text) {
+    next if $l eq '';
+    my ($path) = $l =~ m{\A[0-9]+:[^:]*:(/.*)\z} or return 0;
+    my @p = split m{/}, $path, -1;
+    my $v;
+    for my $i (0 .. $#p - 1) {
+      if ($p[$i] eq 'lxc' && $p[$i + 1] =~ /\A[1-9][0-9]{0,9}\z/) { $v = $p[$i + 1]; last; }
+    }
+    next unless defined $v;
+    return 0 unless $v eq $vmid;
+    $named = 1;
+  }
+  return $named;
+}
+
+# `pct config` → host device minors passed to the container (src/playbooks/unstick-commands.ts,
+# parsePctConfigGpuMinors): `devN: [path=]/dev/nvidiaM[,...]` or `lxc.mount.entry: /dev/nvidiaM ...`,
+# up to the first [snapshot] section. An allow line alone passes nothing.
+sub pct_gpu_minors ($text) {
+  my %seen;
+  my @out;
+  for my $raw (split /\n/, $text) {
+    my $l = $raw =~ s/\A\s+|\s+\z//gr;
+    last if $l =~ /\A\[/;
+    my ($m) = $l =~ m{\Adev[0-9]+:\s*(?:path=)?/dev/nvidia([0-9]{1,4})(?:,|\z)};
+    ($m) = $l =~ m{\Alxc\.mount\.entry:\s*/dev/nvidia([0-9]{1,4})\s} unless defined $m;
+    push @out, $m + 0 if defined $m && !$seen{$m + 0}++;
+  }
+  return @out;
+}
+
+# `nvidia-smi -q -x` → { lc uuid => minor } (parseXmlGpuMinors).
+sub xml_gpu_minors ($xml) {
+  my %m;
+  my @blocks = split /<gpu id="/, $xml;
+  shift @blocks;
+  for my $b (@blocks) {
+    my ($uuid) = $b =~ m{<uuid>\s*(GPU-[0-9A-Fa-f-]{36})\s*</uuid>};
+    my ($minor) = $b =~ m{<minor_number>\s*([0-9]{1,4})\s*</minor_number>};
+    $m{lc $uuid} = $minor + 0 if defined $uuid && defined $minor;
+  }
+  return \%m;
+}
+
+# A program's whole stdout (capped), run through path= with no shell; undef when it fails.
+sub read_program ($ms, @argv) {
+  my $prog = find_program($argv[0]);
+  return undef unless defined $prog;
+  pipe(my $r, my $w) or refuse('cannot make a pipe');
+  my $k = spawn({ prog => $prog, argv => \@argv, ms => $ms }, $w, undef);
+  close $w;
+  my $buf = '';
+  while (length $buf < PART_CAP) { my $n = sysread($r, $buf, 65536, length $buf); last unless $n; }
+  close $r;
+  wait_all($k);
+  return code_of($k) == 0 ? $buf : undef;
+}
+
+# The host's own reading of which GPUs the container is given: `pct config <vmid>` and `nvidia-smi -q -x`.
+sub gpu_passed_to ($uuid, $vmid) {
+  my $cfg = read_program(10000, 'pct', 'config', $vmid);
+  refuse("cannot read pct config $vmid on this host") unless defined $cfg;
+  my $xml = read_program(20000, 'nvidia-smi', '-q', '-x');
+  refuse('cannot read nvidia-smi -q -x on this host') unless defined $xml;
+  my $minor = xml_gpu_minors($xml)->{lc $uuid};
+  return defined $minor && grep { $_ == $minor } pct_gpu_minors($cfg);
+}
+
+sub verified_fields ($kind, $env) {
+  refuse("the $kind does not carry a valid signature of the bot") unless verified($env, $CFG->{bot_keys});
+  return fields_of($kind, $env->{body});
+}
+
+# The protocol's checks, in order (agent/PROTOCOL.md, "Checks"); the first failure refuses.
+# Everything acted on comes from the signed plan and the bot's signed request and decisions,
+# checked against this host's own identity (machine=, vmid=) and its own readings.
 sub check_destructive ($p, $where) {
   my $verb = $p->{verb};
   my @a = @{ $p->{args} };
@@ -498,6 +598,7 @@ sub check_destructive ($p, $where) {
   refuse("destructive verb $verb has no checks in this agent") unless $verb =~ /\A(signal|reset|persistence)\z/;
   $audit_ctx{incident} = $incident;
   $audit_ctx{approval} = $approval;
+  my $side = $verb eq 'signal' ? ($at->('side') // '') : 'host';
   if ($verb eq 'signal') {
     refuse('signal targets must come in threes (pid start ctpid)') if @rest % 3 || !@rest;
     $audit_ctx{targets} = join(',', map { "$rest[3 * $_]:$rest[3 * $_ + 1]" } 0 .. @rest / 3 - 1);
@@ -505,42 +606,104 @@ sub check_destructive ($p, $where) {
     refuse("$verb names no GPU") unless defined $at->('uuid');
     $audit_ctx{targets} = $at->('uuid');
   }
+  # 0. this host knows who it is
+  my $self = $CFG->{role} eq 'self';
+  refuse('this agent has no machine= in its config (install.sh --machine ID): destructive verbs are refused until it does')
+    if $CFG->{machine} eq '';
+  refuse('this agent (role=self) has no vmid= in its config (install.sh --vmid N)') if $self && $CFG->{vmid} eq '';
+
   my $env = envelopes();
   refuse('no signed plan on stdin') unless $env->{plan};
   refuse('the plan does not carry a valid worker signature') unless verified($env->{plan}, $CFG->{worker_keys});
-  my $tier1 = $approval eq 'none';
-  my $kind = $tier1 ? 'request' : 'decision';
-  refuse("no signed $kind on stdin") unless $env->{$kind};
-  refuse("the $kind does not carry a valid signature of the bot") unless verified($env->{$kind}, $CFG->{bot_keys});
+  refuse('no signed request on stdin') unless $env->{request};
 
-  # 1. the plan
+  # 1. the plan: its step's tier and kind decide what may run, never the caller's approval word
   my $pb = $env->{plan}{body};
   my $ph = "gpu-medic plan v1\n";
   refuse('the signed plan is not a plan') unless substr($pb, 0, length $ph) eq $ph;
   my $plan = eval { JSON::PP->new->utf8->decode(substr($pb, length $ph)) };
   refuse('the signed plan is not readable') unless ref $plan eq 'HASH' && ref $plan->{step} eq 'HASH';
-  refuse('the plan is for another incident') unless ($plan->{incidentId} // '') eq $incident;
-  refuse('the plan is for another approval') if !$tier1 && ($plan->{approvalId} // '') ne $approval;
-
-  # 2. the request or decision
-  my $f = fields_of($kind, $env->{$kind}{body});
-  if ($tier1) {
-    refuse('the request is for another incident') unless $f->{incident} eq $incident;
-    refuse('the request is for another container than the plan') unless $f->{target} eq ($plan->{container} // '');
-  } else {
-    refuse('the decision is for another approval') unless $f->{approval} eq $approval;
-    refuse('the decision is for another incident') unless $f->{incident} eq $incident;
-    refuse('the decision is not an approval') unless $f->{decision} eq 'approved';
-    refuse('the decision is for another plan') unless $f->{plan} eq sha256_hex($pb);
-  }
-  not_expired($f, $kind);
-
-  # 3. the targets
+  refuse('the signed plan is protocol 1 (it names no host): upgrade the worker') unless ($plan->{v} // 0) eq '3';
   my $step = $plan->{step};
-  my $pvmid = as_int($plan->{vmid}) // '';
+  my ($tier, $kind) = (as_int($step->{tier}) // '', $step->{kind} // '');
+  my ($pvmid, $pexp, $pcreated) = map { as_int($plan->{$_}) // '' } qw(vmid expiresAt createdAt);
+  my $papproval = $plan->{approvalId} // '';
+  refuse('the plan is for another incident') unless ($plan->{incidentId} // '') eq $incident;
+  if ($approval eq 'none') {
+    refuse('approval none is only for a container-side signal') unless $verb eq 'signal' && $side eq 'container';
+    refuse('approval none is only for a tier-1 container step with no approval')
+      unless $tier eq '1' && $kind eq 'container_signal' && $papproval eq '';
+  } else {
+    refuse('the plan is for another approval') unless $papproval eq $approval;
+    if ($verb eq 'signal' && $side eq 'container') {
+      refuse('the plan\'s step is not a container signal') unless $kind eq 'container_signal';
+    } elsif ($verb eq 'signal') {
+      refuse('a host kill needs a tier-2 host_kill step in the plan') unless $tier eq '2' && $kind eq 'host_kill';
+    } else {
+      refuse("$verb needs a tier-2 host_reset step in the plan") unless $tier eq '2' && $kind eq 'host_reset';
+    }
+  }
+
+  # 2. this host and container: the plan's, the bot's request's, and this agent's own
+  my $req = verified_fields('request', $env->{request});
+  refuse('the request is for another incident') unless $req->{incident} eq $incident;
+  refuse('the request is for another container than the plan')
+    unless $req->{target} eq ($plan->{container} // '') && $req->{vmid} eq $pvmid;
+  refuse('the request is for another host than the plan') unless $req->{host} eq ($plan->{host} // '');
+  if ($self) {
+    refuse("the plan is for another machine than this one ($CFG->{machine})") unless ($plan->{container} // '') eq $CFG->{machine};
+    refuse("the plan is for another container than this one (vmid $CFG->{vmid})") unless $pvmid eq $CFG->{vmid};
+  } else {
+    refuse("the plan is for another host than this one ($CFG->{machine})") unless ($plan->{host} // '') eq $CFG->{machine};
+  }
   refuse('the container is not the plan\'s') if $where->{kind} eq 'ct' && $where->{vmid} ne $pvmid;
+  my $rgpu = $req->{gpu};
+  refuse('the request names one GPU to reset: no process may be signalled') if $rgpu ne '' && $verb eq 'signal';
+
+  # 3. time, on this host's clock
+  refuse('the plan has unreadable times') unless $pexp ne '' && $pcreated ne '' && $pexp > $pcreated;
+  if ($approval eq 'none') {
+    times_ok($req, 'request');
+  } else {
+    times_ok($req, 'request', 1);
+    refuse('the plan\'s card has expired') if $pexp <= int(time * 1000);
+  }
+
+  # 4. the decisions: each by a decider the signed plan names, before the card's expiry; one per person
+  if ($approval ne 'none') {
+    my @decs = @{ $env->{decision} };
+    refuse('no signed decision on stdin') unless @decs;
+    my $requester = $plan->{requester} // '';
+    my @approvers = grep { !ref $_ } @{ ref $plan->{approvers} eq 'ARRAY' ? $plan->{approvers} : [] };
+    my $esc = ref $plan->{escalation} eq 'HASH' ? $plan->{escalation} : undef;
+    my @esc_approvers = $esc ? grep { !ref $_ } @{ ref $esc->{approvers} eq 'ARRAY' ? $esc->{approvers} : [] } : ();
+    my $esc_at = $esc ? as_int($esc->{at}) : undef;
+    my $quorum = as_int($plan->{quorum} // 1) // 1;
+    refuse('the plan asks for an unreadable quorum') unless $quorum >= 1 && $quorum <= MAX_DECISIONS;
+    my %by;
+    for my $d (@decs) {
+      my $f = verified_fields('decision', $d);
+      refuse('the decision is for another approval') unless $f->{approval} eq $approval;
+      refuse('the decision is for another incident') unless $f->{incident} eq $incident;
+      refuse('the decision is not an approval') unless $f->{decision} eq 'approved';
+      refuse('the decision is for another plan') unless $f->{plan} eq sha256_hex($pb);
+      my $signed = times_ok($f, 'decision');
+      my $who = $f->{decider};
+      refuse('the requester cannot approve their own request') if $who eq $requester || $who eq $req->{requester};
+      refuse('the decision was signed after the card expired') if $signed >= $pexp;
+      refuse('the decision was signed before the card was made') if $signed < $pcreated;
+      if (!grep { $_ eq $who } @approvers) {
+        refuse('the decider is not one of the plan\'s approvers') unless grep { $_ eq $who } @esc_approvers;
+        refuse('an escalation approver decided before the card escalated') unless defined $esc_at && $signed >= $esc_at;
+      }
+      refuse('two decisions by one decider') if $by{$who}++;
+    }
+    refuse("the plan needs $quorum distinct approvers, got " . scalar(keys %by)) if keys(%by) < $quorum;
+  }
+
+  # 5. the targets: in the plan, and in the request's container by this host's own reading
   if ($verb eq 'signal') {
-    my ($side, $inode) = ($at->('side') // '', $at->('int') // '');
+    my $inode = $at->('int') // '';
     refuse("signal $side is not allowed on $where->{kind}")
       if ($side eq 'host') != ($where->{kind} eq 'host' && $CFG->{role} eq 'host');
     my @targets = grep { ref $_ eq 'HASH' } @{ ref $step->{targets} eq 'ARRAY' ? $step->{targets} : [] };
@@ -557,13 +720,21 @@ sub check_destructive ($p, $where) {
       if ($side eq 'host') {
         refuse("target $pid:$start is in another PID namespace than the plan says")
           unless ($hit->{pidNs} // '') eq "pid:[$inode]";
+        my $cg = -r "/proc/$pid/cgroup" ? eval { slurp("/proc/$pid/cgroup") } : undef;
+        refuse("target $pid:$start is not in container $req->{vmid}'s cgroup on this host")
+          unless defined $cg && $req->{vmid} ne '' && in_container_cgroup($cg, $req->{vmid});
       }
     }
   } else {
     my $uuid = $at->('uuid');
-    refuse('the plan\'s step is not a host reset') unless ($step->{kind} // '') eq 'host_reset';
     my @gpus = grep { ref $_ eq 'HASH' } @{ ref $step->{gpus} eq 'ARRAY' ? $step->{gpus} : [] };
     refuse("GPU $uuid is not in the signed plan") unless grep { lc($_->{uuid} // '') eq lc $uuid } @gpus;
+    if ($rgpu ne '') {
+      refuse("GPU $uuid is not the one the request names") unless lc $rgpu eq lc $uuid;
+    } else {
+      refuse("GPU $uuid is not passed to container $req->{vmid} by its pct config on this host")
+        unless $req->{vmid} ne '' && gpu_passed_to($uuid, $req->{vmid});
+    }
   }
 }
 

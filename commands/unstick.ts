@@ -1,4 +1,4 @@
-import { findMachine, listMachines } from '../src/config/machines.ts';
+import { findMachine, listMachines, requestWhere } from '../src/config/machines.ts';
 import { nearCertainTypo } from '../src/config/suggest.ts';
 import type { IncidentMeta } from '../src/incident/events.ts';
 import { nameField, type CommandDeps, type SlashInput } from './deps.ts';
@@ -75,7 +75,13 @@ export async function startUnstick(
   try {
     // Who asked, for which target, where and when, signed: tier 1 runs on this alone (issue 19).
     const request = deps.signer.request(
-      { incidentId: id, target: m.id, requester: input.userId, channel: input.channelId },
+      {
+        incidentId: id,
+        target: m.id,
+        ...requestWhere(m),
+        requester: input.userId,
+        channel: input.channelId,
+      },
       Date.parse(now),
     );
     // One round trip after the lock, all or nothing: the signed incident, its `requested` event, its job.

@@ -11,11 +11,12 @@
 import { execFile, spawn } from 'node:child_process';
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { createContainerCgroup, removeContainerCgroup } from '../../test/harness/fleet/cgroup.ts';
 import { freePort, generateKeyPair } from '../../test/harness/sshd.ts';
 
 const execFileP = promisify(execFile);
@@ -30,6 +31,32 @@ const GRAMMAR = existsSync(join(AGENT_DIR, 'grammar.json')) ? join(AGENT_DIR, 'g
 export const GPU_UUID = 'GPU-12345678-1234-1234-1234-123456789012';
 const GPU_ROW = `0, ${GPU_UUID}, NVIDIA Fake, 00000000:01:00.0, 10, 81559, 0`;
 
+/**
+ * The host's `nvidia-smi -q -x` is a real capture (two RTX A5000, minors 1 and 0), and `pct config
+ * <vmid>` serves real container configs: 129 the devN style passing /dev/nvidia0 only, 130 the
+ * classic style (lxc.mount.entry of /dev/nvidia0). So of the two GPUs, minor 0 is passed to both
+ * containers and minor 1 to neither: a reset of minor 1 for a container must be refused.
+ */
+const FIXTURES = resolve(AGENT_DIR, '..', 'test', 'fixtures');
+const HOST_XML = join(FIXTURES, 'nvidia-smi', 'xml', '2x-rtx-a5000_v13.xml');
+const PCT_CONFIG: Record<string, string> = {
+  '129': join(FIXTURES, 'proxmox', 'pct-config', 'ct113-comfyui_dev-style-nvidia_tags_pve9.1.6_unknown-repo.conf'),
+  '130': join(
+    FIXTURES,
+    'proxmox',
+    'pct-config',
+    'ct116-xtts-api_classic-cgroup2-nvidia_tags_pve9.1.6_unknown-repo.conf',
+  ),
+};
+/** Minor 0 in the capture: passed to ct129 and ct130 by their configs. */
+export const PASSED_GPU = 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd';
+/** Minor 1 in the capture: passed to no container. */
+export const UNPASSED_GPU = 'GPU-12345678-aaaa-bbbb-cccc-0123456789ab';
+/** The inventory id install.sh writes into this host's agent.conf (machine=). */
+export const HOST_ID = 'kpro5';
+/** The container whose cgroup (`lxc/129`, Proxmox's naming) the holder is put in. */
+export const HOLDER_VMID = 129;
+
 export interface SshResult {
   code: number | null;
   stdout: string;
@@ -41,6 +68,21 @@ export interface SshOptions {
   input?: string;
   env?: Record<string, string>;
   timeoutMs?: number;
+}
+
+/** A GPU holder's identity as the host sees it: PID, start time (ticks), PID namespace and its inode. */
+export interface Holder {
+  pid: number;
+  start: number;
+  ns: string;
+  inode: string;
+}
+
+export async function identity(pid: number): Promise<Holder> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'latin1');
+  const start = Number(stat.slice(stat.lastIndexOf(') ') + 2).split(' ')[19]);
+  const ns = await readlink(`/proc/${pid}/ns/pid`);
+  return { pid, start, ns, inode: /^pid:\[(\d+)\]$/.exec(ns)?.[1] ?? '' };
 }
 
 export interface AgentHost {
@@ -64,6 +106,10 @@ export interface AgentHost {
   audit(): Promise<string[]>;
   /** The recorder's runs (one line of arguments each). */
   ran(): Promise<string[]>;
+  /** The host's own readings the agent made to check a reset (`pct config`, `nvidia-smi -q -x`). */
+  reads(): Promise<string[]>;
+  /** Another GPU holder like the first, in container `vmid`'s cgroup (default 129): one per test that kills. */
+  newHolder(vmid?: number): Promise<Holder>;
   sshdLog(): Promise<string>;
   stop(): Promise<void>;
 }
@@ -123,8 +169,10 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
   const bin = join(dir, 'bin');
   await execFileP('mkdir', ['-p', bin]);
   const ranLog = join(dir, 'ran.log');
+  const readsLog = join(dir, 'reads.log');
   const fake = [
     '#!/bin/sh',
+    `if [ "$*" = '-q -x' ]; then echo "nvidia-smi $*" >> '${readsLog}'; exec cat '${HOST_XML}'; fi`,
     `echo "$*" >> '${ranLog}'`,
     // The test's switch (`mode` beside ran.log): fail with status 3, hang with a child, hang ignoring TERM.
     `case $(cat '${join(dir, 'mode')}' 2>/dev/null) in`,
@@ -137,7 +185,22 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
   ];
   await writeFile(join(bin, 'nvidia-smi'), fake.join('\n'), { mode: 0o755 });
   // `pct exec <vmid> -- <argv>`: recorded, then <argv> runs here (the host plays the container).
-  await writeFile(join(bin, 'pct'), `#!/bin/sh\necho "pct $*" >> '${ranLog}'\nshift 3\nexec "$@"\n`, { mode: 0o755 });
+  // `pct config <vmid>`: the container's config, as Proxmox prints it (a real one per vmid, else its error).
+  const pct = [
+    '#!/bin/sh',
+    'if [ "$1" = config ]; then',
+    `  echo "pct $*" >> '${readsLog}'`,
+    '  case $2 in',
+    ...Object.entries(PCT_CONFIG).map(([v, f]) => `    ${v}) exec cat '${f}' ;;`),
+    `    *) echo "Configuration file 'nodes/${HOST_ID}/lxc/$2.conf' does not exist" >&2; exit 2 ;;`,
+    '  esac',
+    'fi',
+    `echo "pct $*" >> '${ranLog}'`,
+    'shift 3',
+    'exec "$@"',
+    '',
+  ];
+  await writeFile(join(bin, 'pct'), pct.join('\n'), { mode: 0o755 });
   const port = await freePort();
   await writeFile(join(dir, 'sshd_config'), stockSshdConfig(port, dir));
   const logPath = join(dir, 'sshd.log');
@@ -162,6 +225,18 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
   }
   const sshdPid = child.pid as number; // unshare execs bash, which execs sshd: the same PID
   const holderPid = Number((await readFile(join(dir, 'holder.pid'), 'utf8')).trim());
+  // The holder sits in container 129's cgroup, as a container's process does on a Proxmox host.
+  const cgroups = new Map<number, string>();
+  const cgroupOf = (vmid: number): string => {
+    const have = cgroups.get(vmid);
+    if (have !== undefined) return have;
+    const made = createContainerCgroup(dir, vmid);
+    if (made === null) throw new Error(`no cgroup v2 hierarchy to put a holder in lxc/${vmid}`);
+    cgroups.set(vmid, made);
+    return made;
+  };
+  await writeFile(join(cgroupOf(HOLDER_VMID), 'cgroup.procs'), String(holderPid));
+  const holders = [holderPid];
   const installLog = await readFile(join(dir, 'install.log'), 'utf8');
   const inHost = (p: string) => `/proc/${sshdPid}/root${p}`;
 
@@ -226,9 +301,32 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
       const text = await readFile(ranLog, 'utf8').catch(() => '');
       return text.split('\n').filter((l) => l !== '');
     },
+    async newHolder(vmid = HOLDER_VMID) {
+      // In the host's mount namespace (its /dev/nvidia0), detached, like the first holder.
+      const c = spawn(
+        'nsenter',
+        ['-t', String(sshdPid), '-m', '--', 'sh', '-c', 'exec 3</dev/nvidia0; exec sleep 600'],
+        { stdio: 'ignore', detached: true },
+      );
+      c.unref();
+      const pid = c.pid as number;
+      holders.push(pid);
+      // Wait until it is sleep holding the device, then move it into the container's cgroup.
+      for (let i = 0; i < 200; i++) {
+        const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
+        if (comm.trim() === 'sleep') break;
+        await sleep(10);
+      }
+      await writeFile(join(cgroupOf(vmid), 'cgroup.procs'), String(pid));
+      return identity(pid);
+    },
+    async reads() {
+      const text = await readFile(readsLog, 'utf8').catch(() => '');
+      return text.split('\n').filter((l) => l !== '');
+    },
     sshdLog: () => readFile(logPath, 'utf8'),
     async stop() {
-      for (const p of [holderPid, sshdPid]) {
+      for (const p of [...holders, sshdPid]) {
         try {
           process.kill(p, 'SIGKILL');
         } catch {
@@ -236,7 +334,8 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
         }
       }
       const end = Date.now() + 5000;
-      while ((alive(sshdPid) || alive(holderPid)) && Date.now() < end) await sleep(20);
+      while ((alive(sshdPid) || holders.some(alive)) && Date.now() < end) await sleep(20);
+      for (const c of cgroups.values()) removeContainerCgroup(c);
       await rm(dir, { recursive: true, force: true });
     },
   };

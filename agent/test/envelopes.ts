@@ -11,14 +11,27 @@ import type { Step, StepTarget } from '../../src/plan/unstick-plan.ts';
 export const INCIDENT = 'inc_20261202_010203_agtest';
 export const APPROVAL = 'apr_AbCdEfGhIjKlMnOpQrStUv';
 
+export const HOST = 'kpro5';
+export const REQUESTER = 'U1';
+export const APPROVER = 'U2';
+
 export interface PlanOptions {
   incidentId?: string;
   approvalId?: string;
+  /** Default: 2 with an approval id, else 1. */
+  tier?: 1 | 2;
   kind?: Step['kind'];
   targets?: StepTarget[];
   gpuUuids?: string[];
   container?: string;
   vmid?: number;
+  host?: string;
+  requester?: string;
+  approvers?: string[];
+  escalation?: { approvers: string[]; at: number } | null;
+  createdAt?: number;
+  expiresAt?: number;
+  quorum?: number;
 }
 
 export function target(hostPid: number, startTimeTicks: number, pidNs: string, containerPid = hostPid): StepTarget {
@@ -27,9 +40,10 @@ export function target(hostPid: number, startTimeTicks: number, pidNs: string, c
 
 export function plan(workerKey: KeyObject, o: PlanOptions = {}): Seal {
   const now = Date.now();
+  const carded = o.approvalId !== undefined && o.approvalId !== '';
   const step: Step = {
     id: 'step_agent_test',
-    tier: o.approvalId === undefined || o.approvalId === '' ? 1 : 2,
+    tier: o.tier ?? (carded ? 2 : 1),
     kind: o.kind ?? 'container_signal',
     machineId: 'ct129',
     targets: o.targets ?? [],
@@ -44,14 +58,16 @@ export function plan(workerKey: KeyObject, o: PlanOptions = {}): Seal {
     {
       incidentId: o.incidentId ?? INCIDENT,
       approvalId: o.approvalId ?? '',
-      requester: 'U1',
-      createdAt: now,
-      expiresAt: now + 600_000,
-      approvers: ['U2'],
+      requester: o.requester ?? REQUESTER,
+      createdAt: o.createdAt ?? now - 1000,
+      expiresAt: o.expiresAt ?? now + 600_000,
+      approvers: o.approvers ?? [APPROVER],
       adminOnly: false,
-      escalation: null,
+      escalation: o.escalation ?? null,
       container: o.container ?? 'ct129',
       vmid: o.vmid ?? 129,
+      host: o.host ?? HOST,
+      ...(o.quorum === undefined ? {} : { quorum: o.quorum }),
       step,
     },
     Buffer.alloc(32, 7),
@@ -61,15 +77,28 @@ export function plan(workerKey: KeyObject, o: PlanOptions = {}): Seal {
 
 export function request(
   botKey: KeyObject,
-  o: { incident?: string; target?: string; expiresAt?: number } = {},
+  o: {
+    incident?: string;
+    target?: string;
+    host?: string;
+    vmid?: string;
+    gpu?: string;
+    requester?: string;
+    signedAt?: number;
+    expiresAt?: number;
+  } = {},
 ): Envelope {
-  const now = Date.now();
+  const now = o.signedAt ?? Date.now();
   return signFields(
     'request',
     {
       incident: o.incident ?? INCIDENT,
       target: o.target ?? 'ct129',
-      requester: 'U1',
+      host: o.host ?? HOST,
+      vmid: o.vmid ?? '129',
+      gpu: o.gpu ?? '',
+      requester: o.requester ?? REQUESTER,
+      groups: '',
       channel: 'C1',
       signed_at: String(now),
       expires_at: String(o.expiresAt ?? now + 300_000),
@@ -82,9 +111,17 @@ export function request(
 export function decision(
   botKey: KeyObject,
   seal: Seal,
-  o: { approval?: string; incident?: string; decision?: string; expiresAt?: number; planDigest?: string } = {},
+  o: {
+    approval?: string;
+    incident?: string;
+    decision?: string;
+    decider?: string;
+    signedAt?: number;
+    expiresAt?: number;
+    planDigest?: string;
+  } = {},
 ): Envelope {
-  const now = Date.now();
+  const now = o.signedAt ?? Date.now();
   return signFields(
     'decision',
     {
@@ -92,7 +129,8 @@ export function decision(
       incident: o.incident ?? INCIDENT,
       plan: o.planDigest ?? planDigest(seal),
       decision: o.decision ?? 'approved',
-      decider: 'U2',
+      decider: o.decider ?? APPROVER,
+      groups: '',
       channel: 'C1',
       signed_at: String(now),
       expires_at: String(o.expiresAt ?? now + 300_000),
@@ -105,10 +143,16 @@ export function decision(
 const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64');
 
 /** The stdin of a destructive verb: one line per envelope given. */
-export function stdinOf(e: { request?: Envelope; decision?: Envelope; plan?: Pick<Seal, 'body' | 'sig'> }): string {
+export function stdinOf(e: {
+  request?: Envelope;
+  decision?: Envelope;
+  decisions?: Envelope[];
+  plan?: Pick<Seal, 'body' | 'sig'>;
+}): string {
   const lines: string[] = [];
   if (e.request) lines.push(`request ${b64(e.request.body)} ${e.request.sig}`);
-  if (e.decision) lines.push(`decision ${b64(e.decision.body)} ${e.decision.sig}`);
+  for (const d of [...(e.decision ? [e.decision] : []), ...(e.decisions ?? [])])
+    lines.push(`decision ${b64(d.body)} ${d.sig}`);
   if (e.plan) lines.push(`plan ${b64(e.plan.body)} ${e.plan.sig}`);
   return lines.map((l) => `${l}\n`).join('');
 }

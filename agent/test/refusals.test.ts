@@ -14,22 +14,35 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMachineRead } from '../../src/playbooks/machine-read.ts';
 import { freePort } from '../../test/harness/sshd.ts';
-import { type AgentHost, GPU_UUID, isAlive, startAgentHost } from './agent-host.ts';
-import { APPROVAL, decision, INCIDENT, plan, request, stdinOf, target } from './envelopes.ts';
+import {
+  type AgentHost,
+  GPU_UUID,
+  type Holder,
+  identity,
+  isAlive,
+  PASSED_GPU,
+  startAgentHost,
+  UNPASSED_GPU,
+} from './agent-host.ts';
+import {
+  APPROVAL,
+  APPROVER,
+  decision,
+  INCIDENT,
+  type PlanOptions,
+  plan,
+  REQUESTER,
+  request,
+  stdinOf,
+  target,
+} from './envelopes.ts';
 
 const execFileP = promisify(execFile);
 const REFUSED = /^gpu-medic-agent: refused: .+\n$/;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 let host: AgentHost;
-let holder: { pid: number; start: number; ns: string; inode: string };
-
-async function identity(pid: number) {
-  const stat = await readFile(`/proc/${pid}/stat`, 'latin1');
-  const start = Number(stat.slice(stat.lastIndexOf(') ') + 2).split(' ')[19]);
-  const ns = await import('node:fs/promises').then((f) => f.readlink(`/proc/${pid}/ns/pid`));
-  return { pid, start, ns, inode: /^pid:\[(\d+)\]$/.exec(ns)?.[1] ?? '' };
-}
+let holder: Holder;
 
 beforeAll(async () => {
   host = await startAgentHost();
@@ -400,8 +413,29 @@ describe('the audit line with a syslog socket', () => {
   });
 });
 
-describe('destructive verbs need the signed envelopes', () => {
-  const signalWords = () => [
+/** The words of a container-side signal through `ct <vmid>` (the host's `pct exec`), as the worker sends them. */
+function ctSignalWords(h: Holder, o: { vmid?: string; approval?: string } = {}): string[] {
+  return [
+    'gpu-medic',
+    '1',
+    '10000',
+    'ct',
+    o.vmid ?? '129',
+    'signal',
+    'container',
+    'TERM',
+    '0',
+    INCIDENT,
+    o.approval ?? 'none',
+    String(h.pid),
+    String(h.start),
+    '0',
+  ];
+}
+
+/** The words of a host-side kill of a container's process (`signal host`), as the worker sends them. */
+function hostKillWords(h: Holder, approval = APPROVAL): string[] {
+  return [
     'gpu-medic',
     '1',
     '10000',
@@ -409,126 +443,168 @@ describe('destructive verbs need the signed envelopes', () => {
     'signal',
     'host',
     'TERM',
-    holder.inode,
+    h.inode,
     INCIDENT,
-    'none',
-    String(holder.pid),
-    String(holder.start),
-    String(holder.pid),
+    approval,
+    String(h.pid),
+    String(h.start),
+    String(h.pid),
   ];
-  const genuinePlan = () => plan(host.worker.privateKey, { targets: [target(holder.pid, holder.start, holder.ns)] });
+}
 
+const resetWords = (uuid: string, approval = APPROVAL) => [
+  'gpu-medic',
+  '1',
+  '10000',
+  'host',
+  'reset',
+  uuid,
+  INCIDENT,
+  approval,
+];
+
+/** A genuine tier-1 container step and its request (ct129 on kpro5), as the worker and the bot make them. */
+const tier1 = (h: Holder) => ({
+  plan: plan(host.worker.privateKey, { targets: [target(h.pid, h.start, h.ns)] }),
+  request: request(host.bot.privateKey),
+});
+
+/** A genuine tier-2 host kill of `h`, its request and an approver's decision. */
+function hostKill(h: Holder, o: PlanOptions = {}) {
+  const p = plan(host.worker.privateKey, {
+    approvalId: APPROVAL,
+    kind: 'host_kill',
+    targets: [target(h.pid, h.start, h.ns)],
+    ...o,
+  });
+  return { plan: p, request: request(host.bot.privateKey), decision: decision(host.bot.privateKey, p) };
+}
+
+/** A genuine tier-2 reset of `uuid`, its request and an approver's decision. */
+function hostReset(uuid: string, o: PlanOptions = {}) {
+  const p = plan(host.worker.privateKey, { approvalId: APPROVAL, kind: 'host_reset', gpuUuids: [uuid], ...o });
+  return { plan: p, request: request(host.bot.privateKey), decision: decision(host.bot.privateKey, p) };
+}
+
+/** The holder was signalled by identity and is gone; the agent audited accepted, then done. */
+async function killed(h: Holder, r: { code: number | null; stdout: string; stderr: string }) {
+  expect(r.stderr).toBe('');
+  expect(r.stdout).toBe(`@method pidfd perl\n@sig ${h.pid} sent\n@done\n`);
+  expect(r.code).toBe(0);
+  for (let i = 0; i < 100 && isAlive(h.pid); i++) await sleep(20);
+  expect(isAlive(h.pid)).toBe(false);
+}
+
+/** The reset ran for exactly that GPU (the recorder's last line), and the agent audited it. */
+async function resetRan(uuid: string, r: { code: number | null; stderr: string }, ranBefore: number) {
+  expect(r.stderr).toBe('');
+  expect(r.code).toBe(0);
+  expect((await host.ran()).slice(ranBefore)).toEqual([`--gpu-reset -i ${uuid}`]);
+}
+
+/** Runs one refused try against holder `h` (default the first holder): nothing ran, `h` lives, one refused audit line. */
+async function refused(
+  words: string[],
+  input: string,
+  why: string | RegExp,
+  h: Holder = holder,
+): Promise<{ audit: string }> {
+  const ranBefore = (await host.ran()).length;
+  const auditBefore = (await host.audit()).length;
+  const r = await host.ssh(words, { input });
+  expect(r.code).toBe(126);
+  if (typeof why === 'string') expect(r.stderr).toBe(`gpu-medic-agent: refused: ${why}\n`);
+  else expect(r.stderr).toMatch(why);
+  expect(await host.ran()).toHaveLength(ranBefore);
+  const audit = await host.audit();
+  expect(audit).toHaveLength(auditBefore + 1);
+  expect(audit.at(-1)).toMatch(/^gpu-medic-agent\[\d+\]: refused verb=/);
+  expect(isAlive(h.pid)).toBe(true);
+  return { audit: audit.at(-1) ?? '' };
+}
+
+describe('destructive verbs need the signed envelopes', () => {
   it('no envelopes: refused, the holder lives', async () => {
-    const r = await refusedAndNothingRan(() => host.ssh(signalWords()));
-    expect(r.stderr).toBe('gpu-medic-agent: refused: no signed plan on stdin\n');
+    const r = await refused(ctSignalWords(holder), '', 'no signed plan on stdin');
     expect(r.audit).toMatch(
       new RegExp(
-        `refused verb=signal where=host incident=${INCIDENT} approval=none targets=${holder.pid}:${holder.start} `,
+        `refused verb=signal where=ct:129 incident=${INCIDENT} approval=none targets=${holder.pid}:${holder.start} `,
       ),
     );
   });
 
   it('forged: a plan and a request signed by keys the host does not trust: refused', async () => {
     const other = generateKeyPairSync('ed25519');
-    const forgedPlan = await refusedAndNothingRan(() =>
-      host.ssh(signalWords(), {
-        input: stdinOf({
-          plan: plan(other.privateKey, { targets: [target(holder.pid, holder.start, holder.ns)] }),
-          request: request(host.bot.privateKey),
-        }),
-      }),
+    const g = tier1(holder);
+    await refused(
+      ctSignalWords(holder),
+      stdinOf({ ...g, plan: plan(other.privateKey, { targets: [target(holder.pid, holder.start, holder.ns)] }) }),
+      'the plan does not carry a valid worker signature',
     );
-    expect(forgedPlan.stderr).toBe('gpu-medic-agent: refused: the plan does not carry a valid worker signature\n');
-    const forgedRequest = await refusedAndNothingRan(() =>
-      host.ssh(signalWords(), { input: stdinOf({ plan: genuinePlan(), request: request(other.privateKey) }) }),
-    );
-    expect(forgedRequest.stderr).toBe(
-      'gpu-medic-agent: refused: the request does not carry a valid signature of the bot\n',
+    await refused(
+      ctSignalWords(holder),
+      stdinOf({ ...g, request: request(other.privateKey) }),
+      'the request does not carry a valid signature of the bot',
     );
   });
 
   it('an altered plan (signature of another body): refused', async () => {
-    const p = genuinePlan();
-    const altered = { body: p.body.replace('"vmid":129', '"vmid":130'), sig: p.sig };
-    const r = await refusedAndNothingRan(() =>
-      host.ssh(signalWords(), { input: stdinOf({ plan: altered, request: request(host.bot.privateKey) }) }),
+    const g = tier1(holder);
+    const altered = { body: g.plan.body.replace('"vmid":129', '"vmid":130'), sig: g.plan.sig };
+    await refused(
+      ctSignalWords(holder),
+      stdinOf({ ...g, plan: altered }),
+      'the plan does not carry a valid worker signature',
     );
-    expect(r.stderr).toBe('gpu-medic-agent: refused: the plan does not carry a valid worker signature\n');
   });
 
   it('expired: a genuine request whose expires_at has passed: refused', async () => {
-    const r = await refusedAndNothingRan(() =>
-      host.ssh(signalWords(), {
-        input: stdinOf({ plan: genuinePlan(), request: request(host.bot.privateKey, { expiresAt: Date.now() - 1 }) }),
+    const g = tier1(holder);
+    await refused(
+      ctSignalWords(holder),
+      stdinOf({
+        ...g,
+        request: request(host.bot.privateKey, { signedAt: Date.now() - 10_000, expiresAt: Date.now() - 1 }),
       }),
+      'the signed request has expired',
     );
-    expect(r.stderr).toBe('gpu-medic-agent: refused: the signed request has expired\n');
   });
 
   it('another plan: genuine envelopes for another incident, and a plan whose targets are other processes: refused', async () => {
     const otherIncident = 'inc_20261202_010203_other';
-    const a = await refusedAndNothingRan(() =>
-      host.ssh(signalWords(), {
-        input: stdinOf({
-          plan: plan(host.worker.privateKey, {
-            incidentId: otherIncident,
-            targets: [target(holder.pid, holder.start, holder.ns)],
-          }),
-          request: request(host.bot.privateKey, { incident: otherIncident }),
+    await refused(
+      ctSignalWords(holder),
+      stdinOf({
+        plan: plan(host.worker.privateKey, {
+          incidentId: otherIncident,
+          targets: [target(holder.pid, holder.start, holder.ns)],
         }),
+        request: request(host.bot.privateKey, { incident: otherIncident }),
       }),
+      'the plan is for another incident',
     );
-    expect(a.stderr).toBe('gpu-medic-agent: refused: the plan is for another incident\n');
-    const b = await refusedAndNothingRan(() =>
-      host.ssh(signalWords(), {
-        input: stdinOf({
-          plan: plan(host.worker.privateKey, { targets: [target(holder.pid, holder.start + 1, holder.ns)] }),
-          request: request(host.bot.privateKey),
-        }),
+    await refused(
+      ctSignalWords(holder),
+      stdinOf({
+        plan: plan(host.worker.privateKey, { targets: [target(holder.pid, holder.start + 1, holder.ns)] }),
+        request: request(host.bot.privateKey),
       }),
+      `target ${holder.pid}:${holder.start} is not in the signed plan`,
     );
-    expect(b.stderr).toBe(`gpu-medic-agent: refused: target ${holder.pid}:${holder.start} is not in the signed plan\n`);
   });
 
   it('tier 2: a decision that names another plan (its digest), or was declined: refused', async () => {
-    const words = ['gpu-medic', '1', '10000', 'host', 'reset', GPU_UUID, INCIDENT, APPROVAL];
-    const p = plan(host.worker.privateKey, { approvalId: APPROVAL, kind: 'host_reset', gpuUuids: [GPU_UUID] });
-    const otherDigest = await refusedAndNothingRan(() =>
-      host.ssh(words, {
-        input: stdinOf({ plan: p, decision: decision(host.bot.privateKey, p, { planDigest: '0'.repeat(64) }) }),
-      }),
+    const g = hostReset(PASSED_GPU);
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: decision(host.bot.privateKey, g.plan, { planDigest: '0'.repeat(64) }) }),
+      'the decision is for another plan',
     );
-    expect(otherDigest.stderr).toBe('gpu-medic-agent: refused: the decision is for another plan\n');
-    const declined = await refusedAndNothingRan(() =>
-      host.ssh(words, {
-        input: stdinOf({ plan: p, decision: decision(host.bot.privateKey, p, { decision: 'declined' }) }),
-      }),
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: decision(host.bot.privateKey, g.plan, { decision: 'denied' }) }),
+      'the decision is not an approval',
     );
-    expect(declined.stderr).toBe('gpu-medic-agent: refused: the decision is not an approval\n');
-  });
-
-  it('a container signal through `ct <vmid>` for another container than the plan names: refused', async () => {
-    const words = [
-      'gpu-medic',
-      '1',
-      '10000',
-      'ct',
-      '130',
-      'signal',
-      'container',
-      'TERM',
-      '0',
-      INCIDENT,
-      'none',
-      String(holder.pid),
-      String(holder.start),
-      '0',
-    ];
-    const r = await refusedAndNothingRan(() =>
-      host.ssh(words, { input: stdinOf({ plan: genuinePlan(), request: request(host.bot.privateKey) }) }),
-    );
-    expect(r.stderr).toBe("gpu-medic-agent: refused: the container is not the plan's\n");
-    expect(r.audit).toContain('where=ct:130');
   });
 
   it('no audit possible (no /dev/log, audit file unwritable): a genuine signal is refused', async () => {
@@ -536,9 +612,7 @@ describe('destructive verbs need the signed envelopes', () => {
     const original = await readFile(conf, 'utf8');
     await writeFile(conf, original.replace(/^audit_file=.*$/m, 'audit_file=/nonexistent/gpu-medic/audit.log'));
     try {
-      const r = await host.ssh(signalWords(), {
-        input: stdinOf({ plan: genuinePlan(), request: request(host.bot.privateKey) }),
-      });
+      const r = await host.ssh(ctSignalWords(holder), { input: stdinOf(tier1(holder)) });
       expect(r.code).toBe(126);
       expect(r.stderr).toMatch(/^gpu-medic-agent: refused: no audit line can be written/);
       expect(isAlive(holder.pid)).toBe(true);
@@ -546,34 +620,300 @@ describe('destructive verbs need the signed envelopes', () => {
       await writeFile(conf, original);
     }
   });
+});
 
-  it('tier 2 reset with a genuine decision and plan: nvidia-smi --gpu-reset ran for that UUID, audited before and after', async () => {
-    const p = plan(host.worker.privateKey, { approvalId: APPROVAL, kind: 'host_reset', gpuUuids: [GPU_UUID] });
-    const auditBefore = (await host.audit()).length;
-    const r = await host.ssh(['gpu-medic', '1', '10000', 'host', 'reset', GPU_UUID, INCIDENT, APPROVAL], {
-      input: stdinOf({ plan: p, decision: decision(host.bot.privateKey, p) }),
-    });
-    expect(r.code).toBe(0);
-    expect((await host.ran()).at(-1)).toBe(`--gpu-reset -i ${GPU_UUID}`);
-    const audit = (await host.audit()).slice(auditBefore);
-    expect(audit).toHaveLength(2);
-    expect(audit[0]).toContain(
-      `accepted verb=reset where=host incident=${INCIDENT} approval=${APPROVAL} targets=${GPU_UUID}`,
+/**
+ * The host decides from the signed plan alone: the tier, the step's kind, the approval, the host,
+ * the container, the decider and the times come from what the worker and the bot signed, checked
+ * against this host's own name (machine=kpro5) and its own readings (cgroups, pct config). Each
+ * refusal has a twin that differs only in the refused part, is accepted and acts on this same agent.
+ */
+describe('the host decides from the signed plan alone', () => {
+  it('a host reset with approval none and a tier-1 request: refused; the twin with its card and decision resets', async () => {
+    const g = hostReset(PASSED_GPU);
+    await refused(
+      resetWords(PASSED_GPU, 'none'),
+      stdinOf({
+        plan: plan(host.worker.privateKey, { kind: 'host_reset', gpuUuids: [PASSED_GPU] }),
+        request: g.request,
+      }),
+      'approval none is only for a container-side signal',
     );
-    expect(audit[1]).toMatch(/ done verb=reset .* status=0$/);
+    const ranBefore = (await host.ran()).length;
+    await resetRan(PASSED_GPU, await host.ssh(resetWords(PASSED_GPU), { input: stdinOf(g) }), ranBefore);
   });
 
-  it('tier 1 signal with a genuine request and plan: the holder is signalled by identity and exits', async () => {
-    const auditBefore = (await host.audit()).length;
-    const r = await host.ssh(signalWords(), {
-      input: stdinOf({ plan: genuinePlan(), request: request(host.bot.privateKey) }),
+  it('a host kill with approval none (a tier-1 request and plan): refused; the twin with a host_kill card kills', async () => {
+    const h = await host.newHolder();
+    await refused(hostKillWords(h, 'none'), stdinOf(tier1(h)), 'approval none is only for a container-side signal', h);
+    await killed(h, await host.ssh(hostKillWords(h), { input: stdinOf(hostKill(h)) }));
+  });
+
+  it('a carded host kill whose signed step is a container signal (the caller picking the tier): refused; the host_kill twin kills', async () => {
+    const h = await host.newHolder();
+    await refused(
+      hostKillWords(h),
+      stdinOf(hostKill(h, { kind: 'container_signal' })),
+      'a host kill needs a tier-2 host_kill step in the plan',
+      h,
+    );
+    await refused(
+      hostKillWords(h),
+      stdinOf(hostKill(h, { tier: 1 })),
+      'a host kill needs a tier-2 host_kill step in the plan',
+      h,
+    );
+    await killed(h, await host.ssh(hostKillWords(h), { input: stdinOf(hostKill(h)) }));
+  });
+
+  it('a worker-signed plan saying {container: ct129, vmid: 130}, sent to `ct 130`: refused; {ct129, 129} to `ct 129` signals', async () => {
+    const h = await host.newHolder();
+    const forged = plan(host.worker.privateKey, { vmid: 130, targets: [target(h.pid, h.start, h.ns)] });
+    await refused(
+      ctSignalWords(h, { vmid: '130' }),
+      stdinOf({ plan: forged, request: request(host.bot.privateKey) }),
+      'the request is for another container than the plan',
+      h,
+    );
+    await killed(h, await host.ssh(ctSignalWords(h), { input: stdinOf(tier1(h)) }));
+  });
+
+  it("a genuine request for ct130 with a plan naming a process in ct129's cgroup: refused; the request for ct129 kills", async () => {
+    const h = await host.newHolder(129);
+    const forCt130 = {
+      ...hostKill(h, { container: 'ct130', vmid: 130 }),
+      request: request(host.bot.privateKey, { target: 'ct130', vmid: '130' }),
+    };
+    forCt130.decision = decision(host.bot.privateKey, forCt130.plan);
+    await refused(
+      hostKillWords(h),
+      stdinOf(forCt130),
+      `target ${h.pid}:${h.start} is not in container 130's cgroup on this host`,
+      h,
+    );
+    await killed(h, await host.ssh(hostKillWords(h), { input: stdinOf(hostKill(h)) }));
+  });
+
+  it('a plan and request made for another host (kpro6): refused on kpro5; the twin made for kpro5 resets', async () => {
+    const p = plan(host.worker.privateKey, {
+      approvalId: APPROVAL,
+      kind: 'host_reset',
+      gpuUuids: [PASSED_GPU],
+      host: 'kpro6',
     });
-    expect(r.stderr).toBe('');
-    expect(r.stdout).toBe(`@method pidfd perl\n@sig ${holder.pid} sent\n@done\n`);
-    expect(r.code).toBe(0);
-    for (let i = 0; i < 100 && isAlive(holder.pid); i++) await sleep(20);
-    expect(isAlive(holder.pid)).toBe(false);
-    const audit = (await host.audit()).slice(auditBefore);
-    expect(audit.map((l) => l.split(' ')[1])).toEqual(['accepted', 'done']);
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({
+        plan: p,
+        request: request(host.bot.privateKey, { host: 'kpro6' }),
+        decision: decision(host.bot.privateKey, p),
+      }),
+      'the plan is for another host than this one (kpro5)',
+    );
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      PASSED_GPU,
+      await host.ssh(resetWords(PASSED_GPU), { input: stdinOf(hostReset(PASSED_GPU)) }),
+      ranBefore,
+    );
+  });
+
+  it('a reset of a GPU the container is not given by its pct config: refused; the GPU it is given resets', async () => {
+    await refused(
+      resetWords(UNPASSED_GPU),
+      stdinOf(hostReset(UNPASSED_GPU)),
+      `GPU ${UNPASSED_GPU} is not passed to container 129 by its pct config on this host`,
+    );
+    expect((await host.reads()).slice(-2)).toEqual(['pct config 129', 'nvidia-smi -q -x']);
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      PASSED_GPU,
+      await host.ssh(resetWords(PASSED_GPU), { input: stdinOf(hostReset(PASSED_GPU)) }),
+      ranBefore,
+    );
+  });
+
+  it("an alert's request names one GPU: another GPU's reset and any signal are refused; that GPU resets", async () => {
+    const alertReq = request(host.bot.privateKey, { gpu: UNPASSED_GPU });
+    const other = hostReset(PASSED_GPU);
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...other, request: alertReq }),
+      `GPU ${PASSED_GPU} is not the one the request names`,
+    );
+    const h = await host.newHolder();
+    const kill = hostKill(h);
+    await refused(
+      hostKillWords(h),
+      stdinOf({ ...kill, request: alertReq }),
+      'the request names one GPU to reset: no process may be signalled',
+      h,
+    );
+    // The named GPU resets even though no container is given it (the alert is about the GPU itself).
+    const g = hostReset(UNPASSED_GPU);
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      UNPASSED_GPU,
+      await host.ssh(resetWords(UNPASSED_GPU), { input: stdinOf({ ...g, request: alertReq }) }),
+      ranBefore,
+    );
+  });
+
+  it("a decision signed for the requester, or for a bystander: refused; the approver's decision resets", async () => {
+    const g = hostReset(PASSED_GPU);
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: decision(host.bot.privateKey, g.plan, { decider: REQUESTER }) }),
+      'the requester cannot approve their own request',
+    );
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: decision(host.bot.privateKey, g.plan, { decider: 'U9BYSTANDER' }) }),
+      "the decider is not one of the plan's approvers",
+    );
+    const ranBefore = (await host.ran()).length;
+    await resetRan(PASSED_GPU, await host.ssh(resetWords(PASSED_GPU), { input: stdinOf(g) }), ranBefore);
+  });
+
+  it('an escalation approver deciding before the card escalated: refused; after it escalated: resets', async () => {
+    const now = Date.now();
+    const early = hostReset(PASSED_GPU, { escalation: { approvers: ['U3ESC'], at: now + 60_000 } });
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...early, decision: decision(host.bot.privateKey, early.plan, { decider: 'U3ESC' }) }),
+      'an escalation approver decided before the card escalated',
+    );
+    const due = hostReset(PASSED_GPU, { escalation: { approvers: ['U3ESC'], at: now - 1 } });
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      PASSED_GPU,
+      await host.ssh(resetWords(PASSED_GPU), {
+        input: stdinOf({ ...due, decision: decision(host.bot.privateKey, due.plan, { decider: 'U3ESC' }) }),
+      }),
+      ranBefore,
+    );
+  });
+
+  it("a decision signed after the card's expiry: refused; one signed before it resets", async () => {
+    const now = Date.now();
+    const g = hostReset(PASSED_GPU, { createdAt: now - 120_000, expiresAt: now + 60_000 });
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: decision(host.bot.privateKey, g.plan, { signedAt: now + 60_000 }) }),
+      'the decision was signed after the card expired',
+    );
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      PASSED_GPU,
+      await host.ssh(resetWords(PASSED_GPU), {
+        input: stdinOf({ ...g, decision: decision(host.bot.privateKey, g.plan, { signedAt: now + 59_000 }) }),
+      }),
+      ranBefore,
+    );
+  });
+
+  it('a quorum of two: one decision, or two by one decider, refused; two distinct approvers reset', async () => {
+    const g = hostReset(PASSED_GPU, { quorum: 2, approvers: [APPROVER, 'U4OTHER'] });
+    const by = (decider: string) => decision(host.bot.privateKey, g.plan, { decider });
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: by(APPROVER) }),
+      'the plan needs 2 distinct approvers, got 1',
+    );
+    await refused(
+      resetWords(PASSED_GPU),
+      stdinOf({ ...g, decision: undefined, decisions: [by(APPROVER), by(APPROVER)] }),
+      'two decisions by one decider',
+    );
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      PASSED_GPU,
+      await host.ssh(resetWords(PASSED_GPU), {
+        input: stdinOf({ ...g, decision: undefined, decisions: [by(APPROVER), by('U4OTHER')] }),
+      }),
+      ranBefore,
+    );
+  });
+});
+
+describe('time is bounded on the host', () => {
+  it('a request signed to live 30 days: refused; one living 5 minutes signals', async () => {
+    const h = await host.newHolder();
+    const now = Date.now();
+    await refused(
+      ctSignalWords(h),
+      stdinOf({
+        ...tier1(h),
+        request: request(host.bot.privateKey, { signedAt: now, expiresAt: now + 30 * 86_400_000 }),
+      }),
+      'the signed request lives longer than this host allows (max_lifetime_s=900)',
+      h,
+    );
+    await killed(
+      h,
+      await host.ssh(ctSignalWords(h), {
+        input: stdinOf({
+          ...tier1(h),
+          request: request(host.bot.privateKey, { signedAt: now, expiresAt: now + 300_000 }),
+        }),
+      }),
+    );
+  });
+
+  it('a request signed more than 60 s ahead of the host clock: refused; 30 s ahead signals', async () => {
+    const h = await host.newHolder();
+    const ahead = (ms: number) => request(host.bot.privateKey, { signedAt: Date.now() + ms });
+    await refused(
+      ctSignalWords(h),
+      stdinOf({ ...tier1(h), request: ahead(90_000) }),
+      "the signed request is signed in the future (more than 60 s ahead of this host's clock)",
+      h,
+    );
+    await killed(h, await host.ssh(ctSignalWords(h), { input: stdinOf({ ...tier1(h), request: ahead(30_000) }) }));
+  });
+});
+
+describe("the host's own identity", () => {
+  const conf = () => host.inHost('/etc/gpu-medic/agent.conf');
+
+  it('an agent with no machine= in its config refuses a genuine reset and says why; with it, resets', async () => {
+    const original = await readFile(conf(), 'utf8');
+    await writeFile(conf(), original.replace(/^machine=.*\n/m, ''));
+    try {
+      await refused(
+        resetWords(PASSED_GPU),
+        stdinOf(hostReset(PASSED_GPU)),
+        'this agent has no machine= in its config (install.sh --machine ID): destructive verbs are refused until it does',
+      );
+    } finally {
+      await writeFile(conf(), original);
+    }
+    const ranBefore = (await host.ran()).length;
+    await resetRan(
+      PASSED_GPU,
+      await host.ssh(resetWords(PASSED_GPU), { input: stdinOf(hostReset(PASSED_GPU)) }),
+      ranBefore,
+    );
+  });
+
+  it("a role=self agent (ct129) given ct130's plan: refused; its own container's plan signals", async () => {
+    const original = await readFile(conf(), 'utf8');
+    const self = original
+      .replace(/^role=.*$/m, 'role=self')
+      .replace(/^machine=.*$/m, 'machine=ct129')
+      .concat('vmid=129\n');
+    await writeFile(conf(), self);
+    const selfWords = (h: Holder) => ['gpu-medic', '1', '10000', 'host', ...ctSignalWords(h).slice(5)];
+    try {
+      const h = await host.newHolder();
+      const other = {
+        plan: plan(host.worker.privateKey, { container: 'ct130', vmid: 130, targets: [target(h.pid, h.start, h.ns)] }),
+        request: request(host.bot.privateKey, { target: 'ct130', vmid: '130' }),
+      };
+      await refused(selfWords(h), stdinOf(other), 'the plan is for another machine than this one (ct129)', h);
+      await killed(h, await host.ssh(selfWords(h), { input: stdinOf(tier1(h)) }));
+    } finally {
+      await writeFile(conf(), original);
+    }
   });
 });

@@ -10,18 +10,21 @@ import { DESTRUCTIVE_VERBS, NO_APPROVAL } from './arg-types.ts';
  * every target against the plan, so a stolen worker key alone cannot signal or reset. Pure.
  */
 export interface StepEnvelopes {
-  /** Tier 1: the unstick request; tier 2: the decision on the card. */
-  authority: { kind: 'request' | 'decision'; envelope: Envelope };
+  /** The bot-signed unstick request: it names the container, its host and vmid the agent checks every target against. */
+  request: Envelope;
+  /** The bot-signed decisions on the card (one per approver, up to the plan's quorum); none for a tier-1 step. */
+  decisions: readonly Envelope[];
   /** The worker-signed plan (src/plan/plan-seal.ts body and signature). */
   plan: Envelope;
 }
 
 const b64 = (text: string): string => Buffer.from(text, 'utf8').toString('base64');
 
-/** `<kind> <base64 body> <base64 sig>` lines, authority first, then the plan. */
+/** `<kind> <base64 body> <base64 sig>` lines: the request, the decisions, then the plan. */
 function envelopeStdin(e: StepEnvelopes): string {
   return [
-    `${e.authority.kind} ${b64(e.authority.envelope.body)} ${e.authority.envelope.sig}`,
+    `request ${b64(e.request.body)} ${e.request.sig}`,
+    ...e.decisions.map((d) => `decision ${b64(d.body)} ${d.sig}`),
     `plan ${b64(e.plan.body)} ${e.plan.sig}`,
     '',
   ].join('\n');
@@ -45,11 +48,13 @@ export function withEnvelopes(spec: CommandSpec, envelopes: StepEnvelopes | null
     );
   const args = spec.agent?.args ?? [];
   const approval = verb === 'signal' ? args[4] : args[args.length - 1];
-  const want = approval === NO_APPROVAL ? 'request' : 'decision';
-  if (envelopes.authority.kind !== want)
+  const tier1 = approval === NO_APPROVAL;
+  if (tier1 !== (envelopes.decisions.length === 0))
     throw new CodedError(
       ErrorCode.BadCommand,
-      `The ${verb} command for approval ${approval ?? '?'} needs the signed ${want}, not the ${envelopes.authority.kind}; nothing was run.`,
+      tier1
+        ? `The ${verb} command without an approval carries signed decisions; nothing was run.`
+        : `The ${verb} command for approval ${approval ?? '?'} has no signed decision; nothing was run.`,
     );
   return { ...spec, stdin: envelopeStdin(envelopes) };
 }

@@ -24,14 +24,45 @@ export const EnvelopeSchema = z.object({ body: z.string().max(200_000), sig: z.s
 
 /** The fields of each kind, in the order they are signed. */
 export const FIELDS = {
-  request: ['incident', 'target', 'requester', 'channel', 'signed_at', 'expires_at', 'nonce'],
-  decision: ['approval', 'incident', 'plan', 'decision', 'decider', 'channel', 'signed_at', 'expires_at', 'nonce'],
+  request: [
+    'incident',
+    'target',
+    'host',
+    'vmid',
+    'gpu',
+    'requester',
+    'groups',
+    'channel',
+    'signed_at',
+    'expires_at',
+    'nonce',
+  ],
+  decision: [
+    'approval',
+    'incident',
+    'plan',
+    'decision',
+    'decider',
+    'groups',
+    'channel',
+    'signed_at',
+    'expires_at',
+    'nonce',
+  ],
 } as const;
+
+/**
+ * The version of each kind's header. Requests and decisions are v2 (agent/PROTOCOL.md): a request
+ * names the host, the vmid and (for an alert's reset) the one GPU the bot resolved from its own
+ * inventory, and both carry the signer's memberships (`groups`, empty when no teams are set). The
+ * plan's header stays v1; its body's own `v` says its shape.
+ */
+const VERSION: Record<string, number> = { request: 2, decision: 2, plan: 1 };
 export type EnvelopeKind = keyof typeof FIELDS;
 export type Fields<K extends EnvelopeKind> = Record<(typeof FIELDS)[K][number], string>;
 
 export function header(kind: string): string {
-  return `gpu-medic ${kind} v1\n`;
+  return `gpu-medic ${kind} v${VERSION[kind] ?? 1}\n`;
 }
 
 export function newNonce(): string {

@@ -9,8 +9,12 @@ import { type Envelope, type Fields, newNonce, openFields, signFields } from './
 const DEFAULT_SIGNED_TTL_MS = 5 * 60 * 1000;
 
 export interface BotSigner {
-  /** An unstick request (a slash command, or an alert's Unstick click), as the bot authenticated it. */
-  request(r: { incidentId: string; target: string; requester: string; channel: string }, now: number): Envelope;
+  /**
+   * An unstick request (a slash command, or an alert's Unstick click), as the bot authenticated it,
+   * with where it acts as the bot resolved it from its own inventory: the container's host and vmid,
+   * and for an alert about one GPU that GPU's UUID (then only that GPU may be reset, nothing signalled).
+   */
+  request(r: SignedRequest, now: number): Envelope;
   /** A click on Approve or Deny, naming the plan (its digest) the card showed. */
   decision(
     d: {
@@ -20,9 +24,27 @@ export interface BotSigner {
       decision: 'approved' | 'denied';
       decider: string;
       channel: string;
+      /** The decider's memberships as the bot last read them (teams); default none. */
+      groups?: string;
     },
     now: number,
   ): Envelope;
+}
+
+export interface SignedRequest {
+  incidentId: string;
+  /** The inventory id of the container (or host) asked about. */
+  target: string;
+  /** The inventory id of the Proxmox host the target lives on (the target itself for a host). */
+  host: string;
+  /** The container's Proxmox id; null for a host. */
+  vmid: number | null;
+  /** One GPU's UUID when the request is an alert's about that GPU; default none. */
+  gpu?: string;
+  requester: string;
+  /** The requester's memberships as the bot last read them (teams); default none. */
+  groups?: string;
+  channel: string;
 }
 
 export function botSigner(key: KeyObject, ttlMs: number = DEFAULT_SIGNED_TTL_MS): BotSigner {
@@ -31,7 +53,17 @@ export function botSigner(key: KeyObject, ttlMs: number = DEFAULT_SIGNED_TTL_MS)
     request: (r, now) =>
       signFields(
         'request',
-        { incident: r.incidentId, target: r.target, requester: r.requester, channel: r.channel, ...times(now) },
+        {
+          incident: r.incidentId,
+          target: r.target,
+          host: r.host,
+          vmid: r.vmid === null ? '' : String(r.vmid),
+          gpu: r.gpu ?? '',
+          requester: r.requester,
+          groups: r.groups ?? '',
+          channel: r.channel,
+          ...times(now),
+        },
         key,
       ),
     decision: (d, now) =>
@@ -43,6 +75,7 @@ export function botSigner(key: KeyObject, ttlMs: number = DEFAULT_SIGNED_TTL_MS)
           plan: d.planDigest,
           decision: d.decision,
           decider: d.decider,
+          groups: d.groups ?? '',
           channel: d.channel,
           ...times(now),
         },
@@ -69,13 +102,17 @@ function times(f: { signed_at: string; expires_at: string; nonce: string }): Sig
   return { signedAt, expiresAt, nonce: f.nonce };
 }
 
-/** Signed, by the bot, for this incident and target, and not past its expiry at `now`. */
+/**
+ * Signed, by the bot, for this incident and target (and, when given, this host and vmid), and not
+ * past its expiry at `now` unless `lapsedOk` (a card's step: the decision's expiry counts then).
+ */
 export function checkRequest(
   env: Envelope | null,
   keys: readonly KeyObject[],
-  want: { incidentId: string; target: string },
+  want: { incidentId: string; target: string; host?: string; vmid?: number | null },
   now: number,
-): Checked<{ requester: string; channel: string }> {
+  lapsedOk = false,
+): Checked<{ requester: string; channel: string; host: string; vmid: number | null; gpu: string | null }> {
   const o = openFields('request', env, keys);
   if (!o.ok) return { ok: false, code: 'unsigned', why: o.why };
   const f: Fields<'request'> = o.fields;
@@ -83,13 +120,20 @@ export function checkRequest(
   if (t === null) return { ok: false, code: 'unsigned', why: 'the signed request has unreadable times or nonce' };
   if (f.incident !== want.incidentId || f.target !== want.target)
     return { ok: false, code: 'mismatch', why: 'the signed request is for another incident or target' };
-  if (now > t.expiresAt)
+  const vmid = f.vmid === '' ? null : /^[1-9]\d{0,8}$/.test(f.vmid) ? Number(f.vmid) : Number.NaN;
+  if (Number.isNaN(vmid)) return { ok: false, code: 'unsigned', why: 'the signed request has an unreadable vmid' };
+  if ((want.host !== undefined && f.host !== want.host) || (want.vmid !== undefined && vmid !== want.vmid))
+    return { ok: false, code: 'mismatch', why: 'the signed request is for another host or container' };
+  if (!lapsedOk && now > t.expiresAt)
     return {
       ok: false,
       code: 'lapsed',
       why: `the request waited ${Math.round((now - t.signedAt) / 1000)} s for a worker, past its ${Math.round((t.expiresAt - t.signedAt) / 1000)} s limit`,
     };
-  return { ok: true, value: { requester: f.requester, channel: f.channel, ...t } };
+  return {
+    ok: true,
+    value: { requester: f.requester, channel: f.channel, host: f.host, vmid, gpu: f.gpu === '' ? null : f.gpu, ...t },
+  };
 }
 
 /** Signed, by the bot, for this approval, incident and plan digest, and not past its expiry at `now`. */

@@ -22,6 +22,11 @@ export function listMachines(inv: Inventory): Machine[] {
   return out;
 }
 
+/** Where a request about a machine acts, as the bot signs it: its Proxmox host, and its vmid for a container. */
+export function requestWhere(m: Machine): { host: string; vmid: number | null } {
+  return m.kind === 'container' ? { host: m.hostId, vmid: m.vmid } : { host: m.id, vmid: null };
+}
+
 export function findMachine(inv: Inventory, id: string): Machine | null {
   return listMachines(inv).find((m) => m.id === id) ?? null;
 }

@@ -16,7 +16,8 @@ import type { Step, StepTarget, TargetGpu } from './unstick-plan.ts';
 
 /** What an approval approves, without any command: commands are rebuilt from templates when it runs. */
 export interface SealedStep {
-  v: 2;
+  /** 3: the plan names the host it was made for and its quorum (agent/PROTOCOL.md). */
+  v: 3;
   incidentId: string;
   approvalId: string;
   /** Who asked (the signed request's requester): never the one who may approve it. */
@@ -33,6 +34,10 @@ export interface SealedStep {
   /** The target container (inventory id) and its Proxmox id, as the worker resolved them. */
   container: string;
   vmid: number;
+  /** The inventory id of the Proxmox host the plan was made for: that host's agent alone acts on it. */
+  host: string;
+  /** How many distinct approvers must decide (1 today; the teams' quorum later). */
+  quorum: number;
   step: Omit<Step, 'commands'>;
 }
 
@@ -73,7 +78,7 @@ const Target = z
   })
   .passthrough();
 const Body = z.object({
-  v: z.literal(2),
+  v: z.literal(3),
   incidentId: z.string(),
   approvalId: z.string(),
   requester: z.string(),
@@ -84,6 +89,8 @@ const Body = z.object({
   escalation: z.object({ approvers: z.array(z.string()), at: int }).nullable(),
   container: z.string(),
   vmid: int.positive(),
+  host: z.string(),
+  quorum: int.min(1).max(4),
   step: z
     .object({
       id: z.string(),
@@ -104,10 +111,14 @@ function macOf(key: Buffer, body: string): string {
   return createHmac('sha256', key).update('gpu-medic sealed step v1\n').update(body).digest('hex');
 }
 
-export function sealStep(s: Omit<SealedStep, 'v' | 'step'> & { step: Step }, key: Buffer, signingKey: KeyObject): Seal {
+export function sealStep(
+  s: Omit<SealedStep, 'v' | 'step' | 'quorum'> & { step: Step; quorum?: number },
+  key: Buffer,
+  signingKey: KeyObject,
+): Seal {
   const { commands: _commands, ...step } = s.step;
   const sealed: SealedStep = {
-    v: 2,
+    v: 3,
     incidentId: s.incidentId,
     approvalId: s.approvalId,
     requester: s.requester,
@@ -118,6 +129,8 @@ export function sealStep(s: Omit<SealedStep, 'v' | 'step'> & { step: Step }, key
     escalation: s.escalation ? { approvers: [...s.escalation.approvers], at: s.escalation.at } : null,
     container: s.container,
     vmid: s.vmid,
+    host: s.host,
+    quorum: s.quorum ?? 1,
     step,
   };
   const body = PLAN_HEADER + JSON.stringify(sealed);

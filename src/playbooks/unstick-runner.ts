@@ -129,7 +129,8 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
   // Issue 21: every step signals or resets, and the host's agent does that only with the bot-signed
   // request (tier 1) or decision (tier 2) and the worker-signed plan: without them nothing is sent at all.
   const want = step.tier === 1 ? 'request' : 'decision';
-  const have = ctx.authority.envelopes?.authority.kind ?? null;
+  const env = ctx.authority.envelopes;
+  const have = env === null ? null : env.decisions.length > 0 ? 'decision' : 'request';
   if (have !== want) {
     const message = `Not run: this tier-${step.tier} step has ${have === null ? 'no signed envelopes' : `the signed ${have} instead of the signed ${want}`} for the host's agent, so nothing was sent to any machine.`;
     return endUnrun('failed', message, message);

@@ -78,7 +78,7 @@ describe('agent access mode (the default)', () => {
     const env = { body: 'gpu-medic request v1\nincident=inc_x\n', sig: `${'A'.repeat(86)}==` };
     const spec = withEnvelopes(
       gpuReset(U, { timeoutMs: 5000, incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' }),
-      { authority: { kind: 'request', envelope: env }, plan: env },
+      { request: env, decisions: [], plan: env },
     );
     const r = await ex.exec(direct(), spec);
     expect(r.code).toBe(0);

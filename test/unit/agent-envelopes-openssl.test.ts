@@ -80,7 +80,7 @@ describe('a destructive command’s envelopes, as the agent verifies them', () =
       pollIntervalMs: 1,
     };
     const request = botSigner(bot.privateKey).request(
-      { incidentId, target: 'ct129', requester: 'U0REQUEST1', channel: 'C0CHANNEL1' },
+      { incidentId, target: 'ct129', host: 'kpro5', vmid: 129, requester: 'U0REQUEST1', channel: 'C0CHANNEL1' },
       Date.now(),
     );
     const seal = sealStep(
@@ -95,6 +95,7 @@ describe('a destructive command’s envelopes, as the agent verifies them', () =
         escalation: null,
         container: 'ct129',
         vmid: 129,
+        host: 'kpro5',
         step,
       },
       randomBytes(32),
@@ -106,7 +107,7 @@ describe('a destructive command’s envelopes, as the agent verifies them', () =
         incidentId,
         approvalId: 'none',
       }),
-      { authority: { kind: 'request', envelope: request }, plan: { body: seal.body, sig: seal.sig } },
+      { request, decisions: [], plan: { body: seal.body, sig: seal.sig } },
     );
     const [reqLine = '', planLine = ''] = (spec.stdin ?? '').split('\n');
     const pem = (k: typeof bot) => k.publicKey.export({ type: 'spki', format: 'pem' }).toString();

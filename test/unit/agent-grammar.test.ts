@@ -108,26 +108,23 @@ describe('a destructive spec', () => {
     expect(withEnvelopes(read, null)).toBe(read);
   });
 
-  it('writes the authority and the plan on stdin, base64 bodies and the signatures as they are', () => {
+  it('writes the request, the decisions and the plan on stdin, base64 bodies and the signatures as they are', () => {
     const spec = VERBS.reset?.build(VERBS.reset.samples[1] ?? []);
     if (!spec) throw new Error('reset');
     const request = { body: 'gpu-medic request v1\nincident=inc_x\n', sig: `${'A'.repeat(86)}==` };
     const plan = { body: 'gpu-medic plan v1\n{"incidentId":"inc_x"}', sig: `${'B'.repeat(86)}==` };
-    const out = withEnvelopes(spec, { authority: { kind: 'request', envelope: request }, plan });
+    const out = withEnvelopes(spec, { request, decisions: [], plan });
     const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64');
     expect(out.stdin).toBe(`request ${b64(request.body)} ${request.sig}\nplan ${b64(plan.body)} ${plan.sig}\n`);
   });
 
-  it('is refused when its authority does not fit its approval: tier 2 needs the decision, tier 1 the request', () => {
+  it('is refused when its decisions do not fit its approval: tier 2 needs a decision, tier 1 none', () => {
     const env = { body: 'x', sig: 'y' };
     const tier2 = VERBS.reset?.build(VERBS.reset.samples[0] ?? []); // approval apr_…
     const tier1 = VERBS.reset?.build(VERBS.reset.samples[1] ?? []); // approval none
     if (!tier1 || !tier2) throw new Error('reset');
-    expect(() => withEnvelopes(tier2, { authority: { kind: 'request', envelope: env }, plan: env })).toThrow(
-      /needs the signed decision/,
-    );
-    expect(() => withEnvelopes(tier1, { authority: { kind: 'decision', envelope: env }, plan: env })).toThrow(
-      /needs the signed request/,
-    );
+    expect(() => withEnvelopes(tier2, { request: env, decisions: [], plan: env })).toThrow(/has no signed decision/);
+    expect(() => withEnvelopes(tier1, { request: env, decisions: [env], plan: env })).toThrow(/carries signed decisions/);
+    expect(withEnvelopes(tier2, { request: env, decisions: [env], plan: env }).stdin).toMatch(/^request .*\ndecision .*\nplan /);
   });
 });

@@ -25,7 +25,14 @@ function files(name: string) {
   return { pair, priv, pub };
 }
 
-const R = { incidentId: 'inc_1', target: 'ct129', requester: 'U0ALICE001', channel: 'C0ONCALL01' };
+const R = {
+  incidentId: 'inc_1',
+  target: 'ct129',
+  host: 'kpro5',
+  vmid: 129,
+  requester: 'U0ALICE001',
+  channel: 'C0ONCALL01',
+};
 const T0 = 1_796_100_000_000;
 
 describe('signed requests and decisions', () => {
@@ -33,7 +40,7 @@ describe('signed requests and decisions', () => {
     const bot = files('bot-openssl');
     const env = botSigner(bot.pair.privateKey, 300_000).request(R, T0);
     expect(env.body).toMatch(
-      /^gpu-medic request v1\nincident=inc_1\ntarget=ct129\nrequester=U0ALICE001\nchannel=C0ONCALL01\nsigned_at=1796100000000\nexpires_at=1796100300000\nnonce=[A-Za-z0-9_-]{22}\n$/,
+      /^gpu-medic request v2\nincident=inc_1\ntarget=ct129\nhost=kpro5\nvmid=129\ngpu=\nrequester=U0ALICE001\ngroups=\nchannel=C0ONCALL01\nsigned_at=1796100000000\nexpires_at=1796100300000\nnonce=[A-Za-z0-9_-]{22}\n$/,
     );
     const body = join(dir, 'body');
     const sig = join(dir, 'sig');

@@ -17,7 +17,7 @@ import type { ExecResult, Route } from '../../src/ssh/types.ts';
 import { runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import { ofType, procStart, startRig, type Rig } from './rig.ts';
-import { tier1SignalEnvelopes } from './signed-signal.ts';
+import { signalEnvelopes } from './signed-signal.ts';
 
 let rig: Rig;
 
@@ -79,12 +79,13 @@ async function signal(ct: string, side: SignalSide, ps: readonly FleetProcess[])
   const on = side === 'host' ? route(HOST_OF[ct] ?? '') : route(ct);
   const targets = ps.map(identityOf);
   // The host's agent signals only what a bot-signed request and a worker-signed plan name.
-  const envelopes = tier1SignalEnvelopes({
+  const { envelopes, approvalId } = signalEnvelopes({
     keys: rig.fleet.keys,
     incidentId: INCIDENT,
     container: ct,
     vmid: VMID_OF[ct] ?? 0,
-    machineId: side === 'host' ? (HOST_OF[ct] ?? '') : ct,
+    host: HOST_OF[ct] ?? '',
+    side,
     targets,
   });
   const done = await sendSignals(
@@ -93,7 +94,7 @@ async function signal(ct: string, side: SignalSide, ps: readonly FleetProcess[])
       signal: 'TERM',
       pidNs: readlinkSync(`/proc/${ps[0]?.hostPid}/ns/pid`),
       targets,
-      ids: { incidentId: INCIDENT, approvalId: 'none' },
+      ids: { incidentId: INCIDENT, approvalId },
     },
     {
       exec: async (spec) => {

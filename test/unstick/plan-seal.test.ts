@@ -44,6 +44,7 @@ const base = {
   escalation: null,
   container: 'ct129',
   vmid: 129,
+  host: 'kpro5',
   step,
 };
 

@@ -16,6 +16,7 @@ import { botSigner, type BotSigner } from '../../src/auth/signed-jobs.ts';
 import { BlastBudget } from '../../src/approval/blast-budget.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
 import { validateInventory } from '../../src/config/load-inventory.ts';
+import { findMachine, requestWhere } from '../../src/config/machines.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
 import { TargetLock } from '../../src/incident/target-lock.ts';
@@ -68,6 +69,13 @@ export interface Rig {
   newIncident(target: string, requester?: string): Promise<string>;
   events(incidentId: string): Promise<AnyLoggedEvent[]>;
   stop(): Promise<void>;
+}
+
+/** The host and vmid the bot signs into a request about `target`, from the inventory. */
+export function whereOf(inv: Inventory, target: string): { host: string; vmid: number | null } {
+  const m = findMachine(inv, target);
+  if (!m) throw new Error(`no machine ${target} in the inventory`);
+  return requestWhere(m);
 }
 
 export function inventoryOf(fleet: Fleet, tweak?: (inv: Inventory) => void): Inventory {
@@ -174,7 +182,10 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
           reason: null,
           createdAt,
         },
-        signer.request({ incidentId: id, target, requester, channel: 'C0ONCALL01' }, Date.now() + rig.clockOffsetMs),
+        signer.request(
+          { incidentId: id, target, ...whereOf(rig.inventory, target), requester, channel: 'C0ONCALL01' },
+          Date.now() + rig.clockOffsetMs,
+        ),
       );
       const got = await rig.lock.acquire(target, { incidentId: id, requester, since: createdAt }, 600_000);
       if (!got.ok) throw new Error(`${target} is locked by ${JSON.stringify(got.holder)}`);

@@ -93,8 +93,8 @@ function rig(authority: StepContext['authority']) {
   return { sent, events, deps, ctx };
 }
 
-const request = (): StepEnvelopes => ({ authority: { kind: 'request', envelope: env }, plan });
-const decision = (): StepEnvelopes => ({ authority: { kind: 'decision', envelope: env }, plan });
+const request = (): StepEnvelopes => ({ request: env, decisions: [], plan });
+const decision = (): StepEnvelopes => ({ request: env, decisions: [env], plan });
 
 describe('a step without its envelopes', () => {
   for (const [tier, kind] of [

@@ -1,6 +1,6 @@
 import type { Approval } from '../../src/approval/approval-store.ts';
 import { checkDecider } from '../../src/approval/decider-check.ts';
-import { checkDecision } from '../../src/auth/signed-jobs.ts';
+import { checkDecision, checkRequest } from '../../src/auth/signed-jobs.ts';
 import type { Diagnosis } from '../../src/gpu/diagnose.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
@@ -206,15 +206,27 @@ async function decided(
   const hostSnap = [...events]
     .reverse()
     .find((e): e is Ev<'snapshot'> => e.type === 'snapshot' && e.snapshot.machineId === t.host.id)?.snapshot;
-  // Issue 21: the host's agent acts only with the bot's decision and this worker's signed plan on stdin.
+  // The host's agent acts only with the bot's request (which names the container and host), the
+  // bot's decision and this worker's signed plan on stdin. The request's own expiry does not count
+  // here (the card's does), but it must be the bot's, for this incident, container and host.
   const seal = approval.seal;
+  const request = await deps.log.request(job.incidentId);
+  const req = checkRequest(
+    request,
+    deps.keys.botPublic,
+    { incidentId: job.incidentId, target: t.container.id, host: t.host.id, vmid: t.container.vmid },
+    deps.now().getTime(),
+    true,
+  );
+  if (!req.ok || request === null) {
+    const reason = req.ok ? 'no signed request is stored' : req.why;
+    await run.error('request_unverified', `The incident's request is not one the bot signed (${reason}); nothing was run.`);
+    return stillStuck(['The request behind this card is not one the bot signed: nothing from the card was run.']);
+  }
   const envelopes =
     approval.signedDecision === null || seal === null
       ? null
-      : {
-          authority: { kind: 'decision' as const, envelope: approval.signedDecision },
-          plan: { body: seal.body, sig: seal.sig },
-        };
+      : { request, decisions: [approval.signedDecision], plan: { body: seal.body, sig: seal.sig } };
   const res = await run.runStep(
     t,
     step,

@@ -48,7 +48,13 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
   // and target, not past its expiry, and used once. What Redis says of the requester is checked against it.
   const now = deps.now().getTime();
   const request = await deps.log.request(job.incidentId);
-  const req = checkRequest(request, deps.keys.botPublic, { incidentId: job.incidentId, target: job.machineId }, now);
+  // The host and vmid the bot signed must be this worker's own reading of the inventory: the agent checks the plan against them.
+  const req = checkRequest(
+    request,
+    deps.keys.botPublic,
+    { incidentId: job.incidentId, target: job.machineId, host: t.host.id, vmid: t.container.vmid },
+    now,
+  );
   const mismatch =
     req.ok && (req.value.requester !== meta.requester || req.value.channel !== meta.channel)
       ? 'the incident record names another requester or channel than the signed request'
@@ -130,7 +136,8 @@ async function unstickVerified(
     signed.envelope === null
       ? null
       : {
-          authority: { kind: 'request' as const, envelope: signed.envelope },
+          request: signed.envelope,
+          decisions: [],
           plan: run.tier1Plan(t, tier1, meta.requester, signed.expiresAt),
         };
   const res = await run.runStep(
