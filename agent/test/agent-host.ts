@@ -68,6 +68,10 @@ export interface SshOptions {
   input?: string;
   env?: Record<string, string>;
   timeoutMs?: number;
+  /** Another private key than the worker's (a rotation's new key, or a key the install must have dropped). */
+  identity?: string;
+  /** Another account than the agent's. */
+  user?: string;
 }
 
 /** A GPU holder's identity as the host sees it: PID, start time (ticks), PID namespace and its inode. */
@@ -256,7 +260,7 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
         '-F',
         '/dev/null',
         '-i',
-        client.privateKeyPath,
+        so.identity ?? client.privateKeyPath,
         '-o',
         'IdentitiesOnly=yes',
         '-o',
@@ -270,7 +274,7 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
         '-p',
         String(port),
         '-l',
-        user,
+        so.user ?? user,
         ...(so.sshArgs ?? []),
         '127.0.0.1',
         ...words,
@@ -339,4 +343,29 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** argv run as root inside the host's mount namespace (its overlays of /etc, /usr/local, /var): exit status and output. */
+export async function inHostNs(host: AgentHost, argv: readonly string[]): Promise<{ code: number; out: string }> {
+  try {
+    const r = await execFileP('nsenter', ['-t', String(host.sshdPid), '-m', '--', ...argv]);
+    return { code: 0, out: r.stdout + r.stderr };
+  } catch (e) {
+    const x = e as { code: number; stdout: string; stderr: string };
+    return { code: x.code, out: x.stdout + x.stderr };
+  }
+}
+
+/** The real agent/install.sh run on the host, inside its mount namespace, as an admin would. */
+export function hostInstall(host: AgentHost, ...args: string[]) {
+  return inHostNs(host, ['sh', join(AGENT_DIR, 'install.sh'), ...args]);
+}
+
+/**
+ * A tmpfs over /root in the host's mount namespace only (it is private): tests of root's
+ * authorized_keys then write there, never to the machine's own /root.
+ */
+export async function privateRootHome(host: AgentHost): Promise<void> {
+  const r = await inHostNs(host, ['mount', '-t', 'tmpfs', '-o', 'mode=0700,size=1m', 'gpu-medic-test-root', '/root']);
+  if (r.code !== 0) throw new Error(`cannot mount a private /root: ${r.out}`);
 }
