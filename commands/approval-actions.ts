@@ -100,6 +100,23 @@ export async function handleApprovalClick(click: Click, deps: CommandDeps): Prom
       decisionJobId(approval.incidentId, approval.id),
     );
   if (!r.ok) {
+    const a = r.approval;
+    // A retry of this user's own accepted click whose signature was never stored (the bot stopped
+    // between the two steps): signed now, from the record's own decision and time.
+    if (
+      r.code === 'approval_decided' &&
+      a?.decidedBy === click.user &&
+      a.decidedAt !== null &&
+      a.signedDecision === null
+    )
+      if (a.state === 'approved' || a.state === 'denied')
+        await deps.approvals.sign(a.id, {
+          user: click.user,
+          decision: a.state,
+          now: a.decidedAt,
+          channel: click.channel ?? '',
+          ...(digest !== null ? { planDigest: digest } : {}),
+        });
     // A retry of a click whose job was never queued: queue it now (same job id: never twice).
     if (r.code === 'approval_decided' && (await deps.approvals.isUndispatched(approval.id)))
       await enqueue().catch(() => undefined);

@@ -86,6 +86,7 @@ const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
  * First decision wins; later clicks read who decided.
  * ARGV: user, decision, now (ms), live approvers (JSON array, or '' when the caller has none to add), id,
  * live escalation group (JSON array; '' = none, and with no live approvers either: not checked).
+ * The bot signs the decision only after this step accepted it (SIGN below).
  * In the same step the decision joins the "decided, not yet taken up by a worker" index (KEYS[2]):
  * if queueing its job fails afterwards, a worker's sweep finds it there and queues it.
  */
@@ -112,9 +113,19 @@ if not allowed then
   if tonumber(ARGV[3]) < tonumber(e['at']) then return 'escalation_not_due' end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decidedBy', ARGV[1], 'decidedAt', ARGV[3])
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'decisionBody', ARGV[7], 'decisionSig', ARGV[8]) end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[5])
 return 'ok'
+`;
+
+/**
+ * Keeps the bot's signature of a decision the DECIDE step accepted: only when the record says
+ * that user decided that way at that time, and has no signature yet. ARGV: user, decision, decidedAt (ms), body, sig.
+ */
+const SIGN = `
+local f = redis.call('HMGET', KEYS[1], 'state', 'decidedBy', 'decidedAt', 'decisionBody')
+if f[1] ~= ARGV[2] or f[2] ~= ARGV[1] or f[3] ~= ARGV[3] or f[4] then return 0 end
+redis.call('HSET', KEYS[1], 'decisionBody', ARGV[4], 'decisionSig', ARGV[5])
+return 1
 `;
 
 /** pending → expired once its time has come; idempotent. ARGV: now (ms). */
@@ -312,23 +323,8 @@ export class ApprovalStore {
     if (!ApprovalStore.isId(id)) return { ok: false, code: 'approval_not_found', approval: null };
     const live = d.liveApprovers === undefined ? '' : JSON.stringify([...d.liveApprovers]);
     const liveEsc = d.liveEscalation === undefined ? '' : JSON.stringify([...d.liveEscalation]);
-    // Signed before the transition, stored by it only if it succeeds: the record and its signature are one write.
-    let signed: Envelope | null = null;
-    if (this.signer) {
-      const [incidentId = null, sealBody = null] = await this.redis.hmget(this.key(id), 'incidentId', 'sealBody');
-      if (incidentId !== null)
-        signed = this.signer.decision(
-          {
-            approvalId: id,
-            incidentId,
-            planDigest: d.planDigest ?? (sealBody === null ? '' : planDigest({ body: sealBody })),
-            decision: d.decision,
-            decider: d.user,
-            channel: d.channel ?? '',
-          },
-          d.now,
-        );
-    }
+    // The policy first (the transition, atomically), then the signature: a click the rules refuse
+    // is never signed, so no signed text of it ever travels to Redis, where MONITOR could see it.
     const res = String(
       await this.redis.eval(
         DECIDE,
@@ -341,14 +337,41 @@ export class ApprovalStore {
         live,
         id,
         liveEsc,
-        signed?.body ?? '',
-        signed?.sig ?? '',
       ),
     );
+    if (res === 'ok') await this.sign(id, d);
     const approval = await this.get(id);
     if (res === 'ok' && approval !== null) return { ok: true, approval };
     const code = RefusalCode.safeParse(res);
     return { ok: false, code: code.success ? code.data : 'approval_not_found', approval };
+  }
+
+  /**
+   * Signs the decision the store accepted and keeps the signature with it, once: only when the
+   * record says this user decided this way at this time and carries no signature yet. Also the
+   * repair for a bot that stopped between the transition and the signature (a retried click).
+   * True when a signature is stored now.
+   */
+  async sign(
+    id: string,
+    d: { user: string; decision: ApprovalDecision; now: number; planDigest?: string; channel?: string },
+  ): Promise<boolean> {
+    if (!this.signer) return false;
+    const [incidentId = null, sealBody = null] = await this.redis.hmget(this.key(id), 'incidentId', 'sealBody');
+    if (incidentId === null) return false;
+    const signed = this.signer.decision(
+      {
+        approvalId: id,
+        incidentId,
+        planDigest: d.planDigest ?? (sealBody === null ? '' : planDigest({ body: sealBody })),
+        decision: d.decision,
+        decider: d.user,
+        channel: d.channel ?? '',
+      },
+      d.now,
+    );
+    const r = await this.redis.eval(SIGN, 1, this.key(id), d.user, d.decision, String(d.now), signed.body, signed.sig);
+    return r === 1;
   }
 
   /** Marks a pending approval expired once `now` has reached its expiry; true only for the call that did it. */
