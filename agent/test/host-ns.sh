@@ -31,10 +31,10 @@ umount -R "$W/ns/hostdev" 2>/dev/null || umount -l "$W/ns/hostdev"
 : >/dev/nvidia0
 
 sh "$AGENT/install.sh" install --user "$USER_NAME" --key "$W/worker_ssh.pub" --bot-key "$W/bot.pub.pem" \
-  --worker-key "$W/worker.pub.pem" --path "$W/bin:/usr/sbin:/usr/bin:/sbin:/bin" --grammar "$GRAMMAR" >"$W/install.log" 2>&1
-# The host's own name (the inventory id plans are made for) and its own run dir for the run slots.
-grep -q '^machine=' /etc/gpu-medic/agent.conf || echo 'machine=kpro5' >>/etc/gpu-medic/agent.conf
-grep -q '^run_dir=' /etc/gpu-medic/agent.conf || echo "run_dir=$W/run" >>/etc/gpu-medic/agent.conf
+  --worker-key "$W/worker.pub.pem" --path "$W/bin:/usr/sbin:/usr/bin:/sbin:/bin" --grammar "$GRAMMAR" \
+  --machine kpro5 >"$W/install.log" 2>&1
+# This host's own run dir for the agent's run slots (simulated hosts on one machine must not share one).
+sed -i "s|^run_dir=.*|run_dir=$W/run|" /etc/gpu-medic/agent.conf
 
 # A GPU holder to signal: sleep with /dev/nvidia0 open (fd 3), in this namespace.
 setsid sh -c 'exec 3</dev/nvidia0; exec sleep 600' </dev/null >/dev/null 2>&1 &

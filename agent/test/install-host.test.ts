@@ -10,8 +10,8 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateKeyPair } from '../../test/harness/sshd.ts';
-import { type AgentHost, GPU_UUID, hostInstall, inHostNs, privateRootHome, startAgentHost } from './agent-host.ts';
-import { APPROVAL, decision, INCIDENT, plan, stdinOf } from './envelopes.ts';
+import { type AgentHost, hostInstall, inHostNs, PASSED_GPU, privateRootHome, startAgentHost } from './agent-host.ts';
+import { APPROVAL, decision, INCIDENT, plan, request, stdinOf } from './envelopes.ts';
 
 /** An account made by someone else, as a container's owner would have it: a home, a key in each file, sudo. */
 async function makeForeignAccount(host: AgentHost, name: string) {
@@ -161,13 +161,13 @@ describe('(e) finding 9: a key rotation across the fleet, with no refused action
   /** A tier-2 reset whose decision the given bot key signed: did nvidia-smi --gpu-reset run? */
   async function reset(h: AgentHost, botKey: KeyObject, identity?: string) {
     const before = (await h.ran()).length;
-    const p = plan(h.worker.privateKey, { approvalId: APPROVAL, kind: 'host_reset', gpuUuids: [GPU_UUID] });
-    const r = await h.ssh(['gpu-medic', '1', '10000', 'host', 'reset', GPU_UUID, INCIDENT, APPROVAL], {
-      input: stdinOf({ plan: p, decision: decision(botKey, p) }),
+    const p = plan(h.worker.privateKey, { approvalId: APPROVAL, kind: 'host_reset', gpuUuids: [PASSED_GPU] });
+    const r = await h.ssh(['gpu-medic', '1', '10000', 'host', 'reset', PASSED_GPU, INCIDENT, APPROVAL], {
+      input: stdinOf({ plan: p, request: request(botKey), decision: decision(botKey, p) }),
       identity,
     });
     const ran = (await h.ran()).slice(before);
-    return { code: r.code, stderr: r.stderr, reset: ran.includes(`--gpu-reset -i ${GPU_UUID}`) };
+    return { code: r.code, stderr: r.stderr, reset: ran.includes(`--gpu-reset -i ${PASSED_GPU}`) };
   }
   const works = { code: 0, stderr: '', reset: true };
   const oldBotFingerprint = (h: AgentHost) =>
@@ -231,7 +231,7 @@ describe('(e) finding 9: a key rotation across the fleet, with no refused action
       expect(oldBot).toEqual({
         code: 126,
         stderr: expect.stringMatching(
-          /^gpu-medic-agent: refused: the decision does not carry a valid signature of the bot/,
+          /^gpu-medic-agent: refused: the request does not carry a valid signature of the bot/,
         ),
         reset: false,
       });

@@ -119,13 +119,13 @@ describe('a step without its envelopes', () => {
 });
 
 describe('a step with its envelopes', () => {
-  it("sends each destructive command with the decision and plan on stdin and the step's ids; reads carry none", async () => {
+  it("sends each destructive command with the request, decision and plan on stdin and the step's ids; reads carry none", async () => {
     const apr = 'apr_AAAAAAAAAAAAAAAAAAAAAA';
     const r = rig({ approvalId: apr, envelopes: decision() });
     await runStep(stepOf(2, 'host_reset'), r.ctx, r.deps);
     const reset = r.sent.find((s) => s.agent?.verb === 'reset');
     expect(reset?.agent?.args).toEqual([U, 'inc_20261130_092000_k3x9q2', apr]);
-    expect(reset?.stdin).toMatch(/^decision \S+ \S+\nplan \S+ \S+\n$/);
+    expect(reset?.stdin).toMatch(/^request \S+ \S+\ndecision \S+ \S+\nplan \S+ \S+\n$/);
     for (const s of r.sent)
       expect(s.stdin === undefined, s.agent?.verb).toBe(!['reset', 'persistence'].includes(s.agent?.verb ?? ''));
     expect(r.sent.every((s) => s.agent !== undefined)).toBe(true);

@@ -169,6 +169,7 @@ const INSTALL_SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '../../.
  * 15 s) runs once more alone.
  */
 function agentInstall(
+  hostId: string,
   hostDir: string,
   keys: { client: string; bot: string; worker: string },
   path: string,
@@ -187,7 +188,7 @@ function agentInstall(
   ];
   const log = shellQuote(join(hostDir, 'agent-install.log'));
   const lock = shellQuote(join(CACHE_ROOT, 'agent-install.lock'));
-  const install = `sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} >${log} 2>&1`;
+  const install = `sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} --machine ${shellQuote(hostId)} >${log} 2>&1`;
   const setup = [
     `{ id -u ${AGENT_USER} >/dev/null 2>&1 && flock -s ${lock} ${install}; } || flock -x ${lock} ${install} || { cat ${log} >&2; exit 1; }`,
     // The one line an admin would not add: the agent's own command log, so tests see what ran.
@@ -221,12 +222,13 @@ function operatorSetup(publicKey: string): string[] {
  * which can read but not signal root's processes).
  */
 function selfAgentInstall(
+  ct: { id: string; vmid: number },
   src: string,
   ctDir: string,
   keys: { client: string; bot: string; worker: string },
   operator: string | null,
 ): NonNullable<SshdOptions['agent']> {
-  const common = `--role self --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(`${join(ctDir, 'bin')}:${join(ctDir, 'sys')}`)}`;
+  const common = `--role self --machine ${shellQuote(ct.id)} --vmid ${ct.vmid} --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(`${join(ctDir, 'bin')}:${join(ctDir, 'sys')}`)}`;
   const log = shellQuote(join(ctDir, 'sshd', 'agent-install.log'));
   const install = (mode: string) =>
     `sh ${shellQuote(join(src, 'install.sh'))} install ${mode} ${common} >>${log} 2>&1 || { cat ${log} >&2; exit 1; }`;
@@ -235,7 +237,8 @@ function selfAgentInstall(
     setup: [
       `: >${log}`,
       install('--root-forced'),
-      install(`--no-sudo --user ${FLEET_USER}`),
+      // fleetuser is the container's own account, which install.sh did not make: adopted, as its owner would.
+      install(`--no-sudo --adopt --user ${FLEET_USER}`),
       `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(ctDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
       // Beside the agent's forced line in root's own authorized_keys.
       ...(operator === null
@@ -346,6 +349,7 @@ async function build(
     ...(access === 'agent'
       ? {
           agent: agentInstall(
+            h.spec.id,
             h.dir,
             agentKeys,
             `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`,
@@ -415,7 +419,7 @@ async function build(
       commandLog: join(c.dir, 'commands.jsonl'),
       ...(port === undefined ? {} : { port }),
       ...(selfAgent(c.spec)
-        ? { agent: selfAgentInstall(agentSrc, c.dir, agentKeys, operator?.publicKey ?? null) }
+        ? { agent: selfAgentInstall(c.spec, agentSrc, c.dir, agentKeys, operator?.publicKey ?? null) }
         : {}),
     };
     if (c.lxc !== null && c.lxc.idShift !== null) {
