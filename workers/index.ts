@@ -8,7 +8,7 @@ import { listMachines, sitesOf } from '../src/config/machines.ts';
 import type { HealthCheck } from '../src/health/heartbeat.ts';
 import { IncidentLog } from '../src/incident/log.ts';
 import { TargetLock } from '../src/incident/target-lock.ts';
-import { StepGuard } from '../src/playbooks/step-guard.ts';
+import { StepGuard } from '../src/step-guard/step-guard.ts';
 import { DEFAULT_POLL_INTERVAL_MS, DEFAULT_RELEASE_TIMEOUT_MS } from '../src/plan/unstick-plan.ts';
 import { createDispatcher } from '../src/queue/dispatcher.ts';
 import type { Logger } from '../src/logger.ts';

@@ -53,9 +53,9 @@ describe('architecture', () => {
         (f.startsWith('src/gpu/') && f !== 'src/gpu/parse/index.ts') ||
         [
           '../../src/plan/unstick-plan.ts',
-          'src/playbooks/commands.ts',
-          'src/playbooks/machine-read.ts',
-          'src/playbooks/unstick-commands.ts',
+          'src/agent-grammar/templates/snapshot-commands.ts',
+          'src/agent-grammar/templates/machine-read.ts',
+          'src/agent-grammar/templates/unstick-commands.ts',
           'src/approval/approval-policy.ts',
           'src/approval/policy.ts',
         ].includes(f) ||
@@ -71,7 +71,7 @@ describe('architecture', () => {
     const io =
       /^(ioredis|bullmq|ssh2|pino|node:(fs|net|http|https|child_process|dgram|tls)|fs|net|http|child_process)(\/|$)/;
     const ioModules =
-      /(src\/ssh\/(executor|connection-pool|channel-run)|src\/incident\/log|src\/incident\/target-lock|src\/approval\/approval-store|src\/playbooks\/step-guard|src\/queue\/|src\/http\/|src\/bot|src\/worker-process|src\/slack\/(app|outbox|poster|replay-guard))/;
+      /(src\/ssh\/(executor|connection-pool|channel-run)|src\/incident\/log|src\/incident\/target-lock|src\/approval\/approval-store|src\/step-guard\/|src\/queue\/|src\/http\/|src\/bot|src\/worker-process|src\/slack\/(app|outbox|poster|replay-guard))/;
     const offenders: string[] = [];
     for (const f of pure) {
       for (const s of importsOf(f)) {
