@@ -150,8 +150,8 @@ export interface PlanOptions {
 }
 
 const DEFAULT_GRACE_MS = 10_000;
-export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
-export const DEFAULT_POLL_INTERVAL_MS = 3_000;
+const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
+const DEFAULT_POLL_INTERVAL_MS = 3_000;
 const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
 
 /** The most GPUs one host-level reset step names: the most a Proxmox host carries (8 is common, 16 on the largest boards). */
