@@ -5,7 +5,7 @@
 # The key is the engineer's own for root (the bench fleet's operatorLogin), not the worker's: on an
 # agent host root refuses the worker's key, and the baseline is what on-call types by hand.
 # The remote commands are passed in by bench/run.ts, built from the same templates the worker
-# runs (src/playbooks/commands.ts), so both sides ask the machine exactly the same things.
+# runs (src/agent-grammar/templates/snapshot-commands.ts), so both sides ask the machine exactly the same things.
 set -euo pipefail
 key=$1 known=$2 port=$3
 shift 3

@@ -155,7 +155,8 @@ function category(fn: string, url: string): string | null {
     )
   )
     return 'pino logging';
-  if (/\/src\/(gpu\/parse\/|playbooks\/|ssh\/quote\.)/.test(url)) return 'gpu-medic: reads, built and parsed';
+  if (/\/src\/(gpu\/parse\/|readings\/|agent-grammar\/templates\/|text\/shell-quote\.)/.test(url))
+    return 'gpu-medic: reads, built and parsed';
   if (/\/(src|workers)\//.test(url) && !url.includes('/node_modules/'))
     return 'gpu-medic: rest (watchdog, stores, executor)';
   const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];

@@ -14,10 +14,15 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import type { InventoryInput } from '../src/config/inventory.ts';
-import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../src/playbooks/commands.ts';
-import { machineRead } from '../src/playbooks/machine-read.ts';
-import { shellJoin } from '../src/ssh/quote.ts';
-import type { CommandSpec } from '../src/ssh/types.ts';
+import {
+  fuserDevices,
+  hostMemory,
+  queryComputeApps,
+  queryGpus,
+} from '../src/agent-grammar/templates/snapshot-commands.ts';
+import { machineRead } from '../src/agent-grammar/templates/machine-read.ts';
+import { shellJoin } from '../src/text/shell-quote.ts';
+import type { CommandSpec } from '../src/agent-grammar/command-spec.ts';
 import { startFleet } from '../test/harness/fleet/index.ts';
 import type { Fleet, FleetProcess } from '../test/harness/fleet/index.ts';
 import { startFakeSlack, type FakeSlack, type StoredMessage } from '../test/harness/slack/fake-slack-api.ts';
@@ -353,7 +358,7 @@ const WATCH_INTERVAL_MS = 180_000;
 /**
  * CPU per machine read (issue 26): the worker's own CPU per read in `status all` over the most
  * machines (statusFanout's workerCpuMsPerMachineRead) against OpenSSH's per session over an open
- * multiplexed connection, running the same read script (the worker's, from src/playbooks).
+ * multiplexed connection, running the same read script (the worker's, from src/agent-grammar/templates/machine-read.ts).
  */
 async function benchCpuPerRead(fleet: Fleet, fanout: unknown): Promise<object> {
   const t = { timeoutMs: 20_000 };

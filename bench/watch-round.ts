@@ -30,7 +30,7 @@ import { Redis } from 'ioredis';
 import { validateInventory } from '../src/config/load-inventory.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { routeFor } from '../src/config/machines.ts';
-import { queryGpus } from '../src/playbooks/commands.ts';
+import { queryGpus } from '../src/agent-grammar/templates/snapshot-commands.ts';
 import { createSshExecutor } from '../src/ssh/executor.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import { SnoozeStore } from '../src/watch-store/snooze-store.ts';

@@ -1,16 +1,17 @@
 import { hostname } from 'node:os';
 import { Queue, Worker, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
 import { connectRedis, type RedisSettings } from '../src/redis/connection.ts';
 import { ApprovalStore } from '../src/approval/approval-store.ts';
 import { BlastBudget, BudgetMemory } from '../src/approval/blast-budget.ts';
+import { type Env, EnvSchema } from '../src/config/env.ts';
 import type { Inventory } from '../src/config/inventory.ts';
 import { listMachines, sitesOf } from '../src/config/machines.ts';
 import type { HealthCheck } from '../src/health/heartbeat.ts';
 import { IncidentLog } from '../src/incident/log.ts';
 import { TargetLock } from '../src/incident/target-lock.ts';
-import { StepGuard } from '../src/playbooks/step-guard.ts';
-import { DEFAULT_POLL_INTERVAL_MS, DEFAULT_RELEASE_TIMEOUT_MS } from '../src/plan/unstick-plan.ts';
-import { createDispatcher } from '../src/queue/dispatcher.ts';
+import { StepGuard } from '../src/step-guard/step-guard.ts';
+import { createDispatcher, type Dispatcher } from '../src/queue/dispatcher.ts';
 import type { Logger } from '../src/logger.ts';
 import type { Metrics } from '../src/metrics/metrics.ts';
 import { ObservedIncidentLog, observedExecutor } from '../src/metrics/observed.ts';
@@ -112,16 +113,83 @@ export interface WorkerGroup {
   close(force?: boolean): Promise<void>;
 }
 
-/** One BullMQ worker per site queue; the processes holding SSH keys and no Slack token. */
+/**
+ * The defaults of the settings rows (src/config/env.ts SETTING_ROWS), for an option a caller leaves out:
+ * the rows are the one place a default is written, so none is restated here.
+ */
+const ROW_DEFAULTS: Env = EnvSchema.parse({});
+
+/** What every part of a worker group shares: one Redis connection, the log, the executor, the clock, the sites. */
+interface Shared {
+  o: WorkerGroupOptions;
+  connection: Redis;
+  metrics: Metrics | undefined;
+  log: IncidentLog;
+  executor: Executor;
+  now: () => Date;
+  sites: string[];
+  dispatcher: Dispatcher;
+}
+
+/**
+ * One BullMQ worker per site queue; the processes holding SSH keys and no Slack token. Wired in parts, in
+ * this order: what the jobs share, the unstick and watchdog dependencies, the site workers that run the
+ * jobs, the watch schedulers (which wait for Redis), the metrics read at scrape time, the decision sweep.
+ */
 export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> {
+  const shared = openShared(o);
+  const unstickDeps = unstickDepsOf(shared);
+  const watchDeps = watchDepsOf(shared);
+  const workers = siteWorkers(shared, jobProcessor(shared, unstickDeps, watchDeps));
+  const schedulers = startWatchSchedulers(shared);
+  await schedulers.started;
+  const scrape = registerScrapeMetrics(shared);
+  const stopSweep = startDecisionSweep(shared, unstickDeps.approvals);
+  o.logger.info({ sites: shared.sites }, 'workers started');
+  const { connection, dispatcher, executor } = shared;
+  return {
+    health: () => ({
+      redis: async () => {
+        const waitingFor = schedulers.waitingFor();
+        if (waitingFor !== null) return waitingFor;
+        return (await connection.ping()) === 'PONG' ? null : 'Redis did not answer PONG';
+      },
+      queues: async () => {
+        const stopped = workers.filter((w) => !w.isRunning()).map((w) => w.name);
+        return stopped.length === 0 ? null : `not consuming: ${stopped.join(', ')}`;
+      },
+    }),
+    async close(force = false) {
+      schedulers.stopRetrying();
+      stopSweep();
+      await Promise.all(workers.map((w) => w.close(force)));
+      await Promise.all([scrape.close(), schedulers.close()]);
+      await dispatcher.close();
+      await executor.close();
+      connection.disconnect();
+    },
+  };
+}
+
+/** The connection, the incident log and the executor (both counted when metrics are on), the clock, the sites. */
+function openShared(o: WorkerGroupOptions): Shared {
   const connection = connectRedis(o.redis, { maxRetriesPerRequest: null });
   const metrics = o.metrics;
-  const log = metrics ? new ObservedIncidentLog(connection, o.prefix, metrics) : new IncidentLog(connection, o.prefix);
-  const executor = metrics ? observedExecutor(o.executor, metrics) : o.executor;
-  const now = o.now ?? (() => new Date());
-  const sites = o.sites && o.sites.length > 0 ? o.sites : sitesOf(o.inventory);
-  const dispatcher = createDispatcher({ connection, prefix: o.prefix });
-  const unstickDeps: UnstickWorkerDeps = {
+  return {
+    o,
+    connection,
+    metrics,
+    log: metrics ? new ObservedIncidentLog(connection, o.prefix, metrics) : new IncidentLog(connection, o.prefix),
+    executor: metrics ? observedExecutor(o.executor, metrics) : o.executor,
+    now: o.now ?? (() => new Date()),
+    sites: o.sites && o.sites.length > 0 ? o.sites : sitesOf(o.inventory),
+    dispatcher: createDispatcher({ connection, prefix: o.prefix }),
+  };
+}
+
+/** The stores, keys, policy and timing an unstick job and its decisions run with. */
+function unstickDepsOf({ o, connection, log, executor, now, dispatcher }: Shared): UnstickWorkerDeps {
+  return {
     inventory: o.inventory,
     executor,
     log,
@@ -135,13 +203,19 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     // One memory per worker process: what it saw through stays refused here even if Redis forgets.
     nonces: new NonceLedger(connection, o.prefix, new NonceMemory()),
     admins: o.admins ?? [],
-    budget: new BlastBudget(connection, o.prefix, { limit: o.hostBudgetPerHour ?? 3, memory: new BudgetMemory() }),
-    approvalTtlMs: o.approvalTtlMs ?? 900_000,
-    escalation: { approvers: o.escalationApprovers ?? [], afterMs: o.escalateAfterMs ?? 0 },
+    budget: new BlastBudget(connection, o.prefix, {
+      limit: o.hostBudgetPerHour ?? ROW_DEFAULTS.GPU_MEDIC_HOST_BUDGET_PER_HOUR,
+      memory: new BudgetMemory(),
+    }),
+    approvalTtlMs: o.approvalTtlMs ?? ROW_DEFAULTS.GPU_MEDIC_APPROVAL_TTL_SEC * 1000,
+    escalation: {
+      approvers: o.escalationApprovers ?? [],
+      afterMs: o.escalateAfterMs ?? ROW_DEFAULTS.GPU_MEDIC_ESCALATE_AFTER_SEC * 1000,
+    },
     timing: {
-      graceMs: o.graceMs ?? 10_000,
-      releaseTimeoutMs: o.releaseTimeoutMs ?? DEFAULT_RELEASE_TIMEOUT_MS,
-      pollIntervalMs: o.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS,
+      graceMs: o.graceMs ?? ROW_DEFAULTS.GPU_MEDIC_TERM_GRACE_SEC * 1000,
+      releaseTimeoutMs: o.releaseTimeoutMs ?? ROW_DEFAULTS.GPU_MEDIC_RELEASE_TIMEOUT_SEC * 1000,
+      pollIntervalMs: o.pollIntervalMs ?? ROW_DEFAULTS.GPU_MEDIC_POLL_MS,
       commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
     },
     now,
@@ -149,26 +223,52 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     logger: o.logger,
     workerId: `${hostname()}:${process.pid}`,
   };
-  const workers = sites.map((site) => {
-    const w = new Worker(
-      queueName(site),
-      async (job) => (metrics ? timed(metrics, job, () => processJob(job)) : processJob(job)),
-      {
-        connection,
-        prefix: o.prefix,
-        concurrency: o.concurrency ?? 8,
-        lockDuration: o.lockDurationMs ?? 30_000,
-        stalledInterval: o.stalledIntervalMs ?? 30_000,
-        // After a failed fetch or completion (Redis gone), BullMQ waits this long before trying
-        // again; its default, 15 s, left acknowledged jobs idle well after Redis was back (the
-        // Redis-restart fault test lost incidents to it under load). One try a second is cheap.
-        runRetryDelay: 1_000,
-      },
-    );
-    w.on('error', (err) => o.logger.warn({ err, site }, 'worker error'));
-    return w;
-  });
-  async function processJob(job: Job): Promise<void> {
+}
+
+/** What a watch round reads and writes with; null when this worker runs no watchdog (no alerts channel). */
+function watchDepsOf({ o, connection, executor, now }: Shared): WatchdogDeps | null {
+  if (!o.watch) return null;
+  return {
+    inventory: o.inventory,
+    executor,
+    store: new WatchRoundStore(connection, o.prefix, o.watch.alertsChannel),
+    snoozes: new SnoozeStore(connection, o.prefix),
+    settings: o.watch.settings,
+    now,
+    commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
+    logger: o.logger.child({ component: 'watchdog' }),
+    readSinceStart: new Set<string>(),
+    maxConcurrentReads: o.watch.maxConnects ?? ROW_DEFAULTS.GPU_MEDIC_WATCH_MAX_CONNECTS,
+    ...(o.watch.beforeCommit ? { beforeCommit: o.watch.beforeCommit } : {}),
+  };
+}
+
+/** A job by its kind: checked against the job schema, then run with the dependencies its kind needs. */
+function jobProcessor(
+  { o, log, executor, now, metrics }: Shared,
+  unstickDeps: UnstickWorkerDeps,
+  watchDeps: WatchdogDeps | null,
+): (job: Job) => Promise<void> {
+  async function runWatch(job: WatchJob): Promise<void> {
+    if (watchDeps === null) {
+      o.logger.warn({ site: job.site }, 'watch job on a worker without GPU_MEDIC_ALERTS_CHANNEL: nothing read');
+      return;
+    }
+    if (!metrics) {
+      await runWatchJob(job, watchDeps);
+      return;
+    }
+    const start = performance.now();
+    let outcome = 'failed';
+    try {
+      await runWatchJob(job, watchDeps);
+      outcome = 'ok';
+    } finally {
+      metrics.watchRounds.inc({ site: job.site, outcome });
+      metrics.watchRoundSeconds.observe({ site: job.site }, (performance.now() - start) / 1000);
+    }
+  }
+  return async function processJob(job: Job): Promise<void> {
     const parsed = JobSchema.safeParse(job.data);
     if (!parsed.success) {
       o.logger.error({ jobId: job.id }, 'job data rejected');
@@ -221,51 +321,55 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         throw new Error(`unknown job kind ${JSON.stringify(unknown)}`);
       }
     }
-  }
-  const watchDeps: WatchdogDeps | null = o.watch
-    ? {
-        inventory: o.inventory,
-        executor,
-        store: new WatchRoundStore(connection, o.prefix, o.watch.alertsChannel),
-        snoozes: new SnoozeStore(connection, o.prefix),
-        settings: o.watch.settings,
-        now,
-        commandTimeoutMs: o.inventory.defaults.commandTimeoutSec * 1000,
-        logger: o.logger.child({ component: 'watchdog' }),
-        readSinceStart: new Set<string>(),
-        ...(o.watch.maxConnects ? { maxConcurrentReads: o.watch.maxConnects } : {}),
-        ...(o.watch.beforeCommit ? { beforeCommit: o.watch.beforeCommit } : {}),
-      }
-    : null;
-  async function runWatch(job: WatchJob): Promise<void> {
-    if (watchDeps === null) {
-      o.logger.warn({ site: job.site }, 'watch job on a worker without GPU_MEDIC_ALERTS_CHANNEL: nothing read');
-      return;
-    }
-    if (!metrics) {
-      await runWatchJob(job, watchDeps);
-      return;
-    }
-    const start = performance.now();
-    let outcome = 'failed';
-    try {
-      await runWatchJob(job, watchDeps);
-      outcome = 'ok';
-    } finally {
-      metrics.watchRounds.inc({ site: job.site, outcome });
-      metrics.watchRoundSeconds.observe({ site: job.site }, (performance.now() - start) / 1000);
-    }
-  }
-  // One scheduler per site queue (an upsert: every worker of the site writes the same one, so a
-  // round is produced once per interval however many workers serve the site).
+  };
+}
+
+/** One BullMQ worker per site queue, each running `processJob` (timed when metrics are on). */
+function siteWorkers({ o, connection, metrics, sites }: Shared, processJob: (job: Job) => Promise<void>): Worker[] {
+  return sites.map((site) => {
+    const w = new Worker(
+      queueName(site),
+      async (job) => (metrics ? timed(metrics, job, () => processJob(job)) : processJob(job)),
+      {
+        connection,
+        prefix: o.prefix,
+        concurrency: o.concurrency ?? 8,
+        lockDuration: o.lockDurationMs ?? ROW_DEFAULTS.GPU_MEDIC_JOB_LOCK_MS,
+        stalledInterval: o.stalledIntervalMs ?? ROW_DEFAULTS.GPU_MEDIC_STALLED_MS,
+        // After a failed fetch or completion (Redis gone), BullMQ waits this long before trying
+        // again; its default, 15 s, left acknowledged jobs idle well after Redis was back (the
+        // Redis-restart fault test lost incidents to it under load). One try a second is cheap.
+        runRetryDelay: 1_000,
+      },
+    );
+    w.on('error', (err) => o.logger.warn({ err, site }, 'worker error'));
+    return w;
+  });
+}
+
+interface WatchSchedulers {
+  /** Settles once the schedulers are set, or at the first connection error (the retries go on behind it). */
+  started: Promise<void>;
+  /** What the worker is waiting for (Redis), or null once the schedulers are set. */
+  waitingFor(): string | null;
+  stopRetrying(): void;
+  close(): Promise<void>;
+}
+
+/**
+ * One watch scheduler per site queue (an upsert: every worker of the site writes the same one, so a round is
+ * produced once per interval however many workers serve the site), or its removal when this worker runs no
+ * watchdog. Set at start, but never awaited past Redis's first error: a worker started before its Redis
+ * (down, or answering errors such as NOAUTH or LOADING) stays up, says what it waits for, and retries with
+ * backoff.
+ */
+function startWatchSchedulers({ o, connection, sites }: Shared): WatchSchedulers {
   const schedulerQueues = sites.map((site) => ({
     site,
     queue: new Queue(queueName(site), { connection, prefix: o.prefix }),
   }));
   for (const { queue } of schedulerQueues)
     queue.on('error', (err) => o.logger.warn({ err }, 'watch scheduler queue error'));
-  // Set at start, but never awaited there: a worker started before its Redis (down, or answering
-  // errors such as NOAUTH or LOADING) stays up, says what it waits for, and retries with backoff.
   const setSchedulers = (): Promise<unknown> =>
     Promise.all(
       schedulerQueues.map(({ site, queue }) =>
@@ -307,9 +411,9 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
     waitingFor = now;
   });
   const first = trySchedulers(0);
-  // With Redis there, start returns once the schedulers are set (as before); at the first connection
-  // error it returns at once and the retries go on in the background.
-  await new Promise<void>((resolve) => {
+  // With Redis there, start returns once the schedulers are set; at the first connection error it
+  // returns at once and the retries go on in the background.
+  const started = new Promise<void>((resolve) => {
     const onError = (): void => {
       connection.off('ready', onReady);
       resolve();
@@ -324,18 +428,36 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       connection.once('error', onError);
     }
   });
-  // Queue depth is read from Redis when Prometheus scrapes, not polled.
-  const depthQueues = metrics
-    ? sites.map((site) => ({ site, queue: new Queue(queueName(site), { connection, prefix: o.prefix }) }))
-    : [];
-  const stopReading = metrics?.onScrape(async (g) => {
+  return {
+    started,
+    waitingFor: () => waitingFor,
+    stopRetrying() {
+      closing = true;
+      if (retry) clearTimeout(retry);
+    },
+    async close() {
+      await Promise.all(schedulerQueues.map(({ queue }) => queue.close()));
+    },
+  };
+}
+
+/**
+ * What Prometheus reads at scrape time, never polled: each site queue's depth, and with the watchdog on,
+ * GPU metrics from its last readings of this worker's machines and its rounds' state.
+ */
+function registerScrapeMetrics({ o, connection, metrics, sites, now }: Shared): { close(): Promise<void> } {
+  if (!metrics) return { close: async () => {} };
+  const depthQueues = sites.map((site) => ({
+    site,
+    queue: new Queue(queueName(site), { connection, prefix: o.prefix }),
+  }));
+  const stopReading = metrics.onScrape(async (g) => {
     for (const { site, queue } of depthQueues) {
       const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'failed');
       for (const [state, n] of Object.entries(counts)) g.set({ site, state }, n);
     }
   });
-  // GPU metrics from the watchdog's last readings of this worker's machines, read at scrape time.
-  if (metrics && o.watch) {
+  if (o.watch) {
     const mine = listMachines(o.inventory).filter((m) => sites.includes(m.site));
     const lastKey = watchKeys(o.prefix).last;
     registerGpuMetrics(
@@ -371,16 +493,17 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
       () => now().getTime(),
     );
   }
-  // A decision stored by the bot whose job it then failed to queue is not lost: queued from here.
-  const sweepDeps = {
-    approvals: unstickDeps.approvals,
-    log,
-    inventory: o.inventory,
-    dispatcher,
-    now,
-    logger: o.logger,
-    graceMs: 3000,
+  return {
+    async close() {
+      stopReading();
+      await Promise.all(depthQueues.map(({ queue }) => queue.close()));
+    },
   };
+}
+
+/** A decision stored by the bot whose job it then failed to queue is not lost: queued from here. Returns its stop. */
+function startDecisionSweep({ o, log, dispatcher, now }: Shared, approvals: ApprovalStore): () => void {
+  const sweepDeps = { approvals, log, inventory: o.inventory, dispatcher, now, logger: o.logger, graceMs: 3000 };
   let sweeping = false;
   const sweep = setInterval(() => {
     if (sweeping) return;
@@ -391,30 +514,7 @@ export async function startWorkers(o: WorkerGroupOptions): Promise<WorkerGroup> 
         sweeping = false;
       });
   }, o.decisionSweepMs ?? 5000);
-  o.logger.info({ sites }, 'workers started');
-  return {
-    health: () => ({
-      redis: async () => {
-        if (waitingFor !== null) return waitingFor;
-        return (await connection.ping()) === 'PONG' ? null : 'Redis did not answer PONG';
-      },
-      queues: async () => {
-        const stopped = workers.filter((w) => !w.isRunning()).map((w) => w.name);
-        return stopped.length === 0 ? null : `not consuming: ${stopped.join(', ')}`;
-      },
-    }),
-    async close(force = false) {
-      closing = true;
-      if (retry) clearTimeout(retry);
-      clearInterval(sweep);
-      await Promise.all(workers.map((w) => w.close(force)));
-      stopReading?.();
-      await Promise.all([...depthQueues, ...schedulerQueues].map((d) => d.queue.close()));
-      await dispatcher.close();
-      await executor.close();
-      connection.disconnect();
-    },
-  };
+  return () => clearInterval(sweep);
 }
 
 function defaultKeys(): WorkerKeys {

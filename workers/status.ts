@@ -3,8 +3,8 @@ import { findMachine, type Machine, routeFor } from '../src/config/machines.ts';
 import { gpuTroubleOf } from '../src/gpu/gpu-trouble.ts';
 import type { IncidentLog } from '../src/incident/log.ts';
 import type { Logger } from '../src/logger.ts';
-import { type SnapshotOptions, takeSnapshot } from '../src/playbooks/snapshot.ts';
-import { hostSideOf, readHost } from '../src/playbooks/unstick-readings.ts';
+import { type SnapshotOptions, takeSnapshot } from '../src/readings/snapshot.ts';
+import { hostSideOf, readHost } from '../src/readings/unstick-readings.ts';
 import type { StatusJob } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 

@@ -1,6 +1,6 @@
 /**
  * The watchdog round (issue 13): a `watch` job from the site queue's job scheduler reads every
- * machine of the site in parallel (at most `maxConcurrentReads` at once; src/playbooks/watch-read.ts,
+ * machine of the site in parallel (at most `maxConcurrentReads` at once; src/readings/watch-read.ts,
  * each bounded by the command timeout),
  * and as soon as one machine's reading is in, judges it (src/watchdog/judge.ts) against its stored
  * state and active snoozes and commits state, alert incidents and events in one atomic step
@@ -14,7 +14,7 @@
 import type { Inventory } from '../src/config/inventory.ts';
 import { listMachines, type Machine, routeFor } from '../src/config/machines.ts';
 import type { Logger } from '../src/logger.ts';
-import { readForWatch, type WatchReadResult } from '../src/playbooks/watch-read.ts';
+import { readForWatch, type WatchReadResult } from '../src/readings/watch-read.ts';
 import type { WatchJob } from '../src/queue/jobs.ts';
 import type { Executor } from '../src/ssh/types.ts';
 import type { SnoozeStore } from '../src/watch-store/snooze-store.ts';

@@ -12,7 +12,7 @@ import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseMachineRead } from '../../src/playbooks/machine-read.ts';
+import { parseMachineRead } from '../../src/agent-grammar/templates/machine-read.ts';
 import { freePort } from '../../test/harness/sshd.ts';
 import {
   type AgentHost,

@@ -1,6 +1,6 @@
 import type { Envelope } from '../auth/envelope.ts';
 import { CodedError, ErrorCode } from '../errors.ts';
-import type { CommandSpec } from '../ssh/types.ts';
+import type { CommandSpec } from './command-spec.ts';
 import { DESTRUCTIVE_VERBS, NO_APPROVAL } from './arg-types.ts';
 
 /**

@@ -1,6 +1,6 @@
-import { probeSpecs, lxcInitPid, pidNamespaceOf, type ProbeName } from '../doctor/probes.ts';
-import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../playbooks/commands.ts';
-import { signalCommand, type SignalName, type SignalSide } from '../playbooks/signal/template.ts';
+import { probeSpecs, lxcInitPid, pidNamespaceOf, type ProbeName } from './templates/doctor-probes.ts';
+import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from './templates/snapshot-commands.ts';
+import { signalCommand, type SignalName, type SignalSide } from './templates/signal.ts';
 import {
   containerConfig,
   containerInitPid,
@@ -11,9 +11,9 @@ import {
   persistenceMode,
   readProcs,
   setPersistence,
-} from '../playbooks/unstick-commands.ts';
-import { kernelLogRead, queryRecoveryAction, stuckProcesses } from '../playbooks/watch-commands.ts';
-import type { CommandSpec } from '../ssh/types.ts';
+} from './templates/unstick-commands.ts';
+import { kernelLogRead, queryRecoveryAction, stuckProcesses } from './templates/watch-commands.ts';
+import type { CommandSpec } from './command-spec.ts';
 import type { ArgType } from './arg-types.ts';
 
 /**
@@ -103,12 +103,12 @@ function buildSignal(a: readonly string[]): CommandSpec {
 }
 
 export const VERBS: Record<string, VerbDef> = {
-  // ---- a snapshot (src/playbooks/snapshot.ts), on hosts and in containers
+  // ---- a snapshot (src/readings/snapshot.ts), on hosts and in containers
   gpus: noArgs(() => queryGpus(T), ANY),
   apps: noArgs(() => queryComputeApps(T), ANY),
   ram: noArgs(() => hostMemory(T), ANY),
   holders: noArgs(() => fuserDevices(T), ANY),
-  // ---- unstick's reads (src/playbooks/unstick-commands.ts)
+  // ---- unstick's reads (src/agent-grammar/templates/unstick-commands.ts)
   procs: {
     args: [],
     variadic: 'pid',
@@ -125,7 +125,7 @@ export const VERBS: Record<string, VerbDef> = {
   'pm-read': onUuid(persistenceMode),
   'gpu-report': noArgs(() => hostGpuReport(T), HOST),
   'pct-config': onVmid((v) => containerConfig(v, T)),
-  // ---- the watchdog's reads (src/playbooks/watch-commands.ts)
+  // ---- the watchdog's reads (src/agent-grammar/templates/watch-commands.ts)
   'kernel-log': {
     args: ['int'],
     variadic: null,
@@ -135,7 +135,7 @@ export const VERBS: Record<string, VerbDef> = {
   },
   stuck: noArgs(() => stuckProcesses(T), HOST),
   recovery: noArgs(() => queryRecoveryAction(T), HOST),
-  // ---- the doctor's probes (src/doctor/probes.ts)
+  // ---- the doctor's probes (src/agent-grammar/templates/doctor-probes.ts)
   'probe-uname': probe('uname', 'host', ANY),
   'probe-nvidia': probe('nvidia', 'host', ANY),
   'probe-perl': probe('perl', 'host', ANY),

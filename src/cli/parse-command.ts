@@ -1,5 +1,5 @@
 import { readFile, stat } from 'node:fs/promises';
-import { formatSnapshotText } from '../gpu/format/format-snapshot-text.ts';
+import { formatSnapshotText } from './snapshot-text.ts';
 import { MAX_INPUT_CHARS, parseNvidiaOutput } from '../gpu/parse/index.ts';
 
 export interface ParseCommandIo {

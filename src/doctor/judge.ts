@@ -1,7 +1,7 @@
 import { AGENT_VERSION } from '../agent-grammar/arg-types.ts';
 import type { ErrorCode } from '../errors.ts';
 import { detectNvidiaError } from '../gpu/parse/detect-nvidia-error.ts';
-import { AGENT_PROBES, type ProbeName } from './probes.ts';
+import { AGENT_PROBES, type ProbeName } from '../agent-grammar/templates/doctor-probes.ts';
 
 /**
  * The doctor's judgement: a pure function of what the fixed probes printed. Every problem names
@@ -21,7 +21,7 @@ export interface Login {
   where: string;
 }
 
-/** The forced-key probes' results (src/doctor/probes.ts AGENT_PROBES); null: the worker does not speak to agents here. */
+/** The forced-key probes' results (src/agent-grammar/templates/doctor-probes.ts AGENT_PROBES); null: the worker does not speak to agents here. */
 export interface AgentReading {
   version: ProbeRun;
   unknownVerb: ProbeRun;

@@ -2,7 +2,8 @@ import type { Inventory } from '../config/inventory.ts';
 import { findMachine, hostRouteFor, listMachines, routeFor, type Machine } from '../config/machines.ts';
 import { asCodedError } from '../errors.ts';
 import type { SshAccess } from '../ssh/agent-line.ts';
-import type { CommandSpec, Executor, Route } from '../ssh/types.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { Executor, Route } from '../ssh/types.ts';
 import {
   initPidOf,
   type AgentReading,
@@ -12,7 +13,13 @@ import {
   type MachineReading,
   type ProbeRun,
 } from './judge.ts';
-import { AGENT_PROBES, lxcInitPid, pidNamespaceOf, probeSpecs, type ProbeName } from './probes.ts';
+import {
+  AGENT_PROBES,
+  lxcInitPid,
+  pidNamespaceOf,
+  probeSpecs,
+  type ProbeName,
+} from '../agent-grammar/templates/doctor-probes.ts';
 
 /** The doctor's I/O edge: runs the fixed probes through the same executor (pinned keys, timeouts) as the worker. */
 export interface ReadDeps {

@@ -5,8 +5,8 @@ import { errorAdvice } from './error-advice.ts';
 import type { RootCause } from './root-cause.ts';
 import { IDLE_MIB } from './snapshot.ts';
 import type { Gpu, NvidiaError } from './types.ts';
-import { joinRich, richPlain, say, type Part, type Rich } from '../render/rich.ts';
-import { mib, noun } from '../render/units.ts';
+import { joinRich, richPlain, say, type Part, type Rich } from '../text/rich.ts';
+import { mib, noun } from '../text/units.ts';
 
 /**
  * What is wrong with one GPU, in the terms the plan acts on.
@@ -63,7 +63,7 @@ export interface GpuDiagnosis {
   /** One plain-words sentence for the thread: `richPlain(parts)` (logs, CLI). */
   sentence: string;
   /**
-   * The same sentence as data (src/render/rich.ts): cmdlines and ids as code parts, so the thread
+   * The same sentence as data (src/text/rich.ts): cmdlines and ids as code parts, so the thread
    * shows them as code spans that the data cannot close. Absent in diagnoses logged before it.
    */
   parts?: Rich;

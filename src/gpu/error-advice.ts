@@ -1,4 +1,4 @@
-import { say, type Part } from '../render/rich.ts';
+import { say, type Part } from '../text/rich.ts';
 import type { NvidiaErrorKind } from './types.ts';
 
 /** Next step for one error kind: what it means and who can do what (field guide; fixtures in test/fixtures/nvidia-smi/errors). */

@@ -7,7 +7,7 @@ import type { Gpu, GpuProcess, Holder } from './types.ts';
 
 /**
  * One PID's readings as the reading template prints them (see `parseProcReadings` in
- * src/playbooks/unstick-commands.ts). A null field could not be read: the process exited
+ * src/agent-grammar/templates/unstick-commands.ts). A null field could not be read: the process exited
  * between reads, or we may not look.
  */
 export interface ProcReading {

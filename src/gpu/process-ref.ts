@@ -5,7 +5,7 @@
  * A PID alone can be reused between plan and signal, so a process is referred to by its host
  * PID *and* its start time (`/proc/<pid>/stat` field 22, clock ticks after boot): a reused PID
  * has a later start time. Nothing is signalled but a process whose reference still matches at
- * the moment of the signal (src/playbooks/signal/template.ts checks it on the machine).
+ * the moment of the signal (src/agent-grammar/templates/signal.ts checks it on the machine).
  *
  * - `ProcessIdentity`: a process as the worker read it (reference, container PID, PID namespace,
  *   cmdline, uid, state); `ProcessRef` is the part that identifies it.

@@ -9,10 +9,10 @@
  * "8 ranks × 300 GB host cache (`--hicache-size` is per rank) = 2.4 TB requested on a 449 GiB host".
  *
  * Sentences hold only numbers and the table's own flag names, never text from the machine; each
- * cause also comes as `parts` (src/render/rich.ts), its flag names as code, for the renderers.
+ * cause also comes as `parts` (src/text/rich.ts), its flag names as code, for the renderers.
  */
-import type { Rich } from '../render/rich.ts';
-import { countRounded } from '../render/units.ts';
+import type { Rich } from '../text/rich.ts';
+import { countRounded } from '../text/units.ts';
 
 export interface RootCauseInput {
   /**

@@ -1,6 +1,6 @@
 /**
  * Root causes (./root-cause.ts) of what a machine read shows: the GPU holders' command lines and
- * their parents' (the read-procs template of src/playbooks/unstick-commands.ts), judged against the
+ * their parents' (the read-procs template of src/agent-grammar/templates/unstick-commands.ts), judged against the
  * RAM and the GPU count read in the same snapshot. Pure.
  *
  * For the watchdog: `takeSnapshot(…, { commandLines: true })` stores the causes on the snapshot

@@ -1,8 +1,8 @@
 /**
  * What a snapshot's table shows beyond nvidia-smi, from the holders' /proc readings: the root
  * causes their command lines show (the Why lines) and the Processes column's rows. One path for
- * every snapshot a thread shows: `/gpu status` (src/playbooks/snapshot.ts, which reads the
- * holders for it) and an unstick's before and after tables (src/playbooks/unstick-readings.ts,
+ * every snapshot a thread shows: `/gpu status` (src/readings/snapshot.ts, which reads the
+ * holders for it) and an unstick's before and after tables (src/readings/unstick-readings.ts,
  * from the readings it takes anyway). Pure.
  */
 import { containerHolderRows, type HostSide, hostHolderRows } from './gpu-holder-rows.ts';

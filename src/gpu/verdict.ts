@@ -2,8 +2,8 @@ import { accountOf, isStuck, zombieWords, type Diagnosis, type DiagnosisKind, ty
 import { IDLE_MIB } from './snapshot.ts';
 import { errorAdvice } from './error-advice.ts';
 import type { NvidiaError } from './types.ts';
-import { joinRich, richPlain, say, user, type Part, type Rich } from '../render/rich.ts';
-import { count } from '../render/units.ts';
+import { joinRich, richPlain, say, user, type Part, type Rich } from '../text/rich.ts';
+import { count } from '../text/units.ts';
 
 /** What the after-view said about a GPU the target had before. */
 export type AfterState = 'read' | 'in_error' | 'missing';
@@ -59,7 +59,7 @@ export interface Verdict {
   /** What to do next, in plain words (null when there is nothing left to do): `richPlain(advice)`. */
   nextStep: string | null;
   /**
-   * The same advice as data (src/render/rich.ts): gpu-medic's words, its mentions and commands,
+   * The same advice as data (src/text/rich.ts): gpu-medic's words, its mentions and commands,
    * and machine text apart, so the thread renders each once. Absent in verdicts logged before it.
    */
   advice?: Rich | null;

@@ -6,7 +6,7 @@
 import type { AnyLoggedEvent } from './all-events.ts';
 import { gpuTroubleOf } from '../gpu/gpu-trouble.ts';
 import type { IncidentMeta } from './events.ts';
-import { count, seconds } from '../render/units.ts';
+import { count, seconds } from '../text/units.ts';
 import { OUTCOME_WORDS, signalOutcome } from './signal-outcome.ts';
 
 /** `2026-11-30T03:12:45.123Z` → `03:12:45.123` (the header carries the date). */

@@ -83,10 +83,10 @@ export type UnstickEvent =
       escalation?: { approvers: string[]; at: string };
       /**
        * The plan as the worker signed it (src/plan/plan-seal.ts): the bot checks the signature
-       * and draws the card from it alone (src/approval/card-plans.ts). Absent in older logs.
+       * and draws the card from it alone (src/slack/card-plans.ts). Absent in older logs.
        */
       seal?: { body: string; sig: string };
-      /** Set by the bot only (src/approval/card-plans.ts): why the card's plan was not verified; nothing of it is shown. */
+      /** Set by the bot only (src/slack/card-plans.ts): why the card's plan was not verified; nothing of it is shown. */
       unverified?: string;
     }
   | {

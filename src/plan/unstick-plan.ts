@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import { zombieWords, type Diagnosis, type DiagnosedHolder, type GpuDiagnosis } from '../gpu/diagnose.ts';
-import { richPlain } from '../render/rich.ts';
+import { richPlain } from '../text/rich.ts';
 import { processKey, sameProcess, sameProcessAndNamespace, type ProcessIdentity } from '../gpu/process-ref.ts';
-import { shellJoin } from '../ssh/quote.ts';
-import type { CommandSpec } from '../ssh/types.ts';
-import { queryComputeApps } from '../playbooks/commands.ts';
-import { splitForCards } from '../render/batches.ts';
-import { signalCommand, signalTargetOf, type SignalName, type SignalSide } from '../playbooks/signal/template.ts';
+import { shellJoin } from '../text/shell-quote.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import { queryComputeApps } from '../agent-grammar/templates/snapshot-commands.ts';
+import { splitForCards } from '../text/batches.ts';
+import { signalCommand, signalTargetOf, type SignalName, type SignalSide } from '../agent-grammar/templates/signal.ts';
 import {
   GPU_UUID,
   assertSafeArgv,
@@ -16,8 +16,8 @@ import {
   persistenceMode,
   readProcs,
   setPersistence,
-} from '../playbooks/unstick-commands.ts';
-import { count, wholeSeconds } from '../render/units.ts';
+} from '../agent-grammar/templates/unstick-commands.ts';
+import { count, wholeSeconds } from '../text/units.ts';
 import { NO_APPROVAL, type DestructiveIds } from '../agent-grammar/arg-types.ts';
 
 /**
@@ -150,8 +150,8 @@ export interface PlanOptions {
 }
 
 const DEFAULT_GRACE_MS = 10_000;
-export const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
-export const DEFAULT_POLL_INTERVAL_MS = 3_000;
+const DEFAULT_RELEASE_TIMEOUT_MS = 90_000;
+const DEFAULT_POLL_INTERVAL_MS = 3_000;
 const DEFAULT_COMMAND_TIMEOUT_MS = 15_000;
 
 /** The most GPUs one host-level reset step names: the most a Proxmox host carries (8 is common, 16 on the largest boards). */

@@ -11,7 +11,7 @@ import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 import { contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import { code, mention, rich, text as esc } from './escape.ts';
 import type { MessageView } from './status.ts';
-import type { Rich } from './rich.ts';
+import type { Rich } from '../text/rich.ts';
 
 type Ev<T extends UnstickLoggedEvent['type']> = Extract<UnstickLoggedEvent, { type: T }>;
 type KnownBlock = types.KnownBlock;

@@ -28,7 +28,7 @@
  *   or approver, written once from a Slack user ID (`U…`/`W…`). Anything that is not a user ID is
  *   rendered as `code` text instead.
  * - `rich(parts)`: a sentence gpu-medic composed (diagnosis, verdict, advice) as parts (build them
- *   with the `say` tag of src/render/rich.ts): plain strings go through `text`, `{ code }` through
+ *   with the `say` tag of src/text/rich.ts): plain strings go through `text`, `{ code }` through
  *   `code`, `{ user }` through `mention`. A core function that words a sentence around machine text
  *   returns a Rich, never pre-formatted mrkdwn.
  * - Clip before escaping (`clipChars`), never after: a cut would split an entity.
@@ -38,7 +38,7 @@
  * the template, not the template.
  */
 
-import type { Rich } from './rich.ts';
+import type { Rich } from '../text/rich.ts';
 
 const LOOK_ALIKE: Record<string, string> = { '*': '∗', _: 'ˍ', '~': '∼', '`': 'ˋ' };
 
@@ -109,7 +109,7 @@ export function mention(userId: string): string {
   return USER_ID.test(userId) ? `<@${userId}>` : code(userId);
 }
 
-/** A composed sentence (src/render/rich.ts) as mrkdwn: every part escaped by its kind, once. */
+/** A composed sentence (src/text/rich.ts) as mrkdwn: every part escaped by its kind, once. */
 export function rich(parts: Rich): string {
   return parts.map((p) => (typeof p === 'string' ? text(p) : 'code' in p ? code(p.code) : mention(p.user))).join('');
 }

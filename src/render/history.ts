@@ -8,8 +8,8 @@
 import type { IncidentSummary, StepSummary } from '../incident/incident-summary.ts';
 import { OUTCOME_WORDS } from '../incident/signal-outcome.ts';
 import { clipChars, code, codeLine, mention, rich, text } from './escape.ts';
-import { joinRich, user, type Part, type Rich } from './rich.ts';
-import { count, plural } from './units.ts';
+import { joinRich, user, type Part, type Rich } from '../text/rich.ts';
+import { count, plural } from '../text/units.ts';
 
 /** How far the scan of incidents from before the per-machine index went (src/incident/history.ts). */
 export interface HistoryScan {

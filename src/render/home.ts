@@ -3,7 +3,7 @@ import type { Alert } from '../watchdog/judge.ts';
 import type { MachineGlance } from '../watchdog/watch-glance.ts';
 import { sectionsOf } from './blocks.ts';
 import { code, mention, text } from './escape.ts';
-import { countRounded, plural } from './units.ts';
+import { countRounded, plural } from '../text/units.ts';
 
 /**
  * The App Home tab (issue 13): the fleet at a glance, the open alerts and the unstick incidents in

@@ -13,7 +13,7 @@ import { endOf, summarizeIncident, type IncidentSummary } from '../incident/inci
 import { describeEvent } from '../incident/timeline.ts';
 import { stepsWords } from './history.ts';
 import { mdCellCode, mdCode, mdFence, mdRich, mdText } from './markdown-escape.ts';
-import { count, duration } from './units.ts';
+import { count, duration } from '../text/units.ts';
 import { sentenceParts } from './rich-text.ts';
 import { ALERT_TITLES } from './alert.ts';
 import type { AlertKind } from '../watchdog/judge.ts';

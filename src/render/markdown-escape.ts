@@ -16,11 +16,11 @@
  * - `mdFence(s, info)`: a fenced code block holding `s` literally (its lines kept): the fence is
  *   longer than any backtick run in the data, so no line of it can close the block; controls other
  *   than newline and tab become visible, a CR included (it would end a line).
- * - `mdRich(parts)`: a sentence gpu-medic composed (src/render/rich.ts): words via `mdText`, code via
+ * - `mdRich(parts)`: a sentence gpu-medic composed (src/text/rich.ts): words via `mdText`, code via
  *   `mdCode`, a user as the code span of their Slack ID (Markdown has no mentions), or as the
  *   caller writes people (the post-mortem's `@name`, src/render/incident-markdown.ts).
  */
-import type { Rich } from './rich.ts';
+import type { Rich } from '../text/rich.ts';
 
 function visible(s: string, keepNewlines: boolean): string {
   return s.replace(

@@ -4,12 +4,12 @@
  * look-alike characters), and a mention is its own `user` element, never letters in a text
  * (docs.slack.dev/reference/block-kit/blocks/rich-text-block). Machine text only goes through
  * escape.ts `richData` (controls made visible, so it stays on its line). Pure; takes composed
- * sentences as Rich (src/render/rich.ts).
+ * sentences as Rich (src/text/rich.ts).
  */
 import type { types } from '@slack/bolt';
 import { richData } from './escape.ts';
 import { packLines } from './blocks.ts';
-import type { Part, Rich } from './rich.ts';
+import type { Part, Rich } from '../text/rich.ts';
 
 type KnownBlock = types.KnownBlock;
 

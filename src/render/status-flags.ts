@@ -10,7 +10,7 @@ import { flagsOf, processesOn, type Flag, type MachineSnapshot } from '../gpu/sn
 import type { Gpu } from '../gpu/types.ts';
 import { code, text as esc } from './escape.ts';
 import { leakedMemoryNext } from './leaked-memory.ts';
-import { count } from './units.ts';
+import { count } from '../text/units.ts';
 
 /** Each GPU's holders as the Processes cell lists them: `PID [(host PID n)] command [MiB]`. */
 export function holderItems(s: MachineSnapshot, g: Gpu): string[] {

@@ -8,7 +8,7 @@ import { explainMachineError } from './explain.ts';
 import { code, codeLine, mention, text as esc, rich } from './escape.ts';
 import { actionLines, detailLines, type ErrorFlag, holderItems, PROCESSES_HEADER } from './status-flags.ts';
 import { BLOCKS_PER_MESSAGE, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
-import { count } from './units.ts';
+import { count } from '../text/units.ts';
 
 type KnownBlock = types.KnownBlock;
 

@@ -3,20 +3,20 @@ import type { types } from '@slack/bolt';
 import type { DecideRefusalCode } from '../approval/approval-policy.ts';
 import type { Diagnosis } from '../gpu/diagnose.ts';
 import { isGreen, type Verdict } from '../gpu/verdict.ts';
-import { SIGNAL_SCRIPT } from '../playbooks/signal/template.ts';
-import { READ_PROCS_SCRIPT } from '../playbooks/unstick-commands.ts';
+import { SIGNAL_SCRIPT } from '../agent-grammar/templates/signal.ts';
+import { READ_PROCS_SCRIPT } from '../agent-grammar/templates/unstick-commands.ts';
 import type { Step } from '../plan/unstick-plan.ts';
-import { shellQuote } from '../ssh/quote.ts';
+import { shellQuote } from '../text/shell-quote.ts';
 import { buildTableBlock, monospaceTable } from './table-block.ts';
 import type { IncidentMeta } from '../incident/events.ts';
 import { snapshotViews, type MessageView } from './status.ts';
 import { neverSignalled, OUTCOME_WORDS, signalOutcome } from '../incident/signal-outcome.ts';
 import { clipChars, code, codeLine, mention, rich, text as esc } from './escape.ts';
-export { splitForCards } from './batches.ts';
+export { splitForCards } from '../text/batches.ts';
 import { BLOCKS_PER_MESSAGE, FALLBACK_TEXT_MAX, contextsOf, fallbackText, limitBlocks, sectionsOf } from './blocks.ts';
 import type { UnstickLoggedEvent } from '../incident/unstick-events.ts';
 import { cardTimeLeft, escalationMessage, expiryMessage, reminderMessage } from './approval-nudges.ts';
-import { count, mib, seconds } from './units.ts';
+import { count, mib, seconds } from '../text/units.ts';
 import {
   inlineOf,
   richLinesBlock,

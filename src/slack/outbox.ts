@@ -5,7 +5,7 @@ import type { IncidentLog } from '../incident/log.ts';
 import type { MessageView } from '../render/status.ts';
 import { renderThread } from '../render/thread.ts';
 import type { KeyObject } from 'node:crypto';
-import { cardsFromSignedPlans } from '../approval/card-plans.ts';
+import { cardsFromSignedPlans } from './card-plans.ts';
 import type { RenderContext } from '../render/alert.ts';
 import type { Logger } from '../logger.ts';
 
@@ -95,7 +95,7 @@ export interface OutboxOptions {
   concurrency?: number;
   /**
    * Issue 19: the workers' public keys; every approval card is drawn from its worker-signed plan
-   * only, and a card whose plan does not verify is not drawn (src/approval/card-plans.ts).
+   * only, and a card whose plan does not verify is not drawn (src/slack/card-plans.ts).
    */
   plans?: { workerPublicKeys: KeyObject[]; commandTimeoutMs: number };
   /** What the renderers may know of the inventory (an alert on a host offers Unstick for its containers). Default: nothing. */

@@ -1,7 +1,8 @@
 import { AGENT_PROTOCOL, AGENT_VERSION } from '../agent-grammar/arg-types.ts';
 import { CodedError, ErrorCode } from '../errors.ts';
 import type { RemoteCommand } from './remote-command.ts';
-import type { CommandSpec, ExecResult, Route } from './types.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult, Route } from './types.ts';
 
 /**
  * The line the worker sends in `agent` access mode (issue 21, AGENT-PROTOCOL.md): the host's

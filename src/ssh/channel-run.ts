@@ -2,7 +2,8 @@ import type { ClientChannel } from 'ssh2';
 import { CodedError, ErrorCode } from '../errors.ts';
 import { type Connection, type ConnectionPool, isOpenFailure, SessionRefused } from './connection-pool.ts';
 import { lostError, where } from './ssh-errors.ts';
-import type { CommandSpec, ExecResult, SshLogger } from './types.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult, SshLogger } from './types.ts';
 
 /**
  * One command on one SSH channel of a pooled connection: from the exec request to its result,

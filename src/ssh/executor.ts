@@ -5,7 +5,8 @@ import { unpinnedError, usablePins } from './host-key.ts';
 import { AGENT_VERSION_LINE, agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
 import { buildRemoteCommand } from './remote-command.ts';
 import { lostError, where } from './ssh-errors.ts';
-import type { CommandSpec, ExecResult, Executor, Route, SshEndpoint, SshLogger } from './types.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult, Executor, Route, SshEndpoint, SshLogger } from './types.ts';
 
 export type { SshLogger } from './types.ts';
 

@@ -1,6 +1,7 @@
 import { CodedError, ErrorCode } from '../errors.ts';
-import { shellJoin } from './quote.ts';
-import type { CommandSpec, Route } from './types.ts';
+import { shellJoin } from '../text/shell-quote.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { Route } from './types.ts';
 
 export interface RemoteCommand {
   /** The literal line sent in the SSH `exec` request. */

@@ -1,3 +1,5 @@
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+
 /** One SSH endpoint. The host key is pinned: unknown or changed keys are refused. */
 export interface SshEndpoint {
   /** Inventory id of the machine this endpoint belongs to (for logs and errors). */
@@ -26,28 +28,6 @@ export type Route =
   /** A container with no address of its own: `pct exec <vmid> -- argv` on its Proxmox host. */
   | { kind: 'pct'; host: SshEndpoint; vmid: number };
 
-/**
- * The agent verb a template is (agent/grammar.json, src/agent-grammar/): what the worker sends in
- * `agent` access mode instead of argv. The agent runs the grammar's `run` for it, which is argv.
- */
-export interface AgentCall {
-  verb: string;
-  args: string[];
-}
-
-/** A command from a fixed template: argv words are quoted by the executor, never interpolated. */
-export interface CommandSpec {
-  argv: string[];
-  /** The same command as an agent verb; every template sets it. Agent mode refuses a spec without one. */
-  agent?: AgentCall;
-  /** Written to the command's stdin, then EOF (the envelopes of a destructive verb). None: stdin is closed at once. */
-  stdin?: string;
-  /** Per-command timeout; the remote side is wrapped in `timeout -k` and the client signals too. */
-  timeoutMs: number;
-  /** Output cap per stream; past it the command is ended and `truncated` is set. Default 1 MiB. */
-  maxOutputBytes?: number;
-}
-
 export interface ExecResult {
   /** The literal command line sent to the SSH server (for the incident log). */
   command: string;
@@ -66,7 +46,7 @@ export interface Executor {
   exec(route: Route, spec: CommandSpec): Promise<ExecResult>;
   /**
    * Sends `line` exactly as it is, with an empty stdin, and returns whatever came back (a refusal
-   * included): only the doctor's forced-key probes use it (src/doctor/probes.ts AGENT_PROBES), to
+   * included): only the doctor's forced-key probes use it (src/agent-grammar/templates/doctor-probes.ts AGENT_PROBES), to
    * see what the machine does with a line that is not a template's.
    */
   probeLine?(endpoint: SshEndpoint, line: string, timeoutMs: number): Promise<ExecResult>;

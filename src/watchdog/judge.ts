@@ -28,7 +28,7 @@ import { HOST_RAM_CAUSES, snapshotRootCauses } from '../gpu/snapshot-causes.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { KernelLogCursor } from './kernel-log.ts';
 import { recoveryActionAdvice, type XidEvent, xidWords } from './xid.ts';
-import { countRounded } from '../render/units.ts';
+import { countRounded } from '../text/units.ts';
 
 /** The watchdog's alert kinds: the one list the judge, the round store, the metrics and Alertmanager's map read. */
 export const CONDITION_KINDS = [

@@ -2,9 +2,10 @@
  * What the watchdog reads on a host besides its snapshot (issue 13), parsed, pure: the NVIDIA lines
  * of its kernel log since the last read (`journalctl -k`, or `dmesg` where there is no journal),
  * the state letters of its processes in uninterruptible sleep or zombie, and the GPUs' recovery
- * action. The commands are fixed templates (src/playbooks/watch-commands.ts); their output is
+ * action. The commands are fixed templates (src/agent-grammar/templates/watch-commands.ts); their output is
  * machine text and is only matched here, never passed on to a shell.
  */
+import { FIRST_READ_LOOKBACK_SEC } from '../agent-grammar/templates/watch-commands.ts';
 import { parseXids, type XidEvent } from './xid.ts';
 
 /** Where a host's kernel log was read up to, by the machine's own clocks. */
@@ -24,8 +25,6 @@ export type KernelLogCursor =
       lastSec: number;
     };
 
-/** With no cursor yet (the first read of a host), lines of the last this many seconds count as new. */
-export const FIRST_READ_LOOKBACK_SEC = 600;
 /** The next journal read starts this long before the last read's clock (journald may log a line late). */
 const JOURNAL_OVERLAP_SEC = 10;
 

@@ -12,7 +12,7 @@ import {
   type HostReading,
   type ProbeRun,
 } from '../../src/doctor/judge.ts';
-import { AGENT_PROBES } from '../../src/doctor/probes.ts';
+import { AGENT_PROBES } from '../../src/agent-grammar/templates/doctor-probes.ts';
 import { VERBS } from '../../src/agent-grammar/verbs.ts';
 import { agentLines, reportText } from '../../src/doctor/report-table.ts';
 

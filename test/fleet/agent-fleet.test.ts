@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fuserDevices, queryGpus } from '../../src/playbooks/commands.ts';
+import { fuserDevices, queryGpus } from '../../src/agent-grammar/templates/snapshot-commands.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { SshEndpoint } from '../../src/ssh/types.ts';
 import { startFleet } from '../harness/fleet/index.ts';

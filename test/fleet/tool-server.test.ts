@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { shellQuote } from '../../src/ssh/quote.ts';
+import { shellQuote } from '../../src/text/shell-quote.ts';
 import { buildFleetTools } from '../harness/fleet/build-tools.ts';
 import { type Fleet, startFleet } from '../harness/fleet/index.ts';
 import { onMachine, type SshResult } from './ssh-run.ts';

@@ -7,7 +7,7 @@ import {
   formatQueryGpuCsv,
   formatTable,
   InvalidQueryFieldError,
-} from '../../src/gpu/format/index.ts';
+} from '../harness/nvidia-smi-format/index.ts';
 import type { Gpu, GpuProcess, ParsedOutput } from '../../src/gpu/types.ts';
 import { readFixture } from './fixture-files.ts';
 

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { formatTable } from '../../src/gpu/format/index.ts';
+import { formatTable } from '../harness/nvidia-smi-format/index.ts';
 import {
   normaliseBusId,
   parseComputeAppsCsv,

@@ -6,7 +6,7 @@ import {
   sameProcess,
   sameProcessAndNamespace,
 } from '../../src/gpu/process-ref.ts';
-import { signalTargetOf } from '../../src/playbooks/signal/template.ts';
+import { signalTargetOf } from '../../src/agent-grammar/templates/signal.ts';
 
 const p: ProcessIdentity = {
   hostPid: 41234,

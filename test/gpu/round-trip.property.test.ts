@@ -8,7 +8,7 @@ import {
   formatXml,
   tableGpuName,
   tableProcessName,
-} from '../../src/gpu/format/index.ts';
+} from '../harness/nvidia-smi-format/index.ts';
 import { parseComputeAppsCsv, parseFreeBytes, parseNvidiaOutput, parseQueryGpuCsv } from '../../src/gpu/parse/index.ts';
 import type { ParsedOutput } from '../../src/gpu/types.ts';
 import { gpusArb, processesArb, snapshotArb } from './snapshot-arbitraries.ts';

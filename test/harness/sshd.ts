@@ -11,7 +11,7 @@ import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { publicKeyLineFingerprint } from '../../src/ssh/host-key.ts';
-import { shellQuote } from '../../src/ssh/quote.ts';
+import { shellQuote } from '../../src/text/shell-quote.ts';
 
 const execFileP = promisify(execFile);
 

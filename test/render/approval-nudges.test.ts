@@ -10,7 +10,7 @@ import type { IncidentMeta } from '../../src/incident/events.ts';
 import type { UnstickLoggedEvent } from '../../src/incident/unstick-events.ts';
 import { verdictContextOf } from '../../src/incident/verdict-context.ts';
 import { EXPIRED_NOTE, minutesLeft } from '../../src/render/approval-nudges.ts';
-import { joinRich } from '../../src/render/rich.ts';
+import { joinRich } from '../../src/text/rich.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { planUnstick, stepHash } from '../../src/plan/unstick-plan.ts';
 import { s3HostKill } from '../unstick/scenarios.ts';

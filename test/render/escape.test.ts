@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { cell, clipChars, code, codeLine, mention, rich, text } from '../../src/render/escape.ts';
-import { joinRich, richPlain, say, user } from '../../src/render/rich.ts';
+import { joinRich, richPlain, say, user } from '../../src/text/rich.ts';
 
 describe('the one escape for machine and user text', () => {
   it('text: Slack entities, look-alikes for * _ ~ and backtick, newlines and controls made visible', () => {

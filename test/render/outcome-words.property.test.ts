@@ -20,7 +20,7 @@ import { summarizeIncident } from '../../src/incident/incident-summary.ts';
 import { OUTCOME_WORDS, signalOutcome } from '../../src/incident/signal-outcome.ts';
 import type { UnstickEvent } from '../../src/incident/unstick-events.ts';
 import { stepsWords } from '../../src/render/history.ts';
-import { richPlain } from '../../src/render/rich.ts';
+import { richPlain } from '../../src/text/rich.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { renderIncidentMarkdown } from '../../src/render/incident-markdown.ts';
 import { mdRich, mdText } from '../../src/render/markdown-escape.ts';

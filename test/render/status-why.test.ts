@@ -8,10 +8,11 @@ import { describe, expect, it } from 'vitest';
 import type { Machine } from '../../src/config/machines.ts';
 import { rootCauses } from '../../src/gpu/root-cause.ts';
 import { GIB, type MachineSnapshot } from '../../src/gpu/snapshot.ts';
-import { takeSnapshot } from '../../src/playbooks/snapshot.ts';
-import { READ_PROCS_SCRIPT } from '../../src/playbooks/unstick-commands.ts';
+import { takeSnapshot } from '../../src/readings/snapshot.ts';
+import { READ_PROCS_SCRIPT } from '../../src/agent-grammar/templates/unstick-commands.ts';
 import { snapshotViews, whyLines } from '../../src/render/status.ts';
-import type { CommandSpec, ExecResult, Route } from '../../src/ssh/types.ts';
+import type { CommandSpec } from '../../src/agent-grammar/command-spec.ts';
+import type { ExecResult, Route } from '../../src/ssh/types.ts';
 import { gpus, uuid } from '../unstick/seed-fleet.ts';
 
 const SEED = 'python3 -m sglang.launch_server --tp-size 8 --enable-hierarchical-cache --hicache-size 300';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { count, countRounded, duration, mib, noun, plural, seconds, wholeSeconds } from '../../src/render/units.ts';
+import { count, countRounded, duration, mib, noun, plural, seconds, wholeSeconds } from '../../src/text/units.ts';
 
 describe('units', () => {
   it('writes counts in en-US grouping and an unknown count as ?', () => {

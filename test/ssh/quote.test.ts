@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { isCodedError } from '../../src/errors.ts';
 import { buildRemoteCommand } from '../../src/ssh/remote-command.ts';
-import { shellJoin, shellQuote } from '../../src/ssh/quote.ts';
+import { shellJoin, shellQuote } from '../../src/text/shell-quote.ts';
 import type { SshEndpoint } from '../../src/ssh/types.ts';
 
 /** What a real POSIX shell makes of the line: each argv word, NUL-separated (needs at least one word). */

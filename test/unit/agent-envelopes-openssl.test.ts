@@ -13,7 +13,7 @@ import { withEnvelopes } from '../../src/agent-grammar/envelopes.ts';
 import { newKeyPair } from '../../src/auth/keys.ts';
 import { botSigner } from '../../src/auth/signed-jobs.ts';
 import { sealStep } from '../../src/plan/plan-seal.ts';
-import { signalCommand } from '../../src/playbooks/signal/template.ts';
+import { signalCommand } from '../../src/agent-grammar/templates/signal.ts';
 import { stepCommands, type Step } from '../../src/plan/unstick-plan.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpu-medic-envelopes-'));

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { AGENT_VERSION } from '../../src/agent-grammar/arg-types.ts';
 import { ErrorCode } from '../../src/errors.ts';
-import { queryComputeApps, queryGpus } from '../../src/playbooks/commands.ts';
-import { machineRead, parseMachineRead } from '../../src/playbooks/machine-read.ts';
-import { gpuReset, readProcs } from '../../src/playbooks/unstick-commands.ts';
+import { queryComputeApps, queryGpus } from '../../src/agent-grammar/templates/snapshot-commands.ts';
+import { machineRead, parseMachineRead } from '../../src/agent-grammar/templates/machine-read.ts';
+import { gpuReset, readProcs } from '../../src/agent-grammar/templates/unstick-commands.ts';
 import { agentRefusal, buildAgentCommand } from '../../src/ssh/agent-line.ts';
 import type { Route, SshEndpoint } from '../../src/ssh/types.ts';
 

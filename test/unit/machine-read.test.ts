@@ -1,13 +1,13 @@
 /**
- * The one-session read script (src/playbooks/machine-read.ts), run by a real local `sh`: each part's
+ * The one-session read script (src/agent-grammar/templates/machine-read.ts), run by a real local `sh`: each part's
  * answer comes back exactly (bytes, no trailing-newline loss, exit code, stderr), a part's output
  * cannot forge another part's answer, a hung part is reported as timed out on its own, and anything
  * malformed is refused whole.
  */
 import { execFile } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { machineRead, PART_CAP_BYTES, parseMachineRead } from '../../src/playbooks/machine-read.ts';
-import type { CommandSpec } from '../../src/ssh/types.ts';
+import { machineRead, PART_CAP_BYTES, parseMachineRead } from '../../src/agent-grammar/templates/machine-read.ts';
+import type { CommandSpec } from '../../src/agent-grammar/command-spec.ts';
 
 function runLocally(spec: CommandSpec): Promise<{ code: number | null; stdout: string }> {
   return new Promise((resolve) => {

@@ -11,12 +11,12 @@ import { hostRouteFor, routeFor } from '../../src/config/machines.ts';
 import { recheckTarget } from '../../src/gpu/holders.ts';
 import { findMachine } from '../../src/config/machines.ts';
 import { planUnstick } from '../../src/plan/unstick-plan.ts';
-import { diagnoseReadings, readProcsOn, readTarget } from '../../src/playbooks/unstick-readings.ts';
+import { diagnoseReadings, readProcsOn, readTarget } from '../../src/readings/unstick-readings.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
-import { isSignalCommand } from '../../src/playbooks/signal/template.ts';
+import { isSignalCommand } from '../../src/agent-grammar/templates/signal.ts';
 import {
   APPROVER,
   REQUESTER,

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findMachine, hostRouteFor, routeFor } from '../../src/config/machines.ts';
 import type { Inventory } from '../../src/config/inventory.ts';
 import { buildHolders, type HostReadings } from '../../src/gpu/holders.ts';
-import { diagnoseReadings, readHost, readTarget } from '../../src/playbooks/unstick-readings.ts';
+import { diagnoseReadings, readHost, readTarget } from '../../src/readings/unstick-readings.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { startFleet } from '../harness/fleet/index.ts';

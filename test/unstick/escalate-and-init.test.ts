@@ -7,7 +7,7 @@
  *   refuses, says why and what to do, and signals nothing.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isSignalCommand } from '../../src/playbooks/signal/template.ts';
+import { isSignalCommand } from '../../src/agent-grammar/templates/signal.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runUnstickJob } from '../../workers/unstick.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';

@@ -12,7 +12,7 @@ import { stepHash, type Step } from '../../src/plan/unstick-plan.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { findMachine, hostRouteFor, routeFor } from '../../src/config/machines.ts';
-import { diagnoseReadings, readTarget } from '../../src/playbooks/unstick-readings.ts';
+import { diagnoseReadings, readTarget } from '../../src/readings/unstick-readings.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';
 import type { FleetProcess } from '../harness/fleet/types.ts';
 import { APPROVER, REQUESTER, fleetuserInventory, ofType, procStart, startRig, type Rig } from './rig.ts';

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { matchContainerGpus, type GpuPassing } from '../../src/gpu/gpu-map.ts';
 import type { Gpu } from '../../src/gpu/types.ts';
-import { parsePctConfigGpuMinors, parseXmlGpuMinors } from '../../src/playbooks/unstick-commands.ts';
+import { parsePctConfigGpuMinors, parseXmlGpuMinors } from '../../src/agent-grammar/templates/unstick-commands.ts';
 
 const A5000 = readFileSync(new URL('../fixtures/nvidia-smi/xml/2x-rtx-a5000_v13.xml', import.meta.url), 'utf8');
 

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CodedError, ErrorCode } from '../../src/errors.ts';
-import { isSignalCommand } from '../../src/playbooks/signal/template.ts';
+import { isSignalCommand } from '../../src/agent-grammar/templates/signal.ts';
 import { renderThread } from '../../src/render/thread.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';

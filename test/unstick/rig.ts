@@ -20,7 +20,7 @@ import { findMachine, requestWhere } from '../../src/config/machines.ts';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
 import { IncidentLog } from '../../src/incident/log.ts';
 import { TargetLock } from '../../src/incident/target-lock.ts';
-import { StepGuard } from '../../src/playbooks/step-guard.ts';
+import { StepGuard } from '../../src/step-guard/step-guard.ts';
 import type { Dispatcher } from '../../src/queue/dispatcher.ts';
 import type { JobData } from '../../src/queue/jobs.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';

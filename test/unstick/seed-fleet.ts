@@ -6,7 +6,7 @@
  */
 import type { ContainerReadings, HostReadings, ProcReading } from '../../src/gpu/holders.ts';
 import type { Gpu, GpuProcess, Holder } from '../../src/gpu/types.ts';
-import { parseProcReadings } from '../../src/playbooks/unstick-commands.ts';
+import { parseProcReadings } from '../../src/agent-grammar/templates/unstick-commands.ts';
 
 export const CT129_NS = 'pid:[4026532845]';
 export const CT131_NS = 'pid:[4026533001]';

@@ -1,5 +1,5 @@
 /**
- * The check-and-signal template (src/playbooks/signal/template.ts): argv is constants and
+ * The check-and-signal template (src/agent-grammar/templates/signal.ts): argv is constants and
  * integers only, and the script itself, run here on real processes, signals only a PID whose
  * start time, namespace and open GPU device still match.
  */
@@ -15,8 +15,8 @@ import {
   SIGNAL_SCRIPT,
   SIGNAL_WORDS,
   type SignalTarget,
-} from '../../src/playbooks/signal/template.ts';
-import { CONSTANT_WORDS, assertSafeArgv } from '../../src/playbooks/unstick-commands.ts';
+} from '../../src/agent-grammar/templates/signal.ts';
+import { CONSTANT_WORDS, assertSafeArgv } from '../../src/agent-grammar/templates/unstick-commands.ts';
 
 const t = { timeoutMs: 15_000, incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' };
 const NS = 'pid:[4026531836]';

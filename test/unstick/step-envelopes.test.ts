@@ -7,8 +7,9 @@ import { describe, expect, it } from 'vitest';
 import type { UnstickEvent } from '../../src/incident/unstick-events.ts';
 import type { StepEnvelopes } from '../../src/agent-grammar/envelopes.ts';
 import { stepCommands, type Step } from '../../src/plan/unstick-plan.ts';
-import { runStep, type StepContext, type StepRunnerDeps } from '../../src/playbooks/unstick-runner.ts';
-import type { CommandSpec, ExecResult, Route, SshEndpoint } from '../../src/ssh/types.ts';
+import { runStep, type StepContext, type StepRunnerDeps } from '../../src/unstick-runner/unstick-runner.ts';
+import type { CommandSpec } from '../../src/agent-grammar/command-spec.ts';
+import type { ExecResult, Route, SshEndpoint } from '../../src/ssh/types.ts';
 
 const U = 'GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0';
 const gpu = { index: 0, hostIndex: 2, uuid: U, usedMiB: 96_413 };

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { StepGuard } from '../../src/playbooks/step-guard.ts';
+import { StepGuard } from '../../src/step-guard/step-guard.ts';
 import { newRedis, randomPrefix, removePrefix } from '../harness/redis-prefix.ts';
 
 const INC = 'inc_20261130_092000_k3x9q2';

@@ -6,7 +6,7 @@
  * step itself, and no process is signalled twice. Real fleet, SSH and Redis (rig.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { StepGuard } from '../../src/playbooks/step-guard.ts';
+import { StepGuard } from '../../src/step-guard/step-guard.ts';
 import { createSshExecutor } from '../../src/ssh/executor.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';

@@ -6,9 +6,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { longestAttemptMs } from '../../src/plan/unstick-plan.ts';
-import { StepGuard } from '../../src/playbooks/step-guard.ts';
-import { diagnoseReadings, readTarget } from '../../src/playbooks/unstick-readings.ts';
-import { persistenceMode } from '../../src/playbooks/unstick-commands.ts';
+import { StepGuard } from '../../src/step-guard/step-guard.ts';
+import { diagnoseReadings, readTarget } from '../../src/readings/unstick-readings.ts';
+import { persistenceMode } from '../../src/agent-grammar/templates/unstick-commands.ts';
 import { findMachine, hostRouteFor, routeFor } from '../../src/config/machines.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 import { runDecisionJob, runUnstickJob } from '../../workers/unstick.ts';

@@ -3,7 +3,7 @@ import { readFileSync, readlinkSync } from 'node:fs';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseProcStat } from '../../src/gpu/parse/index.ts';
-import { shellJoin } from '../../src/ssh/quote.ts';
+import { shellJoin } from '../../src/text/shell-quote.ts';
 import {
   CONSTANT_WORDS,
   READ_PROCS_SCRIPT,
@@ -19,7 +19,7 @@ import {
   persistenceMode,
   readProcs,
   setPersistence,
-} from '../../src/playbooks/unstick-commands.ts';
+} from '../../src/agent-grammar/templates/unstick-commands.ts';
 import { TP0, readProcsOutput } from './seed-fleet.ts';
 
 const t = { timeoutMs: 15_000, incidentId: 'inc_20261130_092000_k3x9q2', approvalId: 'none' };

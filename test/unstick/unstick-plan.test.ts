@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { buildHolders } from '../../src/gpu/holders.ts';
 import { diagnose } from '../../src/gpu/diagnose.ts';
 import type { FakeProc } from './seed-fleet.ts';
-import { CONSTANT_WORDS, GPU_UUID } from '../../src/playbooks/unstick-commands.ts';
+import { CONSTANT_WORDS, GPU_UUID } from '../../src/agent-grammar/templates/unstick-commands.ts';
 import { planUnstick, stepHash, stepId } from '../../src/plan/unstick-plan.ts';
 import { CT129_NS, CT131_NS, HOST_NS, app, gpus, readings } from './seed-fleet.ts';
 import { s2, s3, s3HostKill, s5 } from './scenarios.ts';

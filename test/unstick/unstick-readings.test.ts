@@ -1,11 +1,11 @@
 /**
  * Why the container's PID namespace could not be read, in plain words (issue 11 #7): each
  * failing read of `lxc-info` and of the init's /proc names itself. Readings are real outputs of
- * the read-procs template (src/playbooks/unstick-commands.ts) as a host prints them.
+ * the read-procs template (src/agent-grammar/templates/unstick-commands.ts) as a host prints them.
  */
 import { describe, expect, it } from 'vitest';
-import { parseProcReadings } from '../../src/playbooks/unstick-commands.ts';
-import { initReadingProblem, lxcInfoProblem } from '../../src/playbooks/unstick-readings.ts';
+import { parseProcReadings } from '../../src/agent-grammar/templates/unstick-commands.ts';
+import { initReadingProblem, lxcInfoProblem } from '../../src/readings/unstick-readings.ts';
 import type { ExecResult } from '../../src/ssh/types.ts';
 
 const hex = (s: string): string => Buffer.from(s, 'latin1').toString('hex');

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { ProcReading } from '../../src/gpu/holders.ts';
 import type { MachineSnapshot } from '../../src/gpu/snapshot.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
-import { diagnoseReadings, type TargetReadings } from '../../src/playbooks/unstick-readings.ts';
+import { diagnoseReadings, type TargetReadings } from '../../src/readings/unstick-readings.ts';
 import { renderUnstick } from '../../src/render/unstick.ts';
 import { CT131_JOB, TP0, TP2, gpus, seedS2 } from './seed-fleet.ts';
 

@@ -4,7 +4,11 @@
  * refusal); and the templates themselves: fixed words, one integer, nothing else.
  */
 import { describe, expect, it } from 'vitest';
-import { kernelLogRead, queryRecoveryAction, stuckProcesses } from '../../src/playbooks/watch-commands.ts';
+import {
+  kernelLogRead,
+  queryRecoveryAction,
+  stuckProcesses,
+} from '../../src/agent-grammar/templates/watch-commands.ts';
 import {
   journalSinceSec,
   parseKernelLog,

@@ -4,7 +4,7 @@ import type { Logger } from '../../src/logger.ts';
 import type { ErrorCode } from '../../src/errors.ts';
 import { isGreen, type Verdict } from '../../src/gpu/verdict.ts';
 import { longestAttemptMs, type Step } from '../../src/plan/unstick-plan.ts';
-import type { StepResult } from '../../src/playbooks/unstick-runner.ts';
+import type { StepResult } from '../../src/unstick-runner/unstick-runner.ts';
 import type { UnstickWorkerDeps } from './deps.ts';
 
 /** Step-guard keys used as once-only latches beside the steps themselves. */

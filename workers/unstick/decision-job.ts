@@ -7,7 +7,7 @@ import type { IncidentMeta } from '../../src/incident/events.ts';
 import { openSeal, planDigest, type SealedStep } from '../../src/plan/plan-seal.ts';
 import { type Step, stepCommands } from '../../src/plan/unstick-plan.ts';
 import type { DecisionJob } from '../../src/queue/jobs.ts';
-import { type Rich, say, user } from '../../src/render/rich.ts';
+import { type Rich, say, user } from '../../src/text/rich.ts';
 import { asAttempt, type Ev, loadMeta } from './attempt-fence.ts';
 import type { UnstickWorkerDeps } from './deps.ts';
 import { resolveTarget, type Target } from './target.ts';

@@ -6,7 +6,7 @@ import type { Inventory } from '../../src/config/inventory.ts';
 import type { IncidentLog } from '../../src/incident/log.ts';
 import type { TargetLock } from '../../src/incident/target-lock.ts';
 import type { Logger } from '../../src/logger.ts';
-import type { StepGuard } from '../../src/playbooks/step-guard.ts';
+import type { StepGuard } from '../../src/step-guard/step-guard.ts';
 import type { Dispatcher } from '../../src/queue/dispatcher.ts';
 import type { Executor } from '../../src/ssh/types.ts';
 

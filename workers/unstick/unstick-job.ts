@@ -5,7 +5,7 @@ import { NO_APPROVAL } from '../../src/agent-grammar/arg-types.ts';
 import type { ContainerFailure, Diagnosis } from '../../src/gpu/diagnose.ts';
 import type { IncidentMeta } from '../../src/incident/events.ts';
 import { restrictStep, type Step } from '../../src/plan/unstick-plan.ts';
-import { diagnoseReadings } from '../../src/playbooks/unstick-readings.ts';
+import { diagnoseReadings } from '../../src/readings/unstick-readings.ts';
 import type { UnstickJob } from '../../src/queue/jobs.ts';
 import { asAttempt, type Ev, loadMeta } from './attempt-fence.ts';
 import type { UnstickWorkerDeps } from './deps.ts';

@@ -9,17 +9,17 @@ import type { IncidentMeta } from '../../src/incident/events.ts';
 import { type KnownDecision, verdictContextOf } from '../../src/incident/verdict-context.ts';
 import type { Envelope } from '../../src/auth/envelope.ts';
 import { sealStep } from '../../src/plan/plan-seal.ts';
-import { parsePersistenceMode, persistenceMode } from '../../src/playbooks/unstick-commands.ts';
+import { parsePersistenceMode, persistenceMode } from '../../src/agent-grammar/templates/unstick-commands.ts';
 import { planUnstick, restrictStep, type Step, type StepTarget, stepHash } from '../../src/plan/unstick-plan.ts';
-import { diagnoseReadings, readTarget, type TargetReadings } from '../../src/playbooks/unstick-readings.ts';
+import { diagnoseReadings, readTarget, type TargetReadings } from '../../src/readings/unstick-readings.ts';
 import {
   restorePersistence,
   runStep,
   type StepContext,
   type StepResult,
   type StepRunnerDeps,
-} from '../../src/playbooks/unstick-runner.ts';
-import { joinRich, type Rich } from '../../src/render/rich.ts';
+} from '../../src/unstick-runner/unstick-runner.ts';
+import { joinRich, type Rich } from '../../src/text/rich.ts';
 import { approvalCardFits } from '../../src/render/unstick.ts';
 import { APPROVAL_KEY, AttemptFence, type Ev } from './attempt-fence.ts';
 import type { Target } from './target.ts';

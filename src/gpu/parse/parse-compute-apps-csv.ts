@@ -1,9 +1,22 @@
 import type { GpuProcess, ParsedOutput } from '../types.ts';
-import { COMPUTE_APPS_FIELD_UNITS } from '../format/format-compute-apps-csv.ts';
 import { intValue, readCsv, textValue } from './csv-table.ts';
 import { detectNvidiaError } from './detect-nvidia-error.ts';
 import { emptyOutput } from './empty-output.ts';
 import { abort, guard, type ParseResult } from './parse-failure.ts';
+
+/** `--query-compute-apps` fields (nvidia-smi --help-query-compute-apps) and their header unit. */
+export const COMPUTE_APPS_FIELD_UNITS: ReadonlyMap<string, string> = new Map([
+  ['timestamp', ''],
+  ['gpu_name', ''],
+  ['gpu_bus_id', ''],
+  ['gpu_serial', ''],
+  ['gpu_uuid', ''],
+  ['pid', ''],
+  ['process_name', ''],
+  ['name', ''],
+  ['used_gpu_memory', 'MiB'],
+  ['used_memory', 'MiB'],
+]);
 
 export const COMPUTE_APPS_FIELDS: ReadonlySet<string> = new Set(COMPUTE_APPS_FIELD_UNITS.keys());
 

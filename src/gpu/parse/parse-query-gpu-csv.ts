@@ -1,5 +1,5 @@
 import type { Gpu, ParsedOutput } from '../types.ts';
-import { QUERY_GPU_FIELD_UNITS } from '../format/query-gpu-fields.ts';
+import { QUERY_GPU_FIELD_UNITS } from './query-gpu-fields.ts';
 import { intValue, readCsv, textValue } from './csv-table.ts';
 import { detectNvidiaError } from './detect-nvidia-error.ts';
 import { emptyOutput } from './empty-output.ts';

@@ -1,6 +1,6 @@
 /**
  * The allow-list of command lines gpu-medic may send to a machine, built from the template
- * functions themselves (src/playbooks/commands.ts, unstick-commands.ts) through the same
+ * functions themselves (src/agent-grammar/templates/snapshot-commands.ts, unstick-commands.ts) through the same
  * builders the executor uses: buildAgentCommand for a machine reached through gpu-medic-agent
  * (issue 21: its log holds the agent lines it received, `ct <vmid>` ones too for the containers
  * it reaches with pct), buildRemoteCommand for one that takes shell lines (`root-shell`, e.g. a
@@ -8,8 +8,13 @@
  * Only integers, GPU UUIDs, incident/approval ids and timeouts vary. Anything else in a machine's
  * command log is a breach.
  */
-import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from '../../../src/playbooks/commands.ts';
-import { machineRead } from '../../../src/playbooks/machine-read.ts';
+import {
+  fuserDevices,
+  hostMemory,
+  queryComputeApps,
+  queryGpus,
+} from '../../../src/agent-grammar/templates/snapshot-commands.ts';
+import { machineRead } from '../../../src/agent-grammar/templates/machine-read.ts';
 import {
   containerConfig,
   containerInitPid,
@@ -20,13 +25,14 @@ import {
   persistenceMode,
   readProcs,
   setPersistence,
-} from '../../../src/playbooks/unstick-commands.ts';
-import { signalCommand } from '../../../src/playbooks/signal/template.ts';
+} from '../../../src/agent-grammar/templates/unstick-commands.ts';
+import { signalCommand } from '../../../src/agent-grammar/templates/signal.ts';
 import { ARG_TYPES } from '../../../src/agent-grammar/arg-types.ts';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { AGENT_VERSION_LINE, buildAgentCommand } from '../../../src/ssh/agent-line.ts';
 import { buildRemoteCommand } from '../../../src/ssh/remote-command.ts';
-import type { CommandSpec, Route, SshEndpoint } from '../../../src/ssh/types.ts';
+import type { CommandSpec } from '../../../src/agent-grammar/command-spec.ts';
+import type { Route, SshEndpoint } from '../../../src/ssh/types.ts';
 
 // Sentinels: values no real template produces by accident, replaced by integer patterns below.
 const PID_A = 424242;

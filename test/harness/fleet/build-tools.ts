@@ -51,7 +51,12 @@ async function sourceFiles(): Promise<string[]> {
   };
   await walk(HERE);
   await walk(join(REPO, 'src/gpu'));
-  out.push(join(REPO, 'test/harness/sshd.ts'), join(REPO, 'src/ssh/host-key.ts'), join(REPO, 'src/ssh/quote.ts'));
+  await walk(join(REPO, 'test/harness/nvidia-smi-format'));
+  out.push(
+    join(REPO, 'test/harness/sshd.ts'),
+    join(REPO, 'src/ssh/host-key.ts'),
+    join(REPO, 'src/text/shell-quote.ts'),
+  );
   return out.sort();
 }
 

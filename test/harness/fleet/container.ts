@@ -16,7 +16,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { shellQuote } from '../../../src/ssh/quote.ts';
+import { shellQuote } from '../../../src/text/shell-quote.ts';
 import type { FleetTools } from './build-tools.ts';
 import { spawnReady } from './spawn-ready.ts';
 

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, statSync } from 'node:fs';
 import { chmod, mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { shellQuote } from '../../../src/ssh/quote.ts';
+import { shellQuote } from '../../../src/text/shell-quote.ts';
 import type { FleetTools } from './build-tools.ts';
 import { type GpuState, type HostState, type MachineInfo, writeJsonAtomic } from './state.ts';
 import type { GpuSpec, HostSpec } from './types.ts';

@@ -10,7 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { appendFile, chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { shellQuote } from '../../../src/ssh/quote.ts';
+import { shellQuote } from '../../../src/text/shell-quote.ts';
 import { promisify } from 'node:util';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
 import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';

@@ -2,7 +2,7 @@
  * Fake `free`: host RAM from the host state (a container reads its host's numbers).
  * `-b` prints bytes; no flag prints KiB, as procps does.
  */
-import { formatFreeBytes } from '../../../../src/gpu/format/index.ts';
+import { formatFreeBytes } from '../../nvidia-smi-format/index.ts';
 import { appendToolLog } from '../state.ts';
 import type { MachineContext, ToolResult } from './machine-context.ts';
 

@@ -1,7 +1,7 @@
 /** What a fake tool knows about the machine it runs on (from FLEET_MACHINE_DIR, set by its bin/ wrapper). */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
+import type { CommandOutput } from '../../nvidia-smi-format/index.ts';
 import { type HostState, type MachineInfo, readJson, writeJsonAtomic } from '../state.ts';
 
 /** A fake tool's answer: what it prints and its exit code, or 'hang' (no output, no exit). */

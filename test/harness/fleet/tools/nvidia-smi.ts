@@ -1,7 +1,7 @@
 /**
  * Fake `nvidia-smi`, run by the fleet's tool server (tool-server.ts) for the machine's bin/
  * wrapper's client, or standalone by node (standalone.ts). Output is computed from the host state (GPUs, leaks, errors) and the live GPU
- * holders, and printed with the shared writers in src/gpu/format (the exact real formats).
+ * holders, and printed with the shared writers in test/harness/nvidia-smi-format (the exact real formats).
  *
  * Host view lists host PIDs; container view shows the same (global) memory but no processes, as
  * the real driver does. Supported: no args (table), --query-gpu, --query-compute-apps,
@@ -17,8 +17,8 @@ import {
   formatTable,
   formatXml,
   InvalidQueryFieldError,
-} from '../../../../src/gpu/format/index.ts';
-import type { CommandOutput } from '../../../../src/gpu/format/index.ts';
+} from '../../nvidia-smi-format/index.ts';
+import type { CommandOutput } from '../../nvidia-smi-format/index.ts';
 import type { Gpu, GpuProcess, ParsedOutput } from '../../../../src/gpu/types.ts';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';

@@ -19,7 +19,7 @@ import {
   parseStuckProcesses,
 } from '../watchdog/kernel-log.ts';
 import { type SnapshotDeps, takeSnapshotWith } from './snapshot.ts';
-import { kernelLogRead, queryRecoveryAction, stuckProcesses } from './watch-commands.ts';
+import { kernelLogRead, queryRecoveryAction, stuckProcesses } from '../agent-grammar/templates/watch-commands.ts';
 
 export interface WatchReadResult {
   reading: MachineReading;

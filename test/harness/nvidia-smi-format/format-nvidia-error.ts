@@ -1,4 +1,4 @@
-import type { NvidiaErrorKind } from '../types.ts';
+import type { NvidiaErrorKind } from '../../../src/gpu/types.ts';
 import { shortBusId } from './text-layout.ts';
 
 /** What a failing nvidia-smi run prints. nvidia-smi writes its errors to stdout, not stderr. */

@@ -1,7 +1,7 @@
-import type { Gpu } from '../types.ts';
+import type { Gpu } from '../../../src/gpu/types.ts';
 import { type CsvFormatOptions, csvHeaderCell, csvLines, csvValue, CSV_NA } from './csv-options.ts';
 import { InvalidQueryFieldError } from './invalid-query-field-error.ts';
-import { QUERY_GPU_FIELD_UNITS } from './query-gpu-fields.ts';
+import { QUERY_GPU_FIELD_UNITS } from '../../../src/gpu/parse/query-gpu-fields.ts';
 import { csvTimestampUtc } from './text-layout.ts';
 
 function fieldValue(

@@ -1,4 +1,4 @@
-import type { HostMemory } from '../types.ts';
+import type { HostMemory } from '../../../src/gpu/types.ts';
 import { left, right } from './text-layout.ts';
 
 const HEADER = '               total        used        free      shared  buff/cache   available';

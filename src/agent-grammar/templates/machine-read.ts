@@ -7,8 +7,8 @@
  * so no delimiter in it can forge another query's answer). `parseMachineRead` turns that back into
  * one result per query, so a failing query is still reported on its own. Pure.
  */
-import { shellJoin } from '../ssh/quote.ts';
-import type { CommandSpec } from '../ssh/types.ts';
+import { shellJoin } from '../../text/shell-quote.ts';
+import type { CommandSpec } from '../command-spec.ts';
 
 /** Each query's stdout and stderr are cut at this many bytes (the batch itself is capped above their sum). */
 export const PART_CAP_BYTES = 256 * 1024;

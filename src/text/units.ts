@@ -1,6 +1,6 @@
 /**
  * The one place that writes numbers with their units for people to read: counts, MiB, seconds,
- * durations and "n things". Pure, no imports: the core (src/gpu, src/playbooks, src/watchdog)
+ * durations and "n things". Pure, no imports: the core (src/gpu, src/unstick-runner, src/watchdog)
  * words its sentences with these as well as the renderers in src/render/.
  *
  * Every number is written in en-US grouping (`12,345`), whatever the machine's locale, so a card,

@@ -11,7 +11,7 @@
  *
  *     say`${gpu}: denied by ${user(by)}; run \`/gpu unstick ${target}\` again (${stepMessage}).`
  *
- * Pure, no imports: the core (src/gpu, src/playbooks) may build Rich without depending on Slack.
+ * Pure, no imports: the core (src/gpu, src/plan) may build Rich without depending on Slack.
  */
 
 export type Part = string | { readonly code: string } | { readonly user: string };

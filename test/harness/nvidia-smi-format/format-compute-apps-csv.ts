@@ -1,21 +1,8 @@
-import type { Gpu, GpuProcess } from '../types.ts';
+import type { Gpu, GpuProcess } from '../../../src/gpu/types.ts';
 import { type CsvFormatOptions, csvHeaderCell, csvLines, csvValue } from './csv-options.ts';
 import { InvalidQueryFieldError } from './invalid-query-field-error.ts';
 import { csvTimestampUtc } from './text-layout.ts';
-
-/** `--query-compute-apps` fields (nvidia-smi --help-query-compute-apps) and their header unit. */
-export const COMPUTE_APPS_FIELD_UNITS: ReadonlyMap<string, string> = new Map([
-  ['timestamp', ''],
-  ['gpu_name', ''],
-  ['gpu_bus_id', ''],
-  ['gpu_serial', ''],
-  ['gpu_uuid', ''],
-  ['pid', ''],
-  ['process_name', ''],
-  ['name', ''],
-  ['used_gpu_memory', 'MiB'],
-  ['used_memory', 'MiB'],
-]);
+import { COMPUTE_APPS_FIELD_UNITS } from '../../../src/gpu/parse/parse-compute-apps-csv.ts';
 
 function gpuOf(p: GpuProcess, gpus: readonly Gpu[]): Gpu | undefined {
   if (p.gpuUuid !== null) {

@@ -1,7 +1,7 @@
 import { CodedError, ErrorCode } from '../../errors.ts';
 import { pidIn, type ProcessIdentity } from '../../gpu/process-ref.ts';
-import type { DestructiveIds } from '../../agent-grammar/arg-types.ts';
-import type { CommandSpec } from '../../ssh/types.ts';
+import type { DestructiveIds } from '../arg-types.ts';
+import type { CommandSpec } from '../command-spec.ts';
 
 /**
  * The one command that signals processes, on the host or inside a container: per PID it checks

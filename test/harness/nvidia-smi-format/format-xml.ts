@@ -1,4 +1,4 @@
-import type { Gpu, GpuProcess, MigDevice, ParsedOutput } from '../types.ts';
+import type { Gpu, GpuProcess, MigDevice, ParsedOutput } from '../../../src/gpu/types.ts';
 import { asctimeUtc } from './text-layout.ts';
 
 export interface FormatXmlOptions {

@@ -1,4 +1,4 @@
-import type { CommandSpec } from '../ssh/types.ts';
+import type { CommandSpec } from '../command-spec.ts';
 
 /**
  * The fixed command templates gpu-medic runs. Every word is a constant or an integer read from

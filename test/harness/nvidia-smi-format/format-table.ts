@@ -1,4 +1,4 @@
-import type { Gpu, GpuProcess, MigDevice, ParsedOutput } from '../types.ts';
+import type { Gpu, GpuProcess, MigDevice, ParsedOutput } from '../../../src/gpu/types.ts';
 import { asctimeUtc, left, right } from './text-layout.ts';
 
 /** Readings the table shows that a snapshot does not carry; each has a plausible default. */

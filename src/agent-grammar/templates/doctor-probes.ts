@@ -1,5 +1,5 @@
-import { AGENT_PROTOCOL } from '../agent-grammar/arg-types.ts';
-import type { CommandSpec } from '../ssh/types.ts';
+import { AGENT_PROTOCOL } from '../arg-types.ts';
+import type { CommandSpec } from '../command-spec.ts';
 
 /**
  * The forced-key probes (issue 21), sent as they are (Executor.probeLine) to every machine the

@@ -10,7 +10,8 @@ import { causeFields, type HolderProcs, type HostSideRead, rowFields } from '../
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
 import type { CommandRecord } from '../incident/events.ts';
-import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult, Route } from '../ssh/types.ts';
 import { recordOf, takeSnapshot, type SnapshotDeps } from './snapshot.ts';
 import {
   containerConfig,
@@ -21,7 +22,7 @@ import {
   parseProcReadings,
   parseXmlGpuMinors,
   readProcs,
-} from './unstick-commands.ts';
+} from '../agent-grammar/templates/unstick-commands.ts';
 
 /**
  * The readings `/gpu unstick` decides from, gathered over the executor: each view's status

@@ -1,7 +1,8 @@
-import type { DestructiveIds } from '../../agent-grammar/arg-types.ts';
-import { CodedError, ErrorCode } from '../../errors.ts';
-import { pidIn, type ProcessIdentity } from '../../gpu/process-ref.ts';
-import type { CommandSpec, ExecResult } from '../../ssh/types.ts';
+import type { DestructiveIds } from '../agent-grammar/arg-types.ts';
+import { CodedError, ErrorCode } from '../errors.ts';
+import { pidIn, type ProcessIdentity } from '../gpu/process-ref.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult } from '../ssh/types.ts';
 import {
   outcomeText,
   parseSignalReport,
@@ -10,7 +11,7 @@ import {
   type SignalName,
   type SignalOutcome,
   type SignalSide,
-} from './template.ts';
+} from '../agent-grammar/templates/signal.ts';
 
 /**
  * The one place gpu-medic signals processes. It runs the check-and-signal template for a set

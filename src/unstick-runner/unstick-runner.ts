@@ -6,12 +6,13 @@ import { IDLE_MIB } from '../gpu/snapshot.ts';
 import type { Gpu, GpuProcess } from '../gpu/types.ts';
 import { CodedError, ErrorCode, asCodedError } from '../errors.ts';
 import type { UnstickEvent } from '../incident/unstick-events.ts';
-import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
-import { APP_FIELDS, GPU_FIELDS, queryComputeApps, queryGpus } from './commands.ts';
-import { recordOf } from './snapshot.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult, Route } from '../ssh/types.ts';
+import { APP_FIELDS, GPU_FIELDS, queryComputeApps, queryGpus } from '../agent-grammar/templates/snapshot-commands.ts';
+import { recordOf } from '../readings/snapshot.ts';
 import type { StepOutcome } from '../plan/unstick-plan.ts';
-import { sendSignals, type SignalledTarget } from './signal/send.ts';
-import { outcomeText } from './signal/template.ts';
+import { sendSignals, type SignalledTarget } from './send-signals.ts';
+import { outcomeText } from '../agent-grammar/templates/signal.ts';
 import {
   assertSafeArgv,
   gpuReset,
@@ -23,7 +24,7 @@ import {
   readProcs,
   setPersistence,
   type Signal,
-} from './unstick-commands.ts';
+} from '../agent-grammar/templates/unstick-commands.ts';
 import {
   sealedPersistence,
   type CommandRole,
@@ -32,8 +33,8 @@ import {
   type StepTarget,
   type TargetGpu,
 } from '../plan/unstick-plan.ts';
-import { readContainerInit, readProcsOn, type ProcsRead } from './unstick-readings.ts';
-import { seconds } from '../render/units.ts';
+import { readContainerInit, readProcsOn, type ProcsRead } from '../readings/unstick-readings.ts';
+import { seconds } from '../text/units.ts';
 import type { DestructiveIds } from '../agent-grammar/arg-types.ts';
 import { withEnvelopes, type StepEnvelopes } from '../agent-grammar/envelopes.ts';
 

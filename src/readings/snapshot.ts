@@ -12,10 +12,18 @@ import { causeFields, type HostSideRead, rowFields } from '../gpu/snapshot-table
 import type { MachineSnapshot } from '../gpu/snapshot.ts';
 import type { HostMemory, NvidiaError } from '../gpu/types.ts';
 import type { CommandRecord } from '../incident/events.ts';
-import type { CommandSpec, ExecResult, Route } from '../ssh/types.ts';
-import { APP_FIELDS, GPU_FIELDS, fuserDevices, hostMemory, queryComputeApps, queryGpus } from './commands.ts';
-import { machineRead, parseMachineRead } from './machine-read.ts';
-import { parseProcReadings, readProcs } from './unstick-commands.ts';
+import type { CommandSpec } from '../agent-grammar/command-spec.ts';
+import type { ExecResult, Route } from '../ssh/types.ts';
+import {
+  APP_FIELDS,
+  GPU_FIELDS,
+  fuserDevices,
+  hostMemory,
+  queryComputeApps,
+  queryGpus,
+} from '../agent-grammar/templates/snapshot-commands.ts';
+import { machineRead, parseMachineRead } from '../agent-grammar/templates/machine-read.ts';
+import { parseProcReadings, readProcs } from '../agent-grammar/templates/unstick-commands.ts';
 
 export interface SnapshotDeps {
   exec(route: Route, spec: CommandSpec): Promise<ExecResult>;

@@ -1,5 +1,4 @@
-import type { ParsedOutput } from '../types.ts';
-import { left, right } from './text-layout.ts';
+import type { ParsedOutput } from '../gpu/types.ts';
 
 function cell(v: string | number | null): string {
   return v === null ? '-' : String(v);
@@ -13,7 +12,7 @@ function grid(
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (r: readonly string[]): string =>
     r
-      .map((c, i) => (numeric.has(i) ? right(c, widths[i] ?? 0) : left(c, widths[i] ?? 0)))
+      .map((c, i) => (numeric.has(i) ? c.padStart(widths[i] ?? 0, ' ') : c.padEnd(widths[i] ?? 0, ' ')))
       .join('  ')
       .trimEnd();
   return [line(header), ...rows.map(line)];

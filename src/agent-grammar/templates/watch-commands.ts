@@ -4,9 +4,11 @@
  * (the kernel log's start time), never text from Redis or a machine. Nothing here signals, resets,
  * or writes anything on the machine. Their output is parsed by src/watchdog/kernel-log.ts.
  */
-import type { CommandSpec } from '../ssh/types.ts';
-import type { TemplateOptions } from './commands.ts';
-import { FIRST_READ_LOOKBACK_SEC } from '../watchdog/kernel-log.ts';
+import type { CommandSpec } from '../command-spec.ts';
+import type { TemplateOptions } from './snapshot-commands.ts';
+
+/** With no cursor yet (the first read of a host), lines of the last this many seconds count as new. */
+export const FIRST_READ_LOOKBACK_SEC = 600;
 
 /**
  * The NVIDIA lines of the kernel log since `sinceSec` (0: the last FIRST_READ_LOOKBACK_SEC s):

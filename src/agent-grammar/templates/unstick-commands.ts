@@ -1,11 +1,11 @@
-import { CodedError, ErrorCode } from '../errors.ts';
-import type { ProcReading } from '../gpu/holders.ts';
-import { parsePidNsLink } from '../gpu/holders.ts';
-import { parseProcStat } from '../gpu/parse/parse-machine-files.ts';
-import type { DestructiveIds } from '../agent-grammar/arg-types.ts';
-import type { CommandSpec } from '../ssh/types.ts';
-import { APP_FIELDS, GPU_FIELDS } from './commands.ts';
-import { SIGNAL_SCRIPT, SIGNAL_SIDES, type SignalName } from './signal/template.ts';
+import { CodedError, ErrorCode } from '../../errors.ts';
+import type { ProcReading } from '../../gpu/holders.ts';
+import { parsePidNsLink } from '../../gpu/holders.ts';
+import { parseProcStat } from '../../gpu/parse/parse-machine-files.ts';
+import type { DestructiveIds } from '../arg-types.ts';
+import type { CommandSpec } from '../command-spec.ts';
+import { APP_FIELDS, GPU_FIELDS } from './snapshot-commands.ts';
+import { SIGNAL_SCRIPT, SIGNAL_SIDES, type SignalName } from './signal.ts';
 
 /**
  * Fixed command templates of `/gpu unstick`. Every argv word is a constant of this file or a

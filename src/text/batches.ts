@@ -1,6 +1,6 @@
 /**
  * Cutting a list into batches that each fit one Slack message, pure and without imports, so the
- * planner (src/playbooks) can use it without depending on the renderers: it passes `fits`, which
+ * planner (src/plan) can use it without depending on the renderers: it passes `fits`, which
  * the caller builds from src/render/unstick.ts `approvalCardFits`.
  */
 
