@@ -525,7 +525,7 @@ sub in_container_cgroup ($text, $vmid) {
   return $named;
 }
 
-# `pct config` → host device minors passed to the container (src/playbooks/unstick-commands.ts,
+# `pct config` → host device minors passed to the container (src/agent-grammar/templates/unstick-commands.ts,
 # parsePctConfigGpuMinors): `devN: [path=]/dev/nvidiaM[,...]` or `lxc.mount.entry: /dev/nvidiaM ...`,
 # up to the first [snapshot] section. An allow line alone passes nothing.
 sub pct_gpu_minors ($text) {

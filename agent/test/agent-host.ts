@@ -53,9 +53,9 @@ export const PASSED_GPU = 'GPU-12345678-aaaa-bbbb-cccc-0123456789cd';
 /** Minor 1 in the capture: passed to no container. */
 export const UNPASSED_GPU = 'GPU-12345678-aaaa-bbbb-cccc-0123456789ab';
 /** The inventory id install.sh writes into this host's agent.conf (machine=). */
-export const HOST_ID = 'kpro5';
+const HOST_ID = 'kpro5';
 /** The container whose cgroup (`lxc/129`, Proxmox's naming) the holder is put in. */
-export const HOLDER_VMID = 129;
+const HOLDER_VMID = 129;
 
 export interface SshResult {
   code: number | null;

@@ -11,7 +11,7 @@ import type { Step, StepTarget } from '../../src/plan/unstick-plan.ts';
 export const INCIDENT = 'inc_20261202_010203_agtest';
 export const APPROVAL = 'apr_AbCdEfGhIjKlMnOpQrStUv';
 
-export const HOST = 'kpro5';
+const HOST = 'kpro5';
 export const REQUESTER = 'U1';
 export const APPROVER = 'U2';
 

@@ -124,7 +124,11 @@ describe('a destructive spec', () => {
     const tier1 = VERBS.reset?.build(VERBS.reset.samples[1] ?? []); // approval none
     if (!tier1 || !tier2) throw new Error('reset');
     expect(() => withEnvelopes(tier2, { request: env, decisions: [], plan: env })).toThrow(/has no signed decision/);
-    expect(() => withEnvelopes(tier1, { request: env, decisions: [env], plan: env })).toThrow(/carries signed decisions/);
-    expect(withEnvelopes(tier2, { request: env, decisions: [env], plan: env }).stdin).toMatch(/^request .*\ndecision .*\nplan /);
+    expect(() => withEnvelopes(tier1, { request: env, decisions: [env], plan: env })).toThrow(
+      /carries signed decisions/,
+    );
+    expect(withEnvelopes(tier2, { request: env, decisions: [env], plan: env }).stdin).toMatch(
+      /^request .*\ndecision .*\nplan /,
+    );
   });
 });

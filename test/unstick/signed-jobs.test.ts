@@ -129,13 +129,28 @@ describe('finding 0: a request the bot did not sign runs nothing', () => {
     await rig.redis.set(
       `${rig.prefix}:inc:${id}:request`,
       JSON.stringify(
-        mallory.request({ incidentId: id, target: 'ct130', ...whereOf(rig.inventory, 'ct130'), requester: REQUESTER, channel: 'C0ONCALL01' }, Date.now()),
+        mallory.request(
+          {
+            incidentId: id,
+            target: 'ct130',
+            ...whereOf(rig.inventory, 'ct130'),
+            requester: REQUESTER,
+            channel: 'C0ONCALL01',
+          },
+          Date.now(),
+        ),
       ),
     );
     await runUnstickJob({ kind: 'unstick', incidentId: id, machineId: 'ct130' }, rig.deps());
     // A genuine request of one incident copied onto another.
     const genuine = rig.signer.request(
-      { incidentId: 'inc_other', target: 'ct130', ...whereOf(rig.inventory, 'ct130'), requester: REQUESTER, channel: 'C0ONCALL01' },
+      {
+        incidentId: 'inc_other',
+        target: 'ct130',
+        ...whereOf(rig.inventory, 'ct130'),
+        requester: REQUESTER,
+        channel: 'C0ONCALL01',
+      },
       Date.now(),
     );
     const id2 = await forgedIncident('ct130');

@@ -220,7 +220,10 @@ async function decided(
   );
   if (!req.ok || request === null) {
     const reason = req.ok ? 'no signed request is stored' : req.why;
-    await run.error('request_unverified', `The incident's request is not one the bot signed (${reason}); nothing was run.`);
+    await run.error(
+      'request_unverified',
+      `The incident's request is not one the bot signed (${reason}); nothing was run.`,
+    );
     return stillStuck(['The request behind this card is not one the bot signed: nothing from the card was run.']);
   }
   const envelopes =
