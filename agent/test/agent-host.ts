@@ -362,10 +362,13 @@ export function hostInstall(host: AgentHost, ...args: string[]) {
 }
 
 /**
- * A tmpfs over /root in the host's mount namespace only (it is private): tests of root's
+ * A tmpfs over /root and one over /home in the host's mount namespace only (it is private): tests of root's
  * authorized_keys then write there, never to the machine's own /root.
  */
 export async function privateRootHome(host: AgentHost): Promise<void> {
   const r = await inHostNs(host, ['mount', '-t', 'tmpfs', '-o', 'mode=0700,size=1m', 'gpu-medic-test-root', '/root']);
   if (r.code !== 0) throw new Error(`cannot mount a private /root: ${r.out}`);
+  // The accounts a test makes get their homes here too, never in the machine's own /home.
+  const h = await inHostNs(host, ['mount', '-t', 'tmpfs', '-o', 'mode=0755,size=4m', 'gpu-medic-test-home', '/home']);
+  if (h.code !== 0) throw new Error(`cannot mount a private /home: ${h.out}`);
 }

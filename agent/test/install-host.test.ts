@@ -20,6 +20,8 @@ async function makeForeignAccount(host: AgentHost, name: string) {
   const script = [
     `useradd -m -d /home/${name} -s /bin/bash -G sudo ${name}`,
     `usermod -p '*' ${name}`,
+    // sshd's StrictModes refuses a home that group or others may write (the caller's umask decides useradd's).
+    `chmod 0750 /home/${name}`,
     `install -d -o ${name} -m 0700 /home/${name}/.ssh`,
     `cat '${own.privateKeyPath}.pub' > /home/${name}/.ssh/authorized_keys`,
     `cat '${own2.privateKeyPath}.pub' > /home/${name}/.ssh/authorized_keys2`,
@@ -62,7 +64,7 @@ describe('(c) finding 7: an existing account install.sh did not make is refused,
     expect((await inHostNs(host, ['test', '-e', `/etc/sudoers.d/${name}`])).code).not.toBe(0);
     // Its own key still logs in (a shell: the account is untouched).
     const own = await host.ssh(['echo', 'own-shell'], { identity: keys.own2, user: name });
-    expect(own.stdout).toBe('own-shell\n');
+    expect(own).toMatchObject({ code: 0, stdout: 'own-shell\n' });
   });
 
   it('the same install with --adopt is accepted: its other keys and groups are dropped and said; only the agent remains', async () => {
