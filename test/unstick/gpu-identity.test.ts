@@ -115,7 +115,7 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     await clearLeaks();
   });
 
-  it('the host renumbers its GPUs between plan and approval: the reset still reaches the planned GPU, by UUID, and no other', async () => {
+  it("the host renumbers its GPUs between plan and approval: the planned GPU is no longer ct131's, so kpro5's agent refuses its reset and no GPU is reset", async () => {
     const u = hostUuids();
     await rig.fleet.setLeak('kpro5', 2, 30_000);
     const id = await rig.newIncident('ct131');
@@ -123,27 +123,33 @@ describe('a container that sees a renumbered subset of the host GPUs', () => {
     expect(ofType(await rig.events(id), 'approval_requested')[0]?.step.gpus.map((g) => [g.hostIndex, g.uuid])).toEqual([
       [2, u[2]],
     ]);
-    // Re-enumeration (a reboot, a GPU back on the bus): host GPUs 2 and 3 trade indices, and the GPU
-    // now at index 2 holds memory of its own that a reset must not touch.
+    // Re-enumeration (a reboot, a GPU back on the bus): host GPUs 2 and 3 trade indices and device
+    // minors, so ct131's /dev/nvidia2 is now the other GPU, which holds memory of its own.
     await rig.fleet.renumberHostGpus('kpro5', [0, 1, 3, 2, 4, 5, 6, 7]);
-    expect(hostUuids().slice(2, 4)).toEqual([u[3], u[2]]);
-    await rig.fleet.setLeak('kpro5', 2, 9_000);
-    const t0 = Date.now();
-    await approveAndRun(id);
-    const ev = await rig.events(id);
-    expect(
-      ofType(ev, 'command')
-        .filter((c) => c.role === 'reset')
-        .map((c) => c.record.command),
-    ).toEqual([expect.stringMatching(new RegExp(` host reset ${u[2]} ${id} apr_\\S+$`))]);
-    expect(hostResetsSince(t0)).toEqual([expect.stringMatching(new RegExp(`nvidia-smi --gpu-reset -i ${u[2]}$`))]);
-    const mem = rig.fleet.gpuMemory('kpro5');
-    expect([mem[3]?.usedMiB, mem[2]?.usedMiB]).toEqual([0, 9_000]);
-    // ct131's /dev/nvidia2 is now that other GPU, so its after-view may ask about it: not this test's subject.
-    await closeIncident(id);
-    await rig.fleet.renumberHostGpus('kpro5', [0, 1, 3, 2, 4, 5, 6, 7]);
+    try {
+      expect(hostUuids().slice(2, 4)).toEqual([u[3], u[2]]);
+      await rig.fleet.setLeak('kpro5', 2, 9_000);
+      const t0 = Date.now();
+      await approveAndRun(id);
+      const ev = await rig.events(id);
+      // The worker asked for the planned UUID; the host checked it against ct131's pct config now.
+      expect(
+        ofType(ev, 'step_finished')
+          .map((e) => e.message)
+          .join('\n'),
+      ).toContain(`refused \`gpu-medic 1 10000 host reset ${u[2]} ${id} apr_`);
+      expect(ofType(ev, 'step_finished').at(-1)?.message).toContain(
+        `GPU ${u[2]} is not passed to container 131 by its pct config on this host. Nothing was run.`,
+      );
+      expect(hostResetsSince(t0)).toEqual([]);
+      const mem = rig.fleet.gpuMemory('kpro5');
+      expect([mem[3]?.usedMiB, mem[2]?.usedMiB]).toEqual([30_000, 9_000]);
+      await closeIncident(id);
+    } finally {
+      await rig.fleet.renumberHostGpus('kpro5', [0, 1, 3, 2, 4, 5, 6, 7]);
+      await clearLeaks();
+    }
     expect(hostUuids()).toEqual(u);
-    await clearLeaks();
   });
 
   it('a UUID the host no longer lists at run time is not reset, and the thread says why', async () => {
