@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# gpu-medic-agent core (protocol v1, AGENT-PROTOCOL.md; docs/agent.md).
+# gpu-medic-agent core (protocol v1, agent/PROTOCOL.md; docs/agent.md).
 #
 # Runs as root (through the sudoers entry, or directly in the root-forced mode). The sh front
 # (gpu-medic-agent) checked the SSH command line's bytes and split it into words; this core checks
@@ -18,6 +18,9 @@ use MIME::Base64 qw(encode_base64 decode_base64);
 use Digest::SHA qw(sha256_hex);
 use POSIX qw(:sys_wait_h setpgid _exit);
 use File::Temp qw(tempdir);
+use Fcntl qw(:flock O_RDWR O_CREAT);
+use IO::Poll qw(POLLOUT POLLERR POLLHUP);
+use IO::Select ();
 use Time::HiRes qw(time sleep);
 no warnings qw(exec);
 
@@ -33,6 +36,10 @@ use constant {
   KILL_AFTER_S    => 1,
   STDIN_WAIT_S    => 30,
   MAX_FUTURE_MS   => 60000,
+  KILL_GIVEUP_S   => 3,
+  RELAY_CAP       => 16777216,
+  BUSY_STATUS     => 75,
+  DESTRUCTIVE_SLOT_WAIT_S => 10,
   MAX_DECISIONS   => 4,
 };
 use constant DEFAULT_CONFIG => '/etc/gpu-medic/agent.conf';
@@ -163,6 +170,9 @@ sub load_grammar ($path) {
   my $g = eval { JSON::PP->new->decode(slurp($path)) };
   refuse("grammar $path is not JSON") unless ref $g eq 'HASH';
   refuse("grammar $path is not protocol 1") unless ($g->{protocol} // '') eq '1';
+  my $lim = $g->{limits};
+  refuse("grammar $path has no limits") unless ref $lim eq 'HASH'
+    && ($lim->{batchParts} // '') =~ /\A[1-9][0-9]{0,2}\z/ && ($lim->{readTimeoutMs} // '') =~ /\A[1-9][0-9]{0,5}\z/;
   my %re;
   # Anchored here whatever the grammar wrote: a type matches a whole word or nothing.
   for my $t (keys %{ $g->{types} // {} }) { my $src = $g->{types}{$t}; $re{$t} = qr/\A(?:$src)\z/; }
@@ -252,6 +262,7 @@ sub parse_command ($g, @w) {
     return { version => 1 };
   }
   my $ms = timeout_word($w[2] // '', 'the third word');
+  my $lim = $g->{limits};
   my $i = 3;
   my $where;
   my $wk = $w[$i] // '';
@@ -276,14 +287,18 @@ sub parse_command ($g, @w) {
         my $pms = timeout_word($t, 'a batch part\'s timeout');
         my $p = parse_verb($g, $where, \@vw);
         refuse("destructive verb $p->{verb} in a batch") if $p->{def}{destructive};
+        refuse("a batch part's timeout is over the reads' $lim->{readTimeoutMs} ms") if $pms > $lim->{readTimeoutMs};
+        refuse("a batch of more than $lim->{batchParts} parts") if @parts >= $lim->{batchParts};
         push @parts, { %$p, ms => $pms };
         @cur = ();
         $audit_ctx{verb} = 'batch';
       } else { push @cur, $x; }
     }
+    refuse("a read's timeout is over $lim->{readTimeoutMs} ms") if $ms > $lim->{readTimeoutMs};
     return { batch => \@parts, where => $where, ms => $ms };
   }
   my $p = parse_verb($g, $where, \@rest);
+  refuse("a read's timeout is over $lim->{readTimeoutMs} ms") if !$p->{def}{destructive} && $ms > $lim->{readTimeoutMs};
   return { %$p, where => $where, ms => $ms };
 }
 
@@ -326,20 +341,63 @@ sub spawn ($c, $out, $err) {
   return { pid => $pid, deadline => time + $c->{ms} / 1000, termed => 0, killed => 0, status => undef };
 }
 
-# Waits for every child; TERM to its process group at its deadline, KILL one second later.
-sub wait_all (@kids) {
+# True when the SSH client is gone: the session's stdout pipe (sshd's end) was closed.
+sub client_gone () {
+  my $poll = IO::Poll->new;
+  $poll->mask(\*STDOUT => POLLOUT);
+  $poll->poll(0);
+  return ($poll->events(\*STDOUT) & (POLLERR | POLLHUP)) ? 1 : 0;
+}
+
+# Waits for every child; TERM to its process group at its deadline, KILL one second later. When the
+# client goes away, KILL at once. A child that still cannot be reaped KILL_GIVEUP_S after its KILL
+# (a process in D state on a wedged driver, a frozen cgroup) is left to init: it does not pin the session.
+# $pipes: optional { fh => sub (bytes) } read while waiting (a batch's capped outputs).
+sub wait_all ($pipes, @kids) {
+  my $sel = IO::Select->new(map { $_->{fh} } values %{ $pipes // {} });
+  my %by_fd = map { fileno($_->{fh}) => $_ } values %{ $pipes // {} };
+  my $next_check = 0;
   for (;;) {
     my $left = 0;
+    my $now = time;
+    my $gone = 0;
+    if ($now >= $next_check) { $gone = client_gone(); $next_check = $now + 0.2; }
     for my $k (@kids) {
       next if defined $k->{status};
       my $r = waitpid($k->{pid}, WNOHANG);
       if ($r == $k->{pid}) { $k->{status} = $?; kill('KILL', -$k->{pid}) if $k->{termed}; next; }
-      $left++;
-      my $now = time;
+      if ($gone && !$k->{killed}) { kill('KILL', -$k->{pid}); $k->{killed} = $now; $k->{termed} ||= $now; $k->{gone} = 1; }
       if (!$k->{termed} && $now >= $k->{deadline}) { kill('TERM', -$k->{pid}); $k->{termed} = $now; }
-      elsif ($k->{termed} && !$k->{killed} && $now >= $k->{termed} + KILL_AFTER_S) { kill('KILL', -$k->{pid}); $k->{killed} = 1; }
+      elsif ($k->{termed} && !$k->{killed} && $now >= $k->{termed} + KILL_AFTER_S) { kill('KILL', -$k->{pid}); $k->{killed} = $now; }
+      elsif ($k->{killed} && $now >= $k->{killed} + KILL_GIVEUP_S) { $k->{status} = -1; $k->{unreaped} = 1; next; }
+      $left++;
     }
-    return unless $left;
+    # The children's output, as it comes (a reader that stopped early would block them on a full pipe);
+    # waiting on the pipes for up to 10 ms is this loop's pause.
+    if ($sel->count) {
+      for my $fh ($sel->can_read(0.01)) {
+        my $p = $by_fd{ fileno $fh };
+        my $n = sysread($fh, my $buf, 262144);
+        if (!$n) { $sel->remove($fh); close $fh; next; }
+        $p->{take}->($buf);
+      }
+      next if $left;
+    }
+    if (!$left) {
+      # Every child ended (or was left to init): what is still in the pipes, then done. A pipe whose
+      # writer was left to init never ends: it is read only while it has data.
+      while ($sel->count) {
+        my @ready = $sel->can_read(0.05);
+        last unless @ready;
+        for my $fh (@ready) {
+          my $p = $by_fd{ fileno $fh };
+          my $n = sysread($fh, my $buf, 65536);
+          if (!$n) { $sel->remove($fh); close $fh; next; }
+          $p->{take}->($buf);
+        }
+      }
+      return;
+    }
     sleep 0.01;
   }
 }
@@ -352,9 +410,30 @@ sub code_of ($k) {
   return ($s & 127) ? 128 + ($s & 127) : $s >> 8;
 }
 
+# Runs one program with its stdout and stderr relayed through this process (up to RELAY_CAP bytes
+# each), never handed to sshd directly: a child that outlives this process (unreaped, left to init)
+# then holds no end of the session, which ends when this process does.
+sub run_relayed ($c) {
+  pipe(my $or, my $ow) or refuse('cannot make a pipe');
+  pipe(my $er, my $ew) or refuse('cannot make a pipe');
+  my $k = spawn($c, $ow, $ew);
+  close $ow; close $ew;
+  binmode(STDOUT, ':raw'); binmode(STDERR, ':raw');
+  my %sent = (out => 0, err => 0);
+  my $relay = sub ($to, $which) {
+    return sub ($b) {
+      return if $sent{$which} >= RELAY_CAP;
+      $b = substr($b, 0, RELAY_CAP - $sent{$which});
+      $sent{$which} += length $b;
+      syswrite($to, $b);
+    };
+  };
+  wait_all({ out => { fh => $or, take => $relay->(\*STDOUT, 'out') }, err => { fh => $er, take => $relay->(\*STDERR, 'err') } }, $k);
+  return $k;
+}
+
 sub run_one ($c) {
-  my $k = spawn($c, undef, undef);
-  wait_all($k);
+  my $k = run_relayed($c);
   exit code_of($k) if $k->{termed};
   my $s = $k->{status};
   if ($s & 127) {
@@ -366,36 +445,66 @@ sub run_one ($c) {
   exit($s >> 8);
 }
 
-sub read_capped ($path) {
-  my $size = -s $path // 0;
-  open(my $h, '<:raw', $path) or return ('', 0);
-  my $buf = '';
-  read($h, $buf, PART_CAP);
-  close $h;
-  return ($buf, $size);
-}
-
+# Each part's stdout and stderr through a pipe, read as they come: the first PART_CAP bytes are kept,
+# the rest only counted. Nothing is written to the host's disk.
 sub run_batch ($cmd) {
-  my $dir = tempdir('gpu-medic-agent.XXXXXX', TMPDIR => 1, CLEANUP => 1);
-  my @kids;
+  my (@running, %pipes);
   my $i = 0;
   for my $p (@{ $cmd->{batch} }) {
     my $c = command_of($p, $cmd->{where}, $p->{ms}, 1);
-    open(my $o, '>:raw', "$dir/o$i") or refuse('cannot write a temporary file');
-    open(my $e, '>:raw', "$dir/e$i") or refuse('cannot write a temporary file');
-    push @kids, { c => $c, o => $o, e => $e };
+    pipe(my $or, my $ow) or refuse('cannot make a pipe');
+    pipe(my $er, my $ew) or refuse('cannot make a pipe');
+    my $k = spawn($c, $ow, $ew);
+    close $ow; close $ew;
+    $k->{out} = ''; $k->{osz} = 0; $k->{err} = ''; $k->{esz} = 0;
+    for my $x ([$or, 'out', 'osz'], [$er, 'err', 'esz']) {
+      my ($fh, $buf, $size) = @$x;
+      $pipes{"$i$buf"} = { fh => $fh, take => sub ($b) {
+        $k->{$size} += length $b;
+        $k->{$buf} .= substr($b, 0, PART_CAP - length $k->{$buf}) if length $k->{$buf} < PART_CAP;
+      } };
+    }
+    push @running, $k;
     $i++;
   }
-  my @running = map { spawn($_->{c}, $_->{o}, $_->{e}) } @kids;
-  close($_->{o}), close($_->{e}) for @kids;
-  wait_all(@running);
+  wait_all(\%pipes, @running);
   binmode(STDOUT, ':raw');
   for my $n (0 .. $#running) {
-    my ($out, $osz) = read_capped("$dir/o$n");
-    my ($err, $esz) = read_capped("$dir/e$n");
-    print "gpu-medic-part $n " . code_of($running[$n]) . " $osz $esz " . encode_base64($out, '') . ' ' . encode_base64($err, '') . "\n";
+    my $k = $running[$n];
+    print "gpu-medic-part $n " . code_of($k) . " $k->{osz} $k->{esz} " . encode_base64($k->{out}, '') . ' ' . encode_base64($k->{err}, '') . "\n";
   }
   exit 0;
+}
+
+# ---------------------------------------------------------------- run slots
+
+# At most max_runs agent runs at once on this host: each holds a lock on one slot file in run_dir
+# (flock, released by the kernel when the run ends, however it ends). Slot 0 is kept for destructive
+# verbs, so reads can never block a recovery; a read over the cap is told busy (its own exit status).
+my $SLOT;
+sub take_slot ($destructive) {
+  my $dir = $CFG->{run_dir};
+  mkdir($dir, 0700) unless -d $dir;
+  my @st = lstat $dir;
+  refuse("run_dir $dir is not a directory of this agent's user, writable by it alone")
+    unless @st && -d _ && $st[4] == $> && !($st[2] & 022);
+  my @order = $destructive ? (0 .. $CFG->{max_runs} - 1) : (1 .. $CFG->{max_runs} - 1);
+  my $until = time + ($destructive ? DESTRUCTIVE_SLOT_WAIT_S : 0);
+  for (;;) {
+    for my $i (@order) {
+      sysopen(my $fh, "$dir/slot.$i", O_RDWR | O_CREAT, 0600) or next;
+      if (flock($fh, LOCK_EX | LOCK_NB)) { $SLOT = $fh; return 1; }
+      close $fh;
+    }
+    last if time >= $until;
+    sleep 0.1;
+  }
+  return 0;
+}
+
+sub busy_exit () {
+  print STDERR "gpu-medic-agent: busy: $CFG->{max_runs} runs at once on this host already (max_runs=); try again\n";
+  exit BUSY_STATUS;
 }
 
 # ---------------------------------------------------------------- envelopes (destructive verbs)
@@ -475,7 +584,7 @@ my %FIELDS = (
 sub fields_of ($kind, $body) {
   my $h = "gpu-medic $kind v2\n";
   if (substr($body, 0, length "gpu-medic $kind v1\n") eq "gpu-medic $kind v1\n") {
-    refuse("the signed $kind is protocol 1 (it names no host): upgrade the bot and worker to gpu-medic 4 or later");
+    refuse("the signed $kind is protocol 1 (it names no host): upgrade the bot and the worker (they must sign envelopes v2, plans v3)");
   }
   refuse("the signed text is not a $kind") unless substr($body, 0, length $h) eq $h && $body =~ /\n\z/;
   my @lines = split /\n/, substr($body, length $h), -1;
@@ -564,7 +673,7 @@ sub read_program ($ms, @argv) {
   my $buf = '';
   while (length $buf < PART_CAP) { my $n = sysread($r, $buf, 65536, length $buf); last unless $n; }
   close $r;
-  wait_all($k);
+  wait_all(undef, $k);
   return code_of($k) == 0 ? $buf : undef;
 }
 
@@ -800,13 +909,14 @@ sub main (@argv) {
     print "gpu-medic-agent $g->{agentVersion} protocol 1\n";
     exit 0;
   }
+  my $destructive = !$cmd->{batch} && $cmd->{def}{destructive};
+  take_slot($destructive) or busy_exit();
   run_batch($cmd) if $cmd->{batch};
   my $c = command_of($cmd, $cmd->{where}, $cmd->{ms}, 1);
-  if ($cmd->{def}{destructive}) {
+  if ($destructive) {
     check_destructive($cmd, $cmd->{where});
     refuse('no audit line can be written (no syslog socket, audit file not writable)') unless audit('accepted');
-    my $k = spawn($c, undef, undef);
-    wait_all($k);
+    my $k = run_relayed($c);
     audit('done', status => code_of($k));
     exit code_of($k);
   }

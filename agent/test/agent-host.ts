@@ -183,6 +183,10 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
     `  fail) echo 'NVIDIA-SMI has failed' >&2; exit 3 ;;`,
     `  slow) sleep 30 & echo $! > '${join(dir, 'child.pid')}'; wait ;;`,
     `  stubborn) trap '' TERM; sleep 30 & echo $! > '${join(dir, 'child.pid')}'; wait; wait ;;`,
+    // flood: 64 MiB on stdout (a container's root can make its reads as long as it likes).
+    `  flood) head -c 67108864 /dev/zero; exit 0 ;;`,
+    // hold: the tool itself waits (its PID in tool.pid), so a test can freeze it.
+    `  hold) echo $$ > '${join(dir, 'tool.pid')}'; exec sleep 30 ;;`,
     'esac',
     `echo '${GPU_ROW}'`,
     '',

@@ -6,7 +6,7 @@
  *   - every accepted line's argv words are literals of its verb's run template, arguments of the
  *     line that match their declared type (with the template's constant prefix/suffix), or the
  *     fixed `pct exec <vmid> -- timeout -k 1 <s>` words of a container;
- *   - the agent accepts exactly the lines an independent reading of AGENT-PROTOCOL.md accepts
+ *   - the agent accepts exactly the lines an independent reading of agent/PROTOCOL.md accepts
  *     (the model below), with the same argv.
  * It runs against the sample grammar and, once agentw's generated agent/grammar.json is on the
  * branch, against that too.
@@ -41,7 +41,7 @@ interface Grammar {
   verbs: Record<string, Verb>;
 }
 
-// ---- the model: AGENT-PROTOCOL.md's "SSH command line", read independently of the Perl ----
+// ---- the model: agent/PROTOCOL.md's "SSH command line", read independently of the Perl ----
 
 type Model = { ok: false } | { ok: true; version: true } | { ok: true; parts: Array<{ verb: string; argv: string[] }> };
 

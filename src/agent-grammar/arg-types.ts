@@ -1,12 +1,20 @@
 /**
- * The argument types of the agent's grammar (issue 21, AGENT-PROTOCOL.md): every argument a verb
+ * The argument types of the agent's grammar (issue 21, agent/PROTOCOL.md): every argument a verb
  * takes is one of these, checked by the agent with these exact patterns before anything runs.
  * A leaf (imports nothing), so the templates, the executor and the generator share it without cycles.
  */
 export const AGENT_PROTOCOL = 1;
 
 /** The agent version this worker needs (grammar.json's `agentVersion`): bump it when a verb is added or changed. */
-export const AGENT_VERSION = '1.0.0';
+export const AGENT_VERSION = '2.0.0';
+
+/**
+ * What one read-only session may ask of a host (agent/PROTOCOL.md, "Limits"), written into
+ * grammar.json so the agent enforces exactly what the worker sends: a batch of at most `batchParts`
+ * parts (a snapshot sends 4 to 6), and reads under at most `readTimeoutMs` each (destructive verbs keep
+ * the protocol's 600 s ceiling).
+ */
+export const AGENT_LIMITS = { batchParts: 16, readTimeoutMs: 120_000 } as const;
 
 export const ARG_TYPES = {
   int: '^(0|[1-9][0-9]{0,14})$',

@@ -4,7 +4,7 @@ import type { CommandSpec } from './command-spec.ts';
 import { DESTRUCTIVE_VERBS, NO_APPROVAL } from './arg-types.ts';
 
 /**
- * What a destructive verb carries on stdin (AGENT-PROTOCOL.md, "Envelopes"): the bot-signed request
+ * What a destructive verb carries on stdin (agent/PROTOCOL.md, "Envelopes"): the bot-signed request
  * (tier 1) or decision (tier 2), exactly as the bot signed it, and the worker-signed plan of the
  * step it acts on. The agent verifies both with the public keys installed on the host and checks
  * every target against the plan, so a stolen worker key alone cannot signal or reset. Pure.

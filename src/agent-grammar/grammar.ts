@@ -1,8 +1,8 @@
-import { AGENT_PROTOCOL, AGENT_VERSION, ARG_TYPES, DESTRUCTIVE_VERBS } from './arg-types.ts';
+import { AGENT_LIMITS, AGENT_PROTOCOL, AGENT_VERSION, ARG_TYPES, DESTRUCTIVE_VERBS } from './arg-types.ts';
 import { VERBS, type VerbDef, type Where } from './verbs.ts';
 
 /**
- * agent/grammar.json as data (AGENT-PROTOCOL.md, "grammar.json format"), made from the templates:
+ * agent/grammar.json as data (agent/PROTOCOL.md, "grammar.json format"), made from the templates:
  * each verb's `run` is read off the argv its template builds for two sample calls. A word the same
  * in both is a literal; one that differs is an argument's (whole, or between a constant prefix and
  * suffix); the variadic arguments at the end are `{"rest": i}`. Pure.
@@ -20,6 +20,7 @@ export interface GrammarVerb {
 export interface Grammar {
   protocol: number;
   agentVersion: string;
+  limits: { batchParts: number; readTimeoutMs: number };
   types: Record<string, string>;
   verbs: Record<string, GrammarVerb>;
 }
@@ -84,7 +85,13 @@ export function buildGrammar(): Grammar {
       destructive: DESTRUCTIVE_VERBS.includes(name),
       run: runOf(name, def),
     };
-  return { protocol: AGENT_PROTOCOL, agentVersion: AGENT_VERSION, types: { ...ARG_TYPES }, verbs };
+  return {
+    protocol: AGENT_PROTOCOL,
+    agentVersion: AGENT_VERSION,
+    limits: { ...AGENT_LIMITS },
+    types: { ...ARG_TYPES },
+    verbs,
+  };
 }
 
 /** The file's text: what `npm run agent:grammar` writes and the committed file must equal. */

@@ -1,11 +1,11 @@
-import { AGENT_PROTOCOL, AGENT_VERSION } from '../agent-grammar/arg-types.ts';
+import { AGENT_LIMITS, AGENT_PROTOCOL, AGENT_VERSION, DESTRUCTIVE_VERBS } from '../agent-grammar/arg-types.ts';
 import { CodedError, ErrorCode } from '../errors.ts';
 import type { RemoteCommand } from './remote-command.ts';
 import type { CommandSpec } from '../agent-grammar/command-spec.ts';
 import type { ExecResult, Route } from './types.ts';
 
 /**
- * The line the worker sends in `agent` access mode (issue 21, AGENT-PROTOCOL.md): the host's
+ * The line the worker sends in `agent` access mode (issue 21, agent/PROTOCOL.md): the host's
  * forced command, gpu-medic-agent, receives it as SSH_ORIGINAL_COMMAND and runs the grammar's argv
  * for the verb under its own timeout. No shell reads it: every word is a verb, a type-checked
  * argument or a number. Pure; throws `bad_command` (nothing was run) for what the agent would refuse.
@@ -35,6 +35,11 @@ export function buildAgentCommand(route: Route, spec: CommandSpec): RemoteComman
       `Command timeout must be a positive number of ms, got ${spec.timeoutMs}; nothing was run.`,
     );
   const timeoutMs = Math.min(MAX_TIMEOUT_MS, Math.ceil(spec.timeoutMs));
+  if (!DESTRUCTIVE_VERBS.includes(call.verb) && timeoutMs > AGENT_LIMITS.readTimeoutMs)
+    throw new CodedError(
+      ErrorCode.BadCommand,
+      `The read ${call.verb} asks for ${timeoutMs} ms, over the agent's ${AGENT_LIMITS.readTimeoutMs} ms for reads; nothing was run.`,
+    );
   let where: string[];
   let lastRemoteKillMs = timeoutMs + AGENT_KILL_AFTER_MS;
   if (route.kind === 'direct') where = ['host'];
@@ -65,7 +70,15 @@ export function buildAgentCommand(route: Route, spec: CommandSpec): RemoteComman
 
 const REFUSED = /^gpu-medic-agent: refused: (.{1,300})$/m;
 
-/** What the worker asks an agent that did not know a verb (AGENT-PROTOCOL.md: `version` first). */
+/** The agent's own status for "too many runs on this host at once": nothing ran, try again (agent/PROTOCOL.md). */
+export const AGENT_BUSY_STATUS = 75;
+
+/** True when the agent answered busy (its status and its one stderr line): nothing ran. */
+export function agentBusy(r: Pick<ExecResult, 'code' | 'stderr'>): boolean {
+  return r.code === AGENT_BUSY_STATUS && /^gpu-medic-agent: busy: /m.test(r.stderr);
+}
+
+/** What the worker asks an agent that did not know a verb (agent/PROTOCOL.md: `version` first). */
 export const AGENT_VERSION_LINE = `gpu-medic ${AGENT_PROTOCOL} version`;
 
 /**
@@ -81,7 +94,8 @@ export function agentRefusal(
   const m = REFUSED.exec(r.stderr);
   if (!m) return null;
   const reason = (m[1] ?? '').trim();
-  const older = /^unknown verb\b/.test(reason);
+  // An agent older than this worker's: a verb it does not know, or envelopes newer than it reads.
+  const older = /^unknown verb\b|^the signed text is not a (request|decision)$/.test(reason);
   const installed =
     versionLine === null ? null : (/^gpu-medic-agent (\S{1,32}) protocol /m.exec(versionLine)?.[1] ?? null);
   return new CodedError(

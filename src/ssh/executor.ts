@@ -2,7 +2,7 @@ import { CodedError, ErrorCode } from '../errors.ts';
 import { runChannel } from './channel-run.ts';
 import { createConnectionPool, NotStarted, SessionRefused } from './connection-pool.ts';
 import { unpinnedError, usablePins } from './host-key.ts';
-import { AGENT_VERSION_LINE, agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
+import { AGENT_VERSION_LINE, agentBusy, agentRefusal, buildAgentCommand, type SshAccess } from './agent-line.ts';
 import { buildRemoteCommand } from './remote-command.ts';
 import { lostError, where } from './ssh-errors.ts';
 import type { CommandSpec } from '../agent-grammar/command-spec.ts';
@@ -82,6 +82,10 @@ export interface SshExecutorOptions {
 
 const NOOP_LOGGER: SshLogger = { debug() {}, info() {}, warn() {} };
 
+/** Pauses (ms) before each new try of a line the agent answered busy: about 3 s in all, then the caller is told. */
+const BUSY_RETRIES = [150, 400, 900, 1600] as const;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms + Math.floor(Math.random() * 50)));
+
 export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
   const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
   const killAfterMs = options.killAfterMs ?? 1000;
@@ -115,7 +119,19 @@ export function createSshExecutor(options: SshExecutorOptions = {}): Executor {
       ? buildAgentCommand(route, spec)
       : buildRemoteCommand(route, spec, killAfterMs);
     // Only the agent reads stdin (a destructive verb's envelopes); a root shell's line is left as it always was.
-    const r = await send(endpoint, command, lastRemoteKillMs, spec, agent ? (spec.stdin ?? '') : null);
+    let r = await send(endpoint, command, lastRemoteKillMs, spec, agent ? (spec.stdin ?? '') : null);
+    // A busy host ran nothing: the same line again after a short, growing pause, a few times.
+    for (let i = 0; agent && agentBusy(r) && i < BUSY_RETRIES.length; i++) {
+      log.info({ machineId: endpoint.machineId, command, attempt: i + 1 }, 'the agent is busy: trying again');
+      await sleep(BUSY_RETRIES[i] ?? 0);
+      r = await send(endpoint, command, lastRemoteKillMs, spec, agent ? (spec.stdin ?? '') : null);
+    }
+    if (agent && agentBusy(r))
+      throw new CodedError(
+        ErrorCode.AgentRefused,
+        `The gpu-medic agent on ${endpoint.machineId} was busy (its max_runs reads at once) through ${BUSY_RETRIES.length + 1} tries; nothing was run. Try again in a minute.`,
+        { machineId: endpoint.machineId, command, reason: 'busy' },
+      );
     const refused = agent ? agentRefusal(r) : null;
     if (refused === null) return r;
     log.warn({ machineId: endpoint.machineId, command, reason: refused.detail.reason }, 'the agent refused');

@@ -95,7 +95,7 @@ describe('agent access mode (the default)', () => {
     expect(e).toBeInstanceOf(CodedError);
     expect((e as CodedError).code).toBe(ErrorCode.AgentRefused);
     expect((e as CodedError).message).toContain(AGENT_VERSION);
-    // It read the agent's own version first (AGENT-PROTOCOL.md), and says what is there.
+    // It read the agent's own version first (agent/PROTOCOL.md), and says what is there.
     expect((e as CodedError).message).toContain('kpro5 (0.9.0) does not know this verb');
   });
 

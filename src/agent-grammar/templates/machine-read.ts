@@ -8,6 +8,7 @@
  * one result per query, so a failing query is still reported on its own. Pure.
  */
 import { shellJoin } from '../../text/shell-quote.ts';
+import { AGENT_LIMITS } from '../arg-types.ts';
 import type { CommandSpec } from '../command-spec.ts';
 
 /** Each query's stdout and stderr are cut at this many bytes (the batch itself is capped above their sum). */
@@ -33,6 +34,8 @@ function partLine(spec: CommandSpec): string {
  */
 export function machineRead(parts: readonly CommandSpec[]): CommandSpec {
   if (parts.length === 0) throw new Error('machineRead: no parts');
+  if (parts.length > AGENT_LIMITS.batchParts)
+    throw new Error(`machineRead: ${parts.length} parts, over the agent's ${AGENT_LIMITS.batchParts}`);
   const lines = ['d=$(mktemp -d) || exit 97', `trap 'rm -rf "$d"' EXIT`];
   parts.forEach((p, i) => lines.push(`(${partLine(p)} >"$d/o${i}" 2>"$d/e${i}"; echo $? >"$d/c${i}") &`));
   lines.push('wait');

@@ -146,7 +146,7 @@ function buildAllowList(): AllowList {
   const direct: Route = { kind: 'direct', endpoint };
   const pct: Route = { kind: 'pct', host: endpoint, vmid: VMID };
   const line = (command: string): RegExp => new RegExp(`^${generalise(command)}$`);
-  // The worker asks an agent its version after an `unknown verb` (AGENT-PROTOCOL.md).
+  // The worker asks an agent its version after an `unknown verb` (agent/PROTOCOL.md).
   const allow: AllowList = {
     shellDirect: [],
     shellPct: [],
