@@ -483,7 +483,9 @@ sub run_batch ($cmd) {
 # verbs, so reads can never block a recovery; a read over the cap is told busy (its own exit status).
 my $SLOT;
 sub take_slot ($destructive) {
-  my $dir = $CFG->{run_dir};
+  # An agent that runs as its account (unprivileged=yes) can write neither /run nor its root-owned
+  # home: its slots live in a 0700 dir of its own under /tmp (checked below: its owner, no other access).
+  my $dir = $> == 0 ? $CFG->{run_dir} : "/tmp/gpu-medic-run-$>";
   mkdir($dir, 0700) unless -d $dir;
   my @st = lstat $dir;
   refuse("run_dir $dir is not a directory of this agent's user, writable by it alone")

@@ -154,6 +154,8 @@ const AGENT_INSTALL_DIRS = {
   etc: '/etc/gpu-medic',
   home: '/var/lib/gpu-medic',
   log: '/var/log/gpu-medic',
+  // The agent's run slots (run_dir=): each simulated host its own, as each real host has.
+  run: '/run/gpu-medic',
   sudoers: '/etc/sudoers.d',
 } as const;
 const INSTALL_SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../agent/install.sh');
@@ -240,6 +242,8 @@ function selfAgentInstall(
       // fleetuser is the container's own account, which install.sh did not make: adopted, as its owner would.
       install(`--no-sudo --adopt --user ${FLEET_USER}`),
       `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(ctDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+      // The container's own run slots (root's agent; fleetuser's live in its home).
+      `mkdir -p ${shellQuote(join(ctDir, 'run'))} && sed -i ${shellQuote(`s|^run_dir=.*|run_dir=${join(ctDir, 'run')}|`)} ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
       // Beside the agent's forced line in root's own authorized_keys.
       ...(operator === null
         ? []
