@@ -62,6 +62,8 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v lxc-start >/dev/null || need+=(lxc)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 if [ "$ci" -eq 1 ]; then command -v docker-compose >/dev/null || need+=(docker-compose); fi
+# agent/test/static-checks.test.ts runs shellcheck over every shell text the agent ships (it fails without it under CI=true).
+if [ "$ci" -eq 1 ]; then command -v shellcheck >/dev/null || need+=(shellcheck); fi
 # The Alertmanager receiver's end-to-end test runs the real Prometheus and Alertmanager (and their
 # promtool and amtool check the docs' rules and config).
 if [ "$ci" -eq 1 ]; then command -v promtool >/dev/null || need+=(prometheus); fi
