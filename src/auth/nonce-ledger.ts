@@ -50,7 +50,10 @@ export class NonceLedger {
     const seen = this.memory.get(nonce, now);
     if (seen && (seen.owner !== owner || seen.done)) return 'replayed';
     const until = expiresAt + KEEP_PAST_EXPIRY_MS;
-    const set = await this.redis.set(this.key(nonce), owner, 'PXAT', until, 'NX');
+    // A TTL relative to this worker's clock (PX), never an absolute time on the Redis server's (PXAT):
+    // a Redis clock ahead of the worker's would otherwise drop the record early and let a replay in.
+    const ttl = Math.max(1000, until - now);
+    const set = await this.redis.set(this.key(nonce), owner, 'PX', ttl, 'NX');
     if (set === 'OK') {
       this.memory.put(nonce, owner, until);
       return seen ? 'again' : 'fresh';
