@@ -899,6 +899,9 @@ sub main (@argv) {
   }
   refuse('--explain is for root on the host, never through sudo') if $explain && ($via_sudo || $< != 0);
   refuse("config $config: not an absolute path") unless $config =~ m{\A/};
+  # Through sudo only the installed config (install.sh writes its path into this copy): another
+  # root-owned file could name other keys or a wider path=.
+  refuse('through sudo the config is the installed one only') if $via_sudo && $config ne DEFAULT_CONFIG;
   $CFG = load_config($config);
   # install.sh --no-sudo (a container whose owner gives the worker no root): the account runs it itself.
   refuse('the agent must run as root') unless $> == 0 || $CFG->{unprivileged} eq 'yes';

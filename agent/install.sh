@@ -191,7 +191,8 @@ install_agent_files() {
   if [ "$no_sudo" = 1 ] || { [ "$action" = upgrade ] && grep -qx 'GPU_MEDIC_SUDO=0' "$front" 2>/dev/null; }; then sudo_word=0; fi
   sed -e "s|^GPU_MEDIC_CORE=.*|GPU_MEDIC_CORE=$core|" -e "s|^GPU_MEDIC_CONFIG=.*|GPU_MEDIC_CONFIG=$conf|" \
     -e "s|^GPU_MEDIC_SUDO=.*|GPU_MEDIC_SUDO=$sudo_word|" "$here/gpu-medic-agent" | write_new "$front" 0755
-  install -o root -g root -m 0755 "$here/gpu-medic-agent.pl" "$core"
+  # The core's own constant: the one config it accepts through sudo (root-owned, like the front's).
+  sed -e "s|^use constant DEFAULT_CONFIG => .*|use constant DEFAULT_CONFIG => '$conf';|" "$here/gpu-medic-agent.pl" | write_new "$core" 0755
   install -o root -g root -m 0644 "$grammar" "$prefix$libdir/grammar.json"
   say "agent files in $prefix$libdir (root:root, 0755/0644)"
 }

@@ -290,6 +290,45 @@ describe('a stolen worker key cannot do anything else', () => {
     expect((viaSudo as { code: number }).code).toBe(126);
   });
 
+  it('through sudo, a root-owned config other than the installed one is refused; the installed one answers', async () => {
+    const core = '/usr/local/lib/gpu-medic/gpu-medic-agent.pl';
+    // A second root-owned config, as another package might leave: the same, but any path= would do.
+    const copy = await execFileP('nsenter', [
+      '-t',
+      String(host.sshdPid),
+      '-m',
+      '--',
+      'install',
+      '-o',
+      'root',
+      '-m',
+      '0644',
+      '/etc/gpu-medic/agent.conf',
+      '/etc/gpu-medic/other.conf',
+    ]).catch((e: { stderr: string }) => e);
+    expect(copy.stderr).toBe('');
+    const asAccount = (conf: string) =>
+      execFileP(
+        'nsenter',
+        ['-t', String(host.sshdPid), '-m', '--', 'runuser', '-u', host.user, '--'].concat([
+          'sudo',
+          '-n',
+          core,
+          '--config',
+          conf,
+          '--',
+          'gpu-medic',
+          '1',
+          'version',
+        ]),
+        { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
+      ).catch((e: { code: number; stdout: string; stderr: string }) => e);
+    const other = await asAccount('/etc/gpu-medic/other.conf');
+    expect(other.stderr).toBe('gpu-medic-agent: refused: through sudo the config is the installed one only\n');
+    const installed = await asAccount('/etc/gpu-medic/agent.conf');
+    expect(installed.stdout).toMatch(/^gpu-medic-agent \S+ protocol 1\n$/);
+  });
+
   it('a pty request (-tt): refused by sshd (restrict), the command did not run', async () => {
     const r = await refusedAndNothingRan(
       () => host.ssh(['gpu-medic', '1', '5000', 'host', 'gpus'], { sshArgs: ['-tt'] }),
