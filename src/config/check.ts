@@ -99,7 +99,16 @@ export function formatReport(r: ConfigReport, heading: string): string {
   const machines = r.inventory ? listMachines(r.inventory) : [];
   const hosts = machines.filter((m) => m.kind === 'host').length;
   const mode = r.role === 'worker' ? '' : `; mode ${r.env?.GPU_MEDIC_MODE}`;
-  return `${heading}: ok. ${machines.length} machines (${hosts} hosts, ${machines.length - hosts} containers) in sites ${r.inventory ? sitesOf(r.inventory).join(', ') || '-' : '-'}${mode}\n${assumed}${r.role !== 'bot' && r.env?.GPU_MEDIC_SSH_ACCESS === 'root-shell' ? ROOT_SHELL : ''}`;
+  const inv = r.inventory;
+  const shellMachines = inv
+    ? [...inv.hosts, ...inv.containers].filter((m) => m.access === 'root-shell').map((m) => m.id)
+    : [];
+  // One machine's `access: root-shell` gives up, for that machine, what the setting gives up for all.
+  const perMachine =
+    r.role !== 'bot' && r.env?.GPU_MEDIC_SSH_ACCESS !== 'root-shell' && shellMachines.length > 0
+      ? `  SSH access root-shell on ${shellMachines.join(', ')} (inventory access:): the worker's key opens a shell there, so a stolen worker key is a root shell on ${shellMachines.length === 1 ? 'it' : 'them'}, and no host checks that a signal or reset was requested and approved. Install gpu-medic-agent there (agent/install.sh) and remove the access: line.\n`
+      : '';
+  return `${heading}: ok. ${machines.length} machines (${hosts} hosts, ${machines.length - hosts} containers) in sites ${inv ? sitesOf(inv).join(', ') || '-' : '-'}${mode}\n${assumed}${r.role !== 'bot' && r.env?.GPU_MEDIC_SSH_ACCESS === 'root-shell' ? ROOT_SHELL : ''}${perMachine}`;
 }
 
 /** Which names a role takes from a .env file: its own settings, and unknown names that look like ours (to name the typo). Never another role's secret. */

@@ -228,6 +228,19 @@ containers:
     expect(wrong.out).toContain('GPU_MEDIC_SSH_ACCESS must be one of agent, root-shell');
   });
 
+  it('names the inventory machines with access: root-shell and what that gives up; says nothing without one', async () => {
+    const hosts = (access: string) =>
+      `defaults: { keyFile: /k }\nhosts: [{ id: h1, address: 10.0.0.1, hostKeys: [${FP}] }, { id: h2, address: 10.0.0.2, hostKeys: [${FP}]${access} }]\n`;
+    const one = await check(['worker'], {}, hosts(', access: root-shell'));
+    expect(one.code).toBe(0);
+    expect(one.out).toContain(
+      "SSH access root-shell on h2 (inventory access:): the worker's key opens a shell there, so a stolen worker key is a root shell on it",
+    );
+    const none = await check(['worker'], {}, hosts(''));
+    expect(none.code).toBe(0);
+    expect(none.out).not.toContain('root-shell');
+  });
+
   it('an unknown role is refused with the closest one, and nothing is checked', async () => {
     const { code, out } = await check(['wroker'], {}, '{}');
     expect(code).toBe(2);
