@@ -93,7 +93,7 @@ describe('(c) finding 7: an existing account install.sh did not make is refused,
     }
     expect(await host.ssh(['gpu-medic', '1', 'version'], { user: name })).toMatchObject({
       code: 0,
-      stdout: 'gpu-medic-agent 1.0.0 protocol 1\n',
+      stdout: 'gpu-medic-agent 2.0.0 protocol 1\n',
     });
     // Installing again needs no --adopt: the account is recorded as adopted.
     const again = await hostInstall(host, 'install', '--user', name, '--key', `${host.clientKey}.pub`);

@@ -140,7 +140,14 @@ describe('install.sh --root-forced (under --prefix)', () => {
     await writeFile(core, '# stale\n');
     const up = await installSh('upgrade');
     expect(up.code).toBe(0);
-    expect(await readFile(core, 'utf8')).toBe(await readFile(join(AGENT_DIR, 'gpu-medic-agent.pl'), 'utf8'));
+    // The source, with only the one constant install.sh writes: the config this install uses.
+    const source = await readFile(join(AGENT_DIR, 'gpu-medic-agent.pl'), 'utf8');
+    expect(await readFile(core, 'utf8')).toBe(
+      source.replace(
+        /^use constant DEFAULT_CONFIG => .*$/m,
+        `use constant DEFAULT_CONFIG => '${join(prefix, 'etc/gpu-medic/agent.conf')}';`,
+      ),
+    );
     expect(await readFile(join(prefix, 'etc/gpu-medic/agent.conf'), 'utf8')).toContain('# edited by the operator');
   });
 

@@ -39,6 +39,7 @@ interface Grammar {
   agentVersion: string;
   types: Record<string, string>;
   verbs: Record<string, Verb>;
+  limits: { batchParts: number; readTimeoutMs: number };
 }
 
 // ---- the model: agent/PROTOCOL.md's "SSH command line", read independently of the Perl ----
@@ -89,6 +90,9 @@ function model(g: Grammar, line: string, role: 'host' | 'self'): Model {
   const rest = w.slice(i);
   if (rest[0] !== 'batch') {
     const argv = modelVerb(g, on, ct, ms, rest);
+    // A read (not a destructive verb) is under the grammar's read ceiling.
+    if (argv !== null && !(g.verbs[rest[0] as string] as Verb).destructive && ms > g.limits.readTimeoutMs)
+      return { ok: false };
     return argv === null ? { ok: false } : { ok: true, parts: [{ verb: rest[0] as string, argv }] };
   }
   const parts: Array<{ verb: string; argv: string[] }> = [];
@@ -99,13 +103,14 @@ function model(g: Grammar, line: string, role: 'host' | 'self'): Model {
       continue;
     }
     const [t, ...vw] = cur;
-    if (!isTimeout(t)) return { ok: false };
+    if (!isTimeout(t) || Number(t) > g.limits.readTimeoutMs || parts.length >= g.limits.batchParts)
+      return { ok: false };
     const argv = modelVerb(g, on, ct, Number(t), vw);
     if (argv === null || (g.verbs[vw[0] as string] as Verb).destructive) return { ok: false };
     parts.push({ verb: vw[0] as string, argv });
     cur = [];
   }
-  return { ok: true, parts };
+  return ms > g.limits.readTimeoutMs ? { ok: false } : { ok: true, parts };
 }
 
 // ---- the generators ----

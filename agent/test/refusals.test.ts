@@ -12,6 +12,7 @@ import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_VERSION } from '../../src/agent-grammar/arg-types.ts';
 import { parseMachineRead } from '../../src/agent-grammar/templates/machine-read.ts';
 import { freePort } from '../../test/harness/sshd.ts';
 import {
@@ -88,7 +89,7 @@ describe('install.sh on a stock sshd: what it wrote', () => {
 describe('the worker key reads through the agent', () => {
   it('`gpu-medic 1 version` prints the version line', async () => {
     const r = await host.ssh(['gpu-medic', '1', 'version']);
-    expect(r).toEqual({ code: 0, stdout: 'gpu-medic-agent 1.0.0 protocol 1\n', stderr: '' });
+    expect(r).toEqual({ code: 0, stdout: `gpu-medic-agent ${AGENT_VERSION} protocol 1\n`, stderr: '' });
   });
 
   it('a read verb runs the tool found through the config path=, with output and status passed through', async () => {
