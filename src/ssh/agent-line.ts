@@ -71,7 +71,7 @@ export function buildAgentCommand(route: Route, spec: CommandSpec): RemoteComman
 const REFUSED = /^gpu-medic-agent: refused: (.{1,300})$/m;
 
 /** The agent's own status for "too many runs on this host at once": nothing ran, try again (agent/PROTOCOL.md). */
-export const AGENT_BUSY_STATUS = 75;
+const AGENT_BUSY_STATUS = 75;
 
 /** True when the agent answered busy (its status and its one stderr line): nothing ran. */
 export function agentBusy(r: Pick<ExecResult, 'code' | 'stderr'>): boolean {
