@@ -18,6 +18,7 @@ use MIME::Base64 qw(encode_base64 decode_base64);
 use Digest::SHA qw(sha256_hex);
 use POSIX qw(:sys_wait_h setpgid _exit);
 use File::Temp qw(tempdir);
+use Cwd ();
 use Fcntl qw(:flock O_RDWR O_CREAT);
 use IO::Poll qw(POLLOUT POLLERR POLLHUP);
 use IO::Select ();
@@ -189,12 +190,38 @@ sub load_grammar ($path) {
 }
 
 # run[0] through the config's path= only (never the caller's PATH).
+# The program found must be root's alone (or, unprivileged, this account's): the file and every
+# directory on its real path owned by root (or us) and writable by nobody else, but for a sticky
+# directory (such as /tmp), whose other users cannot replace what root owns in it. A program a
+# non-root user could swap would run as root: it is refused, not run.
 sub find_program ($name) {
   return undef unless $name =~ /\A[A-Za-z0-9_.+-]+\z/;
   for my $d (split /:/, $CFG->{path}) {
     my $p = "$d/$name";
-    return $p if -f $p && -x _;
+    next unless -f $p && -x _;
+    my $why = unsafe_path($p);
+    refuse("$name on path= is not root's alone ($why)") if defined $why;
+    return $p;
   }
+  return undef;
+}
+
+sub unsafe_path ($p) {
+  my $real = Cwd::realpath($p);
+  return "cannot resolve $p" unless defined $real;
+  my @parts = grep { $_ ne '' } split m{/}, $real;
+  my $file = pop @parts;
+  my @dirs = ('/');
+  push @dirs, '/' . join('/', @parts[0 .. $_]) for 0 .. $#parts;
+  for my $d (@dirs) {
+    my @st = stat($d);
+    return "cannot stat $d" unless @st;
+    return "$d is owned by uid $st[4]" unless $st[4] == 0 || $st[4] == $>;
+    return "$d is writable by others" if ($st[2] & 022) && !($st[2] & 01000);
+  }
+  my @st = stat($real);
+  return "$real is owned by uid $st[4]" unless @st && ($st[4] == 0 || $st[4] == $>);
+  return "$real is writable by others" if $st[2] & 022;
   return undef;
 }
 

@@ -330,6 +330,34 @@ describe('a stolen worker key cannot do anything else', () => {
     expect(installed.stdout).toMatch(/^gpu-medic-agent \S+ protocol 1\n$/);
   });
 
+  it("a program on path= in a directory another user owns (0777, nobody's): refused, not run; the same dir root's 0755: it runs", async () => {
+    const evil = join(host.dir, 'evil');
+    const marker = join(host.dir, 'evil-ran');
+    await execFileP('mkdir', ['-p', evil]);
+    await writeFile(join(evil, 'uname'), `#!/bin/sh\necho ran > '${marker}'\necho 6.0-evil\n`, { mode: 0o755 });
+    const conf = host.inHost('/etc/gpu-medic/agent.conf');
+    const original = await readFile(conf, 'utf8');
+    await writeFile(conf, original.replace(/^path=/m, `path=${evil}:`));
+    try {
+      await execFileP('chown', ['nobody', evil]);
+      await execFileP('chmod', ['0777', evil]);
+      const r = await host.ssh(['gpu-medic', '1', '5000', 'host', 'probe-uname']);
+      expect(r.code).toBe(126);
+      expect(r.stderr).toBe(
+        `gpu-medic-agent: refused: uname on path= is not root's alone (${evil} is owned by uid 65534)\n`,
+      );
+      expect(existsSync(marker)).toBe(false);
+      await execFileP('chown', ['root', evil]);
+      await execFileP('chmod', ['0755', evil]);
+      const ok = await host.ssh(['gpu-medic', '1', '5000', 'host', 'probe-uname']);
+      expect(ok).toMatchObject({ code: 0, stdout: '6.0-evil\n' });
+      expect(existsSync(marker)).toBe(true);
+    } finally {
+      await writeFile(conf, original);
+      await rm(evil, { recursive: true, force: true });
+    }
+  });
+
   it('a pty request (-tt): refused by sshd (restrict), the command did not run', async () => {
     const r = await refusedAndNothingRan(
       () => host.ssh(['gpu-medic', '1', '5000', 'host', 'gpus'], { sshArgs: ['-tt'] }),
