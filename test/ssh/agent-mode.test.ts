@@ -23,6 +23,11 @@ printf '%s\\n' "$*" >> "$AGENT_LOG"
 case "$4" in
   nosuch) echo "gpu-medic-agent: refused: unknown verb nosuch" >&2; exit 126;;
   gpus) echo "0, GPU-x"; exit 0;;
+  ram)
+    # Busy while the count file says so: each answer takes one off.
+    n=$(cat "$AGENT_LOG.busy" 2>/dev/null || echo 0)
+    if [ "$n" -gt 0 ]; then echo $((n - 1)) > "$AGENT_LOG.busy"; echo "gpu-medic-agent: busy: 8 runs at once on this host already (max_runs=); try again" >&2; exit 75; fi
+    echo "MemTotal: 1"; exit 0;;
 esac
 cat > "$AGENT_LOG.stdin"
 echo done
@@ -84,6 +89,26 @@ describe('agent access mode (the default)', () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toBe('done\n');
     expect(await readFile(join(root, 'agent.log.stdin'), 'utf8')).toBe(spec.stdin);
+  });
+
+  it('a busy host (exit 75, `busy:`) ran nothing: the same line is sent again and its answer returned; busy through every try: told, nothing run', async () => {
+    const spec = { argv: ['free', '-b'], timeoutMs: 5000, agent: { verb: 'ram', args: [] } };
+    const lines = async () =>
+      (await readFile(join(root, 'agent.log'), 'utf8')).split('\n').filter((l) => l.endsWith(' ram'));
+    const before = (await lines()).length;
+    await writeFile(join(root, 'agent.log.busy'), '2');
+    const r = await ex.exec(direct(), spec);
+    expect(r).toMatchObject({ code: 0, stdout: 'MemTotal: 1\n' });
+    expect(await lines()).toHaveLength(before + 3);
+    await writeFile(join(root, 'agent.log.busy'), '99');
+    const err = await ex.exec(direct(), spec).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CodedError);
+    expect((err as CodedError).code).toBe(ErrorCode.AgentRefused);
+    expect((err as CodedError).message).toMatch(
+      /^The gpu-medic agent on kpro5 was busy .* through 5 tries; nothing was run/,
+    );
+    expect(await lines()).toHaveLength(before + 3 + 5);
+    await writeFile(join(root, 'agent.log.busy'), '0');
   });
 
   it("turns the agent's refusal (exit 126, `refused:`) into agent_refused naming what is there and the version to install", async () => {
