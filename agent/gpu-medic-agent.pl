@@ -19,6 +19,7 @@ use Digest::SHA qw(sha256_hex);
 use POSIX qw(:sys_wait_h setpgid _exit);
 use File::Temp qw(tempdir);
 use Cwd ();
+use File::Path ();
 use Fcntl qw(:flock O_RDWR O_CREAT);
 use IO::Poll qw(POLLOUT POLLERR POLLHUP);
 use IO::Select ();
@@ -513,7 +514,7 @@ sub take_slot ($destructive) {
   # An agent that runs as its account (unprivileged=yes) can write neither /run nor its root-owned
   # home: its slots live in a 0700 dir of its own under /tmp (checked below: its owner, no other access).
   my $dir = $> == 0 ? $CFG->{run_dir} : "/tmp/gpu-medic-run-$>";
-  mkdir($dir, 0700) unless -d $dir;
+  File::Path::make_path($dir, { mode => 0700 }) unless -d $dir;
   my @st = lstat $dir;
   refuse("run_dir $dir is not a directory of this agent's user, writable by it alone")
     unless @st && -d _ && $st[4] == $> && !($st[2] & 022);
@@ -943,6 +944,9 @@ sub main (@argv) {
   }
   my $destructive = !$cmd->{batch} && $cmd->{def}{destructive};
   take_slot($destructive) or busy_exit();
+  # Through sudo, sudo's own log line names every read; without it (root's forced key, an account
+  # running the agent itself) the agent writes one, so every read leaves a trace on the host.
+  audit('read') if !$destructive && !$via_sudo;
   run_batch($cmd) if $cmd->{batch};
   my $c = command_of($cmd, $cmd->{where}, $cmd->{ms}, 1);
   if ($destructive) {

@@ -122,6 +122,18 @@ describe('install.sh --root-forced (under --prefix)', () => {
     expect(audit).toMatch(/refused verb=- where=- .* reason=not a gpu-medic command status=-\n/);
   });
 
+  it("a read through root's forced key (no sudo to log it) leaves the agent's own `read` line in the audit file", async () => {
+    const file = join(prefix, 'var/log/gpu-medic/agent-audit.log');
+    const before = (await readFile(file, 'utf8')).split('\n').filter((l) => l !== '').length;
+    // The sample grammar's gpus (nvidia-smi is not on this machine's path: it runs and answers 127).
+    const r = await forced('gpu-medic 1 5000 host gpus');
+    expect(r.code).not.toBe(126);
+    const lines = (await readFile(file, 'utf8')).split('\n').filter((l) => l !== '');
+    expect(lines.slice(before)).toEqual([
+      expect.stringMatching(/^gpu-medic-agent\[\d+\]: read verb=gpus where=host /),
+    ]);
+  });
+
   it('a config named by the client environment is not read (the front has its own constant)', async () => {
     const evil = join(dir, 'evil.conf');
     await writeFile(evil, 'grammar=/nonexistent\n');
