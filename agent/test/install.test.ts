@@ -129,9 +129,7 @@ describe('install.sh --root-forced (under --prefix)', () => {
     const r = await forced('gpu-medic 1 5000 host gpus');
     expect(r.code).not.toBe(126);
     const lines = (await readFile(file, 'utf8')).split('\n').filter((l) => l !== '');
-    expect(lines.slice(before)).toEqual([
-      expect.stringMatching(/^gpu-medic-agent\[\d+\]: read verb=gpus where=host /),
-    ]);
+    expect(lines.slice(before)).toEqual([expect.stringMatching(/^gpu-medic-agent\[\d+\]: read verb=gpus where=host /)]);
   });
 
   it('a config named by the client environment is not read (the front has its own constant)', async () => {
