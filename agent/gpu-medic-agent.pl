@@ -192,7 +192,8 @@ sub load_grammar ($path) {
 
 # run[0] through the config's path= only (never the caller's PATH).
 # The program found must be root's alone (or, unprivileged, this account's): the file and every
-# directory on its real path owned by root (or us) and writable by nobody else, but for a sticky
+# directory on its real path owned by root (or us, or in a container the host, unmapped) and
+# writable by nobody else, but for a sticky
 # directory (such as /tmp), whose other users cannot replace what root owns in it. A program a
 # non-root user could swap would run as root: it is refused, not run.
 sub find_program ($name) {
@@ -207,7 +208,22 @@ sub find_program ($name) {
   return undef;
 }
 
+# Inside a user namespace (an unprivileged container), files of the host that the namespace does not
+# map show as the overflow uid (nobody): no one inside can write them, only the host's root can.
+sub unmapped_uid () {
+  open(my $h, '<', '/proc/self/uid_map') or return -1;
+  my $map = do { local $/; <$h> } // '';
+  close $h;
+  return -1 if $map =~ /\A\s*0\s+0\s+4294967295\s*\z/;
+  open(my $o, '<', '/proc/sys/kernel/overflowuid') or return 65534;
+  my $u = <$o> // '65534';
+  close $o;
+  return $u =~ /\A\s*([0-9]+)\s*\z/ ? $1 : 65534;
+}
+
 sub unsafe_path ($p) {
+  my $unmapped = unmapped_uid();
+  my $ours = sub ($uid) { $uid == 0 || $uid == $> || $uid == $unmapped };
   my $real = Cwd::realpath($p);
   return "cannot resolve $p" unless defined $real;
   my @parts = grep { $_ ne '' } split m{/}, $real;
@@ -217,11 +233,11 @@ sub unsafe_path ($p) {
   for my $d (@dirs) {
     my @st = stat($d);
     return "cannot stat $d" unless @st;
-    return "$d is owned by uid $st[4]" unless $st[4] == 0 || $st[4] == $>;
+    return "$d is owned by uid $st[4]" unless $ours->($st[4]);
     return "$d is writable by others" if ($st[2] & 022) && !($st[2] & 01000);
   }
   my @st = stat($real);
-  return "$real is owned by uid $st[4]" unless @st && ($st[4] == 0 || $st[4] == $>);
+  return "$real is owned by uid $st[4]" unless @st && $ours->($st[4]);
   return "$real is writable by others" if $st[2] & 022;
   return undef;
 }

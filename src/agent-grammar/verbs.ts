@@ -142,6 +142,7 @@ export const VERBS: Record<string, VerbDef> = {
   'probe-python3': probe('python3', 'host', ANY),
   'probe-proc': probe('proc', 'host', ANY),
   'pct-list': probe('pct', 'host', HOST),
+  'probe-clock': probe('clock', 'host', HOST),
   'probe-fuser': probe('fuser', 'container', CONTAINER),
   'probe-ns': probe('ns', 'container', CONTAINER),
   'probe-init': onVmid((v) => lxcInitPid(v, T.timeoutMs)),

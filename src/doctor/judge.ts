@@ -36,6 +36,8 @@ export interface HostReading {
   agent?: AgentReading | null;
   /** One per inventory container of this host: its init's PID (lxc-info) and that PID's namespace. */
   inits: Array<{ containerId: string; vmid: number; lxcInfo: ProbeRun | null; ns: ProbeRun | null }>;
+  /** The clock probe's answer and when (the worker's ms since the epoch) it was sent and came back. */
+  clock?: { sentAt: number; answeredAt: number } | undefined;
 }
 
 export interface ContainerReading {
@@ -66,6 +68,7 @@ export const CHECKS = [
   'GPU UUIDs',
   'agent',
   'forced key',
+  'clock',
 ] as const;
 export type CheckName = (typeof CHECKS)[number];
 
@@ -279,6 +282,7 @@ const HOST_CHECKS: readonly CheckName[] = [
   '/proc',
   'pct',
   'lxc-info',
+  'clock',
 ];
 const CONTAINER_CHECKS: readonly CheckName[] = [
   'timeout -k',
@@ -453,7 +457,47 @@ function pctVmids(r: Ran): Map<number, string> {
   return out;
 }
 
+/** How far a host's clock may be from the worker's before the doctor says so, and past which the agent refuses what the bot signed. */
+const CLOCK_WARN_MS = 5000;
+const CLOCK_FAIL_MS = 60_000;
+
+/**
+ * The host's clock against the worker's, read at the middle of the probe's round trip (± half of it).
+ * The agent refuses a request or decision signed more than 60 s ahead of its own clock, and judges
+ * every expiry by it: a host far behind refuses every destructive step, one far ahead accepts stale ones.
+ */
+function judgeClock(m: HostReading, f: Findings): void {
+  const run = m.probes.clock;
+  const t = m.clock;
+  if (run === undefined || t === undefined) return f.add('clock', 'skip', 'not checked');
+  const secs = run.ran && run.code === 0 ? /^(\d{9,11})(?:\.(\d{1,9}))?\s*$/.exec(run.stdout) : null;
+  if (secs === null)
+    return f.add(
+      'clock',
+      'warn',
+      `could not read the host's clock (${run.ran ? said(run) : oneLine(run.message, 120)})`,
+      'Check that `date` runs on the host.',
+    );
+  const hostMs = Number(secs[1]) * 1000 + Math.floor(Number(`0.${secs[2] ?? '0'}`) * 1000);
+  const offset = hostMs - (t.sentAt + t.answeredAt) / 2;
+  const within = Math.max(1, Math.round((t.answeredAt - t.sentAt) / 2));
+  const s = (ms: number) => `${ms >= 0 ? '+' : '-'}${(Math.abs(ms) / 1000).toFixed(1)} s`;
+  const detail = `offset ${s(offset)} (±${(within / 1000).toFixed(1)} s) from the worker's clock`;
+  const size = Math.abs(offset) - within;
+  if (size <= CLOCK_WARN_MS) return f.add('clock', 'ok', detail);
+  const hint =
+    'Run time sync on the host (chrony or systemd-timesyncd) and on the bot and worker machines: the agent judges every signed time by its own clock.';
+  if (size <= CLOCK_FAIL_MS) return f.add('clock', 'warn', detail, hint);
+  f.add(
+    'clock',
+    'fail',
+    `${detail}: ${offset < 0 ? "the bot's signatures look more than 60 s in the future here, so this host's agent refuses every destructive step" : 'this host judges expiries more than a minute late'}`,
+    hint,
+  );
+}
+
 function judgeHost(m: HostReading, f: Findings): void {
+  judgeClock(m, f);
   const rows = judgeNvidia(m, f);
   if (rows === null) f.add('persistence', 'skip', 'not checked: nvidia-smi did not answer');
   else {

@@ -29,6 +29,8 @@ export interface ReadDeps {
   access?: SshAccess;
   /** The executor's raw line sender (Executor.probeLine), for the forced-key probes only. */
   probeLine?: Executor['probeLine'];
+  /** The worker's clock (ms since the epoch), for the host clock check. Default Date.now. */
+  now?: () => number;
 }
 
 /** The forced-key probes, on a machine the key logs into (not through pct exec: that is its host's agent). */
@@ -77,6 +79,7 @@ async function runProbes(
   deps: ReadDeps,
   route: Route,
   kind: 'host' | 'container',
+  clockApart = false,
 ): Promise<Partial<Record<ProbeName, ProbeRun>>> {
   const specs = probeSpecs(kind, deps.commandTimeoutMs);
   const out: Partial<Record<ProbeName, ProbeRun>> = {};
@@ -86,7 +89,7 @@ async function runProbes(
   if (!out.uname.ran || out.uname.code !== 0) return out;
   await Promise.all(
     (Object.entries(specs) as Array<[ProbeName, CommandSpec]>)
-      .filter(([name]) => name !== 'uname')
+      .filter(([name]) => name !== 'uname' && !(clockApart && name === 'clock'))
       .map(async ([name, spec]) => {
         out[name] = await probe(deps, route, spec);
       }),
@@ -97,7 +100,7 @@ async function runProbes(
 async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, deps: ReadDeps): Promise<HostReading> {
   const route = hostRouteFor(inv, m.id);
   if (route === null) throw new Error(`no route to host ${m.id}`);
-  const [probes, agent] = await Promise.all([runProbes(deps, route, 'host'), agentProbes(deps, route)]);
+  const [probes, agent] = await Promise.all([runProbes(deps, route, 'host', true), agentProbes(deps, route)]);
   const mine = listMachines(inv).filter(
     (c): c is Extract<Machine, { kind: 'container' }> => c.kind === 'container' && c.hostId === m.id,
   );
@@ -112,7 +115,16 @@ async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, d
       return { containerId: c.id, vmid: c.vmid, lxcInfo, ns };
     }),
   );
-  return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits, agent };
+  // The clock last and on its own, timed: the round trip bounds how well the offset is known.
+  const now = deps.now ?? Date.now;
+  const clockSpec = probeSpecs('host', deps.commandTimeoutMs).clock;
+  let clock: HostReading['clock'];
+  if (canRun && clockSpec !== undefined) {
+    const sentAt = now();
+    probes.clock = await probe(deps, route, clockSpec);
+    clock = { sentAt, answeredAt: now() };
+  }
+  return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits, agent, clock };
 }
 
 async function readContainer(

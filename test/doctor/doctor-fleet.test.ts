@@ -80,6 +80,12 @@ beforeAll(async () => {
   inventoryPath = join(fleet.dir, 'inventory.yaml');
   await writeFile(inventoryPath, stringify({ ...inv, containers: mispinned }));
   holder = await fleet.spawnHolder('ct129', { gpus: [{ index: 0, mib: 4096 }], title: 'python3 train.py' });
+  // kpro6's clock two minutes behind: a `date` stand-in first on its PATH (the machine's own clock is never touched).
+  await writeFile(
+    join(fleet.machine('kpro6').dir, 'bin', 'date'),
+    '#!/bin/sh\nexec /bin/date -d "@$(( $(/bin/date +%s) - 120 ))" "$@"\n',
+    { mode: 0o755 },
+  );
 }, 120_000);
 
 afterAll(async () => {
@@ -108,6 +114,16 @@ describe('gpu-medic doctor on the fleet (real sshd, namespaces, pinned keys)', (
       /^login lands in pid:\[\d+\], the namespace of vmid 129's init$/,
     );
     expect(find(report, 'ct131', 'ssh').detail).toBe('pct exec 131 on kpro5 (pinned host key)');
+  });
+
+  it("each host's clock offset: kpro5 in step with the worker; kpro6 two minutes behind fails, saying its agent would refuse", () => {
+    expect(find(report, 'kpro5', 'clock')).toMatchObject({ status: 'ok' });
+    expect(find(report, 'kpro5', 'clock').detail).toMatch(
+      /^offset [+-]\d+\.\d s \(±\d+\.\d s\) from the worker's clock$/,
+    );
+    const behind = find(report, 'kpro6', 'clock');
+    expect(behind.status).toBe('fail');
+    expect(behind.detail).toMatch(/^offset -1[12]\d\.\d s .*this host's agent refuses every destructive step$/);
   });
 
   it('persistence mode on a host GPU is a warning', () => {

@@ -45,8 +45,14 @@ const PCT_LIST = ok(
 const NS_A = 'pid:[4026532281]';
 const NS_B = 'pid:[4026532399]';
 
+/** The worker sent the clock probe at T0 and had its answer a second later; `date +%s.%N` printed `hostAt`. */
+const T0 = 1_796_100_000_000;
+const clockAt = (hostMs: number): ProbeRun =>
+  ok(`${Math.floor(hostMs / 1000)}.${String(hostMs % 1000).padStart(3, '0')}000000\n`);
+
 function host(over: Partial<HostReading['probes']> = {}, inits?: HostReading['inits']): HostReading {
   return {
+    clock: { sentAt: T0, answeredAt: T0 + 1000 },
     kind: 'host',
     machineId: 'kpro5',
     login: { via: 'ssh', user: 'root', where: 'root@10.0.0.5:22' },
@@ -57,6 +63,7 @@ function host(over: Partial<HostReading['probes']> = {}, inits?: HostReading['in
       python3: PERL_OK,
       proc: ROOT_PROC,
       pct: PCT_LIST,
+      clock: clockAt(T0 + 500),
       ...over,
     },
     inits: inits ?? [{ containerId: 'ct129', vmid: 129, lxcInfo: ok('4242\n'), ns: ok(`${NS_A}\n`) }],
@@ -296,5 +303,18 @@ describe("doctor judgement (pure, from the probes' outputs)", () => {
     const text = reportText(r, 2);
     expect(text.split('\n').find((l) => l.startsWith('ct129') && l.includes('fuser'))).toContain('FAIL');
     expect(text).toContain('How to fix:');
+  });
+
+  it("the host's clock against the worker's: in step ok; 30 s ahead a warning; 2 minutes behind fails, saying the agent would refuse", () => {
+    const clock = (ms: number) =>
+      judge([host({ clock: clockAt(T0 + 500 + ms) })]).findings.find((f) => f.check === 'clock');
+    expect(clock(300)).toMatchObject({ status: 'ok', detail: "offset +0.3 s (±0.5 s) from the worker's clock" });
+    expect(clock(30_000)).toMatchObject({ status: 'warn', detail: "offset +30.0 s (±0.5 s) from the worker's clock" });
+    const behind = clock(-120_000);
+    expect(behind?.status).toBe('fail');
+    expect(behind?.detail).toContain(
+      "offset -120.0 s (±0.5 s) from the worker's clock: the bot's signatures look more than 60 s in the future here",
+    );
+    expect(clock(Number.NaN)?.status).toBe('warn');
   });
 });

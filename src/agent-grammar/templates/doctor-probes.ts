@@ -19,7 +19,7 @@ export const AGENT_PROBES = {
  * runs under the executor's `timeout -k`, exactly as unstick's commands do, so a missing
  * `timeout` shows up as every probe failing the same way.
  */
-export type ProbeName = 'uname' | 'nvidia' | 'fuser' | 'perl' | 'python3' | 'proc' | 'pct' | 'ns';
+export type ProbeName = 'uname' | 'nvidia' | 'fuser' | 'perl' | 'python3' | 'proc' | 'pct' | 'ns' | 'clock';
 
 const NVIDIA_FIELDS = ['index', 'uuid', 'driver_version', 'persistence_mode'] as const;
 
@@ -58,7 +58,12 @@ export function probeSpecs(kind: 'host' | 'container', timeoutMs: number): Parti
     proc: spec('probe-proc', ['sh', '-c', PROC_SCRIPT]),
   };
   return kind === 'host'
-    ? { ...common, pct: spec('pct-list', ['pct', 'list']) }
+    ? {
+        ...common,
+        pct: spec('pct-list', ['pct', 'list']),
+        // The host's clock (s.ns since the epoch): the agent checks signed times against it.
+        clock: spec('probe-clock', ['date', '+%s.%N']),
+      }
     : {
         ...common,
         fuser: spec('probe-fuser', ['fuser', '-V']),
