@@ -469,31 +469,37 @@ const CLOCK_FAIL_MS = 60_000;
 function judgeClock(m: HostReading, f: Findings): void {
   const run = m.probes.clock;
   const t = m.clock;
-  if (run === undefined || t === undefined) return f.add('clock', 'skip', 'not checked');
+  if (run === undefined || t === undefined) {
+    f.add('clock', 'skip', 'not checked');
+    return;
+  }
   const secs = run.ran && run.code === 0 ? /^(\d{9,11})(?:\.(\d{1,9}))?\s*$/.exec(run.stdout) : null;
-  if (secs === null)
-    return f.add(
+  if (secs === null) {
+    f.add(
       'clock',
       'warn',
       `could not read the host's clock (${run.ran ? said(run) : oneLine(run.message, 120)})`,
       'Check that `date` runs on the host.',
     );
+    return;
+  }
   const hostMs = Number(secs[1]) * 1000 + Math.floor(Number(`0.${secs[2] ?? '0'}`) * 1000);
   const offset = hostMs - (t.sentAt + t.answeredAt) / 2;
   const within = Math.max(1, Math.round((t.answeredAt - t.sentAt) / 2));
   const s = (ms: number) => `${ms >= 0 ? '+' : '-'}${(Math.abs(ms) / 1000).toFixed(1)} s`;
   const detail = `offset ${s(offset)} (±${(within / 1000).toFixed(1)} s) from the worker's clock`;
   const size = Math.abs(offset) - within;
-  if (size <= CLOCK_WARN_MS) return f.add('clock', 'ok', detail);
   const hint =
     'Run time sync on the host (chrony or systemd-timesyncd) and on the bot and worker machines: the agent judges every signed time by its own clock.';
-  if (size <= CLOCK_FAIL_MS) return f.add('clock', 'warn', detail, hint);
-  f.add(
-    'clock',
-    'fail',
-    `${detail}: ${offset < 0 ? "the bot's signatures look more than 60 s in the future here, so this host's agent refuses every destructive step" : 'this host judges expiries more than a minute late'}`,
-    hint,
-  );
+  if (size <= CLOCK_WARN_MS) f.add('clock', 'ok', detail);
+  else if (size <= CLOCK_FAIL_MS) f.add('clock', 'warn', detail, hint);
+  else
+    f.add(
+      'clock',
+      'fail',
+      `${detail}: ${offset < 0 ? "the bot's signatures look more than 60 s in the future here, so this host's agent refuses every destructive step" : 'this host judges expiries more than a minute late'}`,
+      hint,
+    );
 }
 
 function judgeHost(m: HostReading, f: Findings): void {
