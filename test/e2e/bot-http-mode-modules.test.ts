@@ -1,5 +1,5 @@
 /**
- * The bot's memory (issue 26): in HTTP mode it never constructs a Socket Mode client, yet Bolt's
+ * The bot's memory (it must stay small): in HTTP mode it never constructs a Socket Mode client, yet Bolt's
  * index and its App require SocketModeReceiver at load, and with it @slack/socket-mode, ws and npm
  * undici (5 MiB of live V8 heap; V8 lets the old generation grow to a multiple of the live heap
  * before a full collection, so the bot's peak after command bursts moved by far more, bench/README.md).
