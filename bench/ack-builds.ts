@@ -1,6 +1,6 @@
 /**
  * `npx tsx bench/ack-builds.ts NAME=path/to/dist/src/main.js …`: the ack figure of several builds
- * side by side in one run (issue 26: each change's effect), so a loaded machine loads them alike.
+ * side by side in one run (to see each change's effect), so a loaded machine loads them alike.
  * One bot process per build (no worker: its queue has no consumer, as in the main bench's ack pair),
  * each on its own Redis prefix, on the example inventory. Per run, for every build in a rotated
  * order: one burst of C `/gpu status kpro5` at once, then one of C `/gpu help` (the floor). Prints

@@ -1,7 +1,7 @@
 /**
- * CPU time per unit of work (issue 26), which a 2-core machine that also runs the simulated fleet
- * can judge where wall times cannot: a process's user + system time from /proc/<pid>/stat, and
- * the OpenSSH client's cost per session over an already open multiplexed connection
+ * CPU time per unit of work (what a read or an ack costs), which a 2-core machine that also runs the
+ * simulated fleet can judge where wall times cannot: a process's user + system time from /proc/<pid>/stat,
+ * and the OpenSSH client's cost per session over an already open multiplexed connection
  * (ControlMaster/ControlPath: no handshake per session, as gpu-medic's pool has none).
  */
 import { execFile, spawn } from 'node:child_process';
@@ -136,9 +136,9 @@ export interface CpuProfile {
 }
 
 /**
- * Where a frame's self time goes (issue 26). Native frames (no URL) and node's own (`node:`) count
- * for their nearest caller that is neither (a socket write for ioredis or ssh2, whichever wrote);
- * those with no such caller (the event loop's reads and timers) are node's.
+ * Where a frame's self time goes, to find what to make cheaper. Native frames (no URL) and node's own
+ * (`node:`) count for their nearest caller that is neither (a socket write for ioredis or ssh2, whichever
+ * wrote); those with no such caller (the event loop's reads and timers) are node's.
  */
 function category(fn: string, url: string): string | null {
   if (fn === '(idle)') return 'idle';

@@ -50,7 +50,7 @@ const CFG = QUICK
       hosts: 200,
       firstTableRuns: 9,
       fanoutRuns: 3,
-      // 5 runs a level let the same build's ratio swing 1.3-2.1 between runs of one morning (issue 26):
+      // 5 runs a level let the same build's ratio swing 1.3-2.1 between runs of one morning (a shared machine's noise):
       // 15 interleaved pairs make a 1.2x target tell from that noise.
       ackRuns: 15,
       // At 1 at a time a run's p99 of 20 commands was its slowest one: 100 give it a tail to rank.
@@ -356,9 +356,10 @@ const MUX = QUICK ? { hosts: 5, sessions: 20 } : { hosts: 10, sessions: 20 };
 const WATCH_INTERVAL_MS = 180_000;
 
 /**
- * CPU per machine read (issue 26): the worker's own CPU per read in `status all` over the most
- * machines (statusFanout's workerCpuMsPerMachineRead) against OpenSSH's per session over an open
- * multiplexed connection, running the same read script (the worker's, from src/agent-grammar/templates/machine-read.ts).
+ * CPU per machine read (what a fleet-wide read costs the worker): the worker's own CPU per read in `status
+ * all` over the most machines (statusFanout's workerCpuMsPerMachineRead) against OpenSSH's per session over
+ * an open multiplexed connection, running the same read script (the worker's, from
+ * src/agent-grammar/templates/machine-read.ts).
  */
 async function benchCpuPerRead(fleet: Fleet, fanout: unknown): Promise<object> {
   const t = { timeoutMs: 20_000 };
@@ -476,7 +477,8 @@ async function benchAck(slack: FakeSlack, p: Pair): Promise<object> {
       },
       botCpuOverHelp: ratio(s.cpuMsPerAck, h.cpuMsPerAck),
       p99OverLimit: round(Math.max(...s.p99) / ACK_LIMIT_MS, 3),
-      // Target (issue 14): status within 1.2x of the help floor at 50 and 200 at once.
+      // Target: status within 1.2x of the help floor at 50 and 200 at once, so a fleet-wide read costs no
+      // more than an ack.
       p99OverHelp: ratio(s.p99, h.p99),
     };
   }
@@ -704,7 +706,7 @@ async function main(): Promise<void> {
           GPU_MEDIC_WATCH_INTERVAL_SEC: '86400',
           ...(x.extraEnv ?? {}),
         };
-        // Issue 19: the bot signs every request with its key and the worker acts on nothing else; the
+        // As deployed, the bot signs every request with its key and the worker acts on nothing else; the
         // fleet's agents trust the fleet's pair (as an installed agent trusts /etc/gpu-medic/), so every pair has it.
         const keys = (fleet as Fleet).keys;
         const [bot, worker] = await Promise.all([

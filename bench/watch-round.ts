@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- --watch [--rounds N]`: the cost of ONE watchdog round (issue 13) over 50 and
+ * `npm run bench -- --watch [--rounds N]`: the cost of ONE watchdog round (one every few minutes) over 50 and
  * over 200 fleet machines, measured side by side in one run (rounds interleaved 50, 200, 50, 200, …):
  *
  * - Redis commands per round: `INFO commandstats` before and after, on a private redis-server this

@@ -73,7 +73,8 @@ export async function startUnstick(
     createdAt: now,
   };
   try {
-    // Who asked, for which target, where and when, signed: tier 1 runs on this alone (issue 19).
+    // Who asked, for which target, where and when, signed: tier 1 runs on this alone, so it must not be
+    // forgeable.
     const request = deps.signer.request(
       {
         incidentId: id,

@@ -94,7 +94,7 @@ export async function startBot(env: Env, inventory: Inventory, logger: Logger, d
       return false;
     },
   );
-  // The operator who read the line above learns when the wait is over (issue 24).
+  // The operator who read the line above learns when the wait is over, and need not restart anything.
   if (!reachedAtStart)
     fast.once('ready', () =>
       logger.info(

@@ -42,7 +42,7 @@ const CENSOR = '[redacted]';
  * two levels down (what the redact paths `k`, `*.k`, `*.*.k` covered). Copy on write: the caller's
  * objects are never changed, and an object with nothing to censor is returned as it is. One pass
  * over the keys with a Set lookup: pino's `redact` with the wildcard paths `*.k` and `*.*.k` cost
- * about 0.2 ms a line, most of what a status ack's log line cost the bot (issue 26).
+ * about 0.2 ms a line, most of what a status ack's log line cost the bot, whose acks must stay cheap.
  */
 function censored(value: unknown, depth: number): unknown {
   if (typeof value !== 'object' || value === null) return value;

@@ -89,8 +89,9 @@ export interface WorkerGroupOptions {
   /** How often decisions whose job was never queued are looked for (workers/decision-sweep.ts). Default 5 s. */
   decisionSweepMs?: number;
   /**
-   * The watchdog (issue 13), when GPU_MEDIC_ALERTS_CHANNEL is set: each served site queue gets one
-   * job scheduler producing a `watch` round every `intervalMs`. Absent: the sites' schedulers are removed.
+   * The watchdog (it warns before a user has to ask), when GPU_MEDIC_ALERTS_CHANNEL is set: each served site
+   * queue gets one job scheduler producing a `watch` round every `intervalMs`. Absent: the sites' schedulers
+   * are removed.
    */
   watch?: WatchOptions;
 }

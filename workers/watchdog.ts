@@ -1,10 +1,10 @@
 /**
- * The watchdog round (issue 13): a `watch` job from the site queue's job scheduler reads every
- * machine of the site in parallel (at most `maxConcurrentReads` at once; src/readings/watch-read.ts,
- * each bounded by the command timeout),
- * and as soon as one machine's reading is in, judges it (src/watchdog/judge.ts) against its stored
- * state and active snoozes and commits state, alert incidents and events in one atomic step
- * (src/watch-store/watch-round-store.ts). So a machine that hangs delays only its own alerts.
+ * The watchdog round, which warns before a user has to ask: a `watch` job from the site queue's job scheduler
+ * reads every machine of the site in parallel (at most `maxConcurrentReads` at once;
+ * src/readings/watch-read.ts, each bounded by the command timeout), and as soon as one machine's reading is
+ * in, judges it (src/watchdog/judge.ts) against its stored state and active snoozes and commits state, alert
+ * incidents and events in one atomic step (src/watch-store/watch-round-store.ts). So a machine that hangs
+ * delays only its own alerts.
  *
  * Exactly once: the commit is a compare-and-set on the stored state; when another round committed
  * first, this one judges its reading again against what is stored now (the judge is idempotent

@@ -1,5 +1,5 @@
 /**
- * Issue 21, "a test proves the worker and the agent agree on every verb", on the agent's side: for
+ * The worker and the agent agree on every verb (else a read fails in the field), on the agent's side: for
  * every verb of the worker's table (src/agent-grammar/verbs.ts) and each of its sample calls, the
  * line the worker's executor sends (buildAgentCommand) goes through the Perl core reading the
  * committed agent/grammar.json (`--explain`), which would run exactly the argv the worker's own

@@ -1,5 +1,5 @@
 /**
- * Issue 21's fuzz of the agent's parser (fast-check, seeded like test/faults/fuzz.test.ts): nothing
+ * The fuzz of the host agent's parser (fast-check, seeded like test/faults/fuzz.test.ts), its last check: nothing
  * outside the grammar reaches a program. Thousands of command lines (grammar lines, their mutations,
  * arbitrary strings and word soups) go through the real Perl core in `--explain` mode, which prints
  * the argv it would run and runs nothing. Two properties:

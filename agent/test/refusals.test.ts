@@ -1,5 +1,5 @@
 /**
- * Issue 21, "a stolen worker key alone can only read": a real sshd with a stock sshd_config and the
+ * A stolen worker key alone can only read: a real sshd with a stock sshd_config and the
  * agent installed by the real install.sh (agent-host.ts). Every try below uses the OpenSSH client
  * with the worker's key; each refusal is proven by what did NOT happen (the recorder nvidia-smi did
  * not run, the marker file is absent, the GPU holder is alive) and by the audit line or sshd's log.

@@ -1,6 +1,6 @@
 /**
- * The argument types of the agent's grammar (issue 21, agent/PROTOCOL.md): every argument a verb
- * takes is one of these, checked by the agent with these exact patterns before anything runs.
+ * The argument types of the agent's grammar (agent/PROTOCOL.md), so no free text reaches a host: every
+ * argument a verb takes is one of these, checked by the agent with these exact patterns before anything runs.
  * A leaf (imports nothing), so the templates, the executor and the generator share it without cycles.
  */
 export const AGENT_PROTOCOL = 1;

@@ -17,10 +17,11 @@ import type { CommandSpec } from './command-spec.ts';
 import type { ArgType } from './arg-types.ts';
 
 /**
- * The agent's verbs (issue 21): every command template the worker runs, by name, with its typed
- * arguments and where it may run. `build` calls the template itself; src/agent-grammar/grammar.ts
- * reads each verb's `run` (the argv the agent executes) off what the template builds for the two
- * sample calls, so the templates stay the one source and agent/grammar.json is their data form.
+ * The agent's verbs, the one list of what the worker's key may run on a host: every command template the
+ * worker runs, by name, with its typed arguments and where it may run. `build` calls the template itself;
+ * src/agent-grammar/grammar.ts reads each verb's `run` (the argv the agent executes) off what the template
+ * builds for the two sample calls, so the templates stay the one source and agent/grammar.json is their data
+ * form.
  */
 
 /** `host`: the machine the key logs into; `ct`: inside a container through `pct exec`; `self`: a container's own agent. */

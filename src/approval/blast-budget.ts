@@ -10,7 +10,7 @@ export interface BudgetOptions {
   limit: number;
   windowMs?: number;
   /**
-   * This worker process's own count of the steps it took (issue 19): a budget key deleted or
+   * This worker process's own count of the steps it took (Redis can be rewound): a budget key deleted or
    * rewound in Redis does not give back what this process spent. Absent: Redis alone.
    */
   memory?: BudgetMemory;

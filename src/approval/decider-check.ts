@@ -1,7 +1,7 @@
 import type { DecideRefusalCode } from './approval-policy.ts';
 
 /**
- * The worker's own check of who decided a card (issue 19), before anything from it runs: from the
+ * The worker's own check of who decided a card (Redis is not believed), before anything from it runs: from the
  * bot's signed decision (who, when) and the worker's signed plan (requester, frozen approvers,
  * admin-only, escalation), against the worker's OWN live lists. Nothing here comes from Redis
  * unsigned. Pure.

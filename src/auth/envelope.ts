@@ -2,7 +2,7 @@ import { createHash, type KeyObject, randomBytes, sign, verify } from 'node:cryp
 import { z } from 'zod';
 
 /**
- * Signed envelopes (issue 19): what the bot signs (an unstick request, a decision on a card) and
+ * Signed envelopes (no Redis writer can forge one): what the bot signs (an unstick request, a decision on a card) and
  * what the worker signs (the plan a card asks for). Ed25519 from node:crypto over a canonical
  * byte string, so a host-side agent can verify the same signature without gpu-medic's code:
  *

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 
 /**
- * Single use of a signed request or decision (issue 19). A nonce is taken once, in Redis (SET NX,
+ * Single use of a signed request or decision (no replay of a click). A nonce is taken once, in Redis (SET NX,
  * kept past its envelope's expiry) and in this worker's memory. The same job taking it again
  * (BullMQ re-runs a job whose worker died; the step guard keeps its destructive steps once-only)
  * is `again`; anyone else, or the same job after this process saw it through, is `replayed`.

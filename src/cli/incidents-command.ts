@@ -176,7 +176,7 @@ export async function runIncidentsCommand(
       return 1;
     }
     const events = await log.events(incident);
-    // The post-mortem says which alerts were still open on the incident's machines (issue 23).
+    // The post-mortem says which alerts were still open on the incident's machines, not "nothing left to do".
     const openAlerts = format === 'markdown' ? await readOpenAlerts(redis, env.data.GPU_MEDIC_PREFIX) : [];
     io.out.write(
       format === 'json'

@@ -87,7 +87,7 @@ function unsetKeys(env: Env, role: Role, deployment: Deployment): string[] {
     );
 }
 
-/** What GPU_MEDIC_SSH_ACCESS=root-shell gives up (issue 21), said on every `config check` that has it. */
+/** What GPU_MEDIC_SSH_ACCESS=root-shell gives up (a stolen worker key is a root shell), said on every `config check`. */
 const ROOT_SHELL =
   '  SSH access root-shell (GPU_MEDIC_SSH_ACCESS): the worker sends shell lines, so its key must open a shell on every machine: a stolen worker key (or a bug in the worker) is a root shell on the whole fleet, and no host checks that a signal or reset was requested and approved. Install gpu-medic-agent on each host (agent/install.sh, docs/deploy.md) and unset it to go back to the default, agent.\n';
 

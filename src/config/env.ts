@@ -209,10 +209,11 @@ const SETTING_ROWS = {
     readers: 'worker',
   },
   /**
-   * How the worker's key reaches a machine (issue 21). `agent`: it speaks only gpu-medic-agent's verbs
-   * (agent/install.sh puts a forced-command key in front of it), and every signal or reset carries the
-   * signed request or decision and plan. `root-shell`: shell lines as before (opt-in; `config check`
-   * says what it gives up: a stolen worker key is a root shell on every machine).
+   * How the worker's key reaches a machine, so that by default it runs one fixed agent and never a shell.
+   * `agent`: it speaks only gpu-medic-agent's verbs (agent/install.sh puts a forced-command key in front of
+   * it), and every signal or reset carries the signed request or decision and plan. `root-shell`: shell lines
+   * as before (opt-in; `config check` says what it gives up: a stolen worker key is a root shell on every
+   * machine).
    */
   GPU_MEDIC_SSH_ACCESS: {
     schema: oneOf(['agent', 'root-shell'], 'agent'),
@@ -233,8 +234,8 @@ const SETTING_ROWS = {
     readers: 'worker',
   },
   /**
-   * The watchdog (issue 13): the channel (ID) its alerts are posted to. Empty: no watchdog runs.
-   * Not a secret; the worker needs it too, to open each alert's record for that channel.
+   * The watchdog, which warns before a user has to ask: the channel (ID) its alerts are posted to. Empty: no
+   * watchdog runs. Not a secret; the worker needs it too, to open each alert's record for that channel.
    */
   GPU_MEDIC_ALERTS_CHANNEL: {
     schema: z
@@ -281,8 +282,9 @@ const SETTING_ROWS = {
     readers: 'both',
   },
   /**
-   * Issue 19, docs/security.md. Bot only: its Ed25519 private key (PEM file) that signs every
-   * request and decision. Unset: a key of this process only (`start`: both roles in one process).
+   * So that only a person's click the bot authenticated makes a worker act (docs/security.md). Bot only: its
+   * Ed25519 private key (PEM file) that signs every request and decision. Unset: a key of this process only
+   * (`start`: both roles in one process).
    */
   GPU_MEDIC_BOT_KEY_FILE: {
     schema: z.string().optional(),

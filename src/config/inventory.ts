@@ -34,7 +34,7 @@ const sshFields = {
   /** Path to the private key on the worker's machine. */
   keyFile: text('the path of a private key file').optional(),
   /**
-   * How this machine takes commands (issue 21), when it differs from the worker's
+   * How this machine takes commands (the agent's fixed verbs, or a shell), when it differs from the worker's
    * GPU_MEDIC_SSH_ACCESS: `agent` (the key is forced to gpu-medic-agent) or `root-shell` (opt-in:
    * a login that runs any command), so an install can move one machine at a time.
    */

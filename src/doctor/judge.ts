@@ -166,9 +166,10 @@ function compareVersions(a: readonly number[], b: readonly number[]): number {
 const INSTALL_HINT = `Install gpu-medic-agent ${AGENT_VERSION} with its forced-command key (agent/install.sh install, docs/deploy.md), or set GPU_MEDIC_SSH_ACCESS=root-shell to keep the old way (config check says what it gives up).`;
 
 /**
- * The agent and the key (issue 21): the agent's version against the one this worker needs, a verb
- * no agent has refused (exit 126 and the agent's `refused:` line), and `true` not run. A key that
- * runs `true` (exit 0, no output) still opens a shell: a stolen worker key is a root shell there.
+ * The agent and the key, checked because the worker's key must run the agent alone and never a shell: the
+ * agent's version against the one this worker needs, a verb no agent has refused (exit 126 and the agent's
+ * `refused:` line), and `true` not run. A key that runs `true` (exit 0, no output) still opens a shell: a
+ * stolen worker key is a root shell there.
  */
 function judgeAgent(a: AgentReading, f: Findings): void {
   const v = a.version;
@@ -435,7 +436,8 @@ function judgeProc(m: MachineReading, f: Findings): void {
     );
     return;
   }
-  // Issue 21: behind the agent the login is its own account, and what runs runs as the agent makes it.
+  // Behind the agent the login is its own account (a stolen key runs the agent, not a shell), and what runs runs
+  // as the agent makes it.
   if (m.agent) {
     f.add('/proc', 'ok', `uid ${uid} through gpu-medic-agent${opts}`);
     return;

@@ -38,8 +38,9 @@ function textTable(header: readonly string[], rows: readonly (readonly string[])
 }
 
 /**
- * The fleet's agent rollout at a glance (issue 21): the machines whose agent is older than this
- * worker needs (or missing), and those whose key still opens a shell. Empty when neither.
+ * The fleet's agent rollout at a glance, so an operator sees where a stolen key would still open a shell: the
+ * machines whose agent is older than this worker needs (or missing), and those whose key still opens a shell.
+ * Empty when neither.
  */
 export function agentLines(findings: readonly Finding[]): string[] {
   const older = findings

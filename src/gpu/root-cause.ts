@@ -1,5 +1,5 @@
 /**
- * Root causes in plain words, from the command lines of the processes holding the GPUs (issue 13).
+ * Root causes in plain words, from the command lines of the processes holding the GPUs, so a thread says why.
  * Pure and table-driven: each known serving program lists the arguments that decide how much host
  * RAM and GPU memory it asks for, whether a value is per rank (tensor-parallel process), and its
  * default. Only programs in the table get a sentence; an unknown program gets no guess.

@@ -3,7 +3,7 @@
  * calls `fetch`, and in the bot `fetch` went through npm undici's dispatcher (Bolt loads it with
  * Socket Mode, and it makes itself fetch's global dispatcher), whose first connection compiles its
  * HTTP parser to WebAssembly on the main thread: a 30–40 MiB transient right after start, most of
- * the bot's peak RSS (bench/README.md, bot memory). This is the part of fetch those callers use (a
+ * the bot's peak RSS (bench/results/2026-12.md, bot memory). This is the part of fetch those callers use (a
  * request with a string body; status, headers, the body as text, JSON or bytes), over `node:http`,
  * whose parser is native. Pure transport: no retry here (WebClient retries, the poster decides which).
  */

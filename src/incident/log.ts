@@ -16,9 +16,9 @@ return 0
  * Opens an incident in one script: what a MULTI of separate commands wrote (meta, request, the
  * global index, when the per-machine index began, one per-machine index per target) and, when a
  * first event is given, that event and the dirty mark. One queued reply instead of up to seven
- * inside a command's MULTI (issue 26: the ack's CPU). Every key is passed in KEYS.
- * KEYS: meta, request, incidents, since, events, dirty, target index…; ARGV: meta JSON, request JSON
- * or '', created (ms), id, first event JSON or ''. Returns the event's stream id, or false.
+ * inside a command's MULTI, because each queued reply costs the bot CPU before it can ack. Every key is
+ * passed in KEYS. KEYS: meta, request, incidents, since, events, dirty, target index…; ARGV: meta JSON,
+ * request JSON or '', created (ms), id, first event JSON or ''. Returns the event's stream id, or false.
  */
 const OPEN_INCIDENT = `
 redis.call('SET', KEYS[1], ARGV[1], 'NX')

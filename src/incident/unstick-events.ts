@@ -27,7 +27,7 @@ export type UnstickEvent =
   /**
    * Written before a signal command is sent: if the worker dies, or the answer is lost, after the
    * signal went out but before `signalled` is written, the log still says which identities it was
-   * sent to, so no thread can claim "nothing was signalled" (issue 10's unrecorded-signal gap).
+   * sent to, so no thread can claim "nothing was signalled" of a signal that went out unrecorded.
    */
   | {
       type: 'signal_intent';

@@ -1,7 +1,7 @@
 import { Gauge, type Registry } from 'prom-client';
 
 /**
- * The process's peak resident set (issue 26: the bot's peak RSS target), read at scrape time:
+ * The process's peak resident set (the bot must stay small through a burst of commands), read at scrape time:
  * getrusage's ru_maxrss, which is /proc/<pid>/status VmHWM on Linux. prom-client's default
  * metrics give the resident set now and V8's heap (used, total, external) now; with the peak
  * beside them a miss shows whether the V8 heap or native memory grew.

@@ -5,7 +5,7 @@ import type { Step, StepTarget, TargetGpu } from './unstick-plan.ts';
 
 /**
  * The plan a worker asks a second person to approve, signed with the worker's Ed25519 private key
- * (issue 19: the bot holds only the public key, so it can check what it shows on a card and cannot
+ * (the bot holds only the public key, so it can check what it shows on a card and cannot
  * forge one), and sealed as well with a key only workers hold
  * (GPU_MEDIC_WORKER_SECRET, or one derived from the workers' SSH keys). Redis keeps it, but the
  * bot (or anyone else who can write Redis) cannot change it undetected: a worker acting on an

@@ -40,8 +40,8 @@ type WithScripts = Redis & { scriptsSet?: Record<string, unknown> };
  * Pipeline constructor copies every script defined on its connection onto the new object, twice
  * (name and nameBuffer): BullMQ defines 64, so each ack's MULTI built and dropped a 128-property
  * object, about 0.5 ms of the bot's CPU per status ack against 0.05 ms for the replay guard's SET
- * (issue 26, bench/README.md). The constructor runs synchronously, so nothing else can see the
- * connection's script table while it is narrowed; the EXEC sends only builtins and those scripts.
+ * (bench/results/2026-12.md), and the ack must stay at the floor. The constructor runs synchronously, so nothing else
+ * can see the connection's script table while it is narrowed; the EXEC sends only builtins and those scripts.
  */
 function leanMulti<T>(connection: Redis, multi: () => T): T {
   const c = connection as WithScripts;

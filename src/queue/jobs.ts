@@ -41,8 +41,9 @@ export const DoctorJobSchema = z.object({
 export type DoctorJob = z.infer<typeof DoctorJobSchema>;
 
 /**
- * One watchdog round (issue 13) over every machine of `site` (the worker's inventory says which),
- * produced by the site queue's job scheduler (`watchSchedulerId`). Read-only; judged exactly once.
+ * One watchdog round (it warns before a user has to ask) over every machine of `site` (the worker's inventory
+ * says which), produced by the site queue's job scheduler (`watchSchedulerId`). Read-only; judged exactly
+ * once.
  */
 export const WatchJobSchema = z.object({ kind: z.literal('watch'), site: machineId });
 export type WatchJob = z.infer<typeof WatchJobSchema>;

@@ -1,10 +1,10 @@
 /**
- * One machine's watchdog reading (issue 13): its snapshot (snapshot.ts: GPUs, compute apps, RAM,
- * a container's device holders) and, on a host, in the same read script and SSH session, the
- * kernel log's NVIDIA lines since the last read, the D/Z state of its processes and each GPU's
- * recovery action. Bounded by the command timeout like every other read; read-only: it takes no
- * target lock and never signals or resets anything. A host query that fails or hangs leaves its
- * part of the reading unknown (the judge then neither raises nor clears that kind), not the read.
+ * One machine's watchdog reading (the watchdog warns before a user has to ask): its snapshot (snapshot.ts:
+ * GPUs, compute apps, RAM, a container's device holders) and, on a host, in the same read script and SSH
+ * session, the kernel log's NVIDIA lines since the last read, the D/Z state of its processes and each GPU's
+ * recovery action. Bounded by the command timeout like every other read; read-only: it takes no target lock
+ * and never signals or resets anything. A host query that fails or hangs leaves its part of the reading
+ * unknown (the judge then neither raises nor clears that kind), not the read.
  */
 import type { Machine } from '../config/machines.ts';
 import type { MachineSnapshot } from '../gpu/snapshot.ts';

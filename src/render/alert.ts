@@ -215,7 +215,7 @@ export function renderAlert(
   // The watchdog appends root causes to the sentence as " Why: …" (judge.ts): each on its own line.
   const [what = '', ...whys] = alert.sentence.split(' Why: ');
   const first = capital(what);
-  // The sentence as data (issue 23): a rich_text block, its code as a style, never look-alike
+  // The sentence as data, so machine text stays inert: a rich_text block, its code as a style, never look-alike
   // backticks in mrkdwn; the fallback text renders the same parts as mrkdwn code spans.
   const saidLines: RichLine[] = [
     { parts: clearedAt === null ? sentenceParts(first) : ['It said: ', ...sentenceParts(first)] },

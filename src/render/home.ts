@@ -6,9 +6,9 @@ import { code, mention, text } from './escape.ts';
 import { countRounded, plural } from '../text/units.ts';
 
 /**
- * The App Home tab (issue 13): the fleet at a glance, the open alerts and the unstick incidents in
- * progress, as one Block Kit `home` view for `views.publish`. Pure: src/slack/home.ts reads Redis
- * into a `HomeModel` and publishes what this returns.
+ * The App Home tab, so the fleet's state can be seen without asking: the fleet at a glance, the open alerts
+ * and the unstick incidents in progress, as one Block Kit `home` view for `views.publish`. Pure:
+ * src/slack/home.ts reads Redis into a `HomeModel` and publishes what this returns.
  *
  * Slack's limits for a Home view (docs.slack.dev/reference/views/home-tab-views, views.publish):
  * at most 100 blocks, a section's text at most 3,000 characters, a header's 150, and the view at

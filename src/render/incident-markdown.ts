@@ -33,10 +33,10 @@ function table(head: string[], rows: string[][]): string[] {
 }
 
 /**
- * The people of an incident as the post-mortem names them (issue 23): `@name` where the log
- * recorded the Slack user name the payload carried (the request, a decision, a refused click),
- * each with a footnote giving the Slack user id; a person whose name was never recorded (older
- * logs) is shown by the id. Footnotes are numbered in the order people first appear.
+ * The people of an incident as the post-mortem names them, so a reader sees who rather than ids: `@name`
+ * where the log recorded the Slack user name the payload carried (the request, a decision, a refused click),
+ * each with a footnote giving the Slack user id; a person whose name was never recorded (older logs) is shown
+ * by the id. Footnotes are numbered in the order people first appear.
  */
 class People {
   private readonly names = new Map<string, string>();

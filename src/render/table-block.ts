@@ -157,7 +157,7 @@ export function buildTableBlock(
   const numeric = numericColumns(header.slice(0, columns), rows);
   const settings: TableColumnSetting[] = Array.from({ length: columns }, (_, c) => {
     const align = opts.align?.[c] ?? (numeric[c] ? 'right' : 'left');
-    // A long cell wraps rather than being cut off on screen (issue 23), unless told otherwise.
+    // A long cell wraps rather than being cut off on screen (nothing lost silently), unless told otherwise.
     const long = rows.some((r) => Array.from(r[c] ?? '').length > WRAP_OVER_CHARS);
     const wrap = opts.wrap?.[c] ?? long;
     return { align, ...(wrap ? { is_wrapped: true } : {}) };

@@ -228,8 +228,8 @@ const WHEN_NOTE: Record<Step['commands'][number]['when'], string> = {
 /**
  * A card in two renderings of the same facts: `fallback`, the message text (mrkdwn, every piece of
  * machine text escaped), and the blocks' rich_text, where machine text is data by construction
- * (issue 23: no look-alike characters on the card): code-styled elements and the literal commands
- * in a preformatted element.
+ * (so the card needs no look-alike characters to keep machine text inert): code-styled elements and the
+ * literal commands in a preformatted element.
  */
 interface CardParts {
   fallback: { heading: string; explanation: string; targets: string[]; commandsHeading: string; commands: string[] };
@@ -292,7 +292,7 @@ export function approvalCardFits(step: Step, host: string, vmid: number): boolea
 
 /**
  * What an Approve/Deny button carries: the approval id and the digest of the plan the card was
- * drawn from (issue 19: the bot signs its decision over that digest; the worker runs only the plan
+ * drawn from (the bot signs its decision over that digest, so the worker runs only the plan
  * with it).
  */
 function approvalButtonValue(req: Pick<Ev<'approval_requested'>, 'approvalId' | 'planHash'>): string {
@@ -304,7 +304,8 @@ function approvalCard(
   events: readonly UnstickLoggedEvent[],
   requester: string,
 ): MessageView {
-  // Issue 19: the bot could not verify the worker's signature of this card's plan; nothing of it is drawn.
+  // The bot could not verify the worker's signature of this card's plan; nothing of it is drawn, so no one
+  // approves a forgery.
   if (req.unverified) {
     const text = `:no_entry: ${req.unverified}`;
     return { key: `approval:${req.approvalId}`, placement: 'reply', text, blocks: [section(esc(req.unverified))] };

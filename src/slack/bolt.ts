@@ -11,9 +11,9 @@ export type Bolt = Pick<typeof BoltModule, 'App' | 'HTTPReceiver' | 'LogLevel' |
  * and with it @slack/socket-mode and npm undici, even in HTTP mode, where no Socket Mode client is
  * ever built: 5 MiB of live V8 heap, and V8 lets the old generation grow to a multiple of the live
  * heap before it collects, so the bot's peak RSS after bursts of commands moved by far more
- * (issue 26, bench/README.md). In HTTP mode, that one module is put in the CommonJS cache as a
- * stand-in (Node documents adding `require.cache` entries) that requires the real one the first
- * time its export is read, and `App` and `HTTPReceiver` come from their own files: the index reads
+ * (bench/results/2026-12.md), and the bot must stay small in a burst. In HTTP mode, that one module is put in the
+ * CommonJS cache as a stand-in (Node documents adding `require.cache` entries) that requires the real one the
+ * first time its export is read, and `App` and `HTTPReceiver` come from their own files: the index reads
  * every receiver's export as it loads, `App` reads `SocketModeReceiver` only to construct one.
  * `SocketModeReceiver` here is the index's, loaded when read. `webApi` and `LogLevel` are the
  * packages Bolt itself requires. test/e2e/bot-http-mode-modules.test.ts checks what an HTTP-mode

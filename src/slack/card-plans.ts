@@ -4,10 +4,10 @@ import { openSeal, planDigest } from '../plan/plan-seal.ts';
 import { stepCommands } from '../plan/unstick-plan.ts';
 
 /**
- * What the approver sees is what runs (issue 19): before the bot posts or updates a card, every
- * `approval_requested` event is replaced by what the worker's signed plan says (targets, GPUs,
- * commands rebuilt from the templates, expiry, approvers, host, vmid), and its `planHash` by the
- * plan's digest (the card's buttons carry it, the bot's signed decision covers it). A card whose
+ * What the approver sees is what runs, even if someone rewrote the stream in Redis: before the bot posts or
+ * updates a card, every `approval_requested` event is replaced by what the worker's signed plan says
+ * (targets, GPUs, commands rebuilt from the templates, expiry, approvers, host, vmid), and its `planHash` by
+ * the plan's digest (the card's buttons carry it, the bot's signed decision covers it). A card whose
  * plan is missing, does not verify with the workers' public keys, or is for another approval is
  * not drawn: it says so under the same card, with no buttons (`unverified`). Pure.
  */

@@ -1,6 +1,6 @@
 /**
- * App Home (issue 13), the I/O side: who opened the Home tab, what it shows (read from Redis into a
- * `HomeModel`, rendered by the pure src/render/home.ts) and the loop that publishes it.
+ * App Home (the fleet's state without asking), the I/O side: who opened the Home tab, what it shows (read
+ * from Redis into a `HomeModel`, rendered by the pure src/render/home.ts) and the loop that publishes it.
  *
  * - Opening the Home tab (`app_home_opened`, tab `home`) records the user in Redis (`homeKeys.users`,
  *   scored by when) and publishes their view. Only users who opened it ever get a publish.

@@ -94,8 +94,9 @@ export interface OutboxOptions {
   /** Incidents synced at once. Default 8. */
   concurrency?: number;
   /**
-   * Issue 19: the workers' public keys; every approval card is drawn from its worker-signed plan
-   * only, and a card whose plan does not verify is not drawn (src/slack/card-plans.ts).
+   * The workers' public keys, so that what an approver sees is what runs: every approval card is drawn from
+   * its worker-signed plan only, and a card whose plan does not verify is not drawn
+   * (src/slack/card-plans.ts).
    */
   plans?: { workerPublicKeys: KeyObject[]; commandTimeoutMs: number };
   /** What the renderers may know of the inventory (an alert on a host offers Unstick for its containers). Default: nothing. */

@@ -2,11 +2,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HTTPReceiver } from '@slack/bolt';
 
 /**
- * The Slack requests the bot is still answering (issue 26: acks first). The outbox renders and
- * posts threads on the same event loop as the acks; during a burst of commands it waits until no
- * request has been in flight for `quietMs` (the gaps between the commands of one burst do not
- * release it), at most `maxWaitMs` at a time, so a steady stream of commands delays the threads
- * but never stops them.
+ * The Slack requests the bot is still answering, because acks come first and threads can wait. The outbox
+ * renders and posts threads on the same event loop as the acks; during a burst of commands it waits until no
+ * request has been in flight for `quietMs` (the gaps between the commands of one burst do not release it), at
+ * most `maxWaitMs` at a time, so a steady stream of commands delays the threads but never stops them.
  */
 export class RequestsInFlight {
   private count = 0;

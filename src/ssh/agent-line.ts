@@ -5,8 +5,8 @@ import type { CommandSpec } from '../agent-grammar/command-spec.ts';
 import type { ExecResult, Route } from './types.ts';
 
 /**
- * The line the worker sends in `agent` access mode (issue 21, agent/PROTOCOL.md): the host's
- * forced command, gpu-medic-agent, receives it as SSH_ORIGINAL_COMMAND and runs the grammar's argv
+ * The line the worker sends in `agent` access mode (agent/PROTOCOL.md), so that a stolen worker key
+ * can run only the agent's fixed verbs, never a shell: the host's forced command, gpu-medic-agent, receives it as SSH_ORIGINAL_COMMAND and runs the grammar's argv
  * for the verb under its own timeout. No shell reads it: every word is a verb, a type-checked
  * argument or a number. Pure; throws `bad_command` (nothing was run) for what the agent would refuse.
  *

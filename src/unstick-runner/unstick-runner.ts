@@ -74,9 +74,9 @@ export interface StepContext {
   hostGpus: readonly Gpu[];
   hostApps: readonly GpuProcess[];
   /**
-   * What the step acts with (issue 21): its approval id (`none`: tier 1) and the envelopes every
-   * destructive command carries to the host's agent. Null envelopes: a destructive command is
-   * refused before it is sent.
+   * What the step acts with, since the host's agent signals nothing without signed authority: its approval id
+   * (`none`: tier 1) and the envelopes every destructive command carries to the host's agent. Null envelopes:
+   * a destructive command is refused before it is sent.
    */
   authority: { approvalId: string; envelopes: StepEnvelopes | null };
 }
@@ -127,8 +127,9 @@ export async function runStep(step: Step, ctx: StepContext, deps: StepRunnerDeps
     return { outcome, containerFailed: [], sent: 0, released: null, message, error };
   };
 
-  // Issue 21: every step signals or resets, and the host's agent does that only with the bot-signed
-  // request (tier 1) or decision (tier 2) and the worker-signed plan: without them nothing is sent at all.
+  // So that a stolen worker key cannot signal: every step signals or resets, and the host's agent does that only
+  // with the bot-signed request (tier 1) or decision (tier 2) and the worker-signed plan: without them nothing is
+  // sent at all.
   const want = step.tier === 1 ? 'request' : 'decision';
   const env = ctx.authority.envelopes;
   const have = env === null ? null : env.decisions.length > 0 ? 'decision' : 'request';

@@ -2,7 +2,7 @@
  * The alerts open now, as the watch store keeps them (`watchKeys.open`: the incidents of raised,
  * not yet cleared alert messages, from the watchdog or Alertmanager), each as its events last
  * described it. Read by `gpu-medic incident <id> --markdown` so the post-mortem says what was
- * still open on the incident's machines (issue 23). Read-only.
+ * still open on the incident's machines, rather than "nothing left to do". Read-only.
  */
 import type { Redis } from 'ioredis';
 import { IncidentLog } from '../incident/log.ts';

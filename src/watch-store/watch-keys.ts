@@ -1,8 +1,8 @@
 /**
- * Redis keys of the watchdog (issue 13), in one place (the watchdog's I/O lives in src/watch-store/,
- * its pure judgement in src/watchdog/): the worker writes them, the bot reads some
- * (snoozes are written by the bot's Snooze button; App Home reads the open alerts and the last
- * readings). Values are JSON written only by our processes, and are still validated when read.
+ * Redis keys of the watchdog (which warns before a user has to ask), in one place (the watchdog's I/O lives
+ * in src/watch-store/, its pure judgement in src/watchdog/): the worker writes them, the bot reads some
+ * (snoozes are written by the bot's Snooze button; App Home reads the open alerts and the last readings).
+ * Values are JSON written only by our processes, and are still validated when read.
  */
 export const watchKeys = (prefix: string) => ({
   /** JSON WatchState (src/watchdog/judge.ts) of one machine: its alerts and most GPUs seen. */

@@ -1,6 +1,6 @@
 /**
- * The watchdog's commit point (issue 13): one machine's judged reading written in ONE atomic Redis
- * step (a Lua script), or not at all:
+ * The watchdog's commit point, so that an alert is raised once and never repeated or lost: one machine's
+ * judged reading written in ONE atomic Redis step (a Lua script), or not at all:
  *   - a compare-and-set on the machine's stored WatchState (`watchKeys.state`): the step only runs
  *     if the state is still the one the judgement started from; else nothing is written and the
  *     caller judges again against what is stored now (two workers judging the same reading post

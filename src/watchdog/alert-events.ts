@@ -1,7 +1,7 @@
 /**
- * The contract between the watchdog (workers, issue 13) and the bot: each alert is an incident of
- * kind `alert` in the durable log, opened by the worker for GPU_MEDIC_ALERTS_CHANNEL, and rendered by
- * the bot's outbox as ONE top-level message that is edited in place as these events arrive.
+ * The contract between the watchdog (in the workers, which hold the SSH key) and the bot: each alert is an
+ * incident of kind `alert` in the durable log, opened by the worker for GPU_MEDIC_ALERTS_CHANNEL, and
+ * rendered by the bot's outbox as ONE top-level message that is edited in place as these events arrive.
  *
  * - One incident per alert episode: the id is derived from the alert's key and the time the
  *   condition was first seen (`alertIncidentId`, alert-id.ts), so a worker that restarts between storing the

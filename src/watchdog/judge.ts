@@ -1,9 +1,9 @@
 /**
- * The watchdog's judgement (issue 13), pure: from the alert state stored after the last read of a
- * machine and a new reading, the next state and the alert changes to show (raise, update, clear).
- * Deterministic and idempotent: judging the same reading against the state it produced changes
- * nothing, so a worker that restarts between storing the state and posting re-derives the same
- * changes and posts nothing twice (the caller stores state and changes together).
+ * The watchdog's judgement (it warns before a user has to ask), pure: from the alert state stored after the
+ * last read of a machine and a new reading, the next state and the alert changes to show (raise, update,
+ * clear). Deterministic and idempotent: judging the same reading against the state it produced changes
+ * nothing, so a worker that restarts between storing the state and posting re-derives the same changes and
+ * posts nothing twice (the caller stores state and changes together).
  *
  * Conditions, each keyed by machine (and GPU where it has one):
  * - ghost_memory: GPU memory no process anywhere on the host holds (host view: used minus every

@@ -1,7 +1,7 @@
 /**
- * What the watchdog reads on a host besides its snapshot (issue 13), parsed, pure: the NVIDIA lines
- * of its kernel log since the last read (`journalctl -k`, or `dmesg` where there is no journal),
- * the state letters of its processes in uninterruptible sleep or zombie, and the GPUs' recovery
+ * What the watchdog reads on a host besides its snapshot (it warns before a GPU falls over for good), parsed,
+ * pure: the NVIDIA lines of its kernel log since the last read (`journalctl -k`, or `dmesg` where there is no
+ * journal), the state letters of its processes in uninterruptible sleep or zombie, and the GPUs' recovery
  * action. The commands are fixed templates (src/agent-grammar/templates/watch-commands.ts); their output is
  * machine text and is only matched here, never passed on to a shell.
  */

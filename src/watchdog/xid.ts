@@ -1,6 +1,6 @@
 /**
  * NVIDIA Xid lines from a host's kernel log (`journalctl -k` or `dmesg`), and what each means for
- * the next step (issue 13). Pure. Lines look like
+ * the next step, so an alert can say what to do. Pure. Lines look like
  *   `NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus`              (NVIDIA/NVSentinel #155)
  *   `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`
  * and newer drivers also print, with no Xid, `NVRM: The NVIDIA GPU 0000:b3:00.0 … has fallen off

@@ -1,5 +1,6 @@
 /**
- * Issue 24, finding 7: the example alert rules in docs/deploy.md are a rule file Prometheus loads:
+ * The example alert rules in docs/deploy.md must work when an operator copies them: a rule file Prometheus
+ * loads:
  * `promtool check rules` (Debian's prometheus package; scripts/setup.sh --ci installs it) accepts
  * them, and every metric they name is one gpu-medic serves.
  */

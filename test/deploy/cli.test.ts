@@ -1,9 +1,9 @@
 /**
- * Issue 24, finding 3: one production CLI. `gpu-medic` is package.json's bin, the compiled
- * dist/src/main.js, and runs from an install pruned of dev dependencies (no tsx, no TypeScript):
- * dist/ and package.json copied to a temp dir with only the production dependencies (copied, not
- * linked, so nothing resolves back into this checkout's dev dependencies), the command put on
- * PATH by a symlink as docs/deploy.md does.
+ * One production CLI, so every documented command works on a real install. `gpu-medic` is package.json's bin,
+ * the compiled dist/src/main.js, and runs from an install pruned of dev dependencies (no tsx, no TypeScript):
+ * dist/ and package.json copied to a temp dir with only the production dependencies (copied, not linked, so
+ * nothing resolves back into this checkout's dev dependencies), the command put on PATH by a symlink as
+ * docs/deploy.md does.
  */
 import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';

@@ -144,7 +144,8 @@ describe('docker-compose.yml', () => {
       ).toBe(false);
     }
     // Secrets in a bind mount are secrets; nothing else than the inventory and the keys goes in.
-    // Issue 19: each role also mounts its own signing-key directory (docs/security.md), never the other's.
+    // Each role also mounts its own signing-key directory (docs/security.md), never the other's, so neither
+    // can sign as both.
     expect(
       mounts(svc('worker'))
         .map((m) => m.target)
@@ -182,7 +183,7 @@ describe('docker-compose.yml', () => {
   it('the bot environment names no SSH key and the bot publishes no port (socket mode)', () => {
     const bot = svc('bot');
     for (const [k, v] of Object.entries(envMap(bot))) {
-      // The worker's signing key is named only to blank it (issue 19): the bot never gets one.
+      // The worker's signing key is named only to blank it: the bot never gets one, so it cannot forge a plan.
       if (k === 'GPU_MEDIC_WORKER_KEY_FILE') {
         expect(v).toBe('');
         continue;

@@ -48,7 +48,8 @@ describe('deploy/systemd units', () => {
 
   it('split the secrets: the worker reads no EnvironmentFile and cannot see slack.env; the bot cannot see the keys', () => {
     expect(all(worker, 'EnvironmentFile')).toEqual([]);
-    // Issue 19: and neither role can see the other's signing key (docs/security.md).
+    // And neither role can see the other's signing key, so one compromised role cannot act as both
+    // (docs/security.md).
     expect(all(worker, 'InaccessiblePaths')).toEqual(['-/etc/gpu-medic/slack.env', '-/etc/gpu-medic/keys/bot.key.pem']);
     expect(all(bot, 'EnvironmentFile')).toEqual(['-/etc/gpu-medic/slack.env']);
     expect(all(bot, 'InaccessiblePaths')).toEqual(['-/etc/gpu-medic/ssh', '-/etc/gpu-medic/keys/worker.key.pem']);

@@ -1,7 +1,8 @@
 /**
- * Issue 21: the doctor's agent and forced-key checks (pure, from what the probes printed): the
- * agent's version against the one this worker needs, a verb no agent has refused, and `true` not
- * run; `doctor all` lists the machines whose agent is older and those whose key still opens a shell.
+ * The doctor's agent and forced-key checks, which find a worker key that could still open a shell (pure, from
+ * what the probes printed): the agent's version against the one this worker needs, a verb no agent has
+ * refused, and `true` not run; `doctor all` lists the machines whose agent is older and those whose key still
+ * opens a shell.
  */
 import { describe, expect, it } from 'vitest';
 import { AGENT_VERSION } from '../../src/agent-grammar/arg-types.ts';

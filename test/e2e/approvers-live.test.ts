@@ -1,7 +1,7 @@
 /**
- * Issue 10 finding 5: approvers are checked when they click, against the bot's live configuration
- * as well as the list frozen into the card. Real Bolt HTTP receiver (signed requests), real Redis,
- * real sshd fleet, fake Slack. The worker still lists DAVE (it froze him into the card); the bot's
+ * A removed approver cannot approve: approvers are checked when they click, against the bot's live
+ * configuration as well as the list frozen into the card. Real Bolt HTTP receiver (signed requests), real
+ * Redis, real sshd fleet, fake Slack. The worker still lists DAVE (it froze him into the card); the bot's
  * live GPU_MEDIC_APPROVERS no longer does (he was removed and the bot restarted with the new list).
  */
 import { Queue } from 'bullmq';

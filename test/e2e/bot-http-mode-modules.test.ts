@@ -1,8 +1,8 @@
 /**
- * The bot's memory (issue 26): in HTTP mode it never constructs a Socket Mode client, yet Bolt's
+ * The bot's memory (it must stay small): in HTTP mode it never constructs a Socket Mode client, yet Bolt's
  * index and its App require SocketModeReceiver at load, and with it @slack/socket-mode, ws and npm
  * undici (5 MiB of live V8 heap; V8 lets the old generation grow to a multiple of the live heap
- * before a full collection, so the bot's peak after command bursts moved by far more, bench/README.md).
+ * before a full collection, so the bot's peak after command bursts moved by far more, bench/results/2026-12.md).
  * The real bot process (`dist/src/main.js bot`) in HTTP mode, with a preloaded module that records
  * every package the CommonJS loader loads, against the fake Slack.
  */

@@ -1,9 +1,9 @@
 /**
- * The bot's memory at start (issue 26): its first Web API call (auth.test, retried until Slack
+ * The bot's memory at start (it must stay small): its first Web API call (auth.test, retried until Slack
  * answers) went through fetch, which went through npm undici's dispatcher (Bolt loads it with Socket
  * Mode, and it makes itself fetch's global dispatcher), whose first connection compiles its HTTP
  * parser to WebAssembly on the main thread: a 30–40 MiB transient, most of the bot's start-up
- * peak (bench/README.md, bot memory). The real bot process (`dist/src/main.js bot`), with a
+ * peak (bench/results/2026-12.md, bot memory). The real bot process (`dist/src/main.js bot`), with a
  * preloaded module that records every synchronous WebAssembly compile, against the fake Slack.
  */
 import { readFileSync } from 'node:fs';

@@ -181,7 +181,8 @@ describe('/gpu history through Slack after real unstick and status runs', () => 
     expect(lines[0]).toBe(`# Incident ${hostKillId.replace(/_/g, '\\_')}: unstick of ct129, Recovered`);
     for (const row of [
       '| Target | `ct129` |',
-      // Issue 23: people by the Slack name their payloads carried (the harness sends the id in lower case), ids in footnotes.
+      // People (not ids) by the Slack name their payloads carried (the harness sends the id in lower case),
+      // ids in footnotes.
       `| Requester | \`@${ALICE.toLowerCase()}\`[^1] |`,
       `| Approver | \`@${BOB.toLowerCase()}\`[^2] |`,
       '| Reason | hung rank |',

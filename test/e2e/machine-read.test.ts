@@ -1,7 +1,7 @@
 /**
- * One SSH session per machine read (issue 14): a status read of a host or container is one sshd
- * session that runs every query (each with its own timeout), and each query is still reported on
- * its own: a missing `free` or a broken driver fails its own part, not the read.
+ * One SSH session per machine read (so reading a whole fleet stays cheap): a status read of a host or
+ * container is one sshd session that runs every query (each with its own timeout), and each query is still
+ * reported on its own: a missing `free` or a broken driver fails its own part, not the read.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';
@@ -71,9 +71,10 @@ describe('a machine read is one SSH session with one answer per query', () => {
   it('a container read: one session, and the device holders come back with the rest; a second reads their command lines (root causes)', async () => {
     const h = await s.fleet.spawnHolder('ct129', { gpus: [{ index: 1, mib: 4096 }], title: 'python3 train.py' });
     const { sessions, snapshot } = await statusOf('ct129');
-    // Issue 13: with something holding a GPU, the status read also runs the read-procs template on those PIDs.
+    // With something holding a GPU, the status read also runs the read-procs template on those PIDs (to say
+    // why).
     expect(sessions).toHaveLength(2);
-    // Issue 23: a container's status also reads its host's GPU map (to place its holders on GPUs),
+    // A container's status also reads its host's GPU map (to place its holders on GPUs),
     // logged under the host's id; the container's own five stay as they were.
     const own = snapshot.commands.filter((c) => c.machineId === 'ct129');
     expect(own).toHaveLength(5);

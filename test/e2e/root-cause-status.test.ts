@@ -1,7 +1,7 @@
 /**
- * Root causes in the status thread (issue 13): the worker reads the GPU holders' command lines (and
- * their parents') on the machine, and the thread says why in plain words, against the RAM and GPUs
- * of the same snapshot. Real sshd, real processes, real Redis and Bolt; fake Slack.
+ * Root causes in the status thread (a thread says why, not only what): the worker reads the GPU holders'
+ * command lines (and their parents') on the machine, and the thread says why in plain words, against the RAM
+ * and GPUs of the same snapshot. Real sshd, real processes, real Redis and Bolt; fake Slack.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AnyLoggedEvent } from '../../src/incident/all-events.ts';

@@ -1,5 +1,5 @@
 /**
- * Issue 19 finding 4: what the approver saw is what runs. The bot draws every card from the plan
+ * What the approver saw is what runs, whoever writes Redis. The bot draws every card from the plan
  * the worker signed (src/slack/card-plans.ts), never from the stream's copy of the step; a card
  * whose signed plan was altered is not drawn (no buttons); a click whose card named another plan
  * than the one on record decides nothing. Real bot, worker, fleet, Redis; fake Slack.

@@ -3,7 +3,7 @@ import { startStack, type Stack } from '../harness/stack.ts';
 
 const OPS = 'C0ONCALL01';
 
-/** Issue 11 finding 6: a fuser that fails is shown with its error, not as "see holders below" and nothing. */
+/** Nothing dropped silently: a fuser that fails is shown with its error, not as "see holders below" and nothing. */
 describe('/gpu status of a container whose fuser fails (real sshd fleet, Bolt, fake Slack)', () => {
   let s: Stack;
   beforeAll(async () => {
@@ -28,7 +28,7 @@ describe('/gpu status of a container whose fuser fails (real sshd fleet, Bolt, f
     const reply = s.slack.thread(OPS, p.ts)[1];
     const shown = `${reply?.text ?? ''}\n${JSON.stringify(reply?.blocks ?? [])}`;
     expect(shown).toMatch(/fuser could not list the device holders: .*fuser.*not found/);
-    // Issue 23: the host's view (its compute apps in ct130's PID namespace, its GPU map) still names
+    // No false warning: the host's view (its compute apps in ct130's PID namespace, its GPU map) still names
     // the holder of GPU 1, so no warning says the holders are unknown.
     expect(shown).toMatch(/"\d+ \(host \d+\) python3 5,000 MiB"/);
     expect(shown).not.toMatch(/holders are unknown/);

@@ -91,7 +91,7 @@ describe('/gpu status end to end (real Redis, sshd, Bolt; fake Slack)', () => {
     const thread = s.slack.thread(OPS, p.ts);
     const reply = thread[1];
     expect(reply?.text).toContain('container view');
-    // Issue 23: nvidia-smi in the container lists no process, yet the table names the holder,
+    // No holder goes unnamed: nvidia-smi in the container lists no process, yet the table names the holder,
     // placed on GPU 1 by its device file and kpro5's GPU map, with its host PID and MiB, named
     // from its command line without the arguments.
     const rows = cellTexts(reply?.blocks);

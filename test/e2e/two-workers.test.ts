@@ -1,7 +1,7 @@
 /**
- * Scale story (issue 14): workers on several machines serve the same site queue, with BullMQ on one
- * Redis as the only distributed engine. Two real worker processes (`dist/src/main.js worker`, as deployed)
- * share one site's jobs; every job runs exactly once, and an unstick signals its holder once.
+ * Scale story (one Redis, many workers): workers on several machines serve the same site queue, with BullMQ
+ * on one Redis as the only distributed engine. Two real worker processes (`dist/src/main.js worker`, as
+ * deployed) share one site's jobs; every job runs exactly once, and an unstick signals its holder once.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -73,7 +73,8 @@ describe('two worker processes on one site queue', () => {
       GPU_MEDIC_INVENTORY: inventoryPath,
       GPU_MEDIC_TERM_GRACE_SEC: '1',
       GPU_MEDIC_POLL_MS: '200',
-      // Issue 19: the worker's signing key and the bot's public key, as a deployed worker has them.
+      // The worker's signing key and the bot's public key, as a deployed worker has them (it acts only on
+      // signed jobs).
       ...s.workerKeyEnv,
     };
     procs.push(

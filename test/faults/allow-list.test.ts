@@ -28,7 +28,7 @@ const AGENT_SIGNAL =
 const SHELL_QUERY_APPS =
   "exec timeout -k 1 10 nvidia-smi '--query-compute-apps=gpu_uuid,pid,process_name,used_memory' '--format=csv,noheader,nounits'";
 
-describe('the fault suite allow-list (issue 21: agent lines on agent hosts, shell lines elsewhere)', () => {
+describe('the fault suite allow-list: agent lines on agent hosts, shell lines elsewhere', () => {
   it('accepts template agent lines on an agent host, host and ct ones, with any ids and timeouts', () => {
     const f = fleetWith(inventory, {
       agenthost: [AGENT_READ, AGENT_CT_READ, AGENT_RESET, AGENT_SIGNAL].map((cmd) => ({ cmd, via: 'ssh' as const })),

@@ -1,10 +1,10 @@
 /**
- * Issue 24, finding 1 (the Redis half): the bot and the worker STARTED while Redis is not there,
- * two ways: nothing listens on its port yet, and a server answers but fails every command
- * (`--requirepass`: NOAUTH). Each role is its own OS process (`dist/src/main.js bot|worker`, configured
- * by environment only). Each must stay up, say what it waits for (log and health file), and once a
- * good Redis is on that port serve: the bot logs that Redis is reachable now, acks and queues a
- * signed slash command, the worker takes the job and the incident finishes.
+ * Both roles must stay up when Redis is not (its half; Slack's is slack-at-start): started while Redis is not
+ * there, two ways: nothing listens on its port yet, and a server answers but fails every command
+ * (`--requirepass`: NOAUTH). Each role is its own OS process (`dist/src/main.js bot|worker`, configured by
+ * environment only). Each must stay up, say what it waits for (log and health file), and once a good Redis is
+ * on that port serve: the bot logs that Redis is reachable now, acks and queues a signed slash command, the
+ * worker takes the job and the incident finishes.
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -134,7 +134,7 @@ describe.each(OUTAGES)('bot and worker started while Redis is not usable: $name'
         await new Promise((r) => setTimeout(r, 100));
       }
     })();
-    // The wait the bot logged at start is over, and its log says so (issue 24).
+    // The wait the bot logged at start is over, and its log says so, so the operator knows it works now.
     await expect
       .poll(() => bot.output(), { timeout: 60_000 })
       .toMatch(/"msg":"Redis reachable now \(redis:\/\/127\.0\.0\.1:\d+\): commands are queued from now on"/);

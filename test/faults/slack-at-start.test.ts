@@ -1,5 +1,5 @@
 /**
- * Issue 24, finding 1: the bot STARTED while Slack's Web API is down, two ways: refusing
+ * The bot must stay up when Slack does not: started while Slack's Web API is down, two ways: refusing
  * connections (every connection destroyed) and answering 503 to every call. Real Bolt receiver
  * (signed requests) or the real Socket Mode client against the local Socket Mode server, real
  * Redis, real sshd fleet, fake Slack. The bot must come up, say what it waits for (log and

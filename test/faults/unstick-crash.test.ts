@@ -1,10 +1,10 @@
 /**
- * Issue 6 part B: unstick under faults. The worker is a separate OS process SIGKILLed at each step
- * of an unstick (the moment picked by watching the incident log), then a new worker process is
- * started and BullMQ's stalled-job recovery hands it the job. Per run: no holder gets a second
- * SIGTERM or SIGKILL, bystanders none, the log has one `signalled` per (process, signal) and one
- * for every signal the fleet saw, the incident ends (once) in a state the Slack thread shows, the
- * target lock is released and no job is left active or failed.
+ * Unstick under faults, since gpu-medic is used when things already break. The worker is a separate OS
+ * process SIGKILLed at each step of an unstick (the moment picked by watching the incident log), then a new
+ * worker process is started and BullMQ's stalled-job recovery hands it the job. Per run: no holder gets a
+ * second SIGTERM or SIGKILL, bystanders none, the log has one `signalled` per (process, signal) and one for
+ * every signal the fleet saw, the incident ends (once) in a state the Slack thread shows, the target lock is
+ * released and no job is left active or failed.
  *
  * Also: the bot restarted while a card is pending (the old card still works; expiry still fires),
  * a double click and a replayed click (X-Slack-Retry-Num) run the kill once, and a holder whose

@@ -1,7 +1,7 @@
 /**
- * A job re-run after its worker died between a once-only claim and the write it guards (issue 6
- * part B). Deterministic: the dead attempt is simulated by leaving its claim behind, on the real
- * fleet and Redis (test/unstick/rig.ts). The SIGKILL versions are in unstick-crash.test.ts.
+ * A job re-run after its worker died between a once-only claim and the write it guards (a crash
+ * must never signal twice). Deterministic: the dead attempt is simulated by leaving its claim behind, on the
+ * real fleet and Redis (test/unstick/rig.ts). The SIGKILL versions are in unstick-crash.test.ts.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runExpireJob, runUnstickJob } from '../../workers/unstick.ts';

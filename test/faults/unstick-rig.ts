@@ -48,7 +48,7 @@ const WORKER_ENV: Record<string, string> = {
   GPU_MEDIC_TERM_GRACE_SEC: '1',
   GPU_MEDIC_RELEASE_TIMEOUT_SEC: '5',
   GPU_MEDIC_POLL_MS: '300',
-  // Issue 21: the fleet's hosts take shell lines until they run the agent.
+  // Shell lines: this rig tests crashes, not the agent (agent/test/ and test/fleet/agent-fleet.test.ts do).
   GPU_MEDIC_SSH_ACCESS: 'root-shell',
   GPU_MEDIC_APPROVAL_TTL_SEC: '300',
   // Many host kills on one host within minutes: the blast-radius budget (default 3 an hour) is not what this rig tests.
@@ -161,7 +161,8 @@ export async function startCrashRig(o: CrashRigOptions): Promise<CrashRig> {
   const inventoryPath = join(dir, 'inventory.yaml');
   writeFileSync(inventoryPath, JSON.stringify(doc, null, 2));
   const signingSecret = randomBytes(16).toString('hex');
-  // Issue 19: the bot's and the worker's signing keys, as files, each role its own.
+  // The bot's and the worker's signing keys, as files, each role its own (a worker acts only on what is
+  // signed).
   const keys = fleet.keys;
   const { logger } = captureLogger('crash-bot', 'info');
   const botEnv = parseEnv(

@@ -1,8 +1,8 @@
 /**
- * Issue 21: the fleet's hosts are reached only through gpu-medic-agent, and only because of what
- * agent/install.sh wrote (the account, its root-owned `restrict,command=` key line, the sudoers
- * entry): their sshd runs the distribution's stock sshd_config. With the fleet's own key and the
- * real OpenSSH client, a shell is refused and nothing runs; the worker's reads work.
+ * Least privilege on the test fleet: its hosts are reached only through gpu-medic-agent, and only because of
+ * what agent/install.sh wrote (the account, its root-owned `restrict,command=` key line, the sudoers entry):
+ * their sshd runs the distribution's stock sshd_config. With the fleet's own key and the real OpenSSH client,
+ * a shell is refused and nothing runs; the worker's reads work.
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * The bench's fleet option `operatorLogin` (bench/README.md, 2026-12-03): the baselines log in as
+ * The bench's fleet option `operatorLogin` (bench/results/2026-12.md, 2026-12-03): the baselines log in as
  * root with an engineer's own key, authorized beside the agent's, as on a real host. Root then gets
  * a plain shell with the machine's tools on its default PATH; the worker's key still reaches the
  * agent only (the host refuses it for root, the container's root runs the agent with it).

@@ -1,9 +1,9 @@
 /**
- * The fleet's tool server (issue 14): bin/nvidia-smi and bin/free are a small C client asking one
- * server per fleet, instead of a Node start per call. Its answers must be the tool's, byte for byte:
- * stdout, stderr and exit code, on a host and inside a container, for every state the fleet can be
- * put in, compared with the same tool run as its own Node process on the same machine (inside the
- * container's namespaces for the container). One served call also goes over real SSH.
+ * The fleet's tool server (so the bench measures gpu-medic, not the simulator): bin/nvidia-smi and bin/free
+ * are a small C client asking one server per fleet, instead of a Node start per call. Its answers must be the
+ * tool's, byte for byte: stdout, stderr and exit code, on a host and inside a container, for every state the
+ * fleet can be put in, compared with the same tool run as its own Node process on the same machine (inside
+ * the container's namespaces for the container). One served call also goes over real SSH.
  */
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';

@@ -1,8 +1,8 @@
 /**
- * The fleet's support for the watchdog (issue 13), against real clients over real OpenSSH: a host's
- * kernel log read by its fake `journalctl -k` and `dmesg`, holders really stuck in zombie (Z) and
- * uninterruptible (D) state that nvidia-smi still lists, and `gpu_recovery_action` (with the real
- * refusal of drivers that predate it).
+ * The fleet's support for the watchdog (so its alerts are tested on real processes), against real clients
+ * over real OpenSSH: a host's kernel log read by its fake `journalctl -k` and `dmesg`, holders really stuck
+ * in zombie (Z) and uninterruptible (D) state that nvidia-smi still lists, and `gpu_recovery_action` (with
+ * the real refusal of drivers that predate it).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseXids } from '../../src/watchdog/xid.ts';

@@ -3,9 +3,9 @@ import { join } from 'node:path';
 import { type KeyPair, newKeyPair } from '../../src/auth/keys.ts';
 
 /**
- * Issue 19: a bot and a worker key pair, new for this test, written as PEM files into `dir`, and
- * the settings each role gets (docs/security.md): the bot its private key and the worker's public
- * key, the worker its private key and the bot's public key.
+ * Signing keys, so the worker acts only on what the bot signed: a bot and a worker key pair, new for this
+ * test, written as PEM files into `dir`, and the settings each role gets (docs/security.md): the bot its
+ * private key and the worker's public key, the worker its private key and the bot's public key.
  */
 export interface TestKeys {
   bot: KeyPair;

@@ -35,7 +35,8 @@ export interface SshdOptions {
   /** sshd's MaxSessions, sessions per connection (default 10, OpenSSH's own default). */
   maxSessions?: number;
   /**
-   * Issue 21: a machine reached only through gpu-medic-agent. sshd then runs the distribution's own
+   * A machine reached only through gpu-medic-agent (a least-privilege host). sshd then runs the
+   * distribution's own
    * `sshd_config` (STOCK_SSHD_CONFIG) with no ForceCommand, no wrapper and forwarding at its
    * defaults, preceded only by this instance's port, address, host key and pid file: every
    * restriction must come from what the agent's install script wrote (the account, its

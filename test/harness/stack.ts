@@ -131,8 +131,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   if (!v.inventory) throw new Error(`fleet inventory invalid: ${JSON.stringify(v.problems)}`);
   const inventory = v.inventory;
   o.tweakInventory?.(inventory);
-  // Issue 19: the bot's and the worker's signing keys, as files (docs/security.md); the fleet's, which
-  // its hosts' agents trust (issue 21).
+  // The bot's and the worker's signing keys, as files (docs/security.md); the fleet's, which
+  // its hosts' agents trust, so a signal on an agent host verifies.
   const keys = fleet.keys;
   const source: Record<string, string> = {
     ...keys.botEnv,
@@ -145,7 +145,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     PORT: '0',
     REDIS_URL: redisUrl,
     GPU_MEDIC_PREFIX: prefix,
-    // Issue 21: the fleet's hosts take shell lines until they run the agent; then this line goes.
+    // Shell lines unless o.env asks for the agent: most stack tests are not about it (agent hosts have their
+    // own).
     GPU_MEDIC_SSH_ACCESS: 'root-shell',
     ...o.env,
   };

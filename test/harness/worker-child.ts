@@ -27,7 +27,7 @@ export async function startWorkerChild(
   const chunks: string[] = [];
   const child: ChildProcess = await spawnMain(['worker'], {
     cwd: ROOT,
-    // Issue 21: the fleet's hosts take shell lines until they run the agent (env may say otherwise).
+    // Shell lines unless `env` asks for the agent: most tests are not about it (agent hosts have their own).
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       HOME: process.env.HOME ?? '/root',

@@ -2,9 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../harness/stack.ts';
 
 /**
- * Issue 24, finding 7 (watchdog part): the worker's metrics endpoint tells the watchdog's rounds
- * (by site and outcome), their duration, the age of each machine's last good read, and the open
- * alerts by kind (every kind at 0 until one opens), after real rounds over the sshd fleet.
+ * What an operator's monitoring needs of the watchdog: the worker's metrics endpoint tells the watchdog's
+ * rounds (by site and outcome), their duration, the age of each machine's last good read, and the open alerts
+ * by kind (every kind at 0 until one opens), after real rounds over the sshd fleet.
  */
 type Series = Array<{ name: string; labels: Record<string, string>; value: number }>;
 

@@ -1,5 +1,5 @@
 /**
- * Issue 24, finding 7: every documented label set exists at 0 from the start, so the documented
+ * Every documented label set exists at 0 from the start, so the documented
  * alert `increase(gpu_medic_ssh_errors_total{code="host_key_mismatch"}[15m]) > 0` fires on the
  * first mismatch (a series born at 1 has no increase).
  */

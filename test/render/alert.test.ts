@@ -136,7 +136,7 @@ describe('alert message (src/render/alert.ts)', () => {
     expect(v.key).toBe('parent');
     const section = JSON.stringify(v.blocks[0]);
     expect(section).toContain('*Host RAM high* on `ct129`');
-    // The sentence follows as a rich_text block (issue 23: machine text as data).
+    // The sentence follows as a rich_text block (machine text as data, never markup).
     expect(JSON.stringify(v.blocks[1])).toContain('Host RAM 98 % used (440 of 449 GiB).');
     expect(allText(v)).toContain('Since 2026-12-01 03:00 UTC');
     expect(allText(v)).toContain('*Next:*');
@@ -240,8 +240,8 @@ describe('alert message (src/render/alert.ts)', () => {
     });
     const raised = logged({ type: 'alert_raised', at: at(T0), alert });
     const v = renderAlert(metaOf(alert), [raised], CTX)[0];
-    // Issue 23: the sentence is a rich_text block, one line each, the flag name code-styled (no
-    // look-alike backticks); the fallback text shows the same lines with mrkdwn code spans.
+    // The sentence is a rich_text block (machine text stays inert), one line each, the flag name code-styled
+    // (no look-alike backticks); the fallback text shows the same lines with mrkdwn code spans.
     type Section = { elements: Array<{ type: string; text?: string; name?: string; style?: { code?: boolean } }> };
     const said = v!.blocks[1] as unknown as { type: string; elements: Section[] };
     expect(said.type).toBe('rich_text');

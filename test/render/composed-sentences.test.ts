@@ -1,5 +1,5 @@
 /**
- * Issue 11 findings 4 and 5, render side: the mentions and commands gpu-medic writes into its
+ * Render side of safe sentences: the mentions and commands gpu-medic writes into its
  * advice and diagnoses render once, as mentions and code spans, while machine text inside the same
  * sentences (step messages, cmdlines) stays inert and cannot close its span.
  */

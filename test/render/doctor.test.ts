@@ -78,7 +78,7 @@ describe('the doctor thread', () => {
   });
 });
 
-describe('issue 23: a table never cuts a cell silently', () => {
+describe('a table never cuts a cell silently', () => {
   it("the doctor's long Detail wraps in the table block, and the fallback text carries it whole", () => {
     const long: Finding = {
       machineId: 'kpro5',

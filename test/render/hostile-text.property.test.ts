@@ -432,8 +432,8 @@ describe('machine and user text is data, never markup, in every renderer', () =>
         (h, decision) => {
           const views = renderUnstick(meta('unstick', h, ['ct129']), unstickEvents(h, decision));
           expect(check(views)).toEqual([]);
-          // Issue 23: the approval card's machine text is rich_text data, kept as it is: the cmdline
-          // is one code-styled element holding exactly the (clipped) data, with no look-alikes.
+          // The approval card's machine text is rich_text data, kept as it is (inert, no look-alikes needed):
+          // the cmdline is one code-styled element holding exactly the (clipped) data, with no look-alikes.
           const card = views.find((v) => v.key === `approval:${APR}`);
           const codeTexts =
             JSON.stringify(card?.blocks ?? []).match(/"text":"(?:[^"\\]|\\.)*","style":\{"code":true\}/g) ?? [];
@@ -560,7 +560,8 @@ describe('machine and user text is data, never markup, in every renderer', () =>
           ...renderAlert(m, live, ctx),
           ...renderAlert(m, [...live, ev({ type: 'alert_cleared', at: AT, alert }, 3)], ctx),
         ];
-        // Issue 23: the sentence (machine text inside) is a rich_text block; its text elements are walked too.
+        // The sentence (machine text inside) is a rich_text block, so it is checked like the rest; its text
+        // elements are walked too.
         expect(rendered.every((v) => v.blocks.some((b) => b.type === 'rich_text'))).toBe(true);
         expect(check(rendered)).toEqual([]);
       }),

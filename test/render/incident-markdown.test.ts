@@ -98,7 +98,7 @@ function verdict(h: Hostile): Verdict {
   };
 }
 
-/** The Slack user names the payloads carried (issue 23): absent in logs from before they were recorded. */
+/** The Slack user names the payloads carried (people, not ids): absent in logs from before they were recorded. */
 interface Names {
   requester?: string;
   approver?: string;
@@ -415,11 +415,12 @@ describe('renderIncidentMarkdown', () => {
     expect(md).toContain('## Per GPU');
     expect(md).toContain('| 0 | held host only | idle | 40,000 | 0 | 40,000 |');
     expect(md).toContain(
-      // Issue 23: the machine each command ran on, said once ("kill on host `kpro5`", not "on host on").
+      // The machine each command ran on, said once ("kill on host `kpro5`", not "on host on").
       "2. kill on host `kpro5` at 03:12:45.123 UTC: exit 0, 120 ms\n\n```sh\nkill -s KILL 4242 'a|b'\n```",
     );
     expect(md).toContain(
-      // Issue 23: what was still open when it closed comes first (both machines read the host's 98 % RAM).
+      // What was still open when it closed comes first (the follow-up is what a reader needs) (both machines
+      // read the host's 98 % RAM).
       `## What to follow up\n\n- RAM pressure on \`ct129\`, \`kpro5\` was still open at the last reading (2026-11-30 03:12:45 UTC): 98 % used (440 of 449 GiB).\n- check \`sglang::scheduler_TP0\` with \`${BOB}\` (done)\n- GPU 1: done\n- \`ct129\` could not be read (\`connect_failed\`): done`,
     );
   });
@@ -473,7 +474,7 @@ describe('renderIncidentMarkdown', () => {
           type: 'snapshot',
           at: AT,
           label: 'status',
-          // RAM well under pressure: nothing is left open (issue 23 says RAM pressure at close apart).
+          // RAM well under pressure: nothing is left open (RAM pressure at close is said apart).
           snapshot: {
             ...snapshot('kpro5', 'host', h, 0),
             ram: { totalBytes: 449 * 2 ** 30, usedBytes: 40 * 2 ** 30, availableBytes: null },

@@ -1,7 +1,7 @@
 /**
- * Issue 11 finding 6: nothing the thread is about is dropped without saying so. Every message is
- * posted to the fake Slack Web API, which refuses what Slack refuses (50 blocks, 3,000-character
- * sections, one table, …), so "it fits" is checked by the same rules as in production.
+ * Nothing the thread is about is dropped without saying so, since a reader cannot ask for what is not shown.
+ * Every message is posted to the fake Slack Web API, which refuses what Slack refuses (50 blocks,
+ * 3,000-character sections, one table, …), so "it fits" is checked by the same rules as in production.
  */
 import { WebClient } from '@slack/web-api';
 import type { types } from '@slack/bolt';
@@ -370,7 +370,8 @@ describe('a failed fuser is shown with its error', () => {
         'fuser could not list the device holders: fuser: Specified filename /dev/nvidia∗ does not exist.',
       );
       expect(shown).not.toContain('see holders below');
-      // One warning for every GPU with memory and no process listed (issue 23), not one per GPU.
+      // One warning for every GPU with memory and no process listed, not one per GPU, so the thread stays
+      // short.
       expect(shown).toMatch(/GPUs 0, 1: 96,000 and 96,000 MiB in use and no process listed .*holders are unknown/);
     }
   });

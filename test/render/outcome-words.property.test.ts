@@ -1,5 +1,5 @@
 /**
- * Issue 23: every sentence agrees with what happened. Random unstick logs, generated from the
+ * Every sentence agrees with what happened, wherever it is read. Random unstick logs, generated from the
  * event schema (src/incident/unstick-events.ts: steps and their `signalled` events with every
  * result and refusal cause, the same process refused first and killed later), two incidents on
  * one host interleaved in time, an approved host step whose commands ran or never reached the
@@ -142,7 +142,7 @@ const meta = (id: string): IncidentMeta => ({
 
 const same = (a: Signalled, b: Signalled): boolean => a.hostPid === b.hostPid && a.startTimeTicks === b.startTimeTicks;
 
-describe('summary, history, verdict and Markdown export agree with the events (issue 23)', () => {
+describe('summary, history, verdict and Markdown export agree with the events', () => {
   it('random logs of two interleaved incidents: Not signalled = never sent; outcomes in the same words; the verdict and the Markdown export agree with the log', () => {
     fc.assert(
       fc.property(incidentPlan, incidentPlan, fc.array(fc.boolean(), { maxLength: 80 }), (a, b, order) => {

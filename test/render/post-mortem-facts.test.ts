@@ -1,9 +1,9 @@
 /**
- * Issue 23: the post-mortem Markdown is the thread, better organised. Rendered from the seed
- * incident's status read and from an S3-like unstick, it carries the thread's facts: the root
- * causes the Why lines said, what was still open when it closed (RAM pressure) instead of
- * "Nothing left to do", and for each command the machine it really ran on (a container reached
- * through `pct exec` on its host is the container, not "on container kpro5").
+ * The post-mortem Markdown is the thread, better organised, so nothing the thread said is lost. Rendered from
+ * the seed incident's status read and from an S3-like unstick, it carries the thread's facts: the root causes
+ * the Why lines said, what was still open when it closed (RAM pressure) instead of "Nothing left to do", and
+ * for each command the machine it really ran on (a container reached through `pct exec` on its host is the
+ * container, not "on container kpro5").
  */
 import { describe, expect, it } from 'vitest';
 import { causesInSnapshot } from '../../src/gpu/snapshot-causes.ts';
@@ -48,7 +48,7 @@ const meta = (kind: 'status' | 'unstick'): IncidentMeta => ({
   createdAt: AT,
 });
 
-describe('the post-mortem carries the thread’s facts (issue 23)', () => {
+describe('the post-mortem carries the thread’s facts', () => {
   it('seed status: the Why lines are its root causes, and the RAM pressure still open is said, not "nothing left to do"', () => {
     const snap = seedSnapshot();
     const md = renderIncidentMarkdown(

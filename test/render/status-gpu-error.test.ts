@@ -1,5 +1,5 @@
 /**
- * Issue 11 finding 3 for `status`: a machine whose nvidia-smi answers `GPU is lost` or
+ * A lost GPU is never shown as fine, in `status`: a machine whose nvidia-smi answers `GPU is lost` or
  * `Driver/library version mismatch` was read, but its GPUs were not: no green mark, and the
  * `status all` row says what is wrong instead of `0 busy / 0 idle · 0 / 0 MiB`.
  */

@@ -1,11 +1,10 @@
 /**
- * Issue 23: `/gpu status` fits one phone screen. The first reply of the seed case (ct129 at 98 %
- * host RAM with the hicache launch, 48 GiB on GPU 5 that no process holds) and of S2 (the two hung
- * ranks, RAM fine) is at most 20 lines: the table counts one line per GPU plus its header, prose
- * counts as it wraps at 80 columns (as Slack shows it: emoji codes one glyph, no backticks or
- * asterisks). Its Processes column names each GPU's holders, placed through the device files and
- * the host's GPU map; only the flags that need action follow, each once; fuser's raw rows are in
- * the details message.
+ * `/gpu status` fits one phone screen, since it is read on call at 3 a.m. The first reply of the seed case
+ * (ct129 at 98 % host RAM with the hicache launch, 48 GiB on GPU 5 that no process holds) and of S2 (the two
+ * hung ranks, RAM fine) is at most 20 lines: the table counts one line per GPU plus its header, prose counts
+ * as it wraps at 80 columns (as Slack shows it: emoji codes one glyph, no backticks or asterisks). Its
+ * Processes column names each GPU's holders, placed through the device files and the host's GPU map; only the
+ * flags that need action follow, each once; fuser's raw rows are in the details message.
  */
 import { describe, expect, it } from 'vitest';
 import { containerHolderRows, readableCommand } from '../../src/gpu/gpu-holder-rows.ts';
@@ -126,7 +125,7 @@ function processCells(v: MessageView): string[] {
   return ((table?.rows ?? []) as Array<Array<{ text: string }>>).map((r) => r[4]?.text ?? '');
 }
 
-describe('the status reply fits one phone screen (issue 23)', () => {
+describe('the status reply fits one phone screen', () => {
   const seedCase = ct129({ ramUsedGiB: 439, leakGpu5: true, launch: SEED_LAUNCH });
   const s2Case = ct129({ ramUsedGiB: 40, leakGpu5: false, launch: null });
 

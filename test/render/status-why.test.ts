@@ -1,8 +1,8 @@
 /**
- * The status thread's Why lines (issue 13): each root cause the read kept on the snapshot, its
- * flag names as code; or, when the holders' command lines could not be read, that they were not
- * (escaped like any machine text), never silence. And the read itself: a command-line read that
- * hangs leaves the snapshot standing, with the reason.
+ * The status thread's Why lines (a thread says why, not only what): each root cause the read kept on the
+ * snapshot, its flag names as code; or, when the holders' command lines could not be read, that they were not
+ * (escaped like any machine text), never silence. And the read itself: a command-line read that hangs leaves
+ * the snapshot standing, with the reason.
  */
 import { describe, expect, it } from 'vitest';
 import type { Machine } from '../../src/config/machines.ts';

@@ -253,7 +253,8 @@ describe('renderUnstick', () => {
     const [actions] = actionsOf(card.blocks);
     const buttons = (actions?.elements ?? []).filter((e): e is types.Button => e.type === 'button');
     expect(buttons.map((b) => [b.action_id, b.text.text, b.style, b.value])).toEqual([
-      // Issue 19: each button carries the approval id and the digest of the plan the card shows.
+      // Each button carries the approval id and the digest of the plan the card shows, so a click approves
+      // that plan only.
       [APPROVE_ACTION_ID, 'Approve', 'primary', expect.stringMatching(new RegExp(`^${APR}\\.[0-9a-f]{64}$`))],
       [DENY_ACTION_ID, 'Deny', 'danger', expect.stringMatching(new RegExp(`^${APR}\\.[0-9a-f]{64}$`))],
     ]);
@@ -350,7 +351,7 @@ describe('renderUnstick', () => {
   it('before and after tables reuse the status snapshot view', () => {
     const views = renderUnstick(meta, s3Events());
     expect(views[1]?.text).toMatch(/^\*Before · `ct129`\* · container view · snapshot 2026-11-30 09:20:02 UTC/);
-    // Under RAM pressure the warning carries the figures; the plain RAM line would say them twice (issue 23).
+    // Under RAM pressure the warning carries the figures; the plain RAM line would say them twice.
     expect(views[1]?.text).toContain('RAM pressure: 98% used (439 of 449 GiB)');
     expect(views.find((v) => v.key === 'ev:1764494400000-15')?.text).toMatch(/^\*After · `ct129`\*/);
   });

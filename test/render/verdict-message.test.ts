@@ -1,5 +1,5 @@
 /**
- * Issue 11 findings 1 and 3 in the thread: the verdict message speaks of the target's memory
+ * The verdict in the thread is true: the verdict message speaks of the target's memory
  * (held / left / freed per GPU), says what others changed in words, and is never green while a
  * target GPU is in error or missing after.
  */

@@ -1,8 +1,8 @@
 /**
- * The demo page draws a message from its blocks as Slack would (issue 23): mrkdwn (bold, italic,
- * strike, code spans and blocks, links, mentions, Slack's entities decoded once) and rich_text
- * (sections, lists, preformatted, styles, mentions, emoji), every piece HTML-escaped once. Pure:
- * the function the page runs, called here directly.
+ * The demo page draws a message from its blocks as Slack would (to judge a thread by eye): mrkdwn (bold,
+ * italic, strike, code spans and blocks, links, mentions, Slack's entities decoded once) and rich_text
+ * (sections, lists, preformatted, styles, mentions, emoji), every piece HTML-escaped once. Pure: the function
+ * the page runs, called here directly.
  */
 import { describe, expect, it } from 'vitest';
 import type { IncidentMeta } from '../../src/incident/events.ts';

@@ -1,5 +1,5 @@
 /**
- * How the demo page draws a message's blocks, close enough to Slack to judge a thread (issue 23):
+ * How the demo page draws a message's blocks, close enough to Slack to judge a thread by eye:
  * - mrkdwn (section text and fields, context elements): ``` blocks, `code` spans, *bold*, _italic_,
  *   ~strike~, `<@U…>` mentions, `<url|label>` links; Slack's three entities decoded once; every
  *   piece HTML-escaped once;

@@ -58,7 +58,7 @@ out(
 out(
   `machines: ${[...demo.runtime.scenario.fleet.hosts.map((h) => h.id), ...demo.runtime.scenario.fleet.containers.map((c) => c.id)].join(', ')}`,
 );
-// Where the run's incidents live while it runs (issue 23): the exact CLI line for the post-mortem export.
+// Where the run's incidents live while it runs, so the post-mortem export can be tried: the exact CLI line.
 const prefix = demo.runtime.stack.prefix;
 out(`redis: ${REDIS_URL} · key prefix ${prefix} (removed when the demo stops)`);
 out(`list incidents:  GPU_MEDIC_PREFIX=${prefix} REDIS_URL=${REDIS_URL} npm run -s cli -- incidents`);

@@ -1,7 +1,7 @@
 /**
- * The scenario runner's watchdog features (issue 13): `settings.watch`, `restart` steps, `clickAlert`
- * steps, `alert` conditions and `alerts` expectations. Alert incidents here are written into the
- * durable log directly, the way the watchdog writes them (src/watchdog/alert-events.ts), and the
+ * The scenario runner's watchdog features (to replay alerts as a user sees them): `settings.watch`, `restart`
+ * steps, `clickAlert` steps, `alert` conditions and `alerts` expectations. Alert incidents here are written
+ * into the durable log directly, the way the watchdog writes them (src/watchdog/alert-events.ts), and the
  * real bot's outbox renders them into the fake Slack's alerts channel.
  */
 import { describe, expect, it } from 'vitest';

@@ -1,9 +1,9 @@
 /**
- * The watchdog's scenario files (issue 13): every file in this folder with `settings.watch` is
- * played end to end here (real Redis, sshd fleet, Bolt receiver, fake Slack, the workers' watchdog
- * every 2 s, the worker as its own process when a step restarts it) and must meet its own `expect:`
- * block; scenarios.test.ts leaves them to this file. On top of each file's block: the watchdog never
- * signals by itself, and every alert in the alerts channel is one message per episode.
+ * The watchdog's scenario files (what a user sees of its alerts): every file in this folder with
+ * `settings.watch` is played end to end here (real Redis, sshd fleet, Bolt receiver, fake Slack, the workers'
+ * watchdog every 2 s, the worker as its own process when a step restarts it) and must meet its own `expect:`
+ * block; scenarios.test.ts leaves them to this file. On top of each file's block: the watchdog never signals
+ * by itself, and every alert in the alerts channel is one message per episode.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

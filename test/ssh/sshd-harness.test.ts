@@ -134,7 +134,7 @@ describe('startSshd', () => {
   });
 });
 
-describe('startSshd with agent (issue 21)', () => {
+describe('startSshd with agent: a machine reached only through gpu-medic-agent', () => {
   it('runs the stock sshd_config: the authorized_keys line, not the harness, decides what runs', async () => {
     const home = join(root, 'agent-home');
     await mkdir(home, { recursive: true });

@@ -138,7 +138,7 @@ describe('a slash command ack against real Redis (MONITOR)', () => {
     const tx = status.trips[1] ?? [];
     // Two scripts in the MULTI: the incident (meta, indexes, its first event, the dirty mark) and
     // BullMQ's job insert. Seven separate commands in a MULTI cost the bot about 50-65 µs of CPU
-    // against about 20 µs for this (issue 26): each queued command is a reply and a promise of its own.
+    // against about 20 µs for this (the ack's CPU): each queued command is a reply and a promise of its own.
     expect(tx).toHaveLength(4);
     expect(tx[0]).toBe('multi');
     expect(tx.slice(1, 3).every((n) => n === 'evalsha' || n === 'eval')).toBe(true);

@@ -1,5 +1,5 @@
 /**
- * Issue 21: the envelopes a destructive verb carries on stdin verify as the host's agent verifies
+ * No gpu-medic code on the host: the envelopes a destructive verb carries on stdin verify as the host's agent verifies
  * them, with OpenSSL 3 alone (`openssl pkeyutl -verify -rawin`, agent/PROTOCOL.md): the bot's request
  * with the bot's public key, the worker-signed plan with the worker's, and a changed body fails.
  */

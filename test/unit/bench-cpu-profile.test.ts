@@ -1,5 +1,5 @@
 /**
- * bench/cpu.ts summarizeCpuProfiles (issue 26): a V8 CPU profile's self time by category. A native
+ * bench/cpu.ts summarizeCpuProfiles (what to make cheaper): a V8 CPU profile's self time by category. A native
  * or node-internal frame counts for its nearest caller that is neither (a socket write made by
  * ioredis is ioredis's); one with no such caller is node's own.
  */

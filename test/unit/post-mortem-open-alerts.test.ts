@@ -1,5 +1,5 @@
 /**
- * Issue 23: `gpu-medic incident <id> --markdown` says which watchdog alerts were still open on the
+ * What is left to follow up: `gpu-medic incident <id> --markdown` says which watchdog alerts were still open on the
  * incident's machines, read from the watch store the watchdog commits to (real Redis, the real
  * WatchRoundStore commit), not "nothing left to do".
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 19: the signed envelopes and their keys (src/auth/). The format is what docs/security.md
+ * The signed envelopes (unforgeable from Redis) and their keys (src/auth/). The format is what docs/security.md
  * says: openssl verifies the bot's signature with nothing of gpu-medic; a rotation keeps the
  * previous key accepted; key files that are missing or wrong are said by `config check`.
  */

@@ -1,5 +1,5 @@
 /**
- * Did-you-mean for a destructive command (issue 11 #7): only a near-certain typo of one real id
+ * Did-you-mean for a destructive command (never a wrong target): only a near-certain typo of one real id
  * is proposed (same id but for letter case, or two adjacent letters swapped in an id of 5+
  * characters; digits, which name a different container, must match exactly).
  */

@@ -1,8 +1,8 @@
 /**
- * The blast-radius budget (issue 10): at most N host-level destructive steps per host per hour.
- * Past it the card says so and is frozen to the admins; a card approved within the budget that
- * finds it spent when it is about to run is refused unless an admin approved it. Real fleet, SSH
- * and Redis; the budget is 1 here.
+ * The blast-radius budget (a bad run cannot kill a whole fleet): at most N host-level destructive steps per
+ * host per hour. Past it the card says so and is frozen to the admins; a card approved within the budget that
+ * finds it spent when it is about to run is refused unless an admin approved it. Real fleet, SSH and Redis;
+ * the budget is 1 here.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BlastBudget } from '../../src/approval/blast-budget.ts';

@@ -320,7 +320,8 @@ describe('S3: the container cannot stop the holder (non-root container login)', 
       .join('\n');
     expect(text).toMatch(/Recovered/);
     expect(text).toMatch(new RegExp(`host KILL \\d+ ${h.hostPid} ${h.startTime} ${h.containerPid}`));
-    // Issue 23: the EPERM is said as "not permitted" (as in the summary and /gpu history), not as a re-check refusal.
+    // The EPERM is said as "not permitted" (as in the summary and /gpu history: one word for one fact), not
+    // as a re-check refusal.
     expect(text).toMatch(new RegExp(`SIGTERM PID ${h.containerPid} \\(host PID ${h.hostPid}\\).*not permitted`));
     expect(text).toContain(`Approved by <@${APPROVER}>`);
   });

@@ -1,5 +1,5 @@
 /**
- * What the worker takes as a container's on a shared host, on real LXC containers (issue 22):
+ * What the worker takes as a container's on a shared host, on real LXC containers (a kill never leaves it):
  * a host process is the container's only when its PID namespace and its cgroup (`lxc/<vmid>`)
  * both say so, and a host uid is shown as the container's user through the uid map its
  * `pct config` says (the default shift for `unprivileged: 1`, its own `lxc.idmap` lines

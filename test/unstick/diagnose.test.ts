@@ -102,7 +102,7 @@ describe('diagnose', () => {
     expect(unmapped.gpus[0]?.holders[0]?.reach).toBe('container');
   });
 
-  it('issue 23: a login that is not root is never said to be able to stop a holder it may not signal', () => {
+  it('a login that is not root is never said to be able to stop a holder it may not signal', () => {
     // S3's fleet: the bot logs in as fleetuser (uid unknown to it), the ranks run as root.
     const { host, container } = seedS2();
     const d = diagnoseWith(host, container, { containerExecUid: null });

@@ -1,5 +1,5 @@
 /**
- * Issue 10, findings 8 and 3, on the real sshd fleet:
+ * Escalation without waiting, and an init never killed, on the real sshd fleet:
  * - tier 1 escalates at once: a holder the container may not signal (EPERM) is not waited for;
  *   only the memory of the holders actually signalled is (release timeout kept short here, and
  *   the order of what happened is asserted, not wall-clock time);

@@ -1,9 +1,9 @@
 /**
- * Issue 10 finding 2: the worker is the only author of destructive commands. Whoever can write
- * Redis (a compromised bot, which holds no SSH key) writes forged steps into the incident stream,
- * forged approval records and decisions, and forged job data; the fleet records every signal, and
- * nothing may reach a process outside the bound: a GPU holder of the target container, at the
- * moment of the kill, in the identity set the worker itself recorded when it made the plan.
+ * The worker is the only author of destructive commands, so a Redis writer cannot choose what is killed.
+ * Whoever can write Redis (a compromised bot, which holds no SSH key) writes forged steps into the incident
+ * stream, forged approval records and decisions, and forged job data; the fleet records every signal, and
+ * nothing may reach a process outside the bound: a GPU holder of the target container, at the moment of the
+ * kill, in the identity set the worker itself recorded when it made the plan.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApprovalStore } from '../../src/approval/approval-store.ts';
@@ -195,8 +195,8 @@ describe('forged writes to Redis never make a worker signal outside the bound', 
       );
       const ev = await rig.events(id);
       expect(ofType(ev, 'step_started').filter((e) => e.tier === 2)).toEqual([]);
-      // Issue 19: refused before the decider is even read, as no decision the bot signed is stored
-      // (the worker's own check of a signed decider: signed-jobs.test.ts).
+      // Refused before the decider is even read (Redis is not believed), as no decision the bot signed is
+      // stored (the worker's own check of a signed decider: signed-jobs.test.ts).
       expect(ofType(ev, 'error').map((e) => e.code)).toContain('decision_unverified');
       expect(rig.fleet.signals().filter((s) => s.hostPid === holder.hostPid)).toEqual([]);
       process.kill(holder.hostPid, 'SIGKILL');

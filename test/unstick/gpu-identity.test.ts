@@ -1,10 +1,10 @@
 /**
- * GPUs identified by UUID end to end (issue 10 #4), on the test fleet with real SSH and Redis.
- * ct131 is given host GPUs 5 and 2 (`pct config 131`: `devN: /dev/nvidia5`, `/dev/nvidia2`) and,
- * as on real Proxmox, sees them renumbered from 0 in bus order: its GPU 0 is host GPU 2, its
- * GPU 1 host GPU 5. The host's own view decides which host GPU is read, reset and reported; a
- * reset names the GPU by UUID and re-checks that UUID at run time; a container that lies about
- * a GPU's identity gets nothing done to any host GPU.
+ * GPUs identified by UUID end to end (indexes differ inside a container), on the test fleet with real SSH and
+ * Redis. ct131 is given host GPUs 5 and 2 (`pct config 131`: `devN: /dev/nvidia5`, `/dev/nvidia2`) and, as on
+ * real Proxmox, sees them renumbered from 0 in bus order: its GPU 0 is host GPU 2, its GPU 1 host GPU 5. The
+ * host's own view decides which host GPU is read, reset and reported; a reset names the GPU by UUID and
+ * re-checks that UUID at run time; a container that lies about a GPU's identity gets nothing done to any host
+ * GPU.
  */
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

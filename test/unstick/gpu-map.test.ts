@@ -1,6 +1,6 @@
 /**
- * The host's own view of a container's GPUs (issue 10 #4): `pct config` names the device minors
- * passed to it, host `nvidia-smi -q -x` maps each minor to a UUID (a real report, where minor and
+ * The host's own view of a container's GPUs (so a reset hits the right GPU): `pct config` names the device
+ * minors passed to it, host `nvidia-smi -q -x` maps each minor to a UUID (a real report, where minor and
  * index differ), and a container GPU is matched only to one of those, on UUID and bus id.
  */
 import { readFileSync } from 'node:fs';

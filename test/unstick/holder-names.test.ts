@@ -1,8 +1,8 @@
 /**
- * Every holder is parsed and named correctly (issue 19, finding 5), on the real sshd fleet: a
- * holder whose comm holds `) ` (`trainer) v2`) or bytes that are not UTF-8 is signalled by the
- * one signal command through each of its paths: perl and python3 on the host and inside a
- * container, and the shell fallback inside a container with neither. Perl once read
+ * Every holder is parsed and named correctly (a strange name must not hide or misdirect a kill), on the real
+ * sshd fleet: a holder whose comm holds `) ` (`trainer) v2`) or bytes that are not UTF-8 is signalled by the
+ * one signal command through each of its paths: perl and python3 on the host and inside a container, and the
+ * shell fallback inside a container with neither. Perl once read
  * `/proc/<pid>/stat` from the first `) ` (the holder was refused as "PID reused"); python3
  * decoded it as UTF-8 (it crashed, and later PIDs of the batch got no answer).
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 10 finding 6 (first half): an approval is never lost. The bot stores the decision, then
+ * An approval is never lost, even when its job cannot be queued. The bot stores the decision, then
  * queueing its job fails (Redis refuses the queue write). The card says Approved; the decision is
  * indexed as "not taken up" in the same atomic step, and a worker's sweep queues its job under the
  * bot's own job id, so it runs exactly once. Real fleet, SSH, Redis and BullMQ queue.

@@ -1,5 +1,5 @@
 /**
- * Issue 11 finding 6, plan side: an approval card lists every target it approves. A host-level
+ * Nothing approved unseen, plan side: an approval card lists every target it approves. A host-level
  * kill with more processes than one Slack card can show is planned as several steps, one card
  * each, so every card is exactly what its button runs; together they cover every process once.
  */

@@ -49,8 +49,8 @@ const base = {
 };
 
 describe('plan seal', () => {
-  // Issue 19: the seal is the worker's Ed25519 signature (the bot verifies it with the public key
-  // alone) and the workers' HMAC as before; each key and each part is checked.
+  // So no Redis writer can change a plan: the seal is the worker's Ed25519 signature (the bot verifies it
+  // with the public key alone) and the workers' HMAC as before; each key and each part is checked.
   it('opens what it sealed (without commands); refuses an altered body, another key, a bad mac, or none', () => {
     const key = randomBytes(32);
     const worker = newKeyPair();

@@ -1,5 +1,5 @@
 /**
- * Unstick's reasons name the real cause (issue 11 #7), on the test fleet with real SSH and Redis:
+ * Unstick's reasons name the real cause (advice must not mislead), on the test fleet with real SSH and Redis:
  * a host without `lxc-info` is not "a container that is not running", the snapshots that were
  * read are posted even when a later read fails, and no advice points at a command that works.
  */

@@ -55,7 +55,7 @@ export interface Rig {
   steps: StepGuard;
   lock: TargetLock;
   enqueued: Enqueued[];
-  /** The bot's and the workers' keys of this rig (issue 19): the bot's signs requests and decisions. */
+  /** This rig's keys (a worker acts only on what is signed): the bot's signs requests and decisions. */
   botKeys: KeyPair;
   workerKeys: KeyPair;
   signer: BotSigner;
@@ -102,7 +102,7 @@ export async function startRig(spec: FleetSpec): Promise<Rig> {
   const enqueued: Enqueued[] = [];
   // The workers' seal key: the same for every attempt in a rig, never known to a forger.
   const planKey = randomBytes(32);
-  // The fleet's: its hosts' agents trust their public halves (issue 21).
+  // The fleet's: its hosts' agents trust their public halves, so signals on agent hosts verify.
   const botKeys = fleet.keys.bot;
   const workerKeys = fleet.keys.worker;
   const signer = botSigner(botKeys.privateKey);

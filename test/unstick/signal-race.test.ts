@@ -1,5 +1,5 @@
 /**
- * Check and signal are one act (issue 10, finding 1), on the real sshd fleet: a target's PID is
+ * Check and signal are one act (a reused PID is never signalled), on the real sshd fleet: a target's PID is
  * handed to a new process in the same container (same host PID, same container PID, holding a
  * GPU too: only the start time tells them apart) between the plan and the kill, and between the
  * check and the kill (the executor is hooked so that, right before the signal command runs, the

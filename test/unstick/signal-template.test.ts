@@ -226,7 +226,7 @@ describe('parseSignalReport', () => {
   });
 });
 
-describe('a holder that freed on its own (issue 19)', () => {
+describe('a holder that freed on its own', () => {
   it('is said as "nothing was needed", whether it exited or closed its GPU devices; a refused one is not', () => {
     expect(outcomeText({ pid: 7, result: 'gone' })).toMatch(/nothing was needed/);
     expect(outcomeText({ pid: 7, result: 'skipped', reason: 'not_holding' })).toMatch(/nothing was needed/);

@@ -1,5 +1,5 @@
 /**
- * Issue 19: only what a person asked for, as the bot authenticated it, is acted on. Each attack is
+ * Only what a person asked for, as the bot authenticated it, is acted on, whoever writes Redis. Each attack is
  * what a Redis writer with no secret can do (write meta, locks, jobs, approval hashes, streams,
  * delete keys), run on the real worker code, fleet, SSH and Redis; the fleet records every signal.
  * The rig's bot key signs what the bot would (rig.newIncident, rig.approvals.decide); nothing

@@ -1,7 +1,7 @@
 /**
- * Issue 21: a step acts only with the envelopes the host's agent checks. Without them, or with the
- * wrong kind for its tier, the runner sends nothing at all; with them, each destructive command
- * carries them on stdin and every read goes without. The exec here records what would be sent.
+ * A stolen worker key cannot signal: a step acts only with the envelopes the host's agent checks. Without
+ * them, or with the wrong kind for its tier, the runner sends nothing at all; with them, each destructive
+ * command carries them on stdin and every read goes without. The exec here records what would be sent.
  */
 import { describe, expect, it } from 'vitest';
 import type { UnstickEvent } from '../../src/incident/unstick-events.ts';

@@ -1,5 +1,5 @@
 /**
- * Issue 10 finding 7 and the takeover half of finding 6: two attempts of the same job. BullMQ
+ * Two attempts of the same job never act at once, and a later one takes over a dead one. BullMQ
  * re-runs a job once its lock lapsed, whether the first attempt died or is only slow (a stalled
  * event loop). A later attempt never finishes the incident or releases the target lock while the
  * first is still running its step; when the first is gone, the later one finishes the approved

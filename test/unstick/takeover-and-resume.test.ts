@@ -1,8 +1,8 @@
 /**
- * Issue 19, findings 7 and 8, on the real fleet, SSH and Redis: a later attempt of a job waits for
- * a live earlier one at least as long as the longest step the settings allow; a resumed job aims
- * tier 1 only at processes whose container PID is what this attempt read; a superseded attempt
- * that throws inside a reset leaves persistence mode to be restored by whoever finishes the step.
+ * Takeover and resume never aim at the wrong process, on the real fleet, SSH and Redis: a later attempt of a
+ * job waits for a live earlier one at least as long as the longest step the settings allow; a resumed job
+ * aims tier 1 only at processes whose container PID is what this attempt read; a superseded attempt that
+ * throws inside a reset leaves persistence mode to be restored by whoever finishes the step.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { longestAttemptMs } from '../../src/plan/unstick-plan.ts';

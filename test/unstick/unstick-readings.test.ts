@@ -1,5 +1,5 @@
 /**
- * Why the container's PID namespace could not be read, in plain words (issue 11 #7): each
+ * Why the container's PID namespace could not be read, in plain words (the real cause, not a guess): each
  * failing read of `lxc-info` and of the init's /proc names itself. Readings are real outputs of
  * the read-procs template (src/agent-grammar/templates/unstick-commands.ts) as a host prints them.
  */

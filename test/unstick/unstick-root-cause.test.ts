@@ -1,5 +1,5 @@
 /**
- * The unstick diagnosis says why (issue 13): root causes from the target's own GPU holders and
+ * The unstick diagnosis says why, not only what: root causes from the target's own GPU holders and
  * their parents (the launcher above a TP rank), against the host's RAM and the GPUs the container
  * sees. Other containers' processes on the same host are never read into it.
  */

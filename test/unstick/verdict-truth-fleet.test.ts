@@ -1,8 +1,8 @@
 /**
- * Issue 11 findings 1–4 on the test fleet (real sshd, namespaces, processes; real Redis): two
+ * Every word of a verdict is true, on the test fleet (real sshd, namespaces, processes; real Redis): two
  * concurrent unsticks on neighbour containers each claim only their own memory; a leak beside
  * another container's live job gets no reset card; a lost GPU never ends green; after a denied
- * host kill the advice is what is really left and who can do it. Issue 23: a neighbour's unstick
+ * host kill the advice is what is really left and who can do it. And a neighbour's unstick
  * that frees its GPUs while the target's after-view is being read never changes the target's verdict.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -194,7 +194,7 @@ describe('finding 4: advice after a denied host kill', () => {
   });
 });
 
-describe('issue 23: a neighbour frees its GPUs while the target’s after-view is read', () => {
+describe('a neighbour frees its GPUs while the target’s after-view is read', () => {
   it('the target’s own holder fully freed → Recovered, no next step; GPUs 0 and 2 are said as outside this incident', async () => {
     // ct129's ranks on GPUs 0 and 2 (incident A), ct130's job on GPU 5 (incident B, the target);
     // every container sees all eight GPUs.

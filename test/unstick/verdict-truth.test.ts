@@ -1,5 +1,5 @@
 /**
- * Issue 11, findings 1–4 at the pure core: a verdict speaks only of the target's memory, memory
+ * Every word of a verdict is true, at the pure core: a verdict speaks only of the target's memory, memory
  * no process holds is counted against every holder on the host, a GPU in error (or missing after)
  * is never green, and the advice after a denial, expiry or failure is what is really left.
  */
@@ -250,7 +250,7 @@ describe('finding 4: advice after a denial, an expiry or a failure', () => {
     ...over,
   });
   // S3 after tier 1: a process of ct129 the container could not stop still holds GPU 0 and only
-  // the host can stop it (not the init: an init holder is never offered a kill, issue 10 finding 3).
+  // the host can stop it (not the init: an init holder is never offered a kill, as that stops the container).
   const initLeft = (): Diagnosis => {
     const d = s3HostKill();
     const held = d.gpus[0]?.holders[0]?.process;

@@ -1,8 +1,8 @@
 /**
- * Issue 11 finding 1, as a property: over random before/after views of kpro5 with neighbours
- * (another container's jobs, host processes), concurrent incidents (neighbours ending or starting
- * between the views) and leaks, the verdict for ct129 never claims more freed memory than ct129's
- * own holders held plus memory no process held, and what it does not claim is reported as others'.
+ * A verdict claims only the target's memory, as a property: over random before/after views of kpro5 with
+ * neighbours (another container's jobs, host processes), concurrent incidents (neighbours ending or starting
+ * between the views) and leaks, the verdict for ct129 never claims more freed memory than ct129's own holders
+ * held plus memory no process held, and what it does not claim is reported as others'.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';

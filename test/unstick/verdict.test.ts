@@ -22,7 +22,7 @@ describe('verdictOf', () => {
     expect(v.nextStep).toBeNull();
   });
 
-  it("issue 23: a neighbour's process exiting while the after-view is read is the neighbour's change, not the target's unfinished work", () => {
+  it("a neighbour's process exiting while the after-view is read is the neighbour's change, not the target's unfinished work", () => {
     // Two unsticks at once on kpro5: ct129's ranks (GPUs 0, 2) are freed by this incident, while
     // ct131's incident kills its job on GPU 5 just as this one reads: host nvidia-smi still lists
     // the job, its /proc entry is already gone, so GPU 5 reads as "holders changed".
@@ -80,7 +80,7 @@ describe('verdictOf', () => {
   });
 });
 
-describe('a zombie holder (issue 19, finding 6)', () => {
+describe('a zombie holder: no kill frees its memory, its parent reaping it does', () => {
   /** ct129's server after its host-level SIGKILL: a zombie its parent (host PID 811_899) has not reaped, still charged 30,000 MiB. */
   const zombieAfterKill = () => {
     const z = { ...CT129_SERVER, state: 'Z', cmdline: [] };

@@ -1,9 +1,9 @@
 /**
- * Zombie holders (issue 19, finding 6), on the real fleet: a holder that exited and whose parent
- * never reaps it (state Z, no open files) while the host's nvidia-smi still charges its memory to
- * it. No kill can free that memory; its parent reaping it does. The thread says so and names the
- * parent (host PID, command line, container); no step signals anything, no host-kill card is
- * raised, the budget is untouched, and the advice never says a kill "ran and still holds".
+ * Zombie holders (no kill frees them, so none is offered), on the real fleet: a holder that exited and whose
+ * parent never reaps it (state Z, no open files) while the host's nvidia-smi still charges its memory to it.
+ * No kill can free that memory; its parent reaping it does. The thread says so and names the parent (host
+ * PID, command line, container); no step signals anything, no host-kill card is raised, the budget is
+ * untouched, and the advice never says a kill "ran and still holds".
  */
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

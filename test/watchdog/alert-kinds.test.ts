@@ -1,8 +1,8 @@
 /**
- * Each watchdog alert kind on the real fleet (issue 13): raised once, edited in place where what it
- * says changes, cleared, snoozed; a hung machine delays only its own alert; nothing is ever
- * signalled and no command but reads runs. Rounds are run by the test (`runWatchJob`), each test on
- * its own site so one test's rounds never read another's machines.
+ * Each watchdog alert kind on the real fleet (it warns before a user has to ask): raised once, edited in
+ * place where what it says changes, cleared, snoozed; a hung machine delays only its own alert; nothing is
+ * ever signalled and no command but reads runs. Rounds are run by the test (`runWatchJob`), each test on its
+ * own site so one test's rounds never read another's machines.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { watchKeys } from '../../src/watch-store/watch-keys.ts';

@@ -1,5 +1,5 @@
 /**
- * Issue 24, finding 2: a just-started worker used to open one SSH connection per machine at once,
+ * No false alerts after a restart: a just-started worker used to open one SSH connection per machine at once,
  * and on 200 machines 35 handshakes outlived the connect timeout: healthy machines were alerted as
  * unreachable. Here 70 machines sit behind real OpenSSH sshd (2 fleet hosts, each reached through 35
  * addresses of a handshake proxy, test/harness/handshake-proxy.ts: 70 endpoints, 70 handshakes). The proxy makes every

@@ -1,8 +1,8 @@
 /**
- * The watchdog round on the real fleet and real Redis (issue 13): an alert is raised once, edited
- * in place, cleared, and neither repeated nor lost across a worker restart, a crash between the
- * judgement and the commit, or two rounds judging at once. Each test has its own site (its own
- * hosts), so rounds of one test never read another's machines.
+ * The watchdog round on the real fleet and real Redis (one alert per problem, never lost): an alert is raised
+ * once, edited in place, cleared, and neither repeated nor lost across a worker restart, a crash between the
+ * judgement and the commit, or two rounds judging at once. Each test has its own site (its own hosts), so
+ * rounds of one test never read another's machines.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IncidentMetaSchema } from '../../src/incident/events.ts';

@@ -1,7 +1,7 @@
 /**
- * The watchdog on the whole stack (issue 13): with GPU_MEDIC_ALERTS_CHANNEL set, each site queue
- * gets one BullMQ job scheduler (however many workers serve the site) producing `watch` rounds
- * every GPU_MEDIC_WATCH_INTERVAL_SEC; an alert reaches the alerts channel as one message, is raised
+ * The watchdog on the whole stack (one round per site, however many workers): with GPU_MEDIC_ALERTS_CHANNEL
+ * set, each site queue gets one BullMQ job scheduler (however many workers serve the site) producing `watch`
+ * rounds every GPU_MEDIC_WATCH_INTERVAL_SEC; an alert reaches the alerts channel as one message, is raised
  * once over many rounds and two worker groups, and is edited in place when it clears.
  */
 import { Queue } from 'bullmq';

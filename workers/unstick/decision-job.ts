@@ -68,8 +68,8 @@ async function decisionJob(run: IncidentRun, job: DecisionJob, deps: UnstickWork
       'The approved step could not be verified as the one this worker planned; nothing from the card was run.',
     ]);
   }
-  // Issue 19: who decided, what and when is the bot's signed decision naming this plan's digest;
-  // the approval's state and decidedBy in Redis are not believed.
+  // Who decided, what and when is the bot's signed decision naming this plan's digest;
+  // the approval's state and decidedBy in Redis are not believed, as any Redis writer could set them.
   const now = deps.now().getTime();
   const dec = checkDecision(
     approval.signedDecision,

@@ -31,7 +31,7 @@ export interface UnstickWorkerDeps {
    */
   planKey: Buffer;
   /**
-   * Issue 19: the worker's Ed25519 key (it signs the plans it asks approval for) and the public keys
+   * So no Redis writer can forge a plan or a click: the worker's Ed25519 key (it signs its plans) and the public keys
    * it verifies with: the bot's (requests and decisions), and its own and previous ones (plans).
    */
   keys: WorkerKeys;

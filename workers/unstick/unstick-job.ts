@@ -44,7 +44,7 @@ async function unstickJob(run: IncidentRun, job: UnstickJob, deps: UnstickWorker
     );
     return;
   }
-  // Issue 19: tier 1 acts on the request alone, so it must be the bot's: signed, for this incident
+  // Tier 1 acts on the request alone, so it must be the bot's, not a Redis writer's: signed, for this incident
   // and target, not past its expiry, and used once. What Redis says of the requester is checked against it.
   const now = deps.now().getTime();
   const request = await deps.log.request(job.incidentId);
@@ -131,7 +131,7 @@ async function unstickVerified(
   const tier1 = resumed && resumed.targets.length > 0 ? resumed : fresh;
   if (!tier1) return run.next(t, meta, first, before);
 
-  // Issue 21: the host's agent signals only with the bot's request and this worker's plan of the step on stdin.
+  // A stolen worker key cannot signal: the agent does only with the bot's request and this worker's plan on stdin.
   const envelopes =
     signed.envelope === null
       ? null

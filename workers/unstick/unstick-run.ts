@@ -193,7 +193,7 @@ export class IncidentRun extends AttemptFence {
   }
 
   /**
-   * The worker-signed plan of a tier-1 step (issue 21): the same sealed body as a card's, with no
+   * The worker-signed plan of a tier-1 step (the agent needs it): the same sealed body as a card's, with no
    * approval, so the host's agent can check every target it is asked to signal against it.
    */
   tier1Plan(t: Target, step: Step, requester: string, expiresAt: number): Envelope {

@@ -2,10 +2,11 @@ import { AGENT_PROTOCOL } from '../arg-types.ts';
 import type { CommandSpec } from '../command-spec.ts';
 
 /**
- * The forced-key probes (issue 21), sent as they are (Executor.probeLine) to every machine the
- * worker's key logs into when it speaks to agents: the agent's version; a verb no agent has, which a
- * forced key must refuse (exit 126, `gpu-medic-agent: refused:`); and what a shell would run, which a
- * forced key must not run (`true` exiting 0 with no output means the key still opens a shell).
+ * The forced-key probes, which tell whether a stolen worker key could still open a shell, sent as they are
+ * (Executor.probeLine) to every machine the worker's key logs into when it speaks to agents: the agent's
+ * version; a verb no agent has, which a forced key must refuse (exit 126, `gpu-medic-agent: refused:`); and
+ * what a shell would run, which a forced key must not run (`true` exiting 0 with no output means the key
+ * still opens a shell).
  */
 export const AGENT_PROBES = {
   version: `gpu-medic ${AGENT_PROTOCOL} version`,

@@ -1,11 +1,11 @@
 /**
- * One SSH session per machine read (issue 14). A snapshot's queries (GPU list, compute apps, RAM,
- * and in a container the device holders) used to be one exec channel each: on a real host every
- * channel is an sshd session (fork, PAM, a login shell). `machineRead` joins them into one fixed
- * script that runs each query under its own `timeout -k`, in parallel, and prints per query its exit
- * code, its output sizes and its stdout and stderr (capped, base64: machine output can hold any byte,
- * so no delimiter in it can forge another query's answer). `parseMachineRead` turns that back into
- * one result per query, so a failing query is still reported on its own. Pure.
+ * One SSH session per machine read, so reading a whole fleet stays cheap. A snapshot's queries (GPU list,
+ * compute apps, RAM, and in a container the device holders) used to be one exec channel each: on a real host
+ * every channel is an sshd session (fork, PAM, a login shell). `machineRead` joins them into one fixed script
+ * that runs each query under its own `timeout -k`, in parallel, and prints per query its exit code, its
+ * output sizes and its stdout and stderr (capped, base64: machine output can hold any byte, so no delimiter
+ * in it can forge another query's answer). `parseMachineRead` turns that back into one result per query, so a
+ * failing query is still reported on its own. Pure.
  */
 import { shellJoin } from '../../text/shell-quote.ts';
 import { AGENT_LIMITS } from '../arg-types.ts';

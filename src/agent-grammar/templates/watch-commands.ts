@@ -1,8 +1,8 @@
 /**
- * The watchdog's fixed read templates for a host (issue 13), run in the snapshot's read script (one
- * SSH session). Every word is a constant; the one value is an integer the worker computed itself
- * (the kernel log's start time), never text from Redis or a machine. Nothing here signals, resets,
- * or writes anything on the machine. Their output is parsed by src/watchdog/kernel-log.ts.
+ * The watchdog's fixed read templates for a host (it warns before a user has to ask), run in the snapshot's
+ * read script (one SSH session). Every word is a constant; the one value is an integer the worker computed
+ * itself (the kernel log's start time), never text from Redis or a machine. Nothing here signals, resets, or
+ * writes anything on the machine. Their output is parsed by src/watchdog/kernel-log.ts.
  */
 import type { CommandSpec } from '../command-spec.ts';
 import type { TemplateOptions } from './snapshot-commands.ts';

@@ -2,7 +2,7 @@
  * The allow-list of command lines gpu-medic may send to a machine, built from the template
  * functions themselves (src/agent-grammar/templates/snapshot-commands.ts, unstick-commands.ts) through the same
  * builders the executor uses: buildAgentCommand for a machine reached through gpu-medic-agent
- * (issue 21: its log holds the agent lines it received, `ct <vmid>` ones too for the containers
+ * (a least-privilege host: its log holds the agent lines it received, `ct <vmid>` ones too for the containers
  * it reaches with pct), buildRemoteCommand for one that takes shell lines (`root-shell`, e.g. a
  * container with its own address). Which one is chosen per machine from the fleet's inventory.
  * Only integers, GPU UUIDs, incident/approval ids and timeouts vary. Anything else in a machine's

@@ -73,11 +73,11 @@ export interface FleetSpec {
   containers?: ContainerSpec[];
   engine?: ContainerEngine;
   /**
-   * How the worker's key reaches a host (issue 21). `agent`: the host's sshd runs the stock
-   * sshd_config and the agent is installed by `agent/install.sh` (the dedicated account, its
-   * root-owned `restrict,command=` key line, the sudoers entry), so the key runs gpu-medic-agent only;
-   * the inventory logs in as that account. `shell`: the older test wrapper (root, any command).
-   * Default: `GPU_MEDIC_FLEET_ACCESS` if set, else `agent`.
+   * How the worker's key reaches a host (the agent's verbs only, or a shell). `agent`: the host's sshd runs
+   * the stock sshd_config and the agent is installed by `agent/install.sh` (the dedicated account, its
+   * root-owned `restrict,command=` key line, the sudoers entry), so the key runs gpu-medic-agent only; the
+   * inventory logs in as that account. `shell`: the older test wrapper (root, any command). Default:
+   * `GPU_MEDIC_FLEET_ACCESS` if set, else `agent`.
    */
   access?: FleetAccess;
 }
@@ -214,7 +214,7 @@ export interface Fleet {
   /** The engineer's key for `root@` (FleetOptions.operatorLogin), else null. */
   operatorKeyPath: string | null;
   /**
-   * The bot's and the worker's signing keys for this fleet (issue 21: its hosts' agents trust their
+   * The bot's and the worker's signing keys for this fleet (its hosts' agents trust their
    * public halves, as an installed agent trusts the keys in /etc/gpu-medic/), with the settings each role gets.
    */
   keys: TestKeys;
