@@ -319,7 +319,7 @@ describe('each role reads only its own settings', () => {
   });
 });
 
-describe('one pass whatever the mix (issue 24)', () => {
+describe('one pass whatever the mix of problems', () => {
   it('single-value problems (RAM % out of range, an approver by name, a token with the wrong prefix) and cross-setting ones (alerts channel not allowed, escalation that never happens) and placeholder fingerprints, all in one report', async () => {
     const example = `
 hosts:

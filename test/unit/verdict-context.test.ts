@@ -105,7 +105,7 @@ describe('verdictContextOf (what the log says happened to the steps)', () => {
     expect(c).toMatchObject({ approvers: ['U0BOB', 'U0CAROL'], requester: 'U0ALICE' });
   });
 
-  it('issue 23: an approved host kill that ended before any command ran is not said to have run', () => {
+  it('an approved host kill that ended before any command ran is not said to have run', () => {
     // ct129's rank on GPU 0 runs as uid 1001 and container commands as uid 1000: host-only.
     const { host, container } = seedS2();
     const ctUser = { ...container, procs: readings([57], [{ ...TP0, pid: 57, nsPids: [57], uid: 1001 }]) };
