@@ -112,6 +112,13 @@ describe('docker-compose.yml', () => {
     expect(commandOf(svc('worker'))).toEqual(['worker']);
   });
 
+  it("bot and worker run as two different non-root uids, so one role's key files are not the other's to read", () => {
+    const uid = (name: string) => /^(\d+)(?::\d+)?$/.exec(svc(name).user ?? '')?.[1];
+    expect(uid('bot')).toMatch(/^[1-9]\d*$/);
+    expect(uid('worker')).toMatch(/^[1-9]\d*$/);
+    expect(uid('bot')).not.toBe(uid('worker'));
+  });
+
   it('redis persists with AOF every second, never evicts (BullMQ needs noeviction) and is health-checked', () => {
     const r = svc('redis');
     expect(r.image).toMatch(/^redis:7/);
