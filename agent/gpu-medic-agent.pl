@@ -9,9 +9,9 @@
 # OpenSSL, and write an audit line before and after. A refusal is one line on stderr and exit 126.
 #
 # Options (only before `--`): --config FILE (the front's own constant), --refuse WORD (the front
-# refused the line: audit it here, as root), --explain (root only, never through sudo: read one
-# JSON string per line on stdin, each a whole command line, and print per line the argv it would
-# run, as JSON; runs nothing). Everything after `--` is the command's words.
+# refused the line: audit it here, as root). Everything after `--` is the command's words. It has no
+# mode for tests: they load its subs from agent/test/explain.pl, and the test fleet logs lines in
+# a wrapper of its own around the front.
 use v5.36;
 use JSON::PP ();
 use MIME::Base64 qw(encode_base64 decode_base64);
@@ -55,9 +55,9 @@ my %FRONT_REASONS = (
   word   => 'a word longer than 128 bytes',
 );
 
-my $JSON = JSON::PP->new->canonical(1);
 my %audit_ctx = (verb => '-', where => '-', incident => '-', approval => '-', targets => '-');
-my $CFG;
+# The config in force (our, so agent/test/explain.pl can set it when it loads these subs).
+our $CFG;
 
 # ---------------------------------------------------------------- refusals and audit
 
@@ -129,7 +129,6 @@ sub load_config ($path) {
     audit_file => '/var/log/gpu-medic/agent-audit.log',
     role => 'host',
     grammar => '/usr/local/lib/gpu-medic/grammar.json',
-    command_log => '',
     unprivileged => 'no',
     machine => '',
     vmid => '',
@@ -155,16 +154,6 @@ sub load_config ($path) {
   refuse("config $path: max_runs= must be 2-256") unless $c{max_runs} =~ /\A[1-9][0-9]{0,2}\z/ && $c{max_runs} >= 2 && $c{max_runs} <= 256;
   refuse("config $path: run_dir= must be absolute") unless $c{run_dir} =~ m{\A/[A-Za-z0-9/_.-]*\z};
   return \%c;
-}
-
-# Optional (command_log=, off by default): one JSON line {ts, cmd} per line received, before it is
-# checked, so a test fleet (or a curious admin) sees every line the key was asked to run.
-sub log_command (@w) {
-  return if $CFG->{command_log} eq '';
-  my ($s, $us) = Time::HiRes::gettimeofday();
-  my $ts = POSIX::strftime('%Y-%m-%dT%H:%M:%S', gmtime $s) . sprintf('.%03dZ', int($us / 1000));
-  my $line = JSON::PP->new->canonical->encode({ ts => $ts, cmd => join(' ', @w) });
-  if (open(my $h, '>>', $CFG->{command_log})) { print $h "$line\n"; close $h; }
 }
 
 sub load_grammar ($path) {
@@ -893,55 +882,18 @@ sub check_destructive ($p, $where) {
   }
 }
 
-# ---------------------------------------------------------------- explain (tests only)
-
-sub explain_line ($g, $line) {
-  my $r = eval {
-    # The front's checks, then its split, exactly.
-    refuse('bytes') if $line =~ /[^A-Za-z0-9 _.:+-]/;
-    refuse('length') if length($line) > MAX_LINE;
-    refuse('spaces') if $line =~ /\A | \z|  /;
-    my @w = split / /, $line;
-    my $cmd = parse_command($g, @w);
-    return { ok => JSON::PP::true, version => 1 } if $cmd->{version};
-    my @parts = $cmd->{batch} ? @{ $cmd->{batch} } : ($cmd);
-    my @out = map {
-      my $c = command_of($_, $cmd->{where}, $cmd->{batch} ? $_->{ms} : $cmd->{ms}, 0);
-      { verb => $_->{verb}, argv => $c->{argv}, timeoutMs => $c->{ms}, destructive => $_->{def}{destructive} ? JSON::PP::true : JSON::PP::false }
-    } @parts;
-    return { ok => JSON::PP::true, batch => $cmd->{batch} ? JSON::PP::true : JSON::PP::false, parts => \@out };
-  };
-  return $r if $r;
-  my $e = $@;
-  return { ok => JSON::PP::false, reason => ref $e eq 'Refusal' ? $e->{why} : "internal: $e" };
-}
-
-sub explain_main ($g) {
-  binmode(STDOUT, ':raw');
-  my $dec = JSON::PP->new->allow_nonref;
-  while (my $l = <STDIN>) {
-    chomp $l;
-    my $s = eval { $dec->decode($l) };
-    my $r = defined $s && !ref $s ? explain_line($g, $s) : { ok => JSON::PP::false, reason => 'not a JSON string' };
-    print $JSON->encode($r), "\n";
-  }
-  exit 0;
-}
-
 # ---------------------------------------------------------------- main
 
 sub main (@argv) {
-  my ($config, $explain, $front) = (DEFAULT_CONFIG, 0, undef);
+  my ($config, $front) = (DEFAULT_CONFIG, undef);
   my $via_sudo = exists $ENV{SUDO_USER} || exists $ENV{SUDO_UID};
   while (@argv) {
     my $o = shift @argv;
     last if $o eq '--';
     if ($o eq '--config' && @argv) { $config = shift @argv; }
     elsif ($o eq '--refuse' && @argv) { $front = shift @argv; }
-    elsif ($o eq '--explain') { $explain = 1; }
     else { refuse('options are the front\'s own'); }
   }
-  refuse('--explain is for root on the host, never through sudo') if $explain && ($via_sudo || $< != 0);
   refuse("config $config: not an absolute path") unless $config =~ m{\A/};
   # Through sudo only the installed config (install.sh writes its path into this copy): another
   # root-owned file could name other keys or a wider path=.
@@ -949,10 +901,8 @@ sub main (@argv) {
   $CFG = load_config($config);
   # install.sh --no-sudo (a container whose owner gives the worker no root): the account runs it itself.
   refuse('the agent must run as root') unless $> == 0 || $CFG->{unprivileged} eq 'yes';
-  log_command(@argv);
   if (defined $front) { refuse('the front refused the line: ' . ($FRONT_REASONS{$front} // 'unknown reason')); }
   my $g = load_grammar($CFG->{grammar});
-  explain_main($g) if $explain;
   my $cmd = parse_command($g, @argv);
   if ($cmd->{version}) {
     print "gpu-medic-agent $g->{agentVersion} protocol 1\n";
@@ -975,8 +925,12 @@ sub main (@argv) {
   run_one($c);
 }
 
-$SIG{PIPE} = 'IGNORE';
-eval { main(@ARGV); 1 } or do {
-  my $e = $@;
-  refused_exit(ref $e eq 'Refusal' ? $e->{why} : 'internal error: ' . clean($e));
-};
+# Run as a program; loaded with `require` (agent/test/explain.pl) it only defines its subs.
+unless (caller) {
+  $SIG{PIPE} = 'IGNORE';
+  eval { main(@ARGV); 1 } or do {
+    my $e = $@;
+    refused_exit(ref $e eq 'Refusal' ? $e->{why} : 'internal error: ' . clean($e));
+  };
+}
+1;

@@ -2,7 +2,7 @@
  * The worker and the agent agree on every verb (else a read fails in the field), on the agent's side: for
  * every verb of the worker's table (src/agent-grammar/verbs.ts) and each of its sample calls, the
  * line the worker's executor sends (buildAgentCommand) goes through the Perl core reading the
- * committed agent/grammar.json (`--explain`), which would run exactly the argv the worker's own
+ * committed agent/grammar.json (agent/test/explain.pl), which would run exactly the argv the worker's own
  * template builds: on the host as it is, in a container behind `pct exec <vmid> -- timeout -k 1 <s>`,
  * and on a container's own agent (role=self) as it is.
  */

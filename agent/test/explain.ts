@@ -1,7 +1,7 @@
 /**
- * The agent's `--explain` mode (root on this machine, never through the forced command): one JSON
- * string per line in, one JSON answer per line out, the argv it WOULD run, nothing run. The config
- * and grammar are copied into a fresh root-owned dir, as the agent requires.
+ * The agent core's parser through agent/test/explain.pl (test-only; it loads the core's own subs):
+ * one JSON string per line in, one JSON answer per line out, the argv the core WOULD run, nothing
+ * run. The config and grammar are copied into a fresh root-owned dir, as the core requires.
  */
 import { execFile } from 'node:child_process';
 import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -36,7 +36,7 @@ export async function explain(
     );
     const child = execFileP(
       'perl',
-      [join(AGENT_DIR, 'gpu-medic-agent.pl'), '--config', join(dir, 'agent.conf'), '--explain'],
+      [join(AGENT_DIR, 'test', 'explain.pl'), join(AGENT_DIR, 'gpu-medic-agent.pl'), join(dir, 'agent.conf')],
       {
         env: { PATH: '/usr/bin:/bin' },
         maxBuffer: 256 * 1024 * 1024,

@@ -1,7 +1,7 @@
 /**
  * The fuzz of the host agent's parser (fast-check, seeded like test/faults/fuzz.test.ts), its last check: nothing
  * outside the grammar reaches a program. Thousands of command lines (grammar lines, their mutations,
- * arbitrary strings and word soups) go through the real Perl core in `--explain` mode, which prints
+ * arbitrary strings and word soups) go through the real Perl core's parser (agent/test/explain.pl loads its subs), which prints
  * the argv it would run and runs nothing. Two properties:
  *   - every accepted line's argv words are literals of its verb's run template, arguments of the
  *     line that match their declared type (with the template's constant prefix/suffix), or the
@@ -331,7 +331,7 @@ describe.each(GRAMMARS)(
       expect(a.some((l) => / ct \d+ /.test(l))).toBe(true);
     });
 
-    it('10,000 lines through --explain: accepted lines run only grammar words, and exactly the model accepts the same argv', async () => {
+    it('10,000 lines through the parser of the core: accepted lines run only grammar words, and exactly the model accepts the same argv', async () => {
       const lines = cases(g, 10_000);
       const out = await explain(file, lines);
       const notGrammar = lines

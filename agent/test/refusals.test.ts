@@ -276,7 +276,7 @@ describe('a stolen worker key cannot do anything else', () => {
     expect(r.audit).toContain('reason=the front refused the line: a byte outside');
   });
 
-  it('--explain (print, run nothing) is unreachable: a word after the front, refused through sudo even from a shell of the account', async () => {
+  it('the installed core has no test mode: --explain is a word after the front, and an unknown option through sudo even from a shell of the account', async () => {
     const viaFront = await refusedAndNothingRan(() => host.ssh(['--', '--explain']));
     expect(viaFront.stderr).toBe('gpu-medic-agent: refused: not a gpu-medic command\n');
     const core = '/usr/local/lib/gpu-medic/gpu-medic-agent.pl';
@@ -287,7 +287,7 @@ describe('a stolen worker key cannot do anything else', () => {
         env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
       },
     ).catch((e: { code: number; stderr: string }) => e);
-    expect(viaSudo.stderr).toBe('gpu-medic-agent: refused: --explain is for root on the host, never through sudo\n');
+    expect(viaSudo.stderr).toBe("gpu-medic-agent: refused: options are the front's own\n");
     expect((viaSudo as { code: number }).code).toBe(126);
   });
 

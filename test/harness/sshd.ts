@@ -145,6 +145,28 @@ const JSON_LOG_AWK = String.raw`BEGIN {
   printf "{\"ts\":\"%s\",\"cmd\":\"%s\"}\n", ts, out
 }`;
 
+/**
+ * Setup lines (run as root where the agent is installed) that put a logging wrapper in front of the
+ * installed agent front: each line a key sends is appended to `log` as `{ts, cmd}`, then the real
+ * front runs it. The test fleet's own eyes: the agent itself has no logging mode.
+ */
+export function agentCommandLog(front: string, log: string): string[] {
+  const script = [
+    '#!/bin/sh',
+    '# Test fleet only: the line this key sent, as JSON, then the installed front.',
+    'if [ -n "${SSH_ORIGINAL_COMMAND+set}" ]; then',
+    `  LC_ALL=C awk -v ts="$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" ${shellQuote(JSON_LOG_AWK)} </dev/null >> ${shellQuote(log)}`,
+    'fi',
+    `exec ${shellQuote(`${front}.real`)}`,
+    '',
+  ].join('\n');
+  return [
+    `[ -e ${shellQuote(`${front}.real`)} ] || mv ${shellQuote(front)} ${shellQuote(`${front}.real`)}`,
+    `printf '%s' ${shellQuote(script)} > ${shellQuote(front)}`,
+    `chmod 0755 ${shellQuote(front)}`,
+  ];
+}
+
 function wrapperScript(o: {
   pathPrefix?: string;
   basePath?: string;

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { shellQuote } from '../../../src/text/shell-quote.ts';
 import { promisify } from 'node:util';
 import type { InventoryInput } from '../../../src/config/inventory.ts';
-import { generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
+import { agentCommandLog, generateKeyPair, type Sshd, type SshdOptions, startSshd } from '../sshd.ts';
 import { buildFleetTools, CACHE_ROOT, type FleetTools } from './build-tools.ts';
 import { createContainerCgroup, removeContainerCgroup } from './cgroup.ts';
 import { nsenterArgs, type RunningContainer, startContainer } from './container.ts';
@@ -193,8 +193,8 @@ function agentInstall(
   const install = `sh ${shellQuote(INSTALL_SCRIPT)} install --key ${shellQuote(keys.client)} --bot-key ${shellQuote(keys.bot)} --worker-key ${shellQuote(keys.worker)} --from 127.0.0.1 --path ${shellQuote(path)} --machine ${shellQuote(hostId)} >${log} 2>&1`;
   const setup = [
     `{ id -u ${AGENT_USER} >/dev/null 2>&1 && flock -s ${lock} ${install}; } || flock -x ${lock} ${install} || { cat ${log} >&2; exit 1; }`,
-    // The one line an admin would not add: the agent's own command log, so tests see what ran.
-    `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(hostDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+    // What an admin would not add: a logging wrapper before the agent's front, so tests see what was sent.
+    ...agentCommandLog(`${AGENT_INSTALL_DIRS.lib}/gpu-medic-agent`, join(hostDir, 'commands.jsonl')),
     ...(operator === null ? [] : operatorSetup(operator)),
   ];
   return { binds, setup };
@@ -241,7 +241,7 @@ function selfAgentInstall(
       install('--root-forced'),
       // fleetuser is the container's own account, which install.sh did not make: adopted, as its owner would.
       install(`--no-sudo --adopt --user ${FLEET_USER}`),
-      `grep -q '^command_log=' ${AGENT_INSTALL_DIRS.etc}/agent.conf || echo ${shellQuote(`command_log=${join(ctDir, 'commands.jsonl')}`)} >> ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
+      ...agentCommandLog(`${AGENT_INSTALL_DIRS.lib}/gpu-medic-agent`, join(ctDir, 'commands.jsonl')),
       // The container's own run slots (root's agent; fleetuser's live in its home).
       `mkdir -p ${shellQuote(join(ctDir, 'run'))} && sed -i ${shellQuote(`s|^run_dir=.*|run_dir=${join(ctDir, 'run')}|`)} ${AGENT_INSTALL_DIRS.etc}/agent.conf`,
       // Beside the agent's forced line in root's own authorized_keys.
