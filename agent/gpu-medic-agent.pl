@@ -156,6 +156,19 @@ sub load_config ($path) {
   return \%c;
 }
 
+# A script the grammar names: a plain root-owned file in scripts/ beside the grammar, whose bytes must
+# have the SHA-256 the grammar gives; its text is the argv word (after `sh -c`, `perl -e` ...).
+sub script_text ($g, $part) {
+  my $name = $part->{script} // '';
+  refuse("grammar: a script name $name is not a plain file name") unless $name =~ /\A[a-z0-9][a-z0-9-]*\.(sh|pl|py)\z/;
+  return $g->{scripts}{$name} if exists $g->{scripts}{$name};
+  my $file = "$g->{dir}/scripts/$name";
+  root_owned_file($file, 'script');
+  my $text = slurp($file);
+  refuse("script $file does not match its checksum in the grammar") unless sha256_hex($text) eq lc($part->{sha256} // '');
+  return $g->{scripts}{$name} = $text;
+}
+
 sub load_grammar ($path) {
   root_owned_file($path, 'grammar');
   my $g = eval { JSON::PP->new->decode(slurp($path)) };
@@ -168,6 +181,8 @@ sub load_grammar ($path) {
   # Anchored here whatever the grammar wrote: a type matches a whole word or nothing.
   for my $t (keys %{ $g->{types} // {} }) { my $src = $g->{types}{$t}; $re{$t} = qr/\A(?:$src)\z/; }
   $g->{re} = \%re;
+  $g->{dir} = $path =~ s{/[^/]*\z}{}r;
+  $g->{scripts} = {};
   for my $v (keys %{ $g->{verbs} // {} }) {
     my $d = $g->{verbs}{$v};
     for my $t (@{ $d->{args} }, defined $d->{variadic} ? ($d->{variadic}) : ()) {
@@ -271,6 +286,8 @@ sub parse_verb ($g, $where, $words) {
       push @argv, ($part->{prefix} // '') . $w . ($part->{suffix} // '');
     } elsif (exists $part->{rest}) {
       push @argv, @args[$part->{rest} .. $#args] if $part->{rest} <= $#args;
+    } elsif (exists $part->{script}) {
+      push @argv, script_text($g, $part);
     } else {
       refuse("grammar: verb $verb has an unknown run part");
     }

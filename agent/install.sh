@@ -194,6 +194,14 @@ install_agent_files() {
   # The core's own constant: the one config it accepts through sudo (root-owned, like the front's).
   sed -e "s|^use constant DEFAULT_CONFIG => .*|use constant DEFAULT_CONFIG => '$conf';|" "$here/gpu-medic-agent.pl" | write_new "$core" 0755
   install -o root -g root -m 0644 "$grammar" "$prefix$libdir/grammar.json"
+  # The scripts the grammar names (by checksum), from scripts/ beside the grammar file.
+  rm -rf "$prefix$libdir/scripts"
+  if [ -d "$(dirname "$grammar")/scripts" ]; then
+    install -d -o root -g root -m 0755 "$prefix$libdir/scripts"
+    for f in "$(dirname "$grammar")"/scripts/*; do
+      [ -f "$f" ] && install -o root -g root -m 0644 "$f" "$prefix$libdir/scripts/$(basename "$f")"
+    done
+  fi
   say "agent files in $prefix$libdir (root:root, 0755/0644)"
 }
 
@@ -725,6 +733,7 @@ do_uninstall() {
     say "removed $dropin (reload sshd to apply)"
   fi
   rm -f "$front" "$core" "$prefix$libdir/grammar.json"
+  rm -rf "$prefix$libdir/scripts"
   rmdir "$prefix$libdir" 2>/dev/null || true
   for kind in bot worker; do
     for k in $(key_list "$kind" | tr ',' ' '); do

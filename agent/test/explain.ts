@@ -4,9 +4,10 @@
  * run. The config and grammar are copied into a fresh root-owned dir, as the core requires.
  */
 import { execFile } from 'node:child_process';
-import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { copyFile, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { AGENT_DIR } from './agent-host.ts';
 
@@ -29,6 +30,9 @@ export async function explain(
   const dir = await mkdtemp(join(tmpdir(), 'gpu-medic-explain-'));
   try {
     await copyFile(grammarFile, join(dir, 'grammar.json'));
+    // The scripts the grammar names, from beside it (the sample grammar has none).
+    const scripts = join(dirname(grammarFile), 'scripts');
+    if (existsSync(scripts)) await cp(scripts, join(dir, 'scripts'), { recursive: true });
     await writeFile(
       join(dir, 'agent.conf'),
       `path=/usr/sbin:/usr/bin:/sbin:/bin\ngrammar=${join(dir, 'grammar.json')}\naudit_file=${join(dir, 'audit.log')}\nrole=${role}\n`,

@@ -26,7 +26,7 @@ const execFileP = promisify(execFile);
 
 const SEED = Number(process.env.GPU_MEDIC_FUZZ_SEED ?? 20261202);
 
-type RunPart = string | { arg: number; prefix?: string; suffix?: string } | { rest: number };
+type RunPart = string | { arg: number; prefix?: string; suffix?: string } | { rest: number } | { script: string };
 interface Verb {
   args: string[];
   variadic: string | null;
@@ -62,6 +62,7 @@ function modelVerb(g: Grammar, on: string, ct: string | null, ms: number, words:
   const argv = d.run.flatMap((p): string[] => {
     if (typeof p === 'string') return [p];
     if ('rest' in p) return args.slice(p.rest);
+    if ('script' in p) return [readFileSync(join(AGENT_DIR, 'scripts', p.script), 'utf8')];
     return [`${p.prefix ?? ''}${args[p.arg]}${p.suffix ?? ''}`];
   });
   if (ct === null) return argv;
@@ -265,7 +266,12 @@ function wordsFromGrammar(g: Grammar, line: string, e: Explained): string[] {
       bad.push(`verb ${p.verb}`);
       continue;
     }
-    const literals = new Set(d.run.filter((x): x is string => typeof x === 'string'));
+    // A script word is a literal too: the text of the file the grammar names.
+    const literals = new Set(
+      d.run.flatMap((x) =>
+        typeof x === 'string' ? [x] : 'script' in x ? [readFileSync(join(AGENT_DIR, 'scripts', x.script), 'utf8')] : [],
+      ),
+    );
     const shaped = d.run.filter(
       (x): x is { arg: number; prefix?: string; suffix?: string } => typeof x !== 'string' && 'arg' in x,
     );

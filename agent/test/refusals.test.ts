@@ -358,6 +358,26 @@ describe('a stolen worker key cannot do anything else', () => {
     }
   });
 
+  it('a script the grammar names, with one byte flipped on the host: refused before anything runs; restored, the verb runs', async () => {
+    const file = host.inHost('/usr/local/lib/gpu-medic/scripts/stuck.sh');
+    const original = await readFile(file);
+    const flipped = Buffer.from(original);
+    flipped[0] = (flipped[0] ?? 0) ^ 1;
+    await writeFile(file, flipped);
+    try {
+      const r = await host.ssh(['gpu-medic', '1', '5000', 'host', 'stuck']);
+      expect(r.code).toBe(126);
+      expect(r.stderr).toBe(
+        'gpu-medic-agent: refused: script /usr/local/lib/gpu-medic/scripts/stuck.sh does not match its checksum in the grammar\n',
+      );
+    } finally {
+      await writeFile(file, original);
+    }
+    const ok = await host.ssh(['gpu-medic', '1', '5000', 'host', 'stuck']);
+    expect(ok.code).not.toBe(126);
+    expect(ok.stderr).not.toMatch(/refused/);
+  });
+
   it('a pty request (-tt): refused by sshd (restrict), the command did not run', async () => {
     const r = await refusedAndNothingRan(
       () => host.ssh(['gpu-medic', '1', '5000', 'host', 'gpus'], { sshArgs: ['-tt'] }),

@@ -5,7 +5,7 @@
  * is skipped, but not under CI=true (scripts/setup.sh --ci installs it): there it fails.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -15,14 +15,22 @@ const grammar = JSON.parse(readFileSync(join(AGENT_DIR, 'grammar.json'), 'utf8')
   verbs: Record<string, { run: unknown[] }>;
 };
 
-/** The scripts in grammar.json: the word after `sh -c` or `perl -e` in a verb's run template. */
+/** The scripts grammar.json names (agent/scripts/<verb>.sh, .pl): each verb and the file's text. */
 function scripts(interpreter: 'sh' | 'perl'): Array<[string, string]> {
-  const flag = interpreter === 'sh' ? '-c' : '-e';
-  return Object.entries(grammar.verbs).flatMap(([verb, d]) =>
-    d.run[0] === interpreter && d.run[1] === flag && typeof d.run[2] === 'string'
-      ? [[verb, d.run[2]] as [string, string]]
-      : [],
-  );
+  const ext = interpreter === 'sh' ? '.sh' : '.pl';
+  return Object.entries(grammar.verbs)
+    .flatMap(([verb, d]) => {
+      const w = d.run[2];
+      return d.run[0] === interpreter && typeof w === 'object' && w !== null && 'script' in w
+        ? [
+            [verb, readFileSync(join(AGENT_DIR, 'scripts', (w as { script: string }).script), 'utf8')] as [
+              string,
+              string,
+            ],
+          ]
+        : [];
+    })
+    .filter(([verb]) => existsSync(join(AGENT_DIR, 'scripts', `${verb}${ext}`)));
 }
 
 const hasShellcheck = spawnSync('shellcheck', ['--version']).status === 0;

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { AGENT_LIMITS, AGENT_PROTOCOL, AGENT_VERSION, ARG_TYPES, DESTRUCTIVE_VERBS } from './arg-types.ts';
 import { VERBS, type VerbDef, type Where } from './verbs.ts';
 
@@ -7,7 +8,27 @@ import { VERBS, type VerbDef, type Where } from './verbs.ts';
  * in both is a literal; one that differs is an argument's (whole, or between a constant prefix and
  * suffix); the variadic arguments at the end are `{"rest": i}`. Pure.
  */
-export type RunWord = string | { arg: number; prefix?: string; suffix?: string } | { rest: number };
+export type RunWord =
+  | string
+  | { arg: number; prefix?: string; suffix?: string }
+  | { rest: number }
+  /** A script the interpreter before it runs: its file in agent/scripts/ and the SHA-256 of its bytes. */
+  | { script: string; sha256: string };
+
+/** Interpreters whose next word is a program text, and the file extension their scripts get. */
+const SCRIPT_RUNNERS: Record<string, { flag: string; ext: string }> = {
+  sh: { flag: '-c', ext: 'sh' },
+  perl: { flag: '-e', ext: 'pl' },
+  python3: { flag: '-c', ext: 'py' },
+};
+
+/** The file name of a verb's script, when its run template's third word is one (`sh -c <text>` …); else null. */
+function scriptName(verb: string, run: readonly RunWord[]): string | null {
+  const r = typeof run[0] === 'string' ? SCRIPT_RUNNERS[run[0]] : undefined;
+  return r !== undefined && run[1] === r.flag && typeof run[2] === 'string' ? `${verb}.${r.ext}` : null;
+}
+
+const sha256 = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
 
 export interface GrammarVerb {
   args: string[];
@@ -75,16 +96,33 @@ function runOf(name: string, def: VerbDef): RunWord[] {
   return [...run.slice(0, run.length - n), { rest: from }];
 }
 
+/**
+ * Every script the grammar names, by file name: each a plain file in agent/scripts/ that an admin can
+ * read and lint, the grammar carrying its checksum (the agent refuses a file that differs).
+ */
+export function scriptFiles(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, def] of Object.entries(VERBS)) {
+    const run = runOf(name, def);
+    const file = scriptName(name, run);
+    if (file !== null) out[file] = run[2] as string;
+  }
+  return out;
+}
+
 export function buildGrammar(): Grammar {
   const verbs: Record<string, GrammarVerb> = {};
-  for (const [name, def] of Object.entries(VERBS))
+  for (const [name, def] of Object.entries(VERBS)) {
+    const run = runOf(name, def);
+    const file = scriptName(name, run);
     verbs[name] = {
       args: [...def.args],
       variadic: def.variadic,
       on: [...def.on],
       destructive: DESTRUCTIVE_VERBS.includes(name),
-      run: runOf(name, def),
+      run: file === null ? run : run.map((w, i) => (i === 2 ? { script: file, sha256: sha256(run[2] as string) } : w)),
     };
+  }
   return {
     protocol: AGENT_PROTOCOL,
     agentVersion: AGENT_VERSION,
@@ -100,12 +138,22 @@ export function grammarText(): string {
 }
 
 /** What the agent executes for `verb args…` by this grammar (the TS side of the agreement test). */
-export function expandRun(g: Grammar, verb: string, args: readonly string[]): string[] {
+export function expandRun(
+  g: Grammar,
+  verb: string,
+  args: readonly string[],
+  scripts: Record<string, string> = scriptFiles(),
+): string[] {
   const v = g.verbs[verb];
   if (v === undefined) throw new Error(`no verb ${verb}`);
   return v.run.flatMap((w): string[] => {
     if (typeof w === 'string') return [w];
     if ('rest' in w) return args.slice(w.rest);
+    if ('script' in w) {
+      const text = scripts[w.script];
+      if (text === undefined) throw new Error(`no script ${w.script}`);
+      return [text];
+    }
     return [`${w.prefix ?? ''}${args[w.arg] ?? ''}${w.suffix ?? ''}`];
   });
 }

@@ -1,11 +1,14 @@
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ARG_TYPES, DESTRUCTIVE_VERBS, type ArgType } from '../../src/agent-grammar/arg-types.ts';
 import { withEnvelopes } from '../../src/agent-grammar/envelopes.ts';
-import { buildGrammar, expandRun, grammarText, type Grammar } from '../../src/agent-grammar/grammar.ts';
+import { buildGrammar, expandRun, grammarText, type Grammar, scriptFiles } from '../../src/agent-grammar/grammar.ts';
 import { VERBS } from '../../src/agent-grammar/verbs.ts';
 
-const FILE = new URL('../../agent/grammar.json', import.meta.url);
+const FILE = fileURLToPath(new URL('../../agent/grammar.json', import.meta.url));
 const committed = (): Grammar => JSON.parse(readFileSync(FILE, 'utf8')) as Grammar;
 
 /** A third call of each verb, with values neither sample has (and another count of variadic arguments). */
@@ -19,6 +22,23 @@ const MORE: Record<string, string[]> = {
 describe('agent/grammar.json', () => {
   it('is exactly what the templates generate (run `npm run -s agent:grammar` and commit it)', () => {
     expect(readFileSync(FILE, 'utf8')).toBe(grammarText());
+  });
+
+  it('names each script by a plain file in agent/scripts/ with its SHA-256, and that folder holds exactly those files, as generated', () => {
+    const dir = join(dirname(FILE), 'scripts');
+    const want = scriptFiles();
+    expect(readdirSync(dir).sort()).toEqual(Object.keys(want).sort());
+    for (const [name, text] of Object.entries(want)) expect(readFileSync(join(dir, name), 'utf8'), name).toBe(text);
+    const named = Object.values(committed().verbs).flatMap((v) =>
+      v.run.flatMap((w) => (typeof w === 'object' && 'script' in w ? [w] : [])),
+    );
+    expect(named.map((w) => w.script).sort()).toEqual(Object.keys(want).sort());
+    for (const w of named)
+      expect(w.sha256).toBe(
+        createHash('sha256')
+          .update(readFileSync(join(dir, w.script)))
+          .digest('hex'),
+      );
   });
 
   it('names the protocol, the agent version and a pattern for every argument type', () => {

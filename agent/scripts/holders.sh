@@ -1,0 +1,1 @@
+fuser -v /dev/nvidia* 2>&1; true

@@ -1,0 +1,1 @@
+my $fd = syscall(434, $$, 0); if ($fd < 0) { print "pidfd_open failed: $!\n"; exit 1 } print "pidfd ok\n";

@@ -1,0 +1,1 @@
+echo "uid $(id -u)"; if cat /proc/1/stat >/dev/null 2>&1; then echo "pid1 readable"; else echo "pid1 hidden"; fi; grep ' /proc proc ' /proc/self/mounts | tail -n 1 | sed 's/^/mount /'
