@@ -1,4 +1,4 @@
-import { probeSpecs, lxcInitPid, pidNamespaceOf, type ProbeName } from './templates/doctor-probes.ts';
+import { probeSpecs, lxcInitPid, pidNamespaceOf, rootKeysRead, type ProbeName } from './templates/doctor-probes.ts';
 import { fuserDevices, hostMemory, queryComputeApps, queryGpus } from './templates/snapshot-commands.ts';
 import { signalCommand, type SignalName, type SignalSide } from './templates/signal.ts';
 import {
@@ -144,6 +144,8 @@ export const VERBS: Record<string, VerbDef> = {
   'probe-proc': probe('proc', 'host', ANY),
   'pct-list': probe('pct', 'host', HOST),
   'probe-clock': probe('clock', 'host', HOST),
+  // Root's key files, fixed paths: a host's, or a role=self container's own (never through pct exec).
+  'root-keys': noArgs(() => rootKeysRead(T.timeoutMs), ['host', 'self']),
   'probe-fuser': probe('fuser', 'container', CONTAINER),
   'probe-ns': probe('ns', 'container', CONTAINER),
   'probe-init': onVmid((v) => lxcInitPid(v, T.timeoutMs)),

@@ -93,3 +93,44 @@ export function pidNamespaceOf(pid: number, timeoutMs: number): CommandSpec {
     agent: { verb: 'probe-pidns', args: [String(pid)] },
   };
 }
+
+/** The most of each of root's key files the root-keys read prints (a cluster-wide file of 100 RSA keys is ~75 KiB). */
+export const ROOT_KEYS_FILE_CAP = 131072;
+
+/**
+ * Root's two key files (sshd's default AuthorizedKeysFile for root), each after a marker line:
+ * `@file <path>` then its public-key lines as `<line number>:<line>` (grep -n; comments, blank lines
+ * and anything that is no key line are left out), `@cut <path>` when the file is longer than the cap,
+ * `@absent <path>`, or `@unreadable <path>` (an agent that does not run as root, or /root it cannot
+ * search); `@end` last. Fixed paths and no arguments: no caller word can name another file. On a
+ * Proxmox node /root/.ssh/authorized_keys is a link to the cluster's /etc/pve/priv/authorized_keys,
+ * which sshd reads and so is read here; nothing else under /etc/pve/priv is.
+ */
+const ROOT_KEYS_SCRIPT = [
+  'd=/root/.ssh',
+  'for f in "$d/authorized_keys" "$d/authorized_keys2"; do',
+  'if [ -f "$f" ] && [ -r "$f" ]; then',
+  'echo "@file $f"',
+  `[ "$(head -c ${ROOT_KEYS_FILE_CAP + 1} "$f" | wc -c)" -le ${ROOT_KEYS_FILE_CAP} ] || echo "@cut $f"`,
+  `head -c ${ROOT_KEYS_FILE_CAP} "$f" | grep -n -E '(^|[[:space:]])(ssh|ecdsa|sk)-[^[:space:]]+[[:space:]]+AAAA' || true`,
+  'elif [ -e "$f" ]; then echo "@unreadable $f"',
+  // Not there: absent only when this user could have seen it there (root can; another may not search /root).
+  'elif [ -x "$d" ] || { [ -x /root ] && [ ! -e "$d" ]; }; then echo "@absent $f"',
+  'else echo "@unreadable $f"; fi',
+  'done',
+  'echo @end',
+].join('\n');
+
+/**
+ * On a host (or a `role=self` container's own agent): which lines of root's authorized_keys and
+ * authorized_keys2 hold keys, so the doctor finds the worker's key there without logging in as root
+ * (a failed root login counts against the worker's address in sshd's PerSourcePenalties and fail2ban).
+ */
+export function rootKeysRead(timeoutMs: number): CommandSpec {
+  return {
+    argv: ['sh', '-c', ROOT_KEYS_SCRIPT],
+    timeoutMs,
+    maxOutputBytes: 2 * ROOT_KEYS_FILE_CAP + 4096,
+    agent: { verb: 'root-keys', args: [] },
+  };
+}
