@@ -8,6 +8,7 @@ import { loadInventoryFile } from '../config/load-inventory.ts';
 import { resolveDoctorTarget, runDoctor } from '../doctor/doctor.ts';
 import { reportText } from '../doctor/report-table.ts';
 import { createSshExecutor } from '../ssh/executor.ts';
+import { workerPublicKey } from '../ssh/public-key.ts';
 
 export interface DoctorIo {
   env: Record<string, string | undefined>;
@@ -48,6 +49,7 @@ export async function runDoctorCommand(args: string[], io: DoctorIo): Promise<nu
       exec: executor.exec,
       probeLine: executor.probeLine,
       access,
+      workerPublicKey,
       commandTimeoutMs: inv.inventory.defaults.commandTimeoutSec * 1000,
     });
     io.out.write(json ? `${JSON.stringify(report, null, 2)}\n` : reportText(report, target.machines.length));

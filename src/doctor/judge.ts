@@ -2,6 +2,7 @@ import { AGENT_VERSION } from '../agent-grammar/arg-types.ts';
 import type { ErrorCode } from '../errors.ts';
 import { detectNvidiaError } from '../gpu/parse/detect-nvidia-error.ts';
 import { AGENT_PROBES, type ProbeName } from '../agent-grammar/templates/doctor-probes.ts';
+import { judgeRootKeys, parseRootKeys } from './root-keys.ts';
 
 /**
  * The doctor's judgement: a pure function of what the fixed probes printed. Every problem names
@@ -28,12 +29,24 @@ export interface AgentReading {
   shell: ProbeRun;
 }
 
+/**
+ * The agent's `root-keys` read (root's authorized_keys and authorized_keys2) and the worker's own public
+ * key, whose lines there the doctor looks for; null or absent: not read (root-shell access, or a
+ * container reached through pct exec, where the worker's key does not log in).
+ */
+export interface RootKeysReading {
+  run: ProbeRun;
+  /** The worker's public key blob (base64, as authorized_keys has it), from its private key; or why not. */
+  worker: { type: string; blob: string } | { error: string };
+}
+
 export interface HostReading {
   kind: 'host';
   machineId: string;
   login: Login;
   probes: Partial<Record<ProbeName, ProbeRun>>;
   agent?: AgentReading | null;
+  rootKeys?: RootKeysReading | null;
   /** One per inventory container of this host: its init's PID (lxc-info) and that PID's namespace. */
   inits: Array<{ containerId: string; vmid: number; lxcInfo: ProbeRun | null; ns: ProbeRun | null }>;
   /** The clock probe's answer and when (the worker's ms since the epoch) it was sent and came back. */
@@ -48,6 +61,7 @@ export interface ContainerReading {
   login: Login;
   probes: Partial<Record<ProbeName, ProbeRun>>;
   agent?: AgentReading | null;
+  rootKeys?: RootKeysReading | null;
 }
 
 export type MachineReading = HostReading | ContainerReading;
@@ -68,6 +82,7 @@ export const CHECKS = [
   'GPU UUIDs',
   'agent',
   'forced key',
+  'root keys',
   'clock',
 ] as const;
 export type CheckName = (typeof CHECKS)[number];
@@ -581,6 +596,39 @@ function judgeHost(m: HostReading, f: Findings): void {
   );
 }
 
+/**
+ * Root's own key lines, as the agent read them (never by logging in as root): a line holding the worker's
+ * key without the agent's forced command is a root shell for whoever steals that key.
+ */
+function judgeRootLines(m: MachineReading, r: RootKeysReading, f: Findings): void {
+  if ('error' in r.worker) {
+    f.add(
+      'root keys',
+      'warn',
+      `not checked: the worker's public key could not be had (${oneLine(r.worker.error, 120)})`,
+      SSH_HINTS.config_invalid ?? null,
+    );
+    return;
+  }
+  const run: ProbeRun = r.run;
+  if (!run.ran || run.code !== 0 || run.timedOut) {
+    const refused = run.ran && run.code === 126 && /refused: unknown verb root-keys/.test(run.stderr);
+    f.add(
+      'root keys',
+      'warn',
+      refused
+        ? "not checked: this agent has no root-keys read (older than this worker's)"
+        : `not checked: ${failedRun(run, 'root-keys')}`,
+      refused
+        ? `Upgrade the agent (agent/install.sh upgrade) to ${AGENT_VERSION}; meanwhile \`sh install.sh status\` as root lists root's lines holding the worker's key.`
+        : "Run `sh install.sh status` as root on the machine: it lists root's lines holding the worker's key.",
+    );
+    return;
+  }
+  const v = judgeRootKeys(parseRootKeys(run.stdout, r.worker.blob), m.login.user);
+  f.add('root keys', v.status, v.detail, v.hint);
+}
+
 /** `lxc-info -p -H` prints the bare PID; the labelled form (`PID: 4242`) is accepted too. */
 export function initPidOf(r: Ran): number | null {
   const m = /^(?:PID:\s*)?(\d+)\s*$/m.exec(r.stdout);
@@ -661,9 +709,10 @@ export function judge(readings: readonly MachineReading[]): DoctorReport {
     const f = new Findings(m.machineId, m.kind);
     if (m.agent) judgeAgent(m.agent, f);
     if (judgeLogin(m, f)) {
+      if (m.rootKeys) judgeRootLines(m, m.rootKeys, f);
       if (m.kind === 'host') judgeHost(m, f);
       else judgeContainer(m, hosts.get(m.hostId), f);
-    }
+    } else if (m.rootKeys) f.add('root keys', 'skip', 'not checked: nothing runs here');
     findings.push(...f.list);
   }
   return {

@@ -12,12 +12,14 @@ import {
   type Login,
   type MachineReading,
   type ProbeRun,
+  type RootKeysReading,
 } from './judge.ts';
 import {
   AGENT_PROBES,
   lxcInitPid,
   pidNamespaceOf,
   probeSpecs,
+  rootKeysRead,
   type ProbeName,
 } from '../agent-grammar/templates/doctor-probes.ts';
 
@@ -31,6 +33,11 @@ export interface ReadDeps {
   probeLine?: Executor['probeLine'];
   /** The worker's clock (ms since the epoch), for the host clock check. Default Date.now. */
   now?: () => number;
+  /**
+   * The public key of the private key at this path (src/ssh/public-key.ts), for the root-keys check; absent:
+   * that check is not made.
+   */
+  workerPublicKey?: (privateKeyPath: string) => Promise<RootKeysReading['worker']>;
 }
 
 /** The forced-key probes, on a machine the key logs into (not through pct exec: that is its host's agent). */
@@ -52,6 +59,21 @@ async function agentProbes(deps: ReadDeps, route: Route): Promise<AgentReading |
     run(AGENT_PROBES.shell),
   ]);
   return { version, unknownVerb, shell };
+}
+
+/**
+ * Root's key lines, read by the agent's fixed-path `root-keys` verb on a machine the worker's key logs into
+ * (never by logging in as root: failed root logins count against the worker's address in PerSourcePenalties
+ * and fail2ban). Only with agent access: with root-shell access the worker's key is root's by design.
+ */
+async function rootKeysProbe(deps: ReadDeps, route: Route, canRun: boolean): Promise<RootKeysReading | null> {
+  const key = deps.workerPublicKey;
+  if ((deps.access ?? 'agent') !== 'agent' || route.kind !== 'direct' || key === undefined || !canRun) return null;
+  const [run, worker] = await Promise.all([
+    probe(deps, route, rootKeysRead(deps.commandTimeoutMs)),
+    key(route.endpoint.privateKeyPath),
+  ]);
+  return { run, worker };
 }
 
 async function probe(deps: ReadDeps, route: Route, spec: CommandSpec): Promise<ProbeRun> {
@@ -105,16 +127,19 @@ async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, d
     (c): c is Extract<Machine, { kind: 'container' }> => c.kind === 'container' && c.hostId === m.id,
   );
   const canRun = probes.uname?.ran === true && probes.uname.code === 0;
-  const inits = await Promise.all(
-    mine.map(async (c) => {
-      if (!canRun) return { containerId: c.id, vmid: c.vmid, lxcInfo: null, ns: null };
-      const lxcInfo = await probe(deps, route, lxcInitPid(c.vmid, deps.commandTimeoutMs));
-      // The PID is an integer read from the host, never text put into a command.
-      const pid = lxcInfo.ran && lxcInfo.code === 0 ? initPidOf(lxcInfo) : null;
-      const ns = pid === null ? null : await probe(deps, route, pidNamespaceOf(pid, deps.commandTimeoutMs));
-      return { containerId: c.id, vmid: c.vmid, lxcInfo, ns };
-    }),
-  );
+  const [rootKeys, inits] = await Promise.all([
+    rootKeysProbe(deps, route, canRun),
+    Promise.all(
+      mine.map(async (c) => {
+        if (!canRun) return { containerId: c.id, vmid: c.vmid, lxcInfo: null, ns: null };
+        const lxcInfo = await probe(deps, route, lxcInitPid(c.vmid, deps.commandTimeoutMs));
+        // The PID is an integer read from the host, never text put into a command.
+        const pid = lxcInfo.ran && lxcInfo.code === 0 ? initPidOf(lxcInfo) : null;
+        const ns = pid === null ? null : await probe(deps, route, pidNamespaceOf(pid, deps.commandTimeoutMs));
+        return { containerId: c.id, vmid: c.vmid, lxcInfo, ns };
+      }),
+    ),
+  ]);
   // The clock last and on its own, timed: the round trip bounds how well the offset is known.
   const now = deps.now ?? Date.now;
   const clockSpec = probeSpecs('host', deps.commandTimeoutMs).clock;
@@ -124,7 +149,16 @@ async function readHost(inv: Inventory, m: Extract<Machine, { kind: 'host' }>, d
     probes.clock = await probe(deps, route, clockSpec);
     clock = { sentAt, answeredAt: now() };
   }
-  return { kind: 'host', machineId: m.id, login: loginOf(route, m.id), probes, inits, agent, clock };
+  return {
+    kind: 'host',
+    machineId: m.id,
+    login: loginOf(route, m.id),
+    probes,
+    inits,
+    agent,
+    clock,
+    rootKeys,
+  };
 }
 
 async function readContainer(
@@ -135,8 +169,10 @@ async function readContainer(
   const route = routeFor(inv, m.id);
   if (route === null) throw new Error(`no route to container ${m.id}`);
   const [probes, agent] = await Promise.all([runProbes(deps, route, 'container'), agentProbes(deps, route)]);
+  const canRun = probes.uname?.ran === true && probes.uname.code === 0;
   return {
     agent,
+    rootKeys: await rootKeysProbe(deps, route, canRun),
     kind: 'container',
     machineId: m.id,
     hostId: m.hostId,
