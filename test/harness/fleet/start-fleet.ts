@@ -176,17 +176,15 @@ function agentInstall(
   keys: { client: string; bot: string; worker: string },
   path: string,
   operator: string | null,
+  rootKeys: HostSpec['rootKeys'],
 ) {
   const root = join(hostDir, 'agent-root');
   const binds = [
     ...Object.entries(AGENT_INSTALL_DIRS).map(([k, to]) => ({ from: join(root, k), to })),
-    // The engineer's login (FleetOptions.operatorLogin): root's own authorized_keys, the tools where an admin installs them.
-    ...(operator === null
-      ? []
-      : [
-          { from: join(hostDir, 'operator-ssh'), to: '/root/.ssh' },
-          { from: join(hostDir, 'bin'), to: '/usr/local/bin' },
-        ]),
+    // Root's own ~/.ssh, this host's alone: the engineer's login (FleetOptions.operatorLogin), HostSpec.rootKeys.
+    ...(operator === null && rootKeys === undefined ? [] : [{ from: join(hostDir, 'root-ssh'), to: '/root/.ssh' }]),
+    // The tools where an admin installs them, for the engineer's shell.
+    ...(operator === null ? [] : [{ from: join(hostDir, 'bin'), to: '/usr/local/bin' }]),
   ];
   const log = shellQuote(join(hostDir, 'agent-install.log'));
   const lock = shellQuote(join(CACHE_ROOT, 'agent-install.lock'));
@@ -196,8 +194,26 @@ function agentInstall(
     // What an admin would not add: a logging wrapper before the agent's front, so tests see what was sent.
     ...agentCommandLog(`${AGENT_INSTALL_DIRS.lib}/gpu-medic-agent`, join(hostDir, 'commands.jsonl')),
     ...(operator === null ? [] : operatorSetup(operator)),
+    ...rootKeyLines(rootKeys ?? [], keys.client),
   ];
   return { binds, setup };
+}
+
+/**
+ * HostSpec.rootKeys: the worker's public key added to this host's root authorized_keys (its own bound
+ * ~/.ssh, in its sshd's mount namespace), plain as a root-shell setup left it, or forced to the agent as
+ * `install.sh --root-forced` writes it.
+ */
+function rootKeyLines(lines: NonNullable<HostSpec['rootKeys']>, workerPub: string): string[] {
+  const forced = `restrict,command="${AGENT_INSTALL_DIRS.lib}/gpu-medic-agent" `;
+  return [
+    'install -d -m 0700 /root/.ssh',
+    ...lines.map(
+      (l) =>
+        `{ printf %s ${shellQuote(l === 'worker-forced' ? forced : '')}; cat ${shellQuote(workerPub)}; } >> /root/.ssh/authorized_keys`,
+    ),
+    'touch /root/.ssh/authorized_keys && chmod 0600 /root/.ssh/authorized_keys',
+  ];
 }
 
 /**
@@ -331,6 +347,8 @@ async function build(
 
   const access = fleetAccess(spec);
   if (operator !== null && access !== 'agent') throw new Error('fleet: operatorLogin is for agent access only');
+  if (access !== 'agent' && spec.hosts.some((h) => h.rootKeys !== undefined))
+    throw new Error('fleet: rootKeys is for agent access only');
   const agentKeys = {
     client: `${client.privateKeyPath}.pub`,
     bot: signingKeys.workerEnv.GPU_MEDIC_BOT_PUBLIC_KEY_FILES ?? '',
@@ -358,6 +376,7 @@ async function build(
             agentKeys,
             `${join(h.dir, 'bin')}:${join(h.dir, 'sys')}`,
             operator?.publicKey ?? null,
+            h.spec.rootKeys,
           ),
         }
       : {}),

@@ -24,6 +24,14 @@ export interface HostSpec {
    * on its PATH at all, as on a machine where they were never installed. See README.
    */
   omitTools?: string[];
+  /**
+   * Agent access only: this host gets its own root `~/.ssh` (bound at /root/.ssh in its sshd's mount
+   * namespace, never the machine's own), whose authorized_keys holds these lines: `worker` the worker's
+   * public key as a plain line (a root-shell setup's key, left behind when the agent came), `worker-forced`
+   * the same forced to the agent (as `install.sh --root-forced` writes it). `[]`: the own ~/.ssh, empty.
+   * Default: no such bind.
+   */
+  rootKeys?: Array<'worker' | 'worker-forced'>;
 }
 
 export interface ContainerSpec {
