@@ -2,8 +2,9 @@
  * `gpu-medic doctor` with agent access, on fleet hosts whose root authorized_keys (each host's own, bound in
  * its sshd's mount namespace, never this machine's /root) also hold the worker's key: kpro5 as a plain line,
  * the root shell a root-shell setup leaves behind, which the doctor must report as the failure it is; kpro6,
- * its twin, with none; kpro7 forced to the agent, as `install.sh --root-forced` writes it. The doctor reads
- * them through the agent's root-keys verb and never logs in as root.
+ * its twin, with none; kpro7 forced to the agent, as `install.sh --root-forced` writes it; ct129's own
+ * agent (role=self, reached at its own address as its root, forced). The doctor reads them through the
+ * agent's root-keys verb and never logs in to a host as root.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -39,6 +40,8 @@ beforeAll(async () => {
       { id: 'kpro6', gpus: 1, rootKeys: [] },
       { id: 'kpro7', gpus: 1, rootKeys: ['worker-forced'] },
     ],
+    // Its own agent (role=self), installed --root-forced: the worker logs in as the container's root, forced.
+    containers: [{ id: 'ct129', vmid: 129, host: 'kpro6', ownAddress: true }],
   });
   const inventoryPath = join(fleet.dir, 'inventory.yaml');
   writeFileSync(inventoryPath, stringify(fleet.inventory()));
@@ -88,6 +91,15 @@ describe("doctor's root keys check on the fleet (agent access, real sshd and sud
       status: 'warn',
       detail: expect.stringContaining(
         'forced to the agent (a --root-forced install): a second way in beside the gpu-medic account',
+      ),
+    });
+  });
+
+  it("a role=self container's own agent reads its root's lines: the forced line of the --root-forced login this worker uses is ok", () => {
+    expect(find('ct129')).toMatchObject({
+      status: 'ok',
+      detail: expect.stringMatching(
+        /^root's authorized_keys line \d+: the worker's key forced to the agent, the --root-forced login this worker uses$/,
       ),
     });
   });
