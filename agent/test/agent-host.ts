@@ -102,6 +102,8 @@ export interface AgentHost {
   /** sshd's PID: its /proc/<pid>/root is the host's view of the file system. */
   sshdPid: number;
   installLog: string;
+  /** The `ssh` arguments `ssh()` runs with (for a test that runs the client itself). */
+  sshArgv(words: readonly string[], o?: SshOptions): string[];
   /** `ssh` (OpenSSH client) with the worker's key: `sshArgs` before the host, then the command words; `input` on stdin. */
   ssh(words: readonly string[], o?: SshOptions): Promise<SshResult>;
   /** A path inside the host's mount namespace, as this process reads it. */
@@ -248,6 +250,31 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
   const installLog = await readFile(join(dir, 'install.log'), 'utf8');
   const inHost = (p: string) => `/proc/${sshdPid}/root${p}`;
 
+  /** The OpenSSH client's arguments for `words` with the worker's key (or `so.identity`) on this host. */
+  const sshArgv = (words: readonly string[], so: SshOptions = {}): string[] => [
+    '-F',
+    '/dev/null',
+    '-i',
+    so.identity ?? client.privateKeyPath,
+    '-o',
+    'IdentitiesOnly=yes',
+    '-o',
+    'StrictHostKeyChecking=no',
+    '-o',
+    'UserKnownHostsFile=/dev/null',
+    '-o',
+    'LogLevel=ERROR',
+    '-o',
+    'BatchMode=yes',
+    '-p',
+    String(port),
+    '-l',
+    so.user ?? user,
+    ...(so.sshArgs ?? []),
+    '127.0.0.1',
+    ...words,
+  ];
+
   return {
     dir,
     port,
@@ -259,30 +286,9 @@ export async function startAgentHost(o: { grammar?: string } = {}): Promise<Agen
     sshdPid,
     installLog,
     inHost,
+    sshArgv,
     ssh(words, so = {}) {
-      const argv = [
-        '-F',
-        '/dev/null',
-        '-i',
-        so.identity ?? client.privateKeyPath,
-        '-o',
-        'IdentitiesOnly=yes',
-        '-o',
-        'StrictHostKeyChecking=no',
-        '-o',
-        'UserKnownHostsFile=/dev/null',
-        '-o',
-        'LogLevel=ERROR',
-        '-o',
-        'BatchMode=yes',
-        '-p',
-        String(port),
-        '-l',
-        so.user ?? user,
-        ...(so.sshArgs ?? []),
-        '127.0.0.1',
-        ...words,
-      ];
+      const argv = sshArgv(words, so);
       return new Promise((res, rej) => {
         const c = spawn('ssh', argv, {
           stdio: ['pipe', 'pipe', 'pipe'],

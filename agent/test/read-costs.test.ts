@@ -136,30 +136,9 @@ describe('the client going away', () => {
     const childFile = join(host.dir, 'child.pid');
     await writeFile(childFile, '');
     try {
-      const c = spawn(
-        'ssh',
-        [
-          '-F',
-          '/dev/null',
-          '-i',
-          host.clientKey,
-          '-o',
-          'IdentitiesOnly=yes',
-          '-o',
-          'StrictHostKeyChecking=no',
-          '-o',
-          'UserKnownHostsFile=/dev/null',
-          '-o',
-          'BatchMode=yes',
-          '-p',
-          String(host.port),
-          '-l',
-          host.user,
-          '127.0.0.1',
-          'gpu-medic 1 60000 host gpus',
-        ],
-        { stdio: ['pipe', 'ignore', 'ignore'] },
-      );
+      const c = spawn('ssh', host.sshArgv(['gpu-medic 1 60000 host gpus']), {
+        stdio: ['pipe', 'ignore', 'ignore'],
+      });
       let child = 0;
       for (let i = 0; i < 400 && child === 0; i++) {
         child = Number((await readFile(childFile, 'utf8')).trim()) || 0;
