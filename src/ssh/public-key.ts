@@ -1,5 +1,8 @@
 import { readFile } from 'node:fs/promises';
-import { utils } from 'ssh2';
+import ssh2 from 'ssh2';
+
+// ssh2 is CommonJS: Node's ESM loader finds `Client` among its named exports but not `utils`.
+const { utils } = ssh2;
 
 /**
  * The public half of the worker's private key file, as an authorized_keys line has it (type and base64
